@@ -1,0 +1,160 @@
+"""Errors and exit codes.
+
+Every failure is an exception that carries what the user needs to act on it (host, command, exit
+code, output tail). The CLI is the only place that turns them into a line on stderr and an exit
+code; nothing below it prints.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+class ExitStatus(enum.IntEnum):
+    """Documented exit codes (README, "Exit codes")."""
+
+    OK = 0
+    #: A remote step failed (a command on a host, a container that did not start).
+    ERROR = 1
+    #: Bad input: inventory, arguments. Nothing was touched on any host.
+    BAD_INPUT = 2
+    #: Preflight found a host not ready (unreachable, no Docker, wrong GPU count, no ray in image).
+    #: Nothing was changed on any host.
+    PREFLIGHT = 3
+    #: A deadline passed (Ray did not report every node in time).
+    TIMEOUT = 4
+    #: Interrupted by Ctrl-C / SIGTERM.
+    INTERRUPTED = 130
+
+
+class BootstrapError(Exception):
+    """Base of every error the CLI reports as one line."""
+
+    exit_status = ExitStatus.ERROR
+
+
+class UsageError(BootstrapError):
+    exit_status = ExitStatus.BAD_INPUT
+
+
+@dataclass
+class InventoryError(BootstrapError):
+    """A problem in the inventory file: names the file, the line and the field."""
+
+    path: str
+    line: int | None
+    field: str | None
+    message: str
+    exit_status = ExitStatus.BAD_INPUT
+
+    def __post_init__(self) -> None:
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = self.path
+        if self.line is not None:
+            where += f":{self.line}"
+        if self.field:
+            return f"{where}: {self.field}: {self.message}"
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class CommandFailed(BootstrapError):
+    """A remote command exited non-zero (or timed out)."""
+
+    host: str
+    command: str
+    exit_code: int | None
+    output_tail: str = ""
+    hint: str = ""
+
+    def __post_init__(self) -> None:
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        code = "timed out" if self.exit_code is None else f"exit {self.exit_code}"
+        tail = " | ".join(ln for ln in self.output_tail.strip().splitlines()[-3:] if ln.strip())
+        msg = f"{self.host}: `{self.command}` failed ({code})"
+        if tail:
+            msg += f": {tail}"
+        if self.hint:
+            msg += f" -- {self.hint}"
+        return msg
+
+
+@dataclass
+class HostUnreachable(BootstrapError):
+    host: str
+    reason: str
+    hint: str = ""
+    exit_status = ExitStatus.PREFLIGHT
+
+    def __post_init__(self) -> None:
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        msg = f"{self.host}: cannot connect over SSH: {self.reason}"
+        return f"{msg} -- {self.hint}" if self.hint else msg
+
+
+@dataclass
+class PreflightFailed(BootstrapError):
+    host: str
+    reason: str
+    hint: str = ""
+    exit_status = ExitStatus.PREFLIGHT
+
+    def __post_init__(self) -> None:
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        msg = f"{self.host}: {self.reason}"
+        return f"{msg} -- {self.hint}" if self.hint else msg
+
+
+@dataclass
+class DeadlineExceeded(BootstrapError):
+    what: str
+    missing: tuple[str, ...] = ()
+    exit_status = ExitStatus.TIMEOUT
+
+    def __post_init__(self) -> None:
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        if self.missing:
+            return f"{self.what}; missing: {', '.join(self.missing)}"
+        return self.what
+
+
+@dataclass
+class GroupError(BootstrapError):
+    """Some hosts failed. Carries every host's outcome (like fabric's GroupException)."""
+
+    stage: str
+    results: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__init__(str(self))
+
+    @property
+    def failures(self) -> dict[str, BaseException]:
+        return {h: r for h, r in self.results.items() if isinstance(r, BaseException)}
+
+    @property
+    def exit_status(self) -> ExitStatus:  # type: ignore[override]
+        codes = {getattr(e, "exit_status", ExitStatus.ERROR) for e in self.failures.values()}
+        if codes and codes <= {ExitStatus.PREFLIGHT}:
+            return ExitStatus.PREFLIGHT
+        if ExitStatus.TIMEOUT in codes:
+            return ExitStatus.TIMEOUT
+        return ExitStatus.ERROR
+
+    def __str__(self) -> str:
+        fails = self.failures
+        names = ", ".join(sorted(fails))
+        first = "; ".join(str(e) for _, e in sorted(fails.items())[:3])
+        more = f" (+{len(fails) - 3} more)" if len(fails) > 3 else ""
+        return f"{self.stage} failed on {len(fails)} of {len(self.results)} host(s) [{names}]: {first}{more}"

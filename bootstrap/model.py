@@ -1,0 +1,145 @@
+"""The typed inventory: what `bootstrap.inventory` produces after validation.
+
+Everything here is immutable and does no I/O. Secrets are a type that never prints its value.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Role = Literal["head", "worker"]
+Accelerator = Literal["gpu", "none"]
+
+DEFAULT_CONTAINER_NAME = "bootstrap-vllm"
+DEFAULT_IMAGE = "vllm/vllm-openai:latest"
+HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
+
+
+class Secret:
+    """A value that prints as ``***`` in reprs, plans, logs and error messages."""
+
+    __slots__ = ("name", "_value")
+
+    def __init__(self, name: str, value: str) -> None:
+        self.name = name
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"Secret({self.name}=***)"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and (self.name, self._value) == (other.name, other._value)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self._value))
+
+
+@dataclass(frozen=True)
+class SSHTarget:
+    """How to reach one host. None means: let ~/.ssh/config (or the ssh default) decide."""
+
+    address: str
+    user: str | None = None
+    port: int | None = None
+    key: str | None = None
+    #: A bastion / jump host, as ``[user@]host[:port]``.
+    jump: str | None = None
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    ssh: SSHTarget
+    #: Data-plane IP: the node's VLLM_HOST_IP and Ray node IP.
+    ip: str
+    role: Role
+    #: Expected GPU count (None: not checked; only allowed with accelerator none).
+    gpus: int | None = None
+    #: Per-host environment, merged over the cluster's (e.g. NCCL_SOCKET_IFNAME).
+    env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def is_head(self) -> bool:
+        return self.role == "head"
+
+
+@dataclass(frozen=True)
+class Ports:
+    ray_gcs: int = 6379
+    dashboard: int = 8265
+    vllm: int = 8000
+
+
+@dataclass(frozen=True)
+class SSHSettings:
+    """Cluster-wide SSH behaviour."""
+
+    #: known_hosts file checked in addition to ~/.ssh/known_hosts (None: only the system ones).
+    known_hosts: str | None = None
+    #: Trust and record keys of hosts not yet known (like ssh's StrictHostKeyChecking=accept-new).
+    #: A changed key is always refused.
+    accept_new_host_keys: bool = False
+    connect_timeout: float = 10.0
+    command_timeout: float = 600.0
+    connect_retries: int = 3
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str = "vllm"
+    image: str = DEFAULT_IMAGE
+    container_name: str = DEFAULT_CONTAINER_NAME
+    accelerator: Accelerator = "gpu"
+    #: Host directory mounted at /root/.cache/huggingface (None: no mount).
+    hf_cache: str | None = None
+    #: Extra bind mounts, docker -v syntax ``SRC:DST[:ro]``.
+    mounts: tuple[str, ...] = ()
+    #: ``--ipc host`` (default) or a ``--shm-size`` when ipc_host is False.
+    ipc_host: bool = True
+    shm_size: str = "10.24g"
+    ports: Ports = field(default_factory=Ports)
+    #: Environment for every node (NCCL_*/GLOO_*), before per-host overrides.
+    env: tuple[tuple[str, str], ...] = ()
+    #: Secrets taken from the caller's environment (HF_TOKEN by default, when set).
+    secrets: tuple[Secret, ...] = ()
+    infiniband: bool = False
+    privileged: bool = False
+    #: nofile ulimit for the container; None: the host's hard limit (read as a fact).
+    nofile: int | None = None
+    #: Stream the image from this machine (docker save | ssh docker load) instead of pulling.
+    load_image: bool = False
+    #: Extra arguments for `ray start` on every node.
+    ray_args: tuple[str, ...] = ()
+    ssh: SSHSettings = field(default_factory=SSHSettings)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    path: str
+    cluster: Cluster
+    hosts: tuple[Host, ...]
+
+    @property
+    def head(self) -> Host:
+        return next(h for h in self.hosts if h.is_head)
+
+    @property
+    def workers(self) -> tuple[Host, ...]:
+        return tuple(h for h in self.hosts if not h.is_head)
+
+    def host(self, name: str) -> Host:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(name)
+
+    @property
+    def gpus_per_node(self) -> int:
+        if self.cluster.accelerator == "none":
+            return 0
+        return self.hosts[0].gpus or 0
