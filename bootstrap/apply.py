@@ -1,0 +1,430 @@
+"""Apply: the only layer that changes hosts. Connect, gather facts, plan, change, verify.
+
+Every stage fans out over hosts with bounded parallelism; a failure raises one GroupError that
+carries every host's result. Nothing is changed on any host before every host has passed
+preflight (reachable, Docker answers, GPUs as expected, `ray` in the image).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Protocol, Sequence
+
+from . import facts as F
+from .errors import (BootstrapError, CommandFailed, DeadlineExceeded, GroupError, HostUnreachable,
+                     PreflightFailed)
+from .fanout import DEFAULT_PARALLEL, fan_out, run_all
+from .model import Host, Inventory
+from .plan import HostAction, container_spec, nofile_for, plan_up
+from .transport import SSHHost, stream_file
+
+
+class Reporter(Protocol):
+    def event(self, host: str, stage: str, status: str, detail: str = "") -> None: ...
+
+
+class NullReporter:
+    def event(self, host: str, stage: str, status: str, detail: str = "") -> None:
+        pass
+
+
+def check_script(name: str) -> bytes:
+    """The source of a check from `checks/` (installed as bootstrap.checks)."""
+    try:
+        return (resources.files("bootstrap.checks") / name).read_bytes()
+    except (ModuleNotFoundError, FileNotFoundError):
+        return (Path(__file__).resolve().parent.parent / "checks" / name).read_bytes()
+
+
+# Run a piped script with the interpreter that runs `ray` in the image (its shebang), so a check
+# needs nothing but Ray itself.
+_PY_OF_RAY = 'PY=$(head -n1 "$(command -v ray)" | sed "s/^#!//"); exec $PY - "$@"'
+
+
+def exec_python_argv(container: str, args: Sequence[str]) -> tuple[str, ...]:
+    return ("docker", "exec", "-i", container, "sh", "-c", _PY_OF_RAY, "sh", *args)
+
+
+@dataclass(frozen=True)
+class RayNode:
+    ip: str
+    alive: bool
+    gpus: float
+    cpus: float
+
+
+@dataclass(frozen=True)
+class RayView:
+    ready: bool
+    nodes: tuple[RayNode, ...]
+    missing: tuple[str, ...]
+    error: str = ""
+    elapsed: float = 0.0
+
+
+def parse_ray_nodes(out: str) -> RayView:
+    done = None
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if obj.get("event") == "done":
+                done = obj
+    if done is None:
+        return RayView(False, (), (), error=(out.strip().splitlines() or ["no output"])[-1])
+    nodes = tuple(RayNode(n["ip"], bool(n["alive"]), float(n.get("gpus", 0)), float(n.get("cpus", 0)))
+                  for n in done.get("nodes", []))
+    return RayView(bool(done.get("ready")), nodes, tuple(done.get("missing", [])), done.get("error", ""),
+                   float(done.get("t", 0.0)))
+
+
+@dataclass
+class Timings:
+    stages: dict[str, float] = field(default_factory=dict)
+
+    def add(self, stage: str, seconds: float) -> None:
+        self.stages[stage] = self.stages.get(stage, 0.0) + seconds
+
+
+@dataclass
+class UpResult:
+    actions: tuple[HostAction, ...]
+    ray: RayView | None
+    timings: Timings
+    changed: bool
+    dry_run: bool = False
+
+
+class Session:
+    """SSH sessions to every host of an inventory, opened once and reused across stages."""
+
+    def __init__(self, inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
+                 reporter: Reporter | None = None, clock: Callable[[], float] = time.monotonic,
+                 accept_new_host_keys: bool | None = None):
+        self.inv = inv
+        self.parallel = parallel
+        self.reporter = reporter or NullReporter()
+        self.clock = clock
+        settings = inv.cluster.ssh
+        if accept_new_host_keys is not None:
+            from dataclasses import replace
+            settings = replace(settings, accept_new_host_keys=accept_new_host_keys)
+        self.ssh = {h.name: SSHHost(h, settings) for h in inv.hosts}
+        self.timings = Timings()
+
+    # -- helpers ----------------------------------------------------------------------------
+    def stage(self, stage: str, hosts: Iterable[Host], fn: Callable[[Host], object], *,
+              strict: bool = True) -> dict:
+        hosts = list(hosts)
+        t0 = self.clock()
+
+        def wrapped(h: Host):
+            self.reporter.event(h.name, stage, "start")
+            t = self.clock()
+            try:
+                r = fn(h)
+            except BaseException as exc:
+                self.reporter.event(h.name, stage, "failed", str(exc))
+                raise
+            self.reporter.event(h.name, stage, "done", f"{self.clock() - t:.1f}s")
+            return r
+
+        try:
+            if strict:
+                return run_all(stage, hosts, wrapped, key=lambda h: h.name, parallel=self.parallel)
+            return fan_out(hosts, wrapped, key=lambda h: h.name, parallel=self.parallel)
+        finally:
+            self.timings.add(stage, self.clock() - t0)
+
+    def close(self) -> None:
+        for s in self.ssh.values():
+            s.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def connect(self, hosts: Iterable[Host] | None = None, *, strict: bool = True) -> dict:
+        return self.stage("connect", hosts or self.inv.hosts, lambda h: self.ssh[h.name].connect(),
+                          strict=strict)
+
+    def gather(self, hosts: Iterable[Host] | None = None) -> dict[str, F.HostFacts]:
+        c = self.inv.cluster
+        want = c.accelerator == "gpu"
+        return self.stage("facts", hosts or self.inv.hosts,
+                          lambda h: F.gather(self.ssh[h.name], container=c.container_name,
+                                             image=c.image, want_gpus=want))
+
+    # -- Ray --------------------------------------------------------------------------------
+    def ray_view(self, expect: Sequence[Host], *, deadline: float, gpus: float = 0.0) -> RayView:
+        head = self.inv.head
+        c = self.inv.cluster
+        args = ["--address", f"{head.ip}:{c.ports.ray_gcs}", "--expect", ",".join(h.ip for h in expect),
+                "--gpus", str(gpus), "--deadline", str(deadline)]
+        r = self.ssh[head.name].run_with_input(exec_python_argv(c.container_name, args),
+                                               [check_script("ray_nodes.py")],
+                                               timeout=deadline + 60, check=False)
+        view = parse_ray_nodes(r.stdout)
+        if not view.nodes and not view.ready and not view.error:
+            view = RayView(False, (), tuple(h.ip for h in expect), (r.stderr or r.stdout).strip()[-300:])
+        return view
+
+    def wait_for_ray(self, expect: Sequence[Host], *, deadline: float, stage: str) -> RayView:
+        t0 = self.clock()
+        gpus = float(self.inv.gpus_per_node)
+        view = self.ray_view(expect, deadline=deadline, gpus=gpus)
+        self.timings.add(stage, self.clock() - t0)
+        if not view.ready:
+            by_ip = {h.ip: h.name for h in self.inv.hosts}
+            missing = tuple(f"{by_ip.get(ip, ip)} ({ip})" for ip in view.missing)
+            detail = self._why_missing([h for h in expect if h.ip in view.missing])
+            what = f"Ray did not report every node within {deadline:g}s"
+            if view.error:
+                what += f": {view.error}"
+            if detail:
+                what += f" [{detail}]"
+            raise DeadlineExceeded(what, missing)
+        return view
+
+    def _why_missing(self, hosts: Sequence[Host]) -> str:
+        """For nodes Ray did not see: their container state and the last log line."""
+        name = self.inv.cluster.container_name
+
+        def one(h: Host) -> str:
+            s = self.ssh[h.name]
+            ci = s.run(F.container_inspect_cmd(name), timeout=20, check=False)
+            st = F.parse_container_inspect(ci.stdout) if ci.ok else None
+            logs = s.run(("docker", "logs", "--tail", "5", name), timeout=20, check=False)
+            last = [ln for ln in (logs.stdout + logs.stderr).splitlines() if ln.strip()][-1:]
+            state = st.status if st else "no container"
+            return f"{h.name}: container {state}" + (f", last log: {last[0][:200]}" if last else "")
+
+        res = fan_out(hosts, one, key=lambda h: h.name, parallel=self.parallel)
+        return "; ".join(str(v) for v in res.values())
+
+    # -- changes ----------------------------------------------------------------------------
+    def start_container(self, action: HostAction) -> None:
+        s = self.ssh[action.host]
+        spec = action.spec
+        s.run(("docker", "rm", "-f", spec.name), timeout=60, check=False)
+        env_file = None
+        secrets = {x.name: x for x in self.inv.cluster.secrets}
+        try:
+            if spec.secret_names:
+                body = "".join(f"{n}={secrets[n].reveal()}\n" for n in spec.secret_names)
+                env_file = s.put_private_file(body.encode())
+            s.run(spec.run_argv(env_file), timeout=120)
+        finally:
+            if env_file:
+                s.remove_file(env_file)
+
+
+def local_image_id(image: str) -> str | None:
+    r = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", image],
+                       capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def up(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None,
+       dry_run: bool = False, load_image: bool | None = None, pull: bool = False,
+       wait: float = 180.0, accept_new_host_keys: bool | None = None) -> UpResult:
+    load = inv.cluster.load_image if load_image is None else load_image
+    image = inv.cluster.image
+    with Session(inv, parallel=parallel, reporter=reporter,
+                 accept_new_host_keys=accept_new_host_keys) as sess:
+        sess.connect()
+        facts = sess.gather()
+        gpus = inv.gpus_per_node if inv.cluster.accelerator == "gpu" else None
+        sess.stage("preflight", inv.hosts, lambda h: F.check_preflight(h.name, facts[h.name], want_gpus=gpus))
+        if dry_run:
+            return UpResult(plan_up(inv, facts), None, sess.timings, changed=False, dry_run=True)
+
+        # Image distribution: only where the image is missing (or --pull / a different local ID).
+        if load:
+            want_id = local_image_id(image)
+            if want_id is None:
+                raise PreflightFailed("localhost", f"image {image} is not in this machine's Docker",
+                                      f"docker pull {image} (or build it) here before --load-image")
+            todo = [h for h in inv.hosts if facts[h.name].image_id != want_id]
+            if todo:
+                _load_image(sess, todo, image)
+        else:
+            todo = [h for h in inv.hosts if pull or facts[h.name].image_id is None]
+            if todo:
+                sess.stage("pull", todo, lambda h: _pull(sess.ssh[h.name], image))
+        if todo:
+            ids = sess.stage("image-id", todo, lambda h: sess.ssh[h.name].run(F.image_id_cmd(image)).stdout.strip())
+            from dataclasses import replace
+            facts = {n: replace(f, image_id=ids.get(n, f.image_id)) for n, f in facts.items()}
+
+        actions = plan_up(inv, facts)
+        changing = [a for a in actions if a.action != "keep"]
+        if changing:
+            # `ray` must be in the image: check once per distinct image ID, before any change.
+            by_id: dict[str, str] = {}
+            for a in changing:
+                by_id.setdefault(facts[a.host].image_id or "", a.host)
+            sess.stage("ray-in-image", [inv.host(n) for n in by_id.values()],
+                       lambda h: _check_ray(sess.ssh[h.name], image))
+
+        head = actions[0]
+        if head.action != "keep":
+            sess.stage("start-head", [inv.head], lambda h: sess.start_container(head))
+            sess.wait_for_ray([inv.head], deadline=wait, stage="head-ready")
+        workers = [a for a in actions[1:] if a.action != "keep"]
+        if workers:
+            by_host = {a.host: a for a in workers}
+            sess.stage("start-workers", [inv.host(a.host) for a in workers],
+                       lambda h: sess.start_container(by_host[h.name]))
+        view = sess.wait_for_ray(inv.hosts, deadline=wait, stage="ray-ready")
+        return UpResult(actions, view, sess.timings, changed=bool(changing))
+
+
+def _pull(ssh: SSHHost, image: str) -> None:
+    try:
+        ssh.run(("docker", "pull", "--quiet", image), timeout=ssh.settings.command_timeout)
+    except CommandFailed as exc:
+        low = exc.output_tail.lower()
+        if "no space left" in low:
+            exc.hint = "the host's disk is full: free space under /var/lib/docker"
+        elif "not found" in low or "manifest unknown" in low:
+            exc.hint = "check cluster.image (name and tag)"
+        elif "connection refused" in low or "no such host" in low or "timeout" in low:
+            exc.hint = "the host cannot reach the registry: use --load-image to stream it from here"
+        raise
+
+
+def _load_image(sess: Session, hosts: Sequence[Host], image: str) -> None:
+    """`docker save` once on this machine, then stream the tarball to every host's `docker load`."""
+    with tempfile.TemporaryDirectory(prefix="bootstrap-image-") as tmp:
+        tar = Path(tmp) / "image.tar"
+        t0 = sess.clock()
+        r = subprocess.run(["docker", "save", "-o", str(tar), image], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise CommandFailed("localhost", f"docker save {image}", r.returncode, r.stderr)
+        sess.timings.add("save", sess.clock() - t0)
+
+        def load(h: Host) -> None:
+            with open(tar, "rb") as fh:
+                sess.ssh[h.name].run_with_input(("docker", "load", "--quiet"), stream_file(fh))
+
+        sess.stage("load-image", hosts, load)
+
+
+def _check_ray(ssh: SSHHost, image: str) -> None:
+    r = ssh.run(F.ray_in_image_cmd(image), timeout=120, check=False)
+    if not r.ok:
+        raise PreflightFailed(
+            ssh.name, f"`ray` is not in the image {image} (ray: command not found)",
+            "recent vllm/vllm-openai images no longer ship Ray: build an image FROM it with "
+            "`RUN pip install 'ray[default]'`, or pick an image that has it")
+
+
+# -- status ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NodeStatus:
+    host: str
+    ip: str
+    role: str
+    reachable: bool
+    container: str  # running / exited / absent / unknown
+    ray_alive: bool
+    gpus: float
+    error: str = ""
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
+           reporter: Reporter | None = None) -> list[NodeStatus]:
+    name = inv.cluster.container_name
+    with Session(inv, parallel=parallel, reporter=reporter) as sess:
+        conn = sess.connect(strict=False)
+
+        def inspect(h: Host) -> F.ContainerState | None:
+            r = sess.ssh[h.name].run(F.container_inspect_cmd(name), timeout=20, check=False)
+            return F.parse_container_inspect(r.stdout) if r.ok else None
+
+        ok_hosts = [h for h in inv.hosts if not isinstance(conn.get(h.name), BaseException)]
+        states = sess.stage("inspect", ok_hosts, inspect, strict=False)
+        view = None
+        head_state = states.get(inv.head.name)
+        if isinstance(head_state, F.ContainerState) and head_state.running:
+            try:
+                view = sess.ray_view(inv.hosts, deadline=0)
+            except BootstrapError:
+                view = None
+        alive = {n.ip: n for n in (view.nodes if view else ()) if n.alive}
+        rows = []
+        for h in inv.hosts:
+            c = conn.get(h.name)
+            if isinstance(c, BaseException):
+                rows.append(NodeStatus(h.name, h.ip, h.role, False, "unknown", False, 0.0, str(c)))
+                continue
+            st = states.get(h.name)
+            cstate = "absent" if st is None else (st.status if isinstance(st, F.ContainerState) else "unknown")
+            node = alive.get(h.ip)
+            err = str(st) if isinstance(st, BaseException) else ""
+            rows.append(NodeStatus(h.name, h.ip, h.role, True, cstate, node is not None,
+                                   node.gpus if node else 0.0, err))
+        return rows
+
+
+# -- down --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DownResult:
+    removed: tuple[str, ...]
+    absent: tuple[str, ...]
+
+
+def down(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
+         reporter: Reporter | None = None) -> DownResult:
+    """`ray stop` then remove the container on every host: workers first, then the head.
+
+    An unreachable host is named in the error; every other host is still torn down.
+    """
+    name = inv.cluster.container_name
+    with Session(inv, parallel=parallel, reporter=reporter) as sess:
+        conn = sess.connect(strict=False)
+        reachable = [h for h in inv.hosts if not isinstance(conn.get(h.name), BaseException)]
+
+        def teardown(h: Host) -> bool:
+            s = sess.ssh[h.name]
+            ci = s.run(F.container_inspect_cmd(name), timeout=20, check=False)
+            st = F.parse_container_inspect(ci.stdout) if ci.ok else None
+            if st is None:
+                return False
+            if st.running:
+                s.run(("docker", "exec", name, "ray", "stop"), timeout=60, check=False)
+            s.run(("docker", "rm", "-f", name), timeout=60)
+            return True
+
+        workers = [h for h in reachable if not h.is_head]
+        heads = [h for h in reachable if h.is_head]
+        res = dict(sess.stage("down", workers, teardown, strict=False))
+        res.update(sess.stage("down", heads, teardown, strict=False))
+        failures = {n: r for n, r in {**conn, **res}.items() if isinstance(r, BaseException)}
+        if failures:
+            raise GroupError("down", {**{h.name: res.get(h.name) for h in inv.hosts}, **failures})
+        removed = tuple(n for n, r in res.items() if r is True)
+        absent = tuple(n for n, r in res.items() if r is False)
+        return DownResult(removed, absent)
+
+
+def plan_offline(inv: Inventory) -> tuple[HostAction, ...]:
+    """The containers each host would get, from the inventory alone (no host contacted)."""
+    return tuple(HostAction(h.name, "create", "offline plan", container_spec(inv, h, nofile_for(inv, None)))
+                 for h in (inv.head, *inv.workers))

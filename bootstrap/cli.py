@@ -1,0 +1,296 @@
+"""The `bootstrap` command: a thin click layer over the library; the only module that prints.
+
+Progress and errors go to stderr, `--json` documents to stdout. Exit codes: see errors.ExitStatus.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from . import apply as A
+from .errors import BootstrapError, ExitStatus, GroupError, UsageError
+from .fanout import DEFAULT_PARALLEL
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
+
+
+class LineReporter:
+    """A line per host and stage on stderr (safe from many threads)."""
+
+    SHOW_START = {"pull", "load-image", "start-head", "start-workers", "down"}
+
+    def __init__(self, console: Console = err, quiet: bool = False):
+        self.console = console
+        self.quiet = quiet
+        self.t0 = time.monotonic()
+        self.lock = threading.Lock()
+
+    def event(self, host: str, stage: str, status: str, detail: str = "") -> None:
+        if self.quiet or (status == "start" and stage not in self.SHOW_START):
+            return
+        color = {"done": "green", "failed": "red", "start": "cyan"}.get(status, "white")
+        t = time.monotonic() - self.t0
+        line = f"[dim]{t:7.1f}s[/] {host:<16} {stage:<14} [{color}]{status}[/]"
+        if detail:
+            line += f" [dim]{_escape(detail)[:300]}[/]"
+        with self.lock:
+            self.console.print(line)
+
+
+def _escape(s: str) -> str:
+    return s.replace("[", "\\[")
+
+
+def _load(path: str | None, check_files: bool = True):
+    from .inventory import load_inventory
+
+    if path is None:
+        path = os.environ.get("BOOTSTRAP_INVENTORY") or "hosts.yaml"
+        if not Path(path).exists():
+            raise UsageError("no inventory: pass -i FILE, set BOOTSTRAP_INVENTORY, or create ./hosts.yaml")
+    return load_inventory(path, check_files=check_files)
+
+
+def _fail(exc: BootstrapError) -> "NoReturn":  # noqa: F821
+    err.print(f"[red]error:[/] {_escape(str(exc))}")
+    if isinstance(exc, GroupError):
+        for host, r in exc.results.items():
+            mark = "[red]FAILED[/]" if isinstance(r, BaseException) else "[green]ok[/]"
+            err.print(f"  {host:<16} {mark} {_escape(str(r)) if isinstance(r, BaseException) else ''}")
+    sys.exit(int(exc.exit_status))
+
+
+def _run(fn):
+    """Call fn, mapping domain errors and interrupts to one line + a documented exit code."""
+    try:
+        return fn()
+    except BootstrapError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted[/]: remote commands in flight were abandoned; run the same "
+                  "command again to continue from where each host is")
+        sys.exit(int(ExitStatus.INTERRUPTED))
+
+
+inventory_option = click.option(
+    "-i", "--inventory", "inventory", type=click.Path(dir_okay=False), default=None,
+    help="Inventory file (native or Ansible YAML). Default: $BOOTSTRAP_INVENTORY or ./hosts.yaml.")
+parallel_option = click.option(
+    "--parallel", type=click.IntRange(1, 1024), default=DEFAULT_PARALLEL, show_default=True,
+    help="How many hosts to work on at once.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON document on stdout.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="bootstrap-vllm")
+def main() -> None:
+    """Turn GPU machines reachable over SSH and running Docker into one vLLM/Ray cluster.
+
+    \b
+    bootstrap plan   -i hosts.yaml      what each host would get (no host contacted)
+    bootstrap up     -i hosts.yaml      start the Ray cluster of vLLM containers
+    bootstrap status -i hosts.yaml      containers and Ray nodes, per host
+    bootstrap down   -i hosts.yaml      stop Ray and remove the containers
+    bootstrap sandbox up --nodes 3      a local cluster of simulated hosts to try it on
+    """
+
+
+# -- plan ----------------------------------------------------------------------------------------
+def _plan_rows(actions, as_json: bool, live: bool):
+    if as_json:
+        doc = [{"host": a.host, "role": a.spec.role, "action": a.action, "reason": a.reason,
+                "spec_hash": a.spec.spec_hash, "argv": list(a.spec.run_argv())} for a in actions]
+        out.print_json(json.dumps(doc))
+        return
+    import shlex
+
+    for a in actions:
+        head = f"[bold]{a.host}[/] ({a.spec.role})"
+        if live:
+            color = {"keep": "green", "create": "cyan", "recreate": "yellow"}[a.action]
+            head += f"  [{color}]{a.action}[/]: {a.reason}"
+        out.print(head)
+        out.print("  " + _escape(shlex.join(a.spec.run_argv())), soft_wrap=True)
+
+
+@main.command()
+@inventory_option
+@json_option
+def plan(inventory, as_json):
+    """Print the exact container each host gets, from the inventory alone.
+
+    Secrets are shown by name only. `bootstrap up --dry-run` also contacts the hosts and says what
+    would change.
+
+    Example: bootstrap plan -i inventory/example.yaml
+    """
+    def go():
+        inv = _load(inventory, check_files=False)
+        _plan_rows(A.plan_offline(inv), as_json, live=False)
+    _run(go)
+
+
+# -- up ------------------------------------------------------------------------------------------
+@main.command()
+@inventory_option
+@parallel_option
+@click.option("--dry-run", is_flag=True, help="Connect and gather facts, print what would change, change nothing.")
+@click.option("--load-image", is_flag=True, default=None,
+              help="Stream the image from this machine (docker save | ssh docker load) instead of pulling.")
+@click.option("--pull", is_flag=True, help="Pull the image on every host even when present (picks up a moved tag).")
+@click.option("--wait", type=float, default=180.0, show_default=True,
+              help="Seconds to wait for Ray to report every node.")
+@click.option("--accept-new-host-keys", is_flag=True, default=None,
+              help="Trust and record SSH host keys not yet known (changed keys are still refused).")
+@json_option
+def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_keys, as_json):
+    """Start the vLLM container on every host: the Ray head, then the workers.
+
+    Idempotent: a second run with the same inventory changes nothing; a changed spec recreates
+    only the affected containers (and all workers when the head changes).
+
+    Example: bootstrap up -i hosts.yaml
+    """
+    def go():
+        inv = _load(inventory)
+        rep = LineReporter(quiet=as_json)
+        t0 = time.monotonic()
+        res = A.up(inv, parallel=parallel, reporter=rep, dry_run=dry_run, load_image=load_image,
+                   pull=pull, wait=wait, accept_new_host_keys=accept_new_host_keys)
+        total = time.monotonic() - t0
+        if dry_run:
+            _plan_rows(res.actions, as_json, live=True)
+            return
+        alive = {n.ip: n for n in (res.ray.nodes if res.ray else ()) if n.alive}
+        if as_json:
+            out.print_json(json.dumps({
+                "changed": res.changed, "seconds": round(total, 3),
+                "stages": {k: round(v, 3) for k, v in res.timings.stages.items()},
+                "hosts": [{"host": a.host, "ip": inv.host(a.host).ip, "role": a.spec.role,
+                           "action": a.action, "reason": a.reason, "ray_alive": inv.host(a.host).ip in alive,
+                           "gpus": alive[inv.host(a.host).ip].gpus if inv.host(a.host).ip in alive else 0}
+                          for a in res.actions]}))
+            return
+        t = Table(title=f"cluster {inv.cluster.name}")
+        for col in ("host", "ip", "role", "action", "ray", "GPUs"):
+            t.add_column(col)
+        for a in res.actions:
+            ip = inv.host(a.host).ip
+            n = alive.get(ip)
+            t.add_row(a.host, ip, a.spec.role, f"{a.action} ({a.reason})",
+                      "[green]alive[/]" if n else "[red]missing[/]", f"{n.gpus:g}" if n else "-")
+        out.print(t)
+        verb = "ready" if res.changed else "already up: nothing changed"
+        gpus = sum(n.gpus for n in alive.values())
+        out.print(f"Ray cluster {verb}: {len(alive)} node(s), {gpus:g} GPU(s), head {inv.head.ip}:"
+                  f"{inv.cluster.ports.ray_gcs}; took {total:.1f}s")
+    _run(go)
+
+
+# -- status --------------------------------------------------------------------------------------
+@main.command()
+@inventory_option
+@parallel_option
+@json_option
+def status(inventory, parallel, as_json):
+    """Show each host's container state and whether Ray sees it (exit 1 if any node is not alive).
+
+    Example: bootstrap status -i hosts.yaml --json
+    """
+    def go():
+        inv = _load(inventory)
+        rows = A.status(inv, parallel=parallel)
+        if as_json:
+            out.print_json(json.dumps([r.as_dict() for r in rows]))
+        else:
+            t = Table(title=f"cluster {inv.cluster.name}")
+            for col in ("host", "ip", "role", "container", "ray", "GPUs", "note"):
+                t.add_column(col)
+            for r in rows:
+                cont = r.container if r.reachable else "[red]unreachable[/]"
+                t.add_row(r.host, r.ip, r.role, cont, "[green]alive[/]" if r.ray_alive else "[red]no[/]",
+                          f"{r.gpus:g}" if r.ray_alive else "-", _escape(r.error)[:120])
+            out.print(t)
+        if not all(r.ray_alive for r in rows):
+            sys.exit(int(ExitStatus.ERROR))
+    _run(go)
+
+
+# -- down ----------------------------------------------------------------------------------------
+@main.command()
+@inventory_option
+@parallel_option
+def down(inventory, parallel):
+    """Stop Ray and remove the container on every host (workers first). A second run is a no-op.
+
+    Example: bootstrap down -i hosts.yaml
+    """
+    def go():
+        inv = _load(inventory)
+        res = A.down(inv, parallel=parallel, reporter=LineReporter())
+        if res.removed:
+            out.print(f"removed the container on {len(res.removed)} host(s): {', '.join(res.removed)}")
+        if res.absent:
+            out.print(f"nothing to remove on {len(res.absent)} host(s): {', '.join(res.absent)}")
+    _run(go)
+
+
+# -- sandbox -------------------------------------------------------------------------------------
+@main.group()
+def sandbox():
+    """A local cluster of simulated hosts (containers with their own IP, sshd and Docker daemon).
+
+    Needs a running Docker engine on this machine; no GPU. Example: bootstrap sandbox up --nodes 3
+    """
+
+
+@sandbox.command("up")
+@click.option("--nodes", type=click.IntRange(1, 200), default=3, show_default=True)
+@click.option("--kind", type=click.Choice(["full", "sshd"]), default="full", show_default=True,
+              help="full: sshd + Docker daemon per node; sshd: sshd only (fan-out benchmarks).")
+def sandbox_up(nodes, kind):
+    """Build the images (cached), start the registry and N nodes, write their inventory.
+
+    Example: bootstrap sandbox up --nodes 3
+    """
+    from . import sandbox as S
+
+    def go():
+        try:
+            info = S.sandbox_up(nodes, log=lambda m: err.print(f"[dim]sandbox:[/] {_escape(m)}"), kind=kind)
+        except (RuntimeError, OSError, ValueError) as exc:
+            raise BootstrapError(f"sandbox: {exc}") from None
+        out.print(f"sandbox up: {len(info.nodes)} node(s) on {info.subnet}, registry {info.registry}")
+        out.print(f"inventory: {info.inventory}")
+        out.print(f"next: bootstrap up -i {info.inventory}")
+    _run(go)
+
+
+@sandbox.command("down")
+def sandbox_down():
+    """Remove the sandbox nodes, registry container and network.
+
+    Example: bootstrap sandbox down
+    """
+    from . import sandbox as S
+
+    def go():
+        try:
+            S.sandbox_down(log=lambda m: err.print(f"[dim]sandbox:[/] {_escape(m)}"))
+        except (RuntimeError, OSError) as exc:
+            raise BootstrapError(f"sandbox: {exc}") from None
+        out.print("sandbox down")
+    _run(go)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,150 @@
+"""Facts: what each host has. Each fact is a command (argv) plus a pure parser.
+
+`gather` runs the commands through an SSHHost; everything else here is pure and unit-tested on
+real command output.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+from .errors import CommandFailed, PreflightFailed
+
+
+class Runner(Protocol):
+    name: str
+
+    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True,
+            display: str | None = None): ...
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    memory_mib: int
+    driver: str
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    status: str  # running, exited, created, ...
+    image_id: str
+    labels: dict = field(default_factory=dict)
+    started_at: str = ""
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    docker_version: str
+    runtimes: tuple[str, ...] = ()
+    gpus: tuple[GPU, ...] | None = None
+    nofile_hard: int | None = None
+    container: ContainerState | None = None
+    #: ID of the cluster image on the host (None: not present).
+    image_id: str | None = None
+
+
+# -- commands --------------------------------------------------------------------------------
+DOCKER_VERSION = ("docker", "version", "--format", "{{.Server.Version}}")
+DOCKER_RUNTIMES = ("docker", "info", "--format", "{{json .Runtimes}}")
+NVIDIA_SMI = ("nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits")
+NOFILE_HARD = ("sh", "-c", "ulimit -Hn")
+
+
+def container_inspect_cmd(name: str) -> tuple[str, ...]:
+    return ("docker", "container", "inspect", name)
+
+
+def image_id_cmd(image: str) -> tuple[str, ...]:
+    return ("docker", "image", "inspect", "--format", "{{.Id}}", image)
+
+
+def ray_in_image_cmd(image: str) -> tuple[str, ...]:
+    return ("docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", image, "-c",
+            "command -v ray && ray --version")
+
+
+# -- parsers ---------------------------------------------------------------------------------
+def parse_nvidia_smi(out: str) -> tuple[GPU, ...]:
+    gpus = []
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 3:
+            continue
+        mem = parts[1].split()[0]
+        gpus.append(GPU(parts[0], int(float(mem)) if mem.replace(".", "").isdigit() else 0, parts[2]))
+    return tuple(gpus)
+
+
+def parse_runtimes(out: str) -> tuple[str, ...]:
+    try:
+        return tuple(sorted(json.loads(out or "{}")))
+    except json.JSONDecodeError:
+        return ()
+
+
+def parse_nofile(out: str) -> int | None:
+    s = out.strip()
+    if s == "unlimited":
+        return 1 << 30
+    return int(s) if s.isdigit() else None
+
+
+def parse_container_inspect(out: str) -> ContainerState | None:
+    try:
+        data = json.loads(out)
+    except json.JSONDecodeError:
+        return None
+    if not data:
+        return None
+    d = data[0]
+    state = d.get("State") or {}
+    return ContainerState(status=state.get("Status", "unknown"), image_id=d.get("Image", ""),
+                          labels=dict((d.get("Config") or {}).get("Labels") or {}),
+                          started_at=state.get("StartedAt", ""))
+
+
+# -- gathering (I/O through the runner) ------------------------------------------------------
+def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool) -> HostFacts:
+    try:
+        version = ssh.run(DOCKER_VERSION, timeout=30).stdout.strip()
+    except CommandFailed as exc:
+        text = exc.output_tail
+        if "permission denied" in text.lower():
+            hint = "add the SSH user to the docker group (or log in as a user that may use Docker)"
+        elif "not found" in text:
+            hint = "install Docker Engine on the host"
+        else:
+            hint = "start the Docker daemon (systemctl start docker)"
+        raise PreflightFailed(ssh.name, f"Docker daemon does not answer: {text.strip().splitlines()[-1] if text.strip() else exc}", hint) from None
+    runtimes = parse_runtimes(ssh.run(DOCKER_RUNTIMES, timeout=30, check=False).stdout)
+    gpus = None
+    if want_gpus:
+        r = ssh.run(NVIDIA_SMI, timeout=60, check=False)
+        if not r.ok:
+            raise PreflightFailed(ssh.name, "nvidia-smi failed: " + (r.stderr or r.stdout).strip()[-200:],
+                                  "install the NVIDIA driver, or set accelerator: none for a CPU cluster")
+        gpus = parse_nvidia_smi(r.stdout)
+    nofile = parse_nofile(ssh.run(NOFILE_HARD, timeout=30, check=False).stdout)
+    ci = ssh.run(container_inspect_cmd(container), timeout=30, check=False)
+    cstate = parse_container_inspect(ci.stdout) if ci.ok else None
+    ii = ssh.run(image_id_cmd(image), timeout=30, check=False)
+    return HostFacts(docker_version=version, runtimes=runtimes, gpus=gpus, nofile_hard=nofile,
+                     container=cstate, image_id=ii.stdout.strip() if ii.ok else None)
+
+
+def check_preflight(name: str, facts: HostFacts, *, want_gpus: int | None) -> None:
+    """Raise PreflightFailed when the host cannot run the cluster container."""
+    if want_gpus:
+        if "nvidia" not in facts.runtimes:
+            raise PreflightFailed(name, "Docker has no NVIDIA runtime (--gpus would fail)",
+                                  "install nvidia-container-toolkit and run `nvidia-ctk runtime configure --runtime=docker`")
+        n = len(facts.gpus or ())
+        if n != want_gpus:
+            raise PreflightFailed(name, f"nvidia-smi shows {n} GPU(s), the inventory expects {want_gpus}",
+                                  "fix hosts[].gpus / cluster.gpus_per_node or the host")

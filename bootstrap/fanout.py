@@ -1,0 +1,64 @@
+"""Bounded parallel fan-out over hosts: a result per host, one error carrying them all."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+from typing import Callable, Iterable, TypeVar
+
+from .errors import GroupError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+DEFAULT_PARALLEL = 32
+
+
+def fan_out(
+    items: Iterable[T],
+    fn: Callable[[T], R],
+    *,
+    key: Callable[[T], str],
+    parallel: int = DEFAULT_PARALLEL,
+) -> dict[str, R | BaseException]:
+    """Run ``fn`` on every item with at most ``parallel`` at once.
+
+    Returns ``{key(item): result or the exception it raised}`` in input order. Never raises for a
+    single item's failure; KeyboardInterrupt stops waiting and cancels what has not started.
+    """
+    items = list(items)
+    if not items:
+        return {}
+    results: dict[str, R | BaseException] = {key(i): None for i in items}  # type: ignore[misc]
+    if len(items) == 1 or parallel <= 1:
+        for item in items:
+            try:
+                results[key(item)] = fn(item)
+            except Exception as exc:  # noqa: BLE001 - carried in the result
+                results[key(item)] = exc
+        return results
+    pool = cf.ThreadPoolExecutor(max_workers=min(parallel, len(items)), thread_name_prefix="fanout")
+    try:
+        futures = {pool.submit(fn, item): key(item) for item in items}
+        for fut in cf.as_completed(futures):
+            name = futures[fut]
+            exc = fut.exception()
+            results[name] = exc if exc is not None else fut.result()
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return results
+
+
+def run_all(
+    stage: str,
+    items: Iterable[T],
+    fn: Callable[[T], R],
+    *,
+    key: Callable[[T], str],
+    parallel: int = DEFAULT_PARALLEL,
+) -> dict[str, R]:
+    """Like :func:`fan_out` but raise one :class:`GroupError` (with every host's result) on failure."""
+    results = fan_out(items, fn, key=key, parallel=parallel)
+    if any(isinstance(r, BaseException) for r in results.values()):
+        raise GroupError(stage, results)
+    return results  # type: ignore[return-value]

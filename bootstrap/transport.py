@@ -1,0 +1,260 @@
+"""SSH transport: the only module that moves bytes to and from hosts.
+
+Commands arrive as argv tuples and are quoted once, here (``shlex.join``). One Fabric
+``Connection`` per host is opened once and reused across stages. Host keys are verified against
+known_hosts by default; trusting a new key is opt-in and a changed key is always refused.
+"""
+from __future__ import annotations
+
+import os
+import secrets as _secrets
+import shlex
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterable, Sequence
+
+import paramiko
+from fabric import Config, Connection
+from invoke.exceptions import CommandTimedOut
+
+from .errors import CommandFailed, HostUnreachable
+from .model import Host, SSHSettings
+
+Argv = Sequence[str]
+
+KNOWN_HOSTS = "~/.ssh/known_hosts"
+STREAM_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Result:
+    host: str
+    command: str
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
+    """Trust a key never seen before and record it (ssh's StrictHostKeyChecking=accept-new).
+
+    Paramiko raises BadHostKeyException itself for a *changed* key, before any policy runs.
+    """
+
+    _lock = threading.Lock()
+
+    def __init__(self, save_to: Path) -> None:
+        self.save_to = save_to
+
+    def missing_host_key(self, client, hostname, key):  # noqa: ANN001 - paramiko's signature
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        with self._lock:
+            self.save_to.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.save_to, "a", encoding="ascii") as fh:
+                fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
+
+def _jump_parts(jump: str) -> tuple[str | None, str, int | None]:
+    user, _, hostport = jump.rpartition("@")
+    host, port = hostport, None
+    if hostport.count(":") == 1:
+        host, p = hostport.split(":")
+        port = int(p)
+    return (user or None), host, port
+
+
+class SSHHost:
+    """One host's SSH session. Constructing it does no I/O; :meth:`connect` does."""
+
+    def __init__(self, host: Host, settings: SSHSettings, *, sleep: Callable[[float], None] = time.sleep):
+        self.host = host
+        self.name = host.name
+        self.settings = settings
+        self._sleep = sleep
+        self._conn: Connection | None = None
+        self._lock = threading.Lock()
+
+    # -- connection -------------------------------------------------------------------------
+    def _configure_keys(self, conn: Connection) -> None:
+        client = conn.client
+        system = Path(KNOWN_HOSTS).expanduser()
+        if system.exists():
+            client.load_system_host_keys(str(system))
+        save_to = system
+        if self.settings.known_hosts:
+            extra = Path(self.settings.known_hosts).expanduser()
+            if extra.exists():
+                client.load_host_keys(str(extra))
+            save_to = extra
+        if self.settings.accept_new_host_keys:
+            client.set_missing_host_key_policy(_AcceptNewPolicy(save_to))
+        else:
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+
+    def _build(self) -> Connection:
+        t = self.host.ssh
+        kwargs: dict = {"connect_timeout": int(max(1, self.settings.connect_timeout))}
+        connect_kwargs: dict = {"banner_timeout": self.settings.connect_timeout,
+                                "auth_timeout": self.settings.connect_timeout}
+        if t.key:
+            connect_kwargs["key_filename"] = [str(Path(t.key).expanduser())]
+        gateway = None
+        if t.jump:
+            juser, jhost, jport = _jump_parts(t.jump)
+            gateway = Connection(jhost, user=juser or t.user, port=jport, config=Config(),
+                                 connect_timeout=kwargs["connect_timeout"],
+                                 connect_kwargs=dict(connect_kwargs))
+        conn = Connection(t.address, user=t.user, port=t.port, config=Config(), gateway=gateway,
+                          connect_kwargs=connect_kwargs, **kwargs)
+        # Fabric trusts every host key by default (AutoAddPolicy) and so do the gateway
+        # connections it builds from ProxyJump: verify them all.
+        node = conn
+        while isinstance(node, Connection):
+            self._configure_keys(node)
+            node = node.gateway
+        return conn
+
+    def connect(self) -> "SSHHost":
+        with self._lock:
+            if self._conn is not None and self._conn.is_connected:
+                return self
+            attempts = 1 + max(0, self.settings.connect_retries)
+            delay = 0.5
+            last: Exception | None = None
+            for attempt in range(attempts):
+                conn = self._build()
+                try:
+                    conn.open()
+                    self._conn = conn
+                    return self
+                except paramiko.BadHostKeyException as exc:
+                    raise HostUnreachable(
+                        self.name,
+                        f"host key for {exc.hostname} has CHANGED (expected {exc.expected_key.get_name()} "
+                        f"{exc.expected_key.get_fingerprint().hex()[:16]}..., got "
+                        f"{exc.key.get_fingerprint().hex()[:16]}...); refusing to connect",
+                        "if the host was reinstalled, verify the new key and run "
+                        f"`ssh-keygen -R {exc.hostname}`",
+                    ) from None
+                except paramiko.AuthenticationException as exc:
+                    who = conn.user or "?"
+                    key = self.host.ssh.key or "your default keys/agent"
+                    raise HostUnreachable(self.name, f"authentication failed for user {who!r} ({exc})",
+                                          f"check the user and key ({key})") from None
+                except paramiko.SSHException as exc:
+                    if "not found in known_hosts" in str(exc):
+                        raise HostUnreachable(
+                            self.name, f"host key of {self.host.ssh.address} is not in known_hosts",
+                            "verify it and add it (ssh-keyscan -H HOST >> ~/.ssh/known_hosts), set "
+                            "cluster.ssh.known_hosts, or trust it on first use with "
+                            "--accept-new-host-keys",
+                        ) from None
+                    last = exc
+                except (OSError, socket.timeout, EOFError) as exc:
+                    last = exc
+                conn.close()
+                if attempt + 1 < attempts:
+                    self._sleep(delay)
+                    delay = min(delay * 2, 5.0)
+            reason = str(last) or type(last).__name__
+            if isinstance(last, (socket.timeout, TimeoutError)):
+                reason = f"timed out after {self.settings.connect_timeout:g}s"
+            raise HostUnreachable(self.name, f"{self.host.ssh.address}: {reason} ({attempts} attempts)",
+                                  "is the host up and sshd listening? check address/port/jump")
+
+    @property
+    def conn(self) -> Connection:
+        if self._conn is None:
+            self.connect()
+        assert self._conn is not None
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- commands ---------------------------------------------------------------------------
+    def run(self, argv: Argv, *, timeout: float | None = None, check: bool = True,
+            display: str | None = None) -> Result:
+        """Run one command. ``display`` replaces the command line in errors (it never holds secrets
+        anyway, because secrets never go on a command line)."""
+        cmd = shlex.join(argv)
+        timeout = self.settings.command_timeout if timeout is None else timeout
+        try:
+            r = self.conn.run(cmd, hide=True, warn=True, in_stream=False, pty=False,
+                              timeout=max(1, int(timeout)))
+        except CommandTimedOut as exc:
+            raise CommandFailed(self.name, display or cmd, None,
+                                getattr(exc.result, "stdout", "") or "") from None
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            self.close()
+            raise HostUnreachable(self.name, f"connection lost while running `{display or cmd}`: {exc}") from None
+        res = Result(self.name, display or cmd, r.exited, r.stdout, r.stderr)
+        if check and not res.ok:
+            raise CommandFailed(self.name, res.command, res.exit_code, (res.stderr or res.stdout)[-2000:])
+        return res
+
+    def run_with_input(self, argv: Argv, chunks: Iterable[bytes], *, timeout: float | None = None,
+                       check: bool = True) -> Result:
+        """Run a command with a byte stream on its stdin (e.g. ``docker load`` of a saved image)."""
+        cmd = shlex.join(argv)
+        transport = self.conn.transport
+        chan = transport.open_session()
+        chan.settimeout(self.settings.command_timeout if timeout is None else timeout)
+        try:
+            chan.exec_command(cmd)
+            for chunk in chunks:
+                chan.sendall(chunk)
+            chan.shutdown_write()
+            out, err = bytearray(), bytearray()
+            while True:
+                data = chan.recv(65536)
+                if not data:
+                    break
+                out += data
+            while chan.recv_stderr_ready():
+                err += chan.recv_stderr(65536)
+            code = chan.recv_exit_status()
+        except socket.timeout:
+            raise CommandFailed(self.name, cmd, None) from None
+        finally:
+            chan.close()
+        res = Result(self.name, cmd, code, out.decode(errors="replace"), err.decode(errors="replace"))
+        if check and not res.ok:
+            raise CommandFailed(self.name, cmd, code, (res.stderr or res.stdout)[-2000:])
+        return res
+
+    def put_private_file(self, content: bytes) -> str:
+        """Write ``content`` to a new file only the login user can read (mode 0600); return its path."""
+        sftp = self.conn.sftp()
+        path = f"/tmp/.bootstrap-{_secrets.token_hex(8)}"
+        with sftp.open(path, "wx") as fh:
+            fh.chmod(0o600)
+            fh.write(content)
+        return path
+
+    def remove_file(self, path: str) -> None:
+        try:
+            self.conn.sftp().remove(path)
+        except OSError:
+            pass
+
+
+def stream_file(fh: BinaryIO, chunk: int = STREAM_CHUNK) -> Iterable[bytes]:
+    while True:
+        data = fh.read(chunk)
+        if not data:
+            return
+        yield data
+
+
+def default_parallel() -> int:
+    return int(os.environ.get("BOOTSTRAP_PARALLEL", "32"))
