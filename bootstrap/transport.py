@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets as _secrets
+import select
 import shlex
 import socket
 import threading
@@ -18,7 +19,6 @@ from typing import BinaryIO, Callable, Iterable, Sequence
 
 import paramiko
 from fabric import Config, Connection
-from invoke.exceptions import CommandTimedOut
 
 from .errors import CommandFailed, HostUnreachable
 from .model import Host, SSHSettings
@@ -184,52 +184,59 @@ class SSHHost:
     # -- commands ---------------------------------------------------------------------------
     def run(self, argv: Argv, *, timeout: float | None = None, check: bool = True,
             display: str | None = None) -> Result:
-        """Run one command. ``display`` replaces the command line in errors (it never holds secrets
-        anyway, because secrets never go on a command line)."""
-        cmd = shlex.join(argv)
-        timeout = self.settings.command_timeout if timeout is None else timeout
-        try:
-            r = self.conn.run(cmd, hide=True, warn=True, in_stream=False, pty=False,
-                              timeout=max(1, int(timeout)))
-        except CommandTimedOut as exc:
-            raise CommandFailed(self.name, display or cmd, None,
-                                getattr(exc.result, "stdout", "") or "") from None
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            self.close()
-            raise HostUnreachable(self.name, f"connection lost while running `{display or cmd}`: {exc}") from None
-        res = Result(self.name, display or cmd, r.exited, r.stdout, r.stderr)
-        if check and not res.ok:
-            raise CommandFailed(self.name, res.command, res.exit_code, (res.stderr or res.stdout)[-2000:])
-        return res
+        """Run one command (stdin at EOF). ``display`` replaces the command line in errors."""
+        return self._exec(argv, (), timeout=timeout, check=check, display=display)
 
     def run_with_input(self, argv: Argv, chunks: Iterable[bytes], *, timeout: float | None = None,
                        check: bool = True) -> Result:
         """Run a command with a byte stream on its stdin (e.g. ``docker load`` of a saved image)."""
+        return self._exec(argv, chunks, timeout=timeout, check=check)
+
+    def _exec(self, argv: Argv, chunks: Iterable[bytes], *, timeout: float | None, check: bool,
+              display: str | None = None) -> Result:
         cmd = shlex.join(argv)
-        transport = self.conn.transport
-        chan = transport.open_session()
-        chan.settimeout(self.settings.command_timeout if timeout is None else timeout)
+        shown = display or cmd
+        timeout = self.settings.command_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        out, err = bytearray(), bytearray()
         try:
+            chan = self.conn.transport.open_session(timeout=self.settings.connect_timeout)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            self.close()
+            raise HostUnreachable(self.name, f"connection lost before `{shown}`: {exc}") from None
+        try:
+            chan.settimeout(max(0.1, timeout))
             chan.exec_command(cmd)
             for chunk in chunks:
                 chan.sendall(chunk)
             chan.shutdown_write()
-            out, err = bytearray(), bytearray()
+            chan.settimeout(0.0)
             while True:
-                data = chan.recv(65536)
-                if not data:
+                got = False
+                while chan.recv_ready():
+                    out += chan.recv(65536)
+                    got = True
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(65536)
+                    got = True
+                if chan.exit_status_ready() and chan.eof_received and not chan.recv_ready() \
+                        and not chan.recv_stderr_ready():
                     break
-                out += data
-            while chan.recv_stderr_ready():
-                err += chan.recv_stderr(65536)
+                if time.monotonic() > deadline:
+                    raise socket.timeout()
+                if not got:
+                    select.select([chan], [], [], 0.02)
             code = chan.recv_exit_status()
         except socket.timeout:
-            raise CommandFailed(self.name, cmd, None) from None
+            raise CommandFailed(self.name, shown, None, out.decode(errors="replace")[-2000:]) from None
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            self.close()
+            raise HostUnreachable(self.name, f"connection lost while running `{shown}`: {exc}") from None
         finally:
             chan.close()
-        res = Result(self.name, cmd, code, out.decode(errors="replace"), err.decode(errors="replace"))
+        res = Result(self.name, shown, code, out.decode(errors="replace"), err.decode(errors="replace"))
         if check and not res.ok:
-            raise CommandFailed(self.name, cmd, code, (res.stderr or res.stdout)[-2000:])
+            raise CommandFailed(self.name, shown, code, (res.stderr or res.stdout)[-2000:])
         return res
 
     def put_private_file(self, content: bytes) -> str:

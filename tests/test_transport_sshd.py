@@ -1,0 +1,119 @@
+"""The SSH transport against a real OpenSSH server on loopback."""
+import hashlib
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from bootstrap.errors import CommandFailed, HostUnreachable
+from bootstrap.model import Host, SSHSettings, SSHTarget
+from bootstrap.transport import SSHHost
+from sshd import SSHD, keygen, start_sshd
+
+pytestmark = pytest.mark.skipif(not os.path.exists(SSHD), reason="needs openssh-server (scripts/dev-setup.sh installs it)")
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    d = start_sshd(tmp_path_factory.mktemp("sshd"))
+    yield d
+    d.stop()
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path, monkeypatch):
+    # ~/.ssh/known_hosts of the person running the tests must not decide the outcome.
+    monkeypatch.setattr("bootstrap.transport.KNOWN_HOSTS", str(tmp_path / "home_known_hosts"))
+
+
+def make(sshd, known_hosts=None, **settings):
+    host = Host("loop", SSHTarget("127.0.0.1", user="root", port=sshd.port, key=str(sshd.client_key)),
+                ip="127.0.0.1", role="head")
+    return SSHHost(host, SSHSettings(known_hosts=str(known_hosts) if known_hosts else None,
+                                     connect_timeout=5, command_timeout=30, **settings), sleep=lambda s: None)
+
+
+def known(tmp_path, sshd):
+    kh = tmp_path / "known_hosts"
+    kh.write_text(sshd.known_hosts_line())
+    return kh
+
+
+def test_unknown_host_key_is_refused_by_default(sshd, tmp_path):
+    with pytest.raises(HostUnreachable, match="not in known_hosts"):
+        make(sshd, tmp_path / "empty_known_hosts").connect()
+
+
+def test_changed_host_key_is_refused_even_with_accept_new(sshd, tmp_path):
+    other = keygen(tmp_path / "other")
+    pub = Path(str(other) + ".pub").read_text().split()
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"[127.0.0.1]:{sshd.port} {pub[0]} {pub[1]}\n")
+    with pytest.raises(HostUnreachable, match="CHANGED"):
+        make(sshd, kh, accept_new_host_keys=True).connect()
+
+
+def test_accept_new_records_the_key_then_verifies_it(sshd, tmp_path):
+    kh = tmp_path / "kh"
+    s = make(sshd, kh, accept_new_host_keys=True)
+    assert s.connect().run(["true"]).ok
+    s.close()
+    recorded = kh.read_text().split()
+    assert recorded[0] == f"[127.0.0.1]:{sshd.port}"
+    assert recorded[2] == Path(str(sshd.host_key) + ".pub").read_text().split()[1]
+    s2 = make(sshd, kh)  # verification on, key now known
+    assert s2.connect().run(["true"]).ok
+    s2.close()
+
+
+def test_argv_reaches_the_remote_side_unchanged(sshd, tmp_path):
+    s = make(sshd, known(tmp_path, sshd))
+    marker = tmp_path / "pwned"
+    evil = [f"$(touch {marker})", f"`touch {marker}`", "a b", "it's", '"q"', "; touch " + str(marker), "*"]
+    r = s.run(["printf", "%s\\n", *evil])
+    assert r.stdout.splitlines() == evil
+    assert not marker.exists()
+    s.close()
+
+
+def test_failure_carries_host_command_and_output(sshd, tmp_path):
+    s = make(sshd, known(tmp_path, sshd))
+    with pytest.raises(CommandFailed) as ei:
+        s.run(["sh", "-c", "echo boom >&2; exit 7"])
+    assert ei.value.host == "loop" and ei.value.exit_code == 7 and "boom" in str(ei.value)
+    s.close()
+
+
+def test_command_timeout(sshd, tmp_path):
+    s = make(sshd, known(tmp_path, sshd))
+    t = time.monotonic()
+    with pytest.raises(CommandFailed, match="timed out"):
+        s.run(["sleep", "30"], timeout=1)
+    assert time.monotonic() - t < 10
+    s.close()
+
+
+def test_stream_stdin_and_private_file(sshd, tmp_path):
+    s = make(sshd, known(tmp_path, sshd))
+    blob = os.urandom(5 << 20)
+    r = s.run_with_input(["sha256sum"], [blob[i:i + 65536] for i in range(0, len(blob), 65536)])
+    assert r.stdout.split()[0] == hashlib.sha256(blob).hexdigest()
+    path = s.put_private_file(b"HF_TOKEN=hf_secret\n")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert Path(path).read_bytes() == b"HF_TOKEN=hf_secret\n"
+    s.remove_file(path)
+    assert not Path(path).exists()
+    s.close()
+
+
+def test_unreachable_port_fails_after_retries(tmp_path, sshd):
+    from sshd import free_port
+    host = Host("gone", SSHTarget("127.0.0.1", user="root", port=free_port(), key=str(sshd.client_key)),
+                ip="127.0.0.1", role="head")
+    sleeps = []
+    s = SSHHost(host, SSHSettings(connect_timeout=2, connect_retries=2), sleep=sleeps.append)
+    with pytest.raises(HostUnreachable, match="3 attempts"):
+        s.connect()
+    assert sleeps == [0.5, 1.0]  # backoff between attempts
