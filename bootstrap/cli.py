@@ -96,12 +96,28 @@ def main() -> None:
     """Turn GPU machines reachable over SSH and running Docker into one vLLM/Ray cluster.
 
     \b
+    bootstrap validate -i hosts.yaml    check the inventory (no host contacted)
     bootstrap plan   -i hosts.yaml      what each host would get (no host contacted)
     bootstrap up     -i hosts.yaml      start the Ray cluster of vLLM containers
     bootstrap status -i hosts.yaml      containers and Ray nodes, per host
     bootstrap down   -i hosts.yaml      stop Ray and remove the containers
     bootstrap sandbox up --nodes 3      a local cluster of simulated hosts to try it on
     """
+
+
+# -- validate ------------------------------------------------------------------------------------
+@main.command()
+@inventory_option
+def validate(inventory):
+    """Check an inventory (and its key files) without contacting any host.
+
+    Example: bootstrap validate -i hosts.yaml
+    """
+    def go():
+        inv = _load(inventory)
+        gpus = f", {inv.gpus_per_node} GPU(s) per node" if inv.cluster.accelerator == "gpu" else ""
+        out.print(f"{inv.path}: ok: {len(inv.hosts)} host(s), head {inv.head.name} ({inv.head.ip}){gpus}")
+    _run(go)
 
 
 # -- plan ----------------------------------------------------------------------------------------

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Set up this (Debian 12) machine to run bootstrap and its sandbox: Debian packages, a running
+# Docker engine, and the Python package. Idempotent; run as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+for pair in dockerd:docker.io debootstrap:debootstrap docker-registry:docker-registry \
+            sshd:openssh-server ssh-keygen:openssh-client parallel-ssh:pssh ip:iproute2; do
+  cmd=${pair%%:*} pkg=${pair#*:}
+  command -v "$cmd" >/dev/null 2>&1 || [[ -x /usr/sbin/$cmd ]] || need+=("$pkg")
+done
+if [[ ${#need[@]} -gt 0 ]]; then
+  echo "dev-setup: installing ${need[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# A Docker engine: nothing starts one on these machines, so start it when it does not answer.
+if ! docker info >/dev/null 2>&1; then
+  echo "dev-setup: starting dockerd" >&2
+  nohup dockerd >/var/log/bootstrap-dockerd.log 2>&1 &
+  for _ in $(seq 1 120); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
+  docker info >/dev/null 2>&1 || { echo "dev-setup: dockerd did not start; see /var/log/bootstrap-dockerd.log" >&2; exit 1; }
+fi
+
+python3 -m pip install -q -e '.[test]' 2>&1 | grep -v -i "running pip as the 'root' user" || true
+command -v bootstrap >/dev/null || { echo "dev-setup: the bootstrap command is not on PATH" >&2; exit 1; }

@@ -1,0 +1,161 @@
+"""`bootstrap up/status/down` on a real multi-host sandbox: sshd, dockerd, registry and Ray.
+
+Every claim is checked from outside the tool, with `docker exec` into the simulated hosts.
+"""
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CONTAINER = "bootstrap-vllm"
+pytestmark = pytest.mark.sandbox
+
+
+def cli(*args, timeout=900):
+    t = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "bootstrap.cli", *args], cwd=ROOT, capture_output=True,
+                       text=True, timeout=timeout)
+    r.seconds = time.monotonic() - t
+    print(f"$ bootstrap {' '.join(args)}  -> {r.returncode} in {r.seconds:.1f}s\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def on_node(node, *argv, check=True):
+    """Run a command inside a simulated host (not through the tool)."""
+    return subprocess.run(["docker", "exec", node.container, *argv], capture_output=True, text=True,
+                          check=check, timeout=300)
+
+
+def container_id(node):
+    r = on_node(node, "docker", "inspect", "--format", "{{.Id}}", CONTAINER, check=False)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def node_env(node, name):
+    r = on_node(node, "docker", "inspect", "--format", "{{json .Config.Env}}", CONTAINER)
+    env = dict(e.split("=", 1) for e in json.loads(r.stdout))
+    return env.get(name)
+
+
+def ray_alive_ips(head):
+    """Node IPs Ray reports alive, asked from inside the head container with Ray's own API."""
+    code = ("import json, ray; ray.init(address='auto', logging_level='ERROR'); "
+            "print(json.dumps(sorted(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive'])))")
+    r = on_node(head, "docker", "exec", CONTAINER, "python3", "-c", code)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def write_inventory(src, dst, mutate):
+    doc = yaml.safe_load(Path(src).read_text())
+    mutate(doc)
+    Path(dst).write_text(yaml.safe_dump(doc))
+    return str(dst)
+
+
+@pytest.fixture(scope="module")
+def cluster(sandbox3):
+    inv = str(sandbox3.inventory)
+    cli("down", "-i", inv)
+    yield sandbox3
+    cli("down", "-i", inv)
+
+
+def test_up_forms_a_ray_cluster_with_one_node_per_host(cluster):
+    r = cli("up", "-i", str(cluster.inventory), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["changed"] is True
+    assert [(h["host"], h["action"], h["ray_alive"]) for h in doc["hosts"]] == [
+        (n.name, "create", True) for n in cluster.nodes]
+    # From outside the tool: a running container per host, VLLM_HOST_IP = the host's own IP,
+    # and Ray's node IPs are exactly those.
+    ips = []
+    for n in cluster.nodes:
+        assert container_id(n), f"no container on {n.name}"
+        assert node_env(n, "VLLM_HOST_IP") == n.ip
+        ips.append(n.ip)
+    assert ray_alive_ips(cluster.nodes[0]) == sorted(ips)
+    status = on_node(cluster.nodes[0], "docker", "exec", CONTAINER, "ray", "status").stdout
+    assert status.count(" node_") == 3, status
+
+
+def test_status_reports_every_node(cluster):
+    r = cli("status", "-i", str(cluster.inventory), "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert [(x["host"], x["ip"], x["role"], x["container"], x["ray_alive"]) for x in rows] == [
+        (n.name, n.ip, "head" if i == 0 else "worker", "running", True) for i, n in enumerate(cluster.nodes)]
+
+
+def test_second_up_changes_nothing(cluster):
+    before = [container_id(n) for n in cluster.nodes]
+    r = cli("up", "-i", str(cluster.inventory), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["changed"] is False
+    assert {h["action"] for h in doc["hosts"]} == {"keep"}
+    assert [container_id(n) for n in cluster.nodes] == before
+    human = cli("up", "-i", str(cluster.inventory))
+    assert "nothing changed" in human.stdout
+
+
+def test_changed_spec_recreates_only_that_host(cluster, tmp_path):
+    before = [container_id(n) for n in cluster.nodes]
+
+    def add_env(doc):
+        doc["hosts"][2]["env"] = {"NCCL_DEBUG": "INFO", "ODD_VALUE": "it's $(touch /tmp/pwned) `x`"}
+    inv = write_inventory(cluster.inventory, tmp_path / "changed.yaml", add_env)
+    r = cli("up", "-i", inv, "--json")
+    assert r.returncode == 0, r.stderr
+    acts = {h["host"]: (h["action"], h["reason"]) for h in json.loads(r.stdout)["hosts"]}
+    n1, n2, n3 = cluster.nodes
+    assert acts == {n1.name: ("keep", "up to date"), n2.name: ("keep", "up to date"),
+                    n3.name: ("recreate", "spec changed")}
+    after = [container_id(n) for n in cluster.nodes]
+    assert after[:2] == before[:2] and after[2] != before[2]
+    assert node_env(n3, "ODD_VALUE") == "it's $(touch /tmp/pwned) `x`"
+    assert on_node(n3, "test", "-e", "/tmp/pwned", check=False).returncode == 1
+    assert ray_alive_ips(n1) == sorted(n.ip for n in cluster.nodes)
+
+
+def test_down_names_an_unreachable_host_and_still_tears_down_the_others(cluster):
+    n1, n2, n3 = cluster.nodes
+    subprocess.run(["docker", "pause", n3.container], check=True)
+    try:
+        r = cli("down", "-i", str(cluster.inventory))
+    finally:
+        subprocess.run(["docker", "unpause", n3.container], check=True)
+    assert r.returncode == 3, r.stderr
+    assert n3.name in r.stderr and "cannot connect" in r.stderr
+    assert container_id(n1) is None and container_id(n2) is None
+    assert container_id(n3) is not None  # it was unreachable: left as it was
+    r = cli("down", "-i", str(cluster.inventory))
+    assert r.returncode == 0, r.stderr
+    assert all(container_id(n) is None for n in cluster.nodes)
+    left = [on_node(n, "docker", "ps", "-aq", "--filter", "label=bootstrap.cluster").stdout.strip()
+            for n in cluster.nodes]
+    assert left == ["", "", ""]
+    again = cli("down", "-i", str(cluster.inventory))
+    assert again.returncode == 0 and "nothing to remove on 3 host(s)" in again.stdout
+
+
+def test_load_image_streams_the_image_without_the_registry(cluster, tmp_path):
+    head = cluster.nodes[0]
+    inv = write_inventory(cluster.inventory, tmp_path / "one.yaml", lambda d: d.update(hosts=d["hosts"][:1]))
+    on_node(head, "docker", "rmi", "-f", yaml.safe_load(Path(inv).read_text())["cluster"]["image"], check=False)
+    subprocess.run(["docker", "stop", "bootstrap-sandbox-registry"], check=True, capture_output=True)
+    try:
+        r = cli("up", "-i", inv, "--load-image", "--json")
+    finally:
+        subprocess.run(["docker", "start", "bootstrap-sandbox-registry"], check=True, capture_output=True)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert "load-image" in doc["stages"] and "pull" not in doc["stages"]
+    assert [(h["host"], h["ray_alive"]) for h in doc["hosts"]] == [(head.name, True)]
+    assert ray_alive_ips(head) == [head.ip]
+    assert cli("down", "-i", inv).returncode == 0
