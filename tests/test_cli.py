@@ -43,3 +43,33 @@ def test_example_inventories_validate_offline_in_plan():
         r = run("plan", "-i", f, "--json")
         assert r.returncode == 0, r.stderr
         assert "VLLM_HOST_IP=10.10.0.11" in r.stdout
+
+
+CORPUS = sorted((ROOT / "tests" / "inventory_corpus").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("source", CORPUS, ids=lambda p: p.stem)
+def test_every_malformed_inventory_is_one_line_exit_2_through_the_cli(source, tmp_path):
+    from click.testing import CliRunner
+
+    key = tmp_path / "id_0644"
+    key.write_text("not really a key\n")
+    key.chmod(0o644)
+    path = tmp_path / source.name
+    raw = source.read_bytes()
+    path.write_bytes(raw.replace(b"@KEY_0644@", str(key).encode()))
+    expect = raw.split(b"\n")[0][len(b"# expect: "):].decode()
+    r = CliRunner().invoke(main, ["validate", "-i", str(path)], env={"HF_TOKEN": "hf_TOPSECRET"})
+    assert r.exit_code == 2, r.output
+    assert r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0]
+    assert "Traceback" not in r.stderr and "hf_TOPSECRET" not in r.stderr
+
+
+def test_shell_metacharacters_in_an_image_name_are_rejected_before_any_host(tmp_path):
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text("cluster: {accelerator: none, image: 'vllm;touch /tmp/pwned'}\n"
+                   "hosts: [{name: a, address: 192.0.2.1}]\n")
+    r = run("up", "-i", str(inv))
+    assert r.returncode == 2 and "cluster.image" in r.stderr and r.stderr.count("\n") == 1
