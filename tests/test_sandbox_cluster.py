@@ -159,3 +159,46 @@ def test_load_image_streams_the_image_without_the_registry(cluster, tmp_path):
     assert [(h["host"], h["ray_alive"]) for h in doc["hosts"]] == [(head.name, True)]
     assert ray_alive_ips(head) == [head.ip]
     assert cli("down", "-i", inv).returncode == 0
+
+
+def test_image_without_ray_fails_preflight_and_changes_nothing(cluster, tmp_path):
+    """Recent vllm/vllm-openai images dropped Ray: say so before touching any container."""
+    image = "bootstrap-sandbox/base:bookworm"  # a real image with no `ray` in it
+    inv = write_inventory(cluster.inventory, tmp_path / "noray.yaml",
+                          lambda d: (d["cluster"].update(image=image), d.update(hosts=d["hosts"][:2])))
+    before = [container_id(n) for n in cluster.nodes]
+    r = cli("up", "-i", inv, "--load-image")
+    assert r.returncode == 3, r.stderr
+    assert "`ray` is not in the image" in r.stderr and "pip install" in r.stderr
+    assert [container_id(n) for n in cluster.nodes] == before
+
+
+def test_jump_host_and_ssh_config_alias(cluster, tmp_path):
+    """Reach node2 and node3 through node1 as a bastion, and node1 through a ~/.ssh/config alias."""
+    n1 = cluster.nodes[0]
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(
+        f"Host sandbox-head\n  HostName {n1.ip}\n  User root\n  IdentityFile {cluster.key}\n")
+
+    def mutate(d):
+        d["hosts"][0] = {"name": d["hosts"][0]["name"], "address": "sandbox-head", "ip": n1.ip}
+        for h in d["hosts"][1:]:
+            h["jump"] = f"root@{n1.ip}"
+        d["cluster"]["ssh"].pop("user", None)
+        d["cluster"]["ssh"].pop("key", None)
+        for h in d["hosts"][1:]:
+            h["key"] = str(cluster.key)
+            h["user"] = "root"
+    inv = write_inventory(cluster.inventory, tmp_path / "jump.yaml", mutate)
+    import os
+    env = dict(os.environ, HOME=str(home))
+    r = subprocess.run([sys.executable, "-m", "bootstrap.cli", "status", "-i", inv, "--json"], cwd=ROOT,
+                       capture_output=True, text=True, env=env, timeout=120)
+    print(r.stdout, r.stderr)
+    rows = json.loads(r.stdout)
+    assert [x["reachable"] for x in rows] == [True, True, True], r.stderr
+    # node2's sshd saw the login come from node1's address (the jump), not from this machine.
+    logs = subprocess.run(["docker", "logs", cluster.nodes[1].container], capture_output=True, text=True)
+    accepted = [ln for ln in (logs.stdout + logs.stderr).splitlines() if "Accepted publickey" in ln]
+    assert any(f"from {n1.ip} " in ln for ln in accepted), accepted[-5:]
