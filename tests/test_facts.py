@@ -14,7 +14,7 @@ DATA = Path(__file__).parent / "data"
 def test_container_inspect():
     st = parse_container_inspect((DATA / "docker_container_inspect.json").read_text())
     assert st.status == "running" and st.running
-    assert st.labels == {"x": "y"}
+    assert st.labels["x"] == "y" and st.labels["bootstrap.sandbox"] == "1"  # container + image labels
     assert st.image_id.startswith("sha256:")
     assert parse_container_inspect("[]") is None
     assert parse_container_inspect("Error: No such container: x") is None
