@@ -270,6 +270,13 @@ def up(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter |
             facts = {n: replace(f, image_id=ids.get(n, f.image_id)) for n, f in facts.items()}
 
         actions = plan_up(inv, facts)
+        if actions[0].action == "keep":
+            # Containers can run while Ray has lost their node (a partition, a raylet that died):
+            # restart what Ray does not list as alive.
+            t0 = sess.clock()
+            view = sess.ray_view(inv.hosts, deadline=0)
+            sess.timings.add("ray-members", sess.clock() - t0)
+            actions = with_ray_members(inv, actions, set(view.missing))
         changing = [a for a in actions if a.action != "keep"]
         if changing:
             # `ray` must be in the image: check once per distinct image ID, before any change.
@@ -290,6 +297,18 @@ def up(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter |
                        lambda h: sess.start_container(by_host[h.name]))
         view = sess.wait_for_ray(inv.hosts, deadline=wait, stage="ray-ready")
         return UpResult(actions, view, sess.timings, changed=bool(changing))
+
+
+def with_ray_members(inv: Inventory, actions: Sequence[HostAction], missing_ips: set[str]) -> tuple[HostAction, ...]:
+    """Recreate kept containers whose node Ray does not list alive (all of them if it is the head)."""
+    from dataclasses import replace
+
+    if inv.head.ip in missing_ips:
+        return tuple(replace(a, action="recreate", reason="head not alive in Ray") if a.host == inv.head.name
+                     else (replace(a, action="recreate", reason="the head is (re)started") if a.action == "keep" else a)
+                     for a in actions)
+    return tuple(replace(a, action="recreate", reason="not alive in Ray")
+                 if a.action == "keep" and inv.host(a.host).ip in missing_ips else a for a in actions)
 
 
 def _pull(ssh: SSHHost, image: str) -> None:

@@ -101,6 +101,9 @@ def main() -> None:
     bootstrap up     -i hosts.yaml      start the Ray cluster of vLLM containers
     bootstrap status -i hosts.yaml      containers and Ray nodes, per host
     bootstrap down   -i hosts.yaml      stop Ray and remove the containers
+    bootstrap check-nccl -i hosts.yaml  prove the nodes can all-reduce, with bandwidth
+    bootstrap doctor -i hosts.yaml      known failure signatures -> cause and fix
+    bootstrap logs   -i hosts.yaml -f   every node's container log in one stream
     bootstrap sandbox up --nodes 3      a local cluster of simulated hosts to try it on
     """
 
@@ -257,6 +260,147 @@ def down(inventory, parallel):
             out.print(f"removed the container on {len(res.removed)} host(s): {', '.join(res.removed)}")
         if res.absent:
             out.print(f"nothing to remove on {len(res.absent)} host(s): {', '.join(res.absent)}")
+    _run(go)
+
+
+# -- check-nccl ----------------------------------------------------------------------------------
+@main.command("check-nccl")
+@inventory_option
+@parallel_option
+@click.option("--deadline", type=float, default=180.0, show_default=True,
+              help="Seconds for the whole check; a node that does not answer in time is named.")
+@click.option("--sizes", default=None, help="Message sizes in bytes, comma-separated (default: a sweep).")
+@click.option("--iters", type=click.IntRange(1, 1000), default=10, show_default=True)
+@click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
+              help="auto: NCCL on GPUs, gloo on CPU clusters.")
+@json_option
+def check_nccl(inventory, parallel, deadline, sizes, iters, backend, as_json):
+    """Prove the nodes can all-reduce: one process per GPU on every node, result verified.
+
+    Measures algbw/busbw per message size (busbw = algbw x 2(n-1)/n, as nccl-tests), reads the
+    transport NCCL chose (NET/IB vs NET/Socket), and checks each node's VLLM_HOST_IP, Ray IP and
+    socket interface. Exit 0 only on pass.
+
+    Example: bootstrap check-nccl -i hosts.yaml
+    """
+    from . import diagnostics as X
+
+    def go():
+        inv = _load(inventory)
+        res = X.check_nccl(inv, parallel=parallel, reporter=LineReporter(quiet=as_json), deadline=deadline,
+                           sizes=sizes, iters=iters, backend=backend)
+        if as_json:
+            out.print_json(json.dumps({
+                "ok": res.ok, "verdict": res.verdict, "backend": res.backend, "world_size": res.world_size,
+                "seconds": round(res.seconds, 2), "timed_out": list(res.timed_out),
+                "nodes": [n.__dict__ for n in res.nodes],
+                "bandwidth": [b.__dict__ for b in res.bandwidth],
+                "transport": None if res.transport is None else {
+                    "network": res.transport.network, "gdrdma": res.transport.gdrdma,
+                    "nccl_version": res.transport.nccl_version},
+                "findings": [f.__dict__ for f in res.findings], "warnings": res.warnings}))
+        else:
+            t = Table(title="nodes")
+            for col in ("host", "ip", "node rank", "ranks", "last phase", "result"):
+                t.add_column(col)
+            for n in res.nodes:
+                t.add_row(n.host, n.ip, str(n.node_rank), str(n.ranks), n.last_phase or "-",
+                          "[green]ok[/]" if n.ok else f"[red]FAIL[/] {_escape(n.error)[:160]}")
+            out.print(t)
+            if res.bandwidth:
+                b = Table(title=f"all-reduce ({res.backend}, {res.world_size} ranks)")
+                for col in ("size (B)", "count", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
+                    b.add_column(col, justify="right")
+                for r in res.bandwidth:
+                    b.add_row(str(r.bytes), str(r.count), f"{r.time_us:.1f}", f"{r.algbw_GBps:.4f}",
+                              f"{r.busbw_GBps:.4f}")
+                out.print(b)
+            if res.transport is not None:
+                out.print(f"NCCL transport: {res.transport.network or 'unknown'}"
+                          f"{' with GPUDirect RDMA' if res.transport.gdrdma else ''}")
+            _print_findings(res.findings)
+            for w in res.warnings:
+                err.print(f"[bold red]{_escape(w)}[/]")
+            out.print(("[green]" if res.ok else "[red]") + _escape(res.verdict) + "[/]")
+        if not res.ok:
+            sys.exit(int(ExitStatus.TIMEOUT if res.timed_out else ExitStatus.ERROR))
+    _run(go)
+
+
+def _print_findings(findings) -> None:
+    if not findings:
+        return
+    t = Table(title="findings")
+    for col in ("severity", "host", "cause", "evidence", "fix"):
+        t.add_column(col)
+    color = {"error": "red", "warning": "yellow", "info": "cyan"}
+    for f in findings:
+        t.add_row(f"[{color.get(f.severity, 'white')}]{f.severity}[/]", f.host or "(cluster)", _escape(f.title),
+                  _escape(f.evidence), _escape(f.fix))
+    out.print(t)
+
+
+# -- doctor --------------------------------------------------------------------------------------
+@main.command()
+@inventory_option
+@parallel_option
+@json_option
+def doctor(inventory, parallel, as_json):
+    """Find out why the cluster misbehaves: preflight, cluster and log checks, each with a fix.
+
+    Looks for known failure signatures (wrong VLLM_HOST_IP, Gloo on loopback, NCCL on sockets with
+    InfiniBand configured, image without Ray, missing nodes, clock skew, low disk...). Exit 1 when
+    any finding is an error.
+
+    Example: bootstrap doctor -i hosts.yaml
+    """
+    from . import diagnostics as X
+
+    def go():
+        inv = _load(inventory)
+        rep = X.doctor(inv, parallel=parallel)
+        if as_json:
+            out.print_json(json.dumps({"ok": rep.ok, "findings": [f.__dict__ for f in rep.findings]}))
+        else:
+            _print_findings(rep.findings)
+            n_err = sum(f.severity == "error" for f in rep.findings)
+            out.print(f"{len(rep.findings)} finding(s), {n_err} error(s) on {len(inv.hosts)} host(s)"
+                      if rep.findings else f"no problems found on {len(inv.hosts)} host(s)")
+        if not rep.ok:
+            sys.exit(int(ExitStatus.ERROR))
+    _run(go)
+
+
+# -- logs ----------------------------------------------------------------------------------------
+@main.command()
+@inventory_option
+@click.argument("hosts", nargs=-1)
+@click.option("-f", "--follow", is_flag=True, help="Keep streaming new lines (Ctrl-C to stop).")
+@click.option("--tail", type=click.IntRange(0), default=200, show_default=True, help="Lines of history per host.")
+def logs(inventory, hosts, follow, tail):
+    """The Ray/vLLM container logs of one or every node, each line prefixed with its host.
+
+    Example: bootstrap logs -i hosts.yaml node2 --follow
+    """
+    from . import diagnostics as X
+
+    def go():
+        inv = _load(inventory)
+        names = {h.name for h in inv.hosts}
+        for h in hosts:
+            if h not in names:
+                raise UsageError(f"unknown host {h!r} (hosts: {', '.join(sorted(names))})")
+        width = max(len(h.name) for h in inv.hosts)
+        lock = threading.Lock()
+
+        def emit(host: str, line: str) -> None:
+            with lock:
+                click.echo(f"{host:<{width}} | {line}")
+        stop = threading.Event()
+        try:
+            X.logs(inv, emit, hosts=hosts, tail=tail, follow=follow, stop=stop)
+        except KeyboardInterrupt:
+            stop.set()
     _run(go)
 
 

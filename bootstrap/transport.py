@@ -239,6 +239,35 @@ class SSHHost:
             raise CommandFailed(self.name, shown, code, (res.stderr or res.stdout)[-2000:])
         return res
 
+    def stream_lines(self, argv: Argv, on_line: Callable[[str], None], *,
+                     stop: threading.Event | None = None) -> int:
+        """Run a command and hand each line of its output (stdout and stderr) to ``on_line`` as it
+        arrives, until it exits or ``stop`` is set. Returns the exit code (-1 when stopped)."""
+        chan = self.conn.transport.open_session(timeout=self.settings.connect_timeout)
+        chan.set_combine_stderr(True)
+        try:
+            chan.exec_command(shlex.join(argv))
+            chan.shutdown_write()
+            buf = b""
+            while not (stop and stop.is_set()):
+                if chan.recv_ready():
+                    data = chan.recv(65536)
+                    if not data:
+                        break
+                    buf += data
+                    *lines, buf = buf.split(b"\n")
+                    for ln in lines:
+                        on_line(ln.decode(errors="replace"))
+                elif chan.exit_status_ready() and not chan.recv_ready():
+                    break
+                else:
+                    select.select([chan], [], [], 0.2)
+            if buf:
+                on_line(buf.decode(errors="replace"))
+            return chan.recv_exit_status() if not (stop and stop.is_set()) else -1
+        finally:
+            chan.close()
+
     def put_private_file(self, content: bytes) -> str:
         """Write ``content`` to a new file only the login user can read (mode 0600); return its path."""
         sftp = self.conn.sftp()

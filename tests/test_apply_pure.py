@@ -1,0 +1,44 @@
+"""Pure parts of apply: Ray membership folded into the plan, the readiness check's output."""
+from dataclasses import replace
+
+from bootstrap.apply import parse_ray_nodes, with_ray_members
+from bootstrap.facts import ContainerState, HostFacts
+from bootstrap.plan import LABEL_SPEC, container_spec, plan_up
+from plan_fixtures import cpu_inventory
+
+
+def kept(inv):
+    facts = {}
+    for h in inv.hosts:
+        spec = container_spec(inv, h, 20000)
+        facts[h.name] = HostFacts("20.10", nofile_hard=20000, image_id="i",
+                                  container=ContainerState("running", "i", {LABEL_SPEC: spec.spec_hash}))
+    return plan_up(inv, facts)
+
+
+def test_worker_lost_by_ray_is_recreated_alone():
+    inv = cpu_inventory(3)
+    acts = with_ray_members(inv, kept(inv), {"172.31.240.13"})
+    assert [(a.host, a.action, a.reason) for a in acts] == [
+        ("node1", "keep", "up to date"), ("node2", "keep", "up to date"), ("node3", "recreate", "not alive in Ray")]
+
+
+def test_head_lost_by_ray_restarts_everything():
+    inv = cpu_inventory(3)
+    acts = with_ray_members(inv, kept(inv), {"172.31.240.11"})
+    assert [a.reason for a in acts] == ["head not alive in Ray", "the head is (re)started", "the head is (re)started"]
+
+
+def test_all_alive_keeps_everything():
+    inv = cpu_inventory(2)
+    assert {a.action for a in with_ray_members(inv, kept(inv), set())} == {"keep"}
+
+
+def test_parse_ray_nodes_output():
+    out = ('{"event": "progress", "t": 0.1, "alive": ["10.0.0.1"], "missing": ["10.0.0.2"]}\n'
+           'some warning line\n'
+           '{"event": "done", "ready": false, "t": 5.0, "nodes": [{"ip": "10.0.0.1", "alive": true, "gpus": 8, '
+           '"cpus": 96}], "missing": ["10.0.0.2"]}\n')
+    v = parse_ray_nodes(out)
+    assert not v.ready and v.missing == ("10.0.0.2",) and v.nodes[0].gpus == 8.0 and v.elapsed == 5.0
+    assert parse_ray_nodes("Traceback...\nImportError: no ray\n").error == "ImportError: no ray"
