@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 from . import diagnose as D
 from . import facts as F
 from . import nccl as N
-from .apply import Reporter, Session, check_script
+from .apply import Reporter, Session, check_script, exec_python_argv
 from .errors import BootstrapError, CommandFailed, HostUnreachable, PreflightFailed
 from .fanout import DEFAULT_PARALLEL, fan_out
 from .model import Host, Inventory
@@ -138,6 +138,19 @@ def check_nccl(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
             raise PreflightFailed(", ".join(not_running), "the cluster container is not running",
                                   "run `bootstrap up` first")
         findings = network_findings([nets[h.name] for h in order])
+        # Data plane first: every worker must reach the head. A node cut off is named at once
+        # instead of after a rendezvous timeout that every node reports alike.
+        gcs = inv.cluster.ports.ray_gcs
+        reach = sess.stage("reach-head", inv.workers, lambda h: sess.ssh[h.name].run_with_input(
+            exec_python_argv(name, [inv.head.ip, str(gcs), "3"]), [check_script("reach.py")], timeout=30,
+            check=False), strict=False)
+        cut = {n: r for n, r in reach.items() if isinstance(r, BaseException) or not r.ok}
+        if cut:
+            nodes = [NcclNode(h.name, h.ip, i, 0, None, h.name not in cut,
+                              _reach_error(cut[h.name], inv.head.ip, gcs) if h.name in cut else "")
+                     for i, h in enumerate(order)]
+            verdict = f"FAIL on {', '.join(cut)}: " + nodes[[h.name for h in order].index(next(iter(cut)))].error
+            return NcclRun(False, verdict, None, None, nodes, [], None, findings, (), time.monotonic() - t0)
         # Per-phase deadline inside the check; the whole run gets the overall deadline.
         phase_timeout = max(10.0, min(60.0, deadline / 3))
         port = 29600 + random.randrange(300)
@@ -204,11 +217,25 @@ def check_nccl(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
         else:
             # Name the culprits: hosts with an error finding, then nodes that hung, then any failure.
             bad = [f.host for f in errors if f.host] or list(timed_out) or [n.host for n in nodes if not n.ok]
-            why = next((n.error for n in nodes if n.error), "") or (errors[0].title if errors else "")
+            why = f"{errors[0].title} ({errors[0].evidence})" if errors else \
+                next((n.error for n in nodes if n.host in bad and n.error), "") or \
+                next((n.error for n in nodes if n.error), "")
             verdict = f"FAIL on {', '.join(dict.fromkeys(b for b in bad if b)) or 'the cluster'}: {why}"
             ok = False
         return NcclRun(ok, verdict, report.result.backend if report.result else None, report.world_size,
                        nodes, report.bandwidth, transport, findings, timed_out, time.monotonic() - t0, warnings)
+
+
+def _reach_error(r, head_ip: str, port: int) -> str:
+    import json
+
+    if isinstance(r, BaseException):
+        return str(r)
+    try:
+        detail = json.loads(r.stdout.strip().splitlines()[-1]).get("error")
+    except (ValueError, IndexError):
+        detail = (r.stderr or r.stdout).strip()[-200:]
+    return f"cannot reach the head {head_ip}:{port} from this node over the data network ({detail})"
 
 
 # -- doctor --------------------------------------------------------------------------------------

@@ -76,7 +76,7 @@ def test_wrong_interface_on_one_node(cluster, tmp_path):
     took = time.monotonic() - t
     assert r.returncode != 0 and not doc["ok"]
     assert took < 60 + 30, took
-    assert n3.name in doc["verdict"]
+    assert doc["verdict"].startswith(f"FAIL on {n3.name}:"), doc["verdict"]
     f = [x for x in doc["findings"] if x["host"] == n3.name and x["id"] == "socket-ifname-missing"]
     assert f and "eth9" in f[0]["evidence"] and "eth0" in f[0]["fix"]
     d = cli("doctor", "-i", inv, "--json")
@@ -102,9 +102,9 @@ def test_worker_cut_off_from_the_data_network(cluster):
         on_node(n3, "iptables", "-F", "OUTPUT")
     assert r.returncode != 0 and not doc["ok"]
     assert took < 60 + 30, took
-    assert n3.name in doc["verdict"], doc["verdict"]
-    row = {n["host"]: n for n in doc["nodes"]}[n3.name]
-    assert not row["ok"] and row["error"]
+    assert doc["verdict"].startswith(f"FAIL on {n3.name}: cannot reach the head"), doc["verdict"]
+    rows = {n["host"]: n for n in doc["nodes"]}
+    assert not rows[n3.name]["ok"] and rows[n2.name]["ok"]
     for n in cluster.nodes:
         assert leftovers(n) == ([], False), n.name
     # A later `up` heals whatever Ray lost during the partition.
