@@ -104,6 +104,7 @@ def main() -> None:
     bootstrap check-nccl -i hosts.yaml  prove the nodes can all-reduce, with bandwidth
     bootstrap doctor -i hosts.yaml      known failure signatures -> cause and fix
     bootstrap logs   -i hosts.yaml -f   every node's container log in one stream
+    bootstrap serve  -i hosts.yaml MODEL  vllm serve across the cluster (TP=GPUs/node, PP=nodes)
     bootstrap sandbox up --nodes 3      a local cluster of simulated hosts to try it on
     """
 
@@ -401,6 +402,70 @@ def logs(inventory, hosts, follow, tail):
             X.logs(inv, emit, hosts=hosts, tail=tail, follow=follow, stop=stop)
         except KeyboardInterrupt:
             stop.set()
+    _run(go)
+
+
+# -- serve ---------------------------------------------------------------------------------------
+@main.command(context_settings={"ignore_unknown_options": True})
+@inventory_option
+@parallel_option
+@click.argument("model", required=False)
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED)
+@click.option("--tp", type=click.IntRange(1), default=None, help="Tensor-parallel size (default: GPUs per node).")
+@click.option("--pp", type=click.IntRange(1), default=None, help="Pipeline-parallel size (default: number of nodes).")
+@click.option("--backend", type=click.Choice(["ray", "native"]), default="ray", show_default=True,
+              help="ray: the running Ray cluster; native: vLLM's own multi-node mode (--nnodes/--node-rank).")
+@click.option("--sync-model", is_flag=True, help="Copy the model directory from the head to nodes where it differs.")
+@click.option("--wait", type=float, default=900.0, show_default=True, help="Seconds to wait for /health and /v1/models.")
+@click.option("--listen", default=None, help="Address vLLM binds (default: the head's data-plane IP).")
+@click.option("--served-model-name", default=None)
+@click.option("--stop", is_flag=True, help="Stop serving; the Ray cluster keeps running.")
+@json_option
+def serve(inventory, parallel, model, extra, tp, pp, backend, sync_model, wait, listen, served_model_name, stop,
+          as_json):
+    """Serve MODEL (a Hugging Face id or a path inside the containers) across the cluster.
+
+    Defaults: tensor-parallel = GPUs per node, pipeline-parallel = number of nodes (on a CPU
+    cluster: TP across the nodes). Extra vLLM flags go after `--`. Waits for /health and
+    /v1/models, then prints the endpoint, a curl to paste, and the KV cache capacity.
+
+    Example: bootstrap serve -i hosts.yaml meta-llama/Llama-3.1-405B-Instruct -- --max-model-len 8192
+    """
+    from . import serve as V
+
+    def go():
+        inv = _load(inventory)
+        if stop:
+            V.stop(inv, parallel=parallel, reporter=LineReporter(quiet=as_json))
+            out.print("stopped serving on every node; the Ray cluster is still up")
+            return
+        if not model:
+            raise UsageError("serve needs a MODEL (a Hugging Face id or a path inside the containers), or --stop")
+        try:
+            res = V.serve(inv, model, tp=tp, pp=pp, backend=backend, extra=extra, sync_model=sync_model,
+                          wait=wait, listen=listen, served_name=served_model_name, parallel=parallel,
+                          reporter=LineReporter(quiet=as_json))
+        except V.ServeFailed as exc:
+            if exc.log_tail:
+                err.print("[dim]--- last lines of the vLLM log ---[/]")
+                err.print(_escape(exc.log_tail))
+            _print_findings(exc.findings)
+            raise
+        kv = res.kv
+        if as_json:
+            out.print_json(json.dumps({
+                "endpoint": res.endpoint, "model": res.model, "served": res.served, "backend": res.backend,
+                "tp": res.parallelism.tp, "pp": res.parallelism.pp, "ready_seconds": round(res.ready_seconds, 1),
+                "kv_cache_tokens": getattr(kv, "tokens", None), "notes": res.notes}))
+            return
+        for n in res.notes:
+            out.print(f"note: {_escape(n)}")
+        out.print(f"serving {res.served[0] if res.served else res.model} on {res.endpoint} "
+                  f"(backend {res.backend}, TP={res.parallelism.tp}, PP={res.parallelism.pp}); "
+                  f"ready in {res.ready_seconds:.0f}s")
+        if kv is not None:
+            out.print(f"KV cache: {kv.tokens:,} tokens ({_escape(kv.source_line.strip())[:120]})")
+        out.print("try: " + _escape(res.curl()))
     _run(go)
 
 

@@ -239,6 +239,31 @@ class SSHHost:
             raise CommandFailed(self.name, shown, code, (res.stderr or res.stdout)[-2000:])
         return res
 
+    def stream_out(self, argv: Argv, chunk: int = STREAM_CHUNK) -> Iterable[bytes]:
+        """Yield a command's stdout as it arrives (e.g. `tar -c` to pipe into another host);
+        raise CommandFailed at the end if it exited non-zero."""
+        cmd = shlex.join(argv)
+        chan = self.conn.transport.open_session(timeout=self.settings.connect_timeout)
+        try:
+            chan.settimeout(self.settings.command_timeout)
+            chan.exec_command(cmd)
+            chan.shutdown_write()
+            while True:
+                data = chan.recv(chunk)
+                if not data:
+                    break
+                yield data
+            err = b""
+            while chan.recv_stderr_ready():
+                err += chan.recv_stderr(65536)
+            code = chan.recv_exit_status()
+            if code != 0:
+                raise CommandFailed(self.name, cmd, code, err.decode(errors="replace")[-2000:])
+        except socket.timeout:
+            raise CommandFailed(self.name, cmd, None) from None
+        finally:
+            chan.close()
+
     def stream_lines(self, argv: Argv, on_line: Callable[[str], None], *,
                      stop: threading.Event | None = None) -> int:
         """Run a command and hand each line of its output (stdout and stderr) to ``on_line`` as it

@@ -117,3 +117,20 @@ def test_unreachable_port_fails_after_retries(tmp_path, sshd):
     with pytest.raises(HostUnreachable, match="3 attempts"):
         s.connect()
     assert sleeps == [0.5, 1.0]  # backoff between attempts
+
+
+def test_stream_out_pipes_one_command_into_another(sshd, tmp_path):
+    s = make(sshd, known(tmp_path, sshd))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.bin").write_bytes(os.urandom(3 << 20))
+    (src / "dir with space").mkdir()
+    (src / "dir with space" / "b.txt").write_text("hello")
+    dst = tmp_path / "dst"
+    s.run_with_input(["sh", "-c", 'mkdir -p "$1" && tar -C "$1" -xf -', "sh", str(dst)],
+                     s.stream_out(["tar", "-C", str(src), "-cf", "-", "."]))
+    assert (dst / "a.bin").read_bytes() == (src / "a.bin").read_bytes()
+    assert (dst / "dir with space" / "b.txt").read_text() == "hello"
+    with pytest.raises(CommandFailed):
+        list(s.stream_out(["sh", "-c", "echo partial; exit 3"]))
+    s.close()

@@ -1,0 +1,232 @@
+"""`bootstrap serve`: run `vllm serve` across the running cluster, wait for it, report the endpoint.
+
+Pure decisions (parallelism, argv, fit, manifests, KV capacity) live in `bootstrap.serveplan`;
+this module does the I/O on the node containers.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from . import diagnose as D
+from . import facts as F
+from . import serveplan as P
+from .apply import Reporter, Session, check_script, exec_python_argv
+from .errors import BootstrapError, CommandFailed, PreflightFailed, UsageError
+from .fanout import DEFAULT_PARALLEL
+from .model import Host, Inventory
+
+LOG = "/tmp/bootstrap-vllm-serve.log"
+PIDFILE = "/tmp/bootstrap-vllm-serve.pid"
+NON_CARRY_OVER = "/root/.config/vllm/ray_non_carry_over_env_vars.json"
+# Start a command detached inside the container, its output in LOG and its pid in PIDFILE.
+_DETACH = f'echo $$ > {PIDFILE}; exec "$@" > {LOG} 2>&1'
+# Stop what serve started: TERM the server, give it time to stop its workers, then KILL leftovers
+# (vLLM's engine processes; never Ray's own processes).
+_STOP = (f'p=$(cat {PIDFILE} 2>/dev/null); [ -n "$p" ] && kill -TERM "$p" 2>/dev/null; '
+         f'for i in $(seq 1 40); do [ -n "$p" ] && kill -0 "$p" 2>/dev/null || break; sleep 0.25; done; '
+         'for d in /proc/[0-9]*; do pid=${d#/proc/}; [ "$pid" = "$$" ] && continue; '
+         'c=$(tr "\\0" " " < $d/cmdline 2>/dev/null); case "$c" in '
+         '*"vllm serve"*|VLLM::*|*"vllm.entrypoints"*) kill -9 "$pid" 2>/dev/null;; esac; done; '
+         f'rm -f {PIDFILE}')
+
+
+class ServeFailed(BootstrapError):
+    def __init__(self, message: str, log_tail: str = "", findings: Sequence[D.Finding] = ()):
+        super().__init__(message)
+        self.log_tail = log_tail
+        self.findings = list(findings)
+
+
+@dataclass
+class ServeResult:
+    endpoint: str
+    model: str
+    served: list[str]
+    backend: str
+    parallelism: P.Parallelism
+    ready_seconds: float
+    kv: object | None = None
+    fit: object | None = None
+    notes: list[str] = field(default_factory=list)
+    already: bool = False
+
+    def curl(self) -> str:
+        body = json.dumps({"model": self.served[0] if self.served else self.model,
+                           "prompt": "San Francisco is a", "max_tokens": 32, "temperature": 0})
+        return f"curl {self.endpoint}/completions -H 'Content-Type: application/json' -d '{body}'"
+
+
+def _detached(container: str, argv: Sequence[str], env: Iterable[tuple[str, str]] = ()) -> tuple[str, ...]:
+    envs = [x for k, v in env for x in ("-e", f"{k}={v}")]
+    return ("docker", "exec", "-d", *envs, container, "sh", "-c", _DETACH, "sh", *argv)
+
+
+def _in(container: str, *argv: str) -> tuple[str, ...]:
+    return ("docker", "exec", container, *argv)
+
+
+def per_node_env_names(inv: Inventory) -> list[str]:
+    """NCCL_/GLOO_ variables whose value differs between nodes: they must not be copied from the head."""
+    names: dict[str, set] = {}
+    for h in inv.hosts:
+        for k, v in h.env:
+            if k.startswith(("NCCL_", "GLOO_", "UCX_")):
+                names.setdefault(k, set()).add(v)
+    keys = {k for h in inv.hosts for k, _ in h.env if k.startswith(("NCCL_", "GLOO_", "UCX_"))}
+    return sorted(k for k in keys if len(names.get(k, ())) > 1 or any(k not in dict(h.env) for h in inv.hosts))
+
+
+def is_path(model: str) -> bool:
+    return model.startswith("/")
+
+
+def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None = None, backend: str = "ray",
+          extra: Sequence[str] = (), sync_model: bool = False, wait: float = 900.0, listen: str | None = None,
+          served_name: str | None = None, parallel: int = DEFAULT_PARALLEL,
+          reporter: Reporter | None = None) -> ServeResult:
+    c = inv.cluster
+    name = c.container_name
+    order = [inv.head, *inv.workers]
+    par = P.parallelism(len(order), inv.gpus_per_node, tp, pp, accelerator=c.accelerator)
+    port = c.ports.vllm
+    host_bind = listen or inv.head.ip
+    url_in = f"http://{inv.head.ip if host_bind in ('0.0.0.0', '::') else host_bind}:{port}"
+    notes: list[str] = []
+    with Session(inv, parallel=parallel, reporter=reporter) as sess:
+        sess.connect()
+        states = sess.stage("inspect", order, lambda h: F.parse_container_inspect(
+            sess.ssh[h.name].run(F.container_inspect_cmd(name), timeout=30, check=False).stdout))
+        down = [h.name for h in order if not (states.get(h.name) and states[h.name].running)]
+        if down:
+            raise PreflightFailed(", ".join(down), "the cluster container is not running", "run `bootstrap up` first")
+        if backend == "ray":
+            view = sess.ray_view(order, deadline=10)
+            if not view.ready:
+                by_ip = {h.ip: h.name for h in order}
+                raise PreflightFailed(", ".join(by_ip.get(i, i) for i in view.missing),
+                                      "Ray does not list this node as alive", "run `bootstrap up` to restart it")
+
+        # The model must be the same on every node (or come from the hub through the HF cache).
+        fit = None
+        if is_path(model):
+            manifests = sess.stage("model-files", order, lambda h: P.model_manifest(sess.ssh[h.name].run(
+                _in(name, "find", model, "-type", "f", "-printf", "%P\\t%s\\n"), timeout=120, check=False).stdout))
+            if not manifests[inv.head.name]:
+                raise UsageError(f"{inv.head.name}: no files under {model} in the container "
+                                 "(a model path is a path inside the container: mount it with cluster.mounts)")
+            diffs = P.compare_manifests(manifests, inv.head.name)
+            if diffs and not sync_model:
+                raise PreflightFailed(", ".join(d.host for d in diffs), P.describe(diffs),
+                                      "copy the model to every node, or pass --sync-model to copy it from the head")
+            if diffs:
+                _sync_model(sess, model, [inv.host(d.host) for d in diffs])
+                notes.append(f"copied {model} from {inv.head.name} to {', '.join(d.host for d in diffs)}")
+            fit = _fit(sess, inv, model, manifests[inv.head.name])
+            if fit is not None and not fit.fits:
+                raise PreflightFailed("cluster", fit.message, "add nodes of this shape, or a smaller/quantized model")
+
+        # Replace whatever serve started before (stale workers keep their ports).
+        sess.stage("stop-old", order, lambda h: sess.ssh[h.name].run(_in(name, "sh", "-c", _STOP), timeout=60,
+                                                                      check=False))
+        if backend == "ray":
+            keep = per_node_env_names(inv)
+            if keep:
+                # vLLM copies the head's NCCL_* to every Ray worker unless listed here.
+                body = json.dumps(keep).encode()
+                sess.ssh[inv.head.name].run_with_input(
+                    _in_i(name, "sh", "-c", f'mkdir -p "$(dirname {NON_CARRY_OVER})" && cat > {NON_CARRY_OVER}'),
+                    [body])
+                notes.append(f"kept per-node {', '.join(keep)} (not copied from the head)")
+            argv = P.ray_serve_argv(model, par, port=port, host=host_bind, served_name=served_name, extra=extra)
+            sess.stage("launch", [inv.head], lambda h: sess.ssh[h.name].run(_detached(name, argv)))
+        elif backend == "native":
+            master_port = 29500 + random.randrange(400)
+            argvs = P.native_serve_argvs(model, par, [h.ip for h in order], port=port, host=host_bind,
+                                         master_port=master_port, served_name=served_name, extra=extra)
+            by_host = {h.name: argvs[i] for i, h in enumerate(order)}
+            sess.stage("launch", order, lambda h: sess.ssh[h.name].run(_detached(name, by_host[h.name])))
+        else:
+            raise UsageError(f"unknown backend {backend!r} (ray or native)")
+
+        t0 = time.monotonic()
+        r = sess.ssh[inv.head.name].run_with_input(
+            exec_python_argv(name, [url_in, str(wait), PIDFILE]), [check_script("serve_probe.py")],
+            timeout=wait + 60, check=False)
+        ready = _last_json(r.stdout)
+        elapsed = time.monotonic() - t0
+        log = sess.ssh[inv.head.name].run(_in(name, "cat", LOG), timeout=60, check=False).stdout
+        if not ready.get("ready"):
+            tails = {inv.head.name: log}
+            if backend == "native":
+                for h in inv.workers:
+                    tails[h.name] = sess.ssh[h.name].run(_in(name, "cat", LOG), timeout=60, check=False).stdout
+            findings = D.scan_logs(tails, infiniband=c.infiniband)
+            sess.stage("stop-failed", order, lambda h: sess.ssh[h.name].run(_in(name, "sh", "-c", _STOP),
+                                                                             timeout=60, check=False))
+            what = ("vLLM exited" if ready.get("exited") else f"vLLM was not ready within {wait:g}s")
+            cause = f": {findings[0].title}" if findings else ""
+            tail = "\n".join(ln for ln in log.splitlines()[-30:])
+            raise ServeFailed(f"{what} after {elapsed:.0f}s{cause}", tail, findings)
+        return ServeResult(f"{url_in}/v1", model, ready.get("models", []), backend, par, elapsed,
+                           kv=P.kv_capacity(log), fit=fit, notes=notes)
+
+
+def _in_i(container: str, *argv: str) -> tuple[str, ...]:
+    return ("docker", "exec", "-i", container, *argv)
+
+
+def _last_json(out: str) -> dict:
+    for line in reversed(out.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return {"ready": False, "error": out.strip()[-300:]}
+
+
+def _fit(sess: Session, inv: Inventory, model: str, manifest: dict):
+    if inv.cluster.accelerator != "gpu":
+        return None
+    head = sess.ssh[inv.head.name]
+    name = inv.cluster.container_name
+    cfg = head.run(_in(name, "cat", f"{model}/config.json"), timeout=30, check=False)
+    idx = head.run(_in(name, "cat", f"{model}/model.safetensors.index.json"), timeout=30, check=False)
+    try:
+        config = json.loads(cfg.stdout) if cfg.ok else {}
+        index = json.loads(idx.stdout) if idx.ok else None
+    except ValueError:
+        return None
+    size = P.model_size_from_config(config, index, manifest)
+    gpus = F.parse_nvidia_smi(head.run(F.NVIDIA_SMI, timeout=60, check=False).stdout)
+    if not gpus:
+        return None
+    return P.fit(size.weight_bytes, gpu_mem_bytes_per_gpu=gpus[0].memory_mib * (1 << 20),
+                 gpus_per_node=inv.gpus_per_node, nodes=len(inv.hosts), label=size.label)
+
+
+def _sync_model(sess: Session, model: str, targets: Sequence[Host]) -> None:
+    """Copy the model directory from the head's container to each target's, streamed through here."""
+    name = sess.inv.cluster.container_name
+    head = sess.ssh[sess.inv.head.name]
+
+    def copy(h: Host) -> None:
+        chunks = head.stream_out(_in(name, "tar", "-C", model, "-cf", "-", "."))
+        sess.ssh[h.name].run_with_input(
+            _in_i(name, "sh", "-c", 'mkdir -p "$1" && tar -C "$1" -xf -', "sh", model), chunks, timeout=3600)
+
+    sess.stage("sync-model", targets, copy)
+
+
+def stop(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None) -> list[str]:
+    """Stop serving on every node; the Ray cluster keeps running."""
+    name = inv.cluster.container_name
+    with Session(inv, parallel=parallel, reporter=reporter) as sess:
+        sess.connect()
+        sess.stage("stop", inv.hosts, lambda h: sess.ssh[h.name].run(_in(name, "sh", "-c", _STOP), timeout=60,
+                                                                      check=False))
+    return [h.name for h in inv.hosts]

@@ -1,0 +1,607 @@
+"""Planning for `bootstrap serve`: pure functions, values in, values out; no I/O.
+
+* `parallelism`: tensor/pipeline parallel sizes for the cluster's shape.
+* `ray_serve_argv` / `native_serve_argvs`: the `vllm serve` argv run inside the node containers.
+* `model_size_from_config` / `fit`: will the weights fit, and on how many nodes of this shape
+  (the OCI multi-node guide's method: memory needed / memory per node, rounded up).
+* `model_manifest` / `compare_manifests` / `describe`: does every node hold the same model files.
+* `kv_capacity`: the KV cache size vLLM reports in its startup log.
+
+Sources (vLLM): docs/serving/distributed_serving.md ("TP = GPUs per node, PP = nodes"; the
+`GPU KV cache size` / `Maximum concurrency` lines); vllm/config/parallel.py (`nnodes`,
+`node_rank`, `master_addr`, `master_port`: "for multi-node distributed inference when
+distributed_executor_backend is mp", master_port default 29501); vllm/engine/arg_utils.py
+(`--nnodes/-n`, `--node-rank/-r`, `--master-addr`, `--master-port`, `--tensor-parallel-size/-tp`,
+`--pipeline-parallel-size/-pp`, `--distributed-executor-backend`); vllm/entrypoints/cli/serve.py
+(`--headless`: no API server; with node rank > 0 it runs the multiproc executor's workers);
+docs/deployment/integrations/kthena.md (the same two `vllm serve` commands, rank 0 and a
+`--headless` rank 1, with `--distributed-executor-backend mp`).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from .errors import UsageError
+
+
+class ServePlanError(UsageError):
+    """Bad input for a serve plan (sizes, flags, manifests). One line, nothing touched."""
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Parallelism
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    tp: int
+    pp: int
+    #: tp * pp: the number of workers (GPUs, or CPU workers) the engine uses.
+    world: int
+
+
+def parallelism(nodes: int, gpus_per_node: int, tp: int | None, pp: int | None, *,
+                accelerator: str) -> Parallelism:
+    """TP/PP for `nodes` nodes of `gpus_per_node` GPUs.
+
+    GPU: TP = GPUs per node, PP = nodes by default (vLLM's documented practice); TP x PP must use
+    every GPU. The documented alternative is TP across all GPUs, PP = 1.
+    accelerator "none" (a CPU cluster): one worker per node, default TP = nodes, PP = 1, because on
+    CPU only TP across nodes works today; TP x PP may not exceed the nodes.
+    """
+    if accelerator not in ("gpu", "none"):
+        raise ServePlanError(f"accelerator must be 'gpu' or 'none', not {accelerator!r}")
+    if nodes < 1:
+        raise ServePlanError(f"a serve plan needs at least 1 node, got {nodes}")
+    for name, val in (("TP", tp), ("PP", pp)):
+        if val is not None and val < 1:
+            raise ServePlanError(f"{name} must be at least 1, got {val}")
+
+    if accelerator == "none":
+        devices = nodes
+        tp_ = tp if tp is not None else (devices // pp if pp is not None else devices)
+        pp_ = pp if pp is not None else 1
+        if tp_ < 1 or tp_ * pp_ > devices:
+            raise ServePlanError(
+                f"TP {tp_} x PP {pp_} = {tp_ * pp_} workers, but the CPU cluster has {devices} "
+                f"node(s) (one worker each); use TP={devices} PP=1 (tensor parallel across all "
+                f"nodes, the only multi-node mode that works on CPU today)")
+        return Parallelism(tp_, pp_, tp_ * pp_)
+
+    if gpus_per_node < 1:
+        raise ServePlanError(f"a GPU cluster needs at least 1 GPU per node, got {gpus_per_node}")
+    total = nodes * gpus_per_node
+    if tp is None and pp is None:
+        tp_, pp_ = gpus_per_node, nodes
+    elif pp is None:
+        tp_, pp_ = tp, (total // tp if total % tp == 0 else 0)
+    elif tp is None:
+        tp_, pp_ = (total // pp if total % pp == 0 else 0), pp
+    else:
+        tp_, pp_ = tp, pp
+    if tp_ * pp_ != total:
+        shown = (f"TP {tp_} x PP {pp_} = {tp_ * pp_} GPUs" if tp_ and pp_
+                 else f"{'TP ' + str(tp) if tp else 'PP ' + str(pp)} does not divide the GPUs")
+        raise ServePlanError(
+            f"{shown}, but the cluster has {nodes} node(s) x {gpus_per_node} GPUs = {total}; "
+            f"TP x PP must use every GPU: TP={gpus_per_node} PP={nodes} (TP = GPUs per node, "
+            f"PP = nodes) or TP={total} PP=1 (tensor parallel across all GPUs)")
+    return Parallelism(tp_, pp_, total)
+
+
+def check_model_parallelism(config: Mapping[str, Any], par: Parallelism) -> None:
+    """Raise if vLLM would refuse this split of the model: attention heads must divide by TP
+    and there must be at least as many layers as pipeline stages."""
+    cfg = _text_config(config)
+    heads = cfg.get("num_attention_heads")
+    if isinstance(heads, int) and heads % par.tp:
+        raise ServePlanError(
+            f"the model has {heads} attention heads, which TP={par.tp} does not divide; "
+            f"pick a TP that divides {heads} (and PP = GPUs / TP)")
+    layers = cfg.get("num_hidden_layers")
+    if isinstance(layers, int) and par.pp > layers:
+        raise ServePlanError(f"PP={par.pp} pipeline stages, but the model has only {layers} layers")
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Launch argv
+# ---------------------------------------------------------------------------------------------
+
+#: Flags the plan sets itself; passing them again in `extra` would silently override the plan
+#: (argparse keeps the last value), so they are refused there. Aliases from vLLM's arg_utils.py.
+_OWNED_RAY = ("--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp",
+              "--distributed-executor-backend", "--host", "--port", "--served-model-name")
+_OWNED_NATIVE = _OWNED_RAY + ("--nnodes", "-n", "--node-rank", "-r", "--master-addr",
+                              "--master-port", "--headless")
+
+
+def _check_common(model: str, port: int, extra: Sequence[str], owned: Sequence[str]) -> tuple[str, ...]:
+    if not model or not model.strip():
+        raise ServePlanError("no model given to serve")
+    _check_port("port", port)
+    extra = tuple(extra)
+    for arg in extra:
+        if not isinstance(arg, str):
+            raise ServePlanError(f"extra vllm arguments must be strings, got {arg!r}")
+        flag = arg.split("=", 1)[0]
+        if flag in owned or flag.replace("_", "-") in owned:
+            raise ServePlanError(f"{flag} is set by the serve plan; do not pass it as an extra vllm argument")
+    return extra
+
+
+def _check_port(name: str, port: int) -> None:
+    if not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ServePlanError(f"{name} must be a TCP port (1-65535), got {port!r}")
+
+
+def ray_serve_argv(model: str, par: Parallelism, *, port: int, host: str,
+                   served_name: str | None = None, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """`vllm serve` on the head, on the Ray cluster the containers form (one command in all)."""
+    extra = _check_common(model, port, extra, _OWNED_RAY)
+    argv = ("vllm", "serve", model,
+            "--tensor-parallel-size", str(par.tp), "--pipeline-parallel-size", str(par.pp),
+            "--distributed-executor-backend", "ray", "--host", host, "--port", str(port))
+    if served_name:
+        argv += ("--served-model-name", served_name)
+    return argv + extra
+
+
+def native_serve_argvs(model: str, par: Parallelism, nodes_ips: Sequence[str], *, port: int,
+                       host: str, master_port: int, served_name: str | None = None,
+                       extra: Sequence[str] = ()) -> list[tuple[str, ...]]:
+    """vLLM's own multi-node mode (multiprocessing executor, torch.distributed, no Ray): one
+    `vllm serve` per node, in `nodes_ips` order; the first is node rank 0, the API server, and
+    its IP is the master address. The others run `--headless` (no API server, so no
+    --host/--port/--served-model-name there). Every node runs world / nodes workers, so the
+    world size must divide evenly. `--distributed-executor-backend mp` is explicit, as in vLLM's
+    own example, so that a Ray runtime in the container is never picked instead.
+    """
+    extra = _check_common(model, port, extra, _OWNED_NATIVE)
+    _check_port("master port", master_port)
+    ips = list(nodes_ips)
+    if not ips:
+        raise ServePlanError("native multi-node serving needs at least one node IP")
+    if len(set(ips)) != len(ips):
+        raise ServePlanError(f"node IPs must be distinct, got {', '.join(ips)}")
+    n = len(ips)
+    if par.world % n:
+        raise ServePlanError(
+            f"TP {par.tp} x PP {par.pp} = {par.world} workers do not split evenly over {n} nodes")
+    common = ("vllm", "serve", model,
+              "--tensor-parallel-size", str(par.tp), "--pipeline-parallel-size", str(par.pp),
+              "--distributed-executor-backend", "mp", "--nnodes", str(n))
+    out = []
+    for rank in range(n):
+        argv = common + ("--node-rank", str(rank), "--master-addr", ips[0],
+                         "--master-port", str(master_port))
+        if rank == 0:
+            argv += ("--host", host, "--port", str(port))
+            if served_name:
+                argv += ("--served-model-name", served_name)
+        else:
+            argv += ("--headless",)
+        out.append(argv + extra)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Model size and fit
+# ---------------------------------------------------------------------------------------------
+
+#: Fraction added to the weights for activations, CUDA graphs and KV cache headroom. 20% is the
+#: 1.2 factor of the formula the OCI multi-node guide points to (substratus.ai: M = P x 4B /
+#: (32 / Q) x 1.2), which gives 168 GB for a 70B model in 16 bits: the guide's "roughly 150G".
+OVERHEAD_FRACTION = 0.2
+#: vLLM's default `--gpu-memory-utilization` (EngineArgs / CacheConfig): the share of each GPU's
+#: memory vLLM lets itself use; the rest is left to the CUDA context, NCCL and other processes.
+GPU_MEMORY_UTILIZATION = 0.9
+#: Extra KV cache bytes required beyond the overhead (default none: the 20% is the headroom, as in
+#: the guide's formula). Pass kv_cache_bytes(config, max_model_len) to demand room for one
+#: full-length request.
+KV_MIN_BYTES = 0
+#: vLLM's default KV cache block size on CUDA (the distributed-serving docs: "# GPU blocks" x 16).
+DEFAULT_BLOCK_SIZE = 16
+
+#: Bytes per parameter by dtype name (config.json `torch_dtype`, or `dtype` in newer transformers).
+_DTYPE_BYTES = {
+    "float32": (4.0, "fp32"), "float": (4.0, "fp32"), "fp32": (4.0, "fp32"),
+    "float16": (2.0, "fp16"), "half": (2.0, "fp16"), "fp16": (2.0, "fp16"),
+    "bfloat16": (2.0, "bf16"), "bf16": (2.0, "bf16"),
+    "float8": (1.0, "fp8"), "float8_e4m3fn": (1.0, "fp8"), "float8_e5m2": (1.0, "fp8"),
+    "fp8": (1.0, "fp8"), "int8": (1.0, "int8"), "uint8": (1.0, "int8"), "int4": (0.5, "int4"),
+}
+#: When config.json says nothing: the OCI guide's assumption (trained in FP32, served in FP16).
+_DEFAULT_DTYPE = (2.0, "fp16")
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    params: float
+    #: short dtype name as served: bf16, fp16, fp8, int4 ...
+    dtype: str
+    bytes_per_param: float
+    weight_bytes: int
+    #: where the size came from: "safetensors-index", "files", "config" or "name".
+    source: str
+
+    @property
+    def label(self) -> str:
+        """'405.9B bf16', '8B bf16', '1.5B fp16', '125M fp16'."""
+        return f"{_params_label(self.params)} {self.dtype}"
+
+
+def _params_label(params: float) -> str:
+    b = params / 1e9
+    if b >= 1:
+        return f"{b:.1f}".rstrip("0").rstrip(".") + "B"
+    return f"{params / 1e6:.0f}M"
+
+
+def _text_config(config: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """Multimodal configs keep the language model's shape under text_config."""
+    config = config or {}
+    if "hidden_size" not in config and isinstance(config.get("text_config"), Mapping):
+        merged = dict(config["text_config"])
+        for k in ("torch_dtype", "dtype", "quantization_config"):
+            merged.setdefault(k, config.get(k))
+        return merged
+    return config
+
+
+def dtype_of(config: Mapping[str, Any] | None) -> tuple[float, str]:
+    """(bytes per parameter as served, short dtype name) from config.json.
+
+    `quantization_config` wins over `torch_dtype` (a quantized checkpoint's torch_dtype is the
+    dtype of its activations). FP32 checkpoints are served in 16 bits: vLLM's `--dtype auto`
+    "will use FP16 precision for FP32 and FP16 models" (arg_utils.py).
+    """
+    cfg = _text_config(config)
+    q = cfg.get("quantization_config")
+    if isinstance(q, Mapping):
+        got = _quant_bytes(q)
+        if got is not None:
+            return got
+    raw = cfg.get("torch_dtype") or cfg.get("dtype")
+    if isinstance(raw, str):
+        name = raw.lower().removeprefix("torch.")
+        if name in _DTYPE_BYTES:
+            nbytes, short = _DTYPE_BYTES[name]
+            return (2.0, "fp16") if nbytes == 4.0 else (nbytes, short)
+    return _DEFAULT_DTYPE
+
+
+def _quant_bytes(q: Mapping[str, Any]) -> tuple[float, str] | None:
+    method = str(q.get("quant_method", "")).lower()
+    bits = q.get("bits", q.get("w_bit", q.get("weight_bits")))
+    if q.get("load_in_4bit"):
+        bits = 4
+    elif q.get("load_in_8bit"):
+        bits = 8
+    if bits is None and method == "compressed-tensors":
+        for group in (q.get("config_groups") or {}).values():
+            weights = group.get("weights") if isinstance(group, Mapping) else None
+            if isinstance(weights, Mapping) and weights.get("num_bits"):
+                bits = weights["num_bits"]
+                break
+    if bits is None and method in ("mxfp4", "nvfp4", "modelopt_fp4"):
+        bits = 4
+    if "fp8" in method:  # fp8, fbgemm_fp8
+        return (1.0, "fp8")
+    if isinstance(bits, (int, float)) and bits > 0:
+        return (bits / 8, f"int{int(bits)}")
+    return None
+
+
+def params_from_config(config: Mapping[str, Any]) -> float:
+    """Parameter count of a decoder-only transformer from its config.json (Llama layout).
+
+    Per layer: q and o projections h x h, k and v h x (kv_heads x head_dim), MLP 3 x h x
+    intermediate (gate, up, down; times the experts for a mixture of experts, plus a router),
+    two norms. Plus the embedding and, unless tied, the LM head. Raises if a dimension is missing.
+    """
+    cfg = _text_config(config)
+    try:
+        h = int(cfg["hidden_size"])
+        layers = int(cfg["num_hidden_layers"])
+        inter = int(cfg["intermediate_size"])
+        vocab = int(cfg["vocab_size"])
+        heads = int(cfg["num_attention_heads"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ServePlanError(f"config.json lacks {e} needed to count the parameters") from None
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or h // heads)
+    attn = 2 * h * heads * head_dim + 2 * h * kv_heads * head_dim
+    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0)
+    if experts:
+        expert_inter = int(cfg.get("moe_intermediate_size") or inter)
+        shared = int(cfg.get("n_shared_experts") or 0)
+        dense_layers = int(cfg.get("first_k_dense_replace") or 0)
+        moe_layer = (experts + shared) * 3 * h * expert_inter + h * experts
+        mlp_total = dense_layers * 3 * h * inter + (layers - dense_layers) * moe_layer
+    else:
+        mlp_total = layers * 3 * h * inter
+    norms = layers * 2 * h + h
+    embed = vocab * h * (1 if cfg.get("tie_word_embeddings") else 2)
+    return float(layers * attn + mlp_total + norms + embed)
+
+
+_NAME_SIZE = re.compile(r"(?<![A-Za-z0-9.])(?:(\d+)x)?(\d+(?:\.\d+)?)([BbMmTt])(?![A-Za-z0-9])")
+_UNIT = {"b": 1e9, "m": 1e6, "t": 1e12}
+
+
+def params_from_name(name: str) -> float:
+    """Parameters from a model name: 'Llama-3.1-405B-Instruct' -> 405e9, 'opt-125m' -> 125e6,
+    'Mixtral-8x7B' -> 56e9 (an over-estimate: experts share attention). The largest size in the
+    name is taken ('Qwen3-30B-A3B' -> 30e9: 'A3B' is the active count and is not matched)."""
+    found = []
+    for m in _NAME_SIZE.finditer(name.rsplit("/", 1)[-1]):
+        mult = int(m.group(1)) if m.group(1) else 1
+        found.append(mult * float(m.group(2)) * _UNIT[m.group(3).lower()])
+    if not found:
+        raise ServePlanError(
+            f"cannot tell the size of {name!r} from its name; give its config.json or weights")
+    return max(found)
+
+
+def _weight_files(file_sizes: Mapping[str, int]) -> int:
+    """Bytes of the weight files vLLM would load: *.safetensors if any, else *.bin (vLLM prefers
+    safetensors and does not load both); files under original/ are ignored, as vLLM does."""
+    files = {p: s for p, s in file_sizes.items() if not p.startswith("original/")}
+    st = [s for p, s in files.items() if p.endswith(".safetensors")]
+    if st:
+        return sum(st)
+    return sum(s for p, s in files.items() if p.endswith(".bin"))
+
+
+def model_size_from_config(config: Mapping[str, Any] | None,
+                           safetensors_index: Mapping[str, Any] | None,
+                           file_sizes: Mapping[str, int] | None, *,
+                           name: str | None = None) -> ModelSize:
+    """Weight bytes as served, from the best source available: the safetensors index's
+    metadata.total_size, else the sum of the weight files, else params (config.json, or at last
+    the model's name) x bytes per parameter of its dtype."""
+    config = config or {}
+    nbytes, dtype = dtype_of(config)
+    # An FP32 checkpoint on disk is 4 bytes a parameter, served as 2.
+    cfg = _text_config(config)
+    raw = str(cfg.get("torch_dtype") or cfg.get("dtype") or "").lower().removeprefix("torch.")
+    disk_scale = 0.5 if raw in ("float32", "float", "fp32") and not cfg.get("quantization_config") else 1.0
+
+    try:
+        counted: float | None = params_from_config(config)
+    except ServePlanError:
+        counted = None
+
+    disk = None
+    source = ""
+    if safetensors_index:
+        total = (safetensors_index.get("metadata") or {}).get("total_size")
+        if isinstance(total, (int, float)) and total > 0:
+            disk, source = int(total), "safetensors-index"
+    if disk is None and file_sizes:
+        total = _weight_files(file_sizes)
+        if total > 0:
+            disk, source = total, "files"
+    if disk is not None:
+        weight = int(disk * disk_scale)
+        params = counted if counted is not None else weight / nbytes
+        return ModelSize(params, dtype, nbytes, weight, source)
+    if counted is not None:
+        return ModelSize(counted, dtype, nbytes, int(counted * nbytes), "config")
+    if name:
+        params = params_from_name(name)
+        return ModelSize(params, dtype, nbytes, int(params * nbytes), "name")
+    raise ServePlanError("cannot size the model: no safetensors index, no weight files, "
+                         "no usable config.json and no name")
+
+
+def kv_cache_bytes(config: Mapping[str, Any], tokens: int, kv_bytes: float | None = None) -> int:
+    """KV cache bytes for `tokens` tokens: 2 (K and V) x layers x kv_heads x head_dim x bytes
+    (the model's dtype unless `kv_bytes`, e.g. 1 for --kv-cache-dtype fp8). Llama-3.1-8B in
+    bf16: 128 KiB a token."""
+    cfg = _text_config(config)
+    heads = int(cfg["num_attention_heads"])
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
+    per_token = 2 * int(cfg["num_hidden_layers"]) * kv_heads * head_dim
+    return int(per_token * (kv_bytes if kv_bytes is not None else dtype_of(cfg)[0]) * tokens)
+
+
+@dataclass(frozen=True)
+class Fit:
+    fits: bool
+    need_bytes: int
+    have_bytes: int
+    #: nodes of this shape the model needs (ceil(need / usable per node)).
+    nodes_needed: int
+    message: str
+
+
+def _gb(n: float) -> str:
+    g = n / 1e9
+    return f"{g:.0f} GB" if g >= 100 or g == int(g) else f"{g:.1f} GB"
+
+
+def _nodes(n: int) -> str:
+    return f"{n} node" if n == 1 else f"{n} nodes"
+
+
+def fit(weight_bytes: int, *, gpu_mem_bytes_per_gpu: int, gpus_per_node: int, nodes: int,
+        gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+        overhead_fraction: float = OVERHEAD_FRACTION, kv_min_bytes: int = KV_MIN_BYTES,
+        label: str | None = None) -> Fit:
+    """The OCI guide's method: memory needed / memory per node, rounded up, gives the nodes.
+
+    need = weights x (1 + overhead) + kv_min_bytes; usable per node = GPUs x memory x
+    gpu_memory_utilization (what vLLM will take, stricter than the guide's raw memory);
+    have = usable per node x nodes. For a CPU cluster pass the host memory as one "GPU".
+    """
+    if weight_bytes <= 0:
+        raise ServePlanError(f"weight size must be positive, got {weight_bytes}")
+    if gpu_mem_bytes_per_gpu <= 0 or gpus_per_node < 1 or nodes < 1:
+        raise ServePlanError(
+            f"cannot fit a model on {nodes} node(s) of {gpus_per_node} x {gpu_mem_bytes_per_gpu} bytes")
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ServePlanError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    if overhead_fraction < 0 or kv_min_bytes < 0:
+        raise ServePlanError("overhead and KV minimum cannot be negative")
+    need = int(weight_bytes * (1 + overhead_fraction) + kv_min_bytes)
+    per_node = int(gpus_per_node * gpu_mem_bytes_per_gpu * gpu_memory_utilization)
+    have = per_node * nodes
+    needed = max(1, math.ceil(need / per_node))
+    fits = need <= have
+    what = f"{label} weights" if label else "weights"
+    pct = f"{overhead_fraction * 100:g}%"
+    kv = f" + KV {_gb(kv_min_bytes)}" if kv_min_bytes else ""
+    shape = f"{_nodes(nodes)} of {gpus_per_node} x {_gb(gpu_mem_bytes_per_gpu)} ({_gb(have)} usable)"
+    if fits:
+        msg = f"{what} {_gb(weight_bytes)} + {pct}{kv} = {_gb(need)} fit {shape}"
+    else:
+        msg = (f"{what} {_gb(weight_bytes)} + {pct}{kv} = {_gb(need)} do not fit {shape}; "
+               f"this model needs {_nodes(needed)} of this shape")
+    return Fit(fits, need, have, needed, msg)
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Model sync
+# ---------------------------------------------------------------------------------------------
+
+#: The command whose output `model_manifest` parses (relative path, tab, size in bytes).
+MANIFEST_FIND = ("find", "{dir}", "-type", "f", "-printf", "%P\\t%s\\n")
+
+
+def model_manifest(find_output: str) -> dict[str, int]:
+    """{relative path: size} from `find DIR -type f -printf '%P\\t%s\\n'`."""
+    out: dict[str, int] = {}
+    for n, line in enumerate(find_output.splitlines(), 1):
+        if not line.strip():
+            continue
+        path, sep, size = line.rpartition("\t")
+        if not sep or not path or not size.strip().isdigit():
+            raise ServePlanError(f"manifest line {n} is not 'path<TAB>size': {line[:120]!r}")
+        out[path] = int(size)
+    return out
+
+
+@dataclass(frozen=True)
+class ManifestDiff:
+    host: str
+    #: files the reference host has and this one lacks
+    missing: tuple[str, ...]
+    #: files this host has and the reference lacks
+    extra: tuple[str, ...]
+    #: (path, size on the reference, size here)
+    size_mismatch: tuple[tuple[str, int, int], ...]
+
+    @property
+    def incomplete(self) -> bool:
+        """Missing or different files (extra files alone do not stop vLLM loading)."""
+        return bool(self.missing or self.size_mismatch)
+
+
+def compare_manifests(manifests: Mapping[str, Mapping[str, int]], reference_host: str) -> list[ManifestDiff]:
+    """One ManifestDiff per host whose files differ from the reference host's, in the mapping's
+    order; an empty list when every host holds the same files with the same sizes."""
+    if reference_host not in manifests:
+        raise ServePlanError(f"reference host {reference_host} has no manifest")
+    ref = manifests[reference_host]
+    diffs = []
+    for host, man in manifests.items():
+        if host == reference_host:
+            continue
+        missing = tuple(sorted(set(ref) - set(man)))
+        extra = tuple(sorted(set(man) - set(ref)))
+        sizes = tuple((p, ref[p], man[p]) for p in sorted(set(ref) & set(man)) if ref[p] != man[p])
+        if missing or extra or sizes:
+            diffs.append(ManifestDiff(host, missing, extra, sizes))
+    return diffs
+
+
+def _names(paths: Iterable[str], limit: int = 3) -> str:
+    paths = list(paths)
+    shown = ", ".join(paths[:limit])
+    return shown + (", ..." if len(paths) > limit else "")
+
+
+def describe(diffs: Sequence[ManifestDiff]) -> str:
+    """One line: 'node2: 3 files missing (a, b, c), 1 size differs (d); node3: 1 extra file (e)'."""
+    if not diffs:
+        return "every host has the same model files"
+    parts = []
+    for d in diffs:
+        bits = []
+        if d.missing:
+            n = len(d.missing)
+            bits.append(f"{n} file{'s' if n > 1 else ''} missing ({_names(d.missing)})")
+        if d.size_mismatch:
+            n = len(d.size_mismatch)
+            bits.append(f"{n} size{'s differ' if n > 1 else ' differs'} ({_names(p for p, _, _ in d.size_mismatch)})")
+        if d.extra:
+            n = len(d.extra)
+            bits.append(f"{n} extra file{'s' if n > 1 else ''} ({_names(d.extra)})")
+        parts.append(f"{d.host}: {', '.join(bits)}")
+    return "; ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. KV cache capacity from vLLM's log
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KvCapacity:
+    #: tokens the KV cache holds at once (all requests together)
+    tokens: int
+    #: blocks, when the log gave blocks (older vLLM); None when it gave tokens
+    blocks: int | None
+    #: block size used to turn blocks into tokens; None when the log gave tokens
+    block_size: int | None
+    #: the log line the capacity was read from
+    source_line: str
+    #: "Maximum concurrency for N tokens per request: Xx": X and N, when logged
+    concurrency: float | None = None
+    request_tokens: int | None = None
+
+
+# V1 (vllm/v1/core/kv_cache_utils.py): "GPU KV cache size: 643,232 tokens". Any device word, so
+# that a platform naming its own device (or a combined line) still parses.
+_KV_TOKENS = re.compile(r"\b([A-Za-z]+) KV cache size: ([\d,]+) tokens")
+# V0 (executor): "# GPU blocks: 790, # CPU blocks: 512" (later "# cuda blocks: ..."; the CPU
+# blocks there are swap space, not capacity); early V1: "# GPU blocks: 1381"; V0 CPU backend
+# (cpu_executor.py): "# CPU blocks: 2730", its only KV cache line. The look-behind keeps the
+# trailing ", # CPU blocks" of a GPU line from matching on its own.
+_KV_BLOCKS = re.compile(r"(?<!, )# ([A-Za-z]+) blocks: (\d+)")
+_KV_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+
+
+def kv_capacity(log_text: str, *, block_size: int = DEFAULT_BLOCK_SIZE) -> KvCapacity | None:
+    """The KV cache capacity vLLM logged at startup, from the last such line (the latest start);
+    None when the log has none yet. `block_size` turns older logs' block counts into tokens
+    (vLLM's default 16; pass --block-size when it was set)."""
+    found: KvCapacity | None = None
+    conc: tuple[float, int, str] | None = None
+    for line in log_text.splitlines():
+        m = _KV_TOKENS.search(line)
+        if m:
+            found = KvCapacity(int(m.group(2).replace(",", "")), None, None, line.strip())
+        else:
+            m = _KV_BLOCKS.search(line)
+            if m:
+                blocks = int(m.group(2))
+                found = KvCapacity(blocks * block_size, blocks, block_size, line.strip())
+        c = _KV_CONCURRENCY.search(line)
+        if c:
+            conc = (float(c.group(2)), int(c.group(1).replace(",", "")), line.strip())
+    if found is None and conc is None:
+        return None
+    if found is None:
+        assert conc is not None
+        x, req, line = conc
+        return KvCapacity(int(x * req), None, None, line, x, req)
+    if conc is not None:
+        return KvCapacity(found.tokens, found.blocks, found.block_size, found.source_line, conc[0], conc[1])
+    return found
