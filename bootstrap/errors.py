@@ -85,33 +85,26 @@ class CommandFailed(BootstrapError):
 
 
 @dataclass
-class HostUnreachable(BootstrapError):
+class PreflightFailed(BootstrapError):
+    """A host is not ready for the cluster; nothing was changed on it."""
+
     host: str
     reason: str
     hint: str = ""
     exit_status = ExitStatus.PREFLIGHT
+    prefix = ""
 
     def __post_init__(self) -> None:
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        msg = f"{self.host}: cannot connect over SSH: {self.reason}"
+        msg = f"{self.host}: {self.prefix}{self.reason}"
         return f"{msg} -- {self.hint}" if self.hint else msg
 
 
 @dataclass
-class PreflightFailed(BootstrapError):
-    host: str
-    reason: str
-    hint: str = ""
-    exit_status = ExitStatus.PREFLIGHT
-
-    def __post_init__(self) -> None:
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        msg = f"{self.host}: {self.reason}"
-        return f"{msg} -- {self.hint}" if self.hint else msg
+class HostUnreachable(PreflightFailed):
+    prefix = "cannot connect over SSH: "
 
 
 @dataclass
