@@ -105,6 +105,7 @@ def main() -> None:
     bootstrap doctor -i hosts.yaml      known failure signatures -> cause and fix
     bootstrap logs   -i hosts.yaml -f   every node's container log in one stream
     bootstrap serve  -i hosts.yaml MODEL  vllm serve across the cluster (TP=GPUs/node, PP=nodes)
+    bootstrap bench  -i hosts.yaml      load the endpoint: TTFT / ITL / E2E percentiles
     bootstrap sandbox up --nodes 3      a local cluster of simulated hosts to try it on
     """
 
@@ -466,6 +467,52 @@ def serve(inventory, parallel, model, extra, tp, pp, backend, sync_model, wait, 
         if kv is not None:
             out.print(f"KV cache: {kv.tokens:,} tokens ({_escape(kv.source_line.strip())[:120]})")
         out.print("try: " + _escape(res.curl()))
+    _run(go)
+
+
+# -- bench ---------------------------------------------------------------------------------------
+@main.command()
+@inventory_option
+@click.option("--url", default=None, help="Endpoint to load (default: the inventory's head and vLLM port).")
+@click.option("--model", default=None, help="Model name (default: the first one /v1/models lists).")
+@click.option("--requests", "n_requests", type=click.IntRange(1, 100000), default=64, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(1), default=64, show_default=True)
+@click.option("--prompt", default=None, help="Prompt text (default: a fixed paragraph).")
+@click.option("--ignore-eos", is_flag=True, help="Always generate --max-tokens tokens (vLLM extension).")
+@click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds per request.")
+@click.option("--png", type=click.Path(dir_okay=False), default=None, help="Write latency histograms to this PNG.")
+@json_option
+def bench(inventory, url, model, n_requests, concurrency, max_tokens, prompt, ignore_eos, timeout, png, as_json):
+    """A bounded load of streaming completions: requests/s, tokens/s, TTFT/ITL/E2E percentiles.
+
+    Exactly --requests requests with at most --concurrency in flight; prints p50/p95/p99 with text
+    histograms and says when high-percentile spikes with low throughput point at a coordinator
+    bottleneck rather than the GPUs.
+
+    Example: bootstrap bench -i hosts.yaml --requests 200 --concurrency 16 --png latency.png
+    """
+    from . import bench as B
+
+    def go():
+        target = url
+        if target is None:
+            inv = _load(inventory, check_files=False)
+            target = f"http://{inv.head.ip}:{inv.cluster.ports.vllm}"
+        kw = {"prompt": prompt} if prompt else {}
+        cfg = B.BenchConfig(url=target, model=model, requests=n_requests, concurrency=concurrency,
+                            max_tokens=max_tokens, timeout=timeout, ignore_eos=ignore_eos, **kw)
+        res = B.run_bench(cfg)
+        if png:
+            B.write_png(res, png)
+        if as_json:
+            out.print_json(json.dumps(res.to_dict()))
+        else:
+            out.print(_escape(B.format_result(res)))
+            if png:
+                out.print(f"histograms: {png}")
+        if res.ok == 0:
+            sys.exit(int(ExitStatus.ERROR))
     _run(go)
 
 
