@@ -19,8 +19,9 @@ from . import apply as A
 from .errors import BootstrapError, ExitStatus, GroupError, UsageError
 from .fanout import DEFAULT_PARALLEL
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+# Wide when not on a terminal, so tables in logs and CI output do not wrap evidence mid-word.
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 
 class LineReporter:

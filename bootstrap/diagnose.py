@@ -290,8 +290,9 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         id="nccl-shm",
         severity="error",
-        patterns=(_p(r"shared memory segment /dev/shm/"), _p(r"ncclShmOpen")),
-        title="NCCL could not create or attach its shared-memory segment in /dev/shm (the container's "
+        patterns=(_p(r"shared memory segment /dev/shm/"), _p(r"ncclShmOpen"),
+                  _p(r"Insufficient space in /dev/shm", needle="Insufficient space in /dev/shm")),
+        title="NCCL or vLLM could not get enough shared memory in /dev/shm (the container's "
               "/dev/shm is too small or private)",
         fix="Start the container with --ipc host, or with a larger --shm-size (e.g. --shm-size 16g; "
             "Docker's default is 64 MiB).",

@@ -168,7 +168,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             sess.stage("stop-failed", order, lambda h: sess.ssh[h.name].run(_in(name, "sh", "-c", _STOP),
                                                                              timeout=60, check=False))
             what = ("vLLM exited" if ready.get("exited") else f"vLLM was not ready within {wait:g}s")
-            cause = f": {findings[0].title}" if findings else ""
+            cause = f": {findings[0].title} (vLLM said: {findings[0].evidence})" if findings else ""
             tail = "\n".join(ln for ln in log.splitlines()[-30:])
             raise ServeFailed(f"{what} after {elapsed:.0f}s{cause}", tail, findings)
         return ServeResult(f"{url_in}/v1", model, ready.get("models", []), backend, par, elapsed,

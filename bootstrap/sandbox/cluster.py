@@ -511,6 +511,10 @@ def _write_inventory(info: SandboxInfo, iface: str) -> None:
             "name": "sandbox",
             "image": info.image,
             "accelerator": "none",
+            # Inside a node, `--ipc host` would share the node container's 64 MiB /dev/shm, and
+            # vLLM's CPU workers need more: give each cluster container its own.
+            "ipc_host": False,
+            "shm_size": "1g",
             "env": {"GLOO_SOCKET_IFNAME": iface},
             "ssh": {
                 "user": "root",
