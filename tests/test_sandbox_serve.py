@@ -1,0 +1,106 @@
+"""`bootstrap serve` with real vLLM (CPU build) on the sandbox.
+
+On CPU the end-to-end path is vLLM's native multi-node mode with TP across nodes; the Ray
+executor refuses CPU platforms, and serve must say so quickly instead of hanging.
+"""
+import json
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from test_sandbox_cluster import CONTAINER, cli, on_node, write_inventory
+
+pytestmark = pytest.mark.sandbox
+MODEL = "/opt/models/tiny-llama"
+VLLM_ARGS = ["--", "--enforce-eager", "--max-model-len", "256"]
+PROMPT = "The quick brown fox"
+
+
+def complete(endpoint, model):
+    body = json.dumps({"model": model, "prompt": PROMPT, "max_tokens": 16, "temperature": 0}).encode()
+    req = urllib.request.Request(endpoint + "/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())["choices"][0]["text"]
+
+
+def vllm_procs(node):
+    ps = on_node(node, "docker", "exec", CONTAINER, "sh", "-c",
+                 "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done", check=False).stdout
+    return [ln for ln in ps.splitlines() if "vllm serve" in ln or ln.startswith("VLLM::")]
+
+
+@pytest.fixture(scope="module")
+def two(sandbox3, tmp_path_factory):
+    d = tmp_path_factory.mktemp("serve")
+    inv1 = write_inventory(sandbox3.inventory, d / "one.yaml", lambda x: x.update(hosts=x["hosts"][:1]))
+    inv2 = write_inventory(sandbox3.inventory, d / "two.yaml", lambda x: x.update(hosts=x["hosts"][:2]))
+    cli("down", "-i", str(sandbox3.inventory))
+    assert cli("up", "-i", inv2).returncode == 0
+    yield sandbox3, inv1, inv2
+    cli("serve", "-i", inv2, "--stop")
+    cli("down", "-i", inv2)
+
+
+def test_ray_backend_on_cpu_fails_fast_with_vllms_reason(two):
+    sb, inv1, inv2 = two
+    t = time.monotonic()
+    r = cli("serve", "-i", inv2, MODEL, "--wait", "300", *VLLM_ARGS)
+    took = time.monotonic() - t
+    assert r.returncode == 1, r.stderr
+    assert "current platform cpu does not support ray" in r.stderr.lower(), r.stderr[-3000:]
+    assert took < 240, took
+    assert vllm_procs(sb.nodes[0]) == []
+
+
+def test_native_two_nodes_serve_the_same_greedy_output_as_one_node(two):
+    sb, inv1, inv2 = two
+    r1 = cli("serve", "-i", inv1, MODEL, "--backend", "native", "--json", *VLLM_ARGS)
+    assert r1.returncode == 0, r1.stderr[-3000:]
+    d1 = json.loads(r1.stdout)
+    assert (d1["tp"], d1["pp"]) == (1, 1)
+    one = complete(d1["endpoint"], d1["served"][0])
+    assert cli("serve", "-i", inv1, "--stop").returncode == 0
+    assert vllm_procs(sb.nodes[0]) == []
+
+    r2 = cli("serve", "-i", inv2, MODEL, "--backend", "native", "--json", *VLLM_ARGS)
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    d2 = json.loads(r2.stdout)
+    assert (d2["tp"], d2["pp"]) == (2, 1)
+    assert d2["endpoint"] == f"http://{sb.nodes[0].ip}:8000/v1"
+    assert vllm_procs(sb.nodes[1]), "the second node runs a headless vLLM worker"
+    two_nodes = complete(d2["endpoint"], d2["served"][0])
+    assert two_nodes == one and len(one) > 0
+    assert d2["kv_cache_tokens"] and d2["kv_cache_tokens"] > 0
+
+    # bench against the 2-node endpoint: bounded, streaming, percentiles reported.
+    b = cli("bench", "-i", inv2, "--requests", "16", "--concurrency", "4", "--max-tokens", "16", "--ignore-eos",
+            "--json")
+    assert b.returncode == 0, b.stderr
+    res = json.loads(b.stdout)
+    print("bench:", json.dumps({k: res[k] for k in res if k not in ("errors",)})[:1500])
+    assert res["ok"] == 16 and res["failed"] == 0
+    for k in ("ttft_ms", "itl_ms", "e2e_ms"):
+        st = res[k]
+        assert 0 < st["p50"] <= st["p95"] <= st["p99"], (k, st)
+
+    assert cli("serve", "-i", inv2, "--stop").returncode == 0
+    assert vllm_procs(sb.nodes[0]) == [] and vllm_procs(sb.nodes[1]) == []
+
+
+def test_model_must_match_on_every_node_and_sync_model_copies_it(two):
+    sb, inv1, inv2 = two
+    n1, n2 = sb.nodes[0], sb.nodes[1]
+    on_node(n2, "docker", "exec", CONTAINER, "rm", "-rf", "/tmp/only-on-head")
+    on_node(n1, "docker", "exec", CONTAINER, "cp", "-r", MODEL, "/tmp/only-on-head")
+    r = cli("serve", "-i", inv2, "/tmp/only-on-head", "--backend", "native", *VLLM_ARGS)
+    assert r.returncode == 3, r.stderr
+    assert "node2" in r.stderr and "missing" in r.stderr
+    r = cli("serve", "-i", inv2, "/tmp/only-on-head", "--backend", "native", "--sync-model", "--json", *VLLM_ARGS)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert any("copied /tmp/only-on-head" in n for n in json.loads(r.stdout)["notes"])
+    a = on_node(n1, "docker", "exec", CONTAINER, "sh", "-c", "cd /tmp/only-on-head && find . -type f | sort | xargs sha256sum").stdout
+    b = on_node(n2, "docker", "exec", CONTAINER, "sh", "-c", "cd /tmp/only-on-head && find . -type f | sort | xargs sha256sum").stdout
+    assert a == b and "safetensors" in a
+    assert cli("serve", "-i", inv2, "--stop").returncode == 0
