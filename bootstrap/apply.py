@@ -44,8 +44,10 @@ def check_script(name: str) -> bytes:
 
 
 # Run a piped script with the interpreter that runs `ray` in the image (its shebang), so a check
-# needs nothing but Ray itself.
-_PY_OF_RAY = 'PY=$(head -n1 "$(command -v ray)" | sed "s/^#!//"); exec $PY - "$@"'
+# needs nothing but Ray itself; python3 in images without Ray.
+PYTHON = ('R=$(command -v ray); if [ -n "$R" ]; then PY=$(head -n1 "$R" | sed "s/^#!//"); '
+          'else PY=python3; fi')
+_PY_OF_RAY = PYTHON + '; exec $PY - "$@"'
 
 
 def exec_python_argv(container: str, args: Sequence[str]) -> tuple[str, ...]:
@@ -270,7 +272,8 @@ def up(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter |
             facts = {n: replace(f, image_id=ids.get(n, f.image_id)) for n, f in facts.items()}
 
         actions = plan_up(inv, facts)
-        if actions[0].action == "keep":
+        ray = inv.cluster.runtime == "ray"
+        if ray and actions[0].action == "keep":
             # Containers can run while Ray has lost their node (a partition, a raylet that died):
             # restart what Ray does not list as alive.
             t0 = sess.clock()
@@ -278,7 +281,7 @@ def up(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter |
             sess.timings.add("ray-members", sess.clock() - t0)
             actions = with_ray_members(inv, actions, set(view.missing))
         changing = [a for a in actions if a.action != "keep"]
-        if changing:
+        if changing and ray:
             # `ray` must be in the image: check once per distinct image ID, before any change.
             by_id: dict[str, str] = {}
             for a in changing:
@@ -289,14 +292,28 @@ def up(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter |
         head = actions[0]
         if head.action != "keep":
             sess.stage("start-head", [inv.head], lambda h: sess.start_container(head))
-            sess.wait_for_ray([inv.head], deadline=wait, stage="head-ready")
+            if ray:
+                sess.wait_for_ray([inv.head], deadline=wait, stage="head-ready")
         workers = [a for a in actions[1:] if a.action != "keep"]
         if workers:
             by_host = {a.host: a for a in workers}
             sess.stage("start-workers", [inv.host(a.host) for a in workers],
                        lambda h: sess.start_container(by_host[h.name]))
+        if not ray:
+            sess.stage("running", inv.hosts, lambda h: _running(sess, h))
+            return UpResult(actions, None, sess.timings, changed=bool(changing))
         view = sess.wait_for_ray(inv.hosts, deadline=wait, stage="ray-ready")
         return UpResult(actions, view, sess.timings, changed=bool(changing))
+
+
+def _running(sess: Session, h: Host) -> None:
+    """runtime none: the node container must be (and stay) running."""
+    name = sess.inv.cluster.container_name
+    st = F.parse_container_inspect(sess.ssh[h.name].run(F.container_inspect_cmd(name), timeout=30).stdout)
+    if not st or not st.running:
+        logs = sess.ssh[h.name].run(("docker", "logs", "--tail", "5", name), timeout=30, check=False)
+        raise CommandFailed(h.name, f"docker run {name}", None if not st else 1,
+                            logs.stdout + logs.stderr, f"container is {st.status if st else 'absent'}")
 
 
 def with_ray_members(inv: Inventory, actions: Sequence[HostAction], missing_ips: set[str]) -> tuple[HostAction, ...]:
@@ -381,7 +398,7 @@ def status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
         states = sess.stage("inspect", ok_hosts, inspect, strict=False)
         view = None
         head_state = states.get(inv.head.name)
-        if isinstance(head_state, F.ContainerState) and head_state.running:
+        if inv.cluster.runtime == "ray" and isinstance(head_state, F.ContainerState) and head_state.running:
             try:
                 view = sess.ray_view(inv.hosts, deadline=0)
             except BootstrapError:
@@ -397,6 +414,10 @@ def status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
             cstate = "absent" if st is None else (st.status if isinstance(st, F.ContainerState) else "unknown")
             node = alive.get(h.ip)
             err = str(st) if isinstance(st, BaseException) else ""
+            if inv.cluster.runtime == "none":  # no Ray: a running container is a live node
+                rows.append(NodeStatus(h.name, h.ip, h.role, True, cstate, cstate == "running",
+                                       float(inv.gpus_per_node), err))
+                continue
             rows.append(NodeStatus(h.name, h.ip, h.role, True, cstate, node is not None,
                                    node.gpus if node else 0.0, err))
         return rows
@@ -426,7 +447,7 @@ def down(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
             st = F.parse_container_inspect(ci.stdout) if ci.ok else None
             if st is None:
                 return False
-            if st.running:
+            if st.running and inv.cluster.runtime == "ray":
                 s.run(("docker", "exec", name, "ray", "stop"), timeout=60, check=False)
             s.run(("docker", "rm", "-f", name), timeout=60)
             return True

@@ -415,8 +415,9 @@ def logs(inventory, hosts, follow, tail):
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 @click.option("--tp", type=click.IntRange(1), default=None, help="Tensor-parallel size (default: GPUs per node).")
 @click.option("--pp", type=click.IntRange(1), default=None, help="Pipeline-parallel size (default: number of nodes).")
-@click.option("--backend", type=click.Choice(["ray", "native"]), default="ray", show_default=True,
-              help="ray: the running Ray cluster; native: vLLM's own multi-node mode (--nnodes/--node-rank).")
+@click.option("--backend", type=click.Choice(["ray", "native"]), default=None,
+              help="ray (default with cluster.runtime ray): the running Ray cluster; native (default with "
+                   "runtime none): vLLM's own multi-node mode (--nnodes/--node-rank/--headless).")
 @click.option("--sync-model", is_flag=True, help="Copy the model directory from the head to nodes where it differs.")
 @click.option("--wait", type=float, default=900.0, show_default=True, help="Seconds to wait for /health and /v1/models.")
 @click.option("--listen", default=None, help="Address vLLM binds (default: the head's data-plane IP).")

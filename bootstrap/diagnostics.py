@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 from . import diagnose as D
 from . import facts as F
 from . import nccl as N
-from .apply import Reporter, Session, check_script, exec_python_argv
+from .apply import PYTHON, Reporter, Session, check_script, exec_python_argv
 from .errors import BootstrapError, CommandFailed, HostUnreachable, PreflightFailed
 from .fanout import DEFAULT_PARALLEL, fan_out
 from .model import Host, Inventory
@@ -25,7 +25,7 @@ CHECK_PATH = "/tmp/bootstrap_nccl_check.py"
 CHECK_TAG = "bootstrap_nccl_check"
 IP_ADDR = ("ip", "-o", "addr", "show")
 # The interpreter that runs `ray` in the image (its shebang) runs torch.distributed.run.
-_TORCHRUN = 'PY=$(head -n1 "$(command -v ray)" | sed "s/^#!//"); exec $PY -m torch.distributed.run "$@"'
+_TORCHRUN = PYTHON + '; exec $PY -m torch.distributed.run "$@"'
 # Kill whatever the check left in a container, with nothing but sh and /proc.
 _KILL_CHECK = (f'for p in /proc/[0-9]*; do [ "${{p#/proc/}}" = "$$" ] && continue; '
                f'case "$(tr "\\0" " " < $p/cmdline 2>/dev/null)" in '
@@ -295,7 +295,7 @@ def doctor(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
             df = s.run(("df", "-P", "-B1", root), timeout=20, check=False)
             net = node_net(sess, h)
             logs = s.run(("docker", "logs", "--tail", str(log_lines), name), timeout=60, check=False)
-            if f is not None and f.image_id and net.container != "running":
+            if f is not None and f.image_id and net.container != "running" and inv.cluster.runtime == "ray":
                 r = s.run(F.ray_in_image_cmd(inv.cluster.image), timeout=120, check=False)
                 if not r.ok:
                     findings.append(D.Finding(
@@ -342,7 +342,7 @@ def doctor(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
         # Ray's own view: every inventory IP alive?
         head_ok = any(r.host == inv.head.name for r in reports) and \
             not any(x.id.startswith("container-") and x.host == inv.head.name for x in findings)
-        if head_ok:
+        if head_ok and inv.cluster.runtime == "ray":
             view = sess.ray_view(inv.hosts, deadline=0)
             by_ip = {h.ip: h.name for h in inv.hosts}
             for ip in view.missing:

@@ -640,6 +640,7 @@ _CLUSTER_FIELDS: dict[str, Validator] = {
         _CONTAINER_RX, "letters, digits, '_', '.', '-', starting with a letter or digit"
     ),
     "accelerator": _choice("gpu", "none"),
+    "runtime": _choice("ray", "none"),
     "gpus_per_node": _optional(_int(0)),
     "hf_cache": _optional(_remote_abs_path),
     "mounts": _list(_mount),

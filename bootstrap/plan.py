@@ -40,10 +40,12 @@ class ContainerSpec:
     #: names of secret variables handed over in a 0600 env file, never on the command line.
     secret_names: tuple[str, ...]
     cluster: str
+    #: `ray` (the node runs `ray start ...`) or `sleep` (runtime none: `sleep infinity`).
+    entrypoint: str = "ray"
 
     @property
     def spec_hash(self) -> str:
-        doc = json.dumps([self.name, self.image, self.options, self.command, self.secret_names])
+        doc = json.dumps([self.name, self.image, self.options, self.entrypoint, self.command, self.secret_names])
         return hashlib.sha256(doc.encode()).hexdigest()[:16]
 
     @property
@@ -57,7 +59,7 @@ class ContainerSpec:
             argv += ["--env-file", env_file or "<0600 file with " + ",".join(self.secret_names) + ">"]
         for k, v in self.labels:
             argv += ["--label", f"{k}={v}"]
-        argv += ["--entrypoint", "ray", self.image, *self.command]
+        argv += ["--entrypoint", self.entrypoint, self.image, *self.command]
         return tuple(argv)
 
 
@@ -99,6 +101,11 @@ def container_spec(inv: Inventory, host: Host, nofile: int | None) -> ContainerS
     for k in sorted(env):
         opts += ["-e", f"{k}={env[k]}"]
 
+    if c.runtime == "none":
+        return ContainerSpec(host=host.name, role=host.role, name=c.container_name, image=c.image,
+                             options=tuple(opts), command=("infinity",),
+                             secret_names=tuple(s.name for s in c.secrets), cluster=c.name,
+                             entrypoint="sleep")
     gcs = c.ports.ray_gcs
     cmd = ["start", "--block"]
     if host.is_head:

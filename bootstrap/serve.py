@@ -84,13 +84,17 @@ def is_path(model: str) -> bool:
     return model.startswith("/")
 
 
-def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None = None, backend: str = "ray",
+def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None = None, backend: str | None = None,
           extra: Sequence[str] = (), sync_model: bool = False, wait: float = 900.0, listen: str | None = None,
           served_name: str | None = None, parallel: int = DEFAULT_PARALLEL,
           reporter: Reporter | None = None) -> ServeResult:
     c = inv.cluster
     name = c.container_name
     order = [inv.head, *inv.workers]
+    backend = backend or ("ray" if c.runtime == "ray" else "native")
+    if backend == "ray" and c.runtime != "ray":
+        raise UsageError("the Ray backend needs cluster.runtime: ray (this cluster runs without Ray): "
+                         "use --backend native")
     par = P.parallelism(len(order), inv.gpus_per_node, tp, pp, accelerator=c.accelerator)
     port = c.ports.vllm
     host_bind = listen or inv.head.ip

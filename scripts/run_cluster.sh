@@ -15,6 +15,8 @@
 #   --shm-size SIZE     use --shm-size SIZE instead of --ipc host
 #   --infiniband        pass /dev/infiniband, IPC_LOCK and an unlimited memlock (no --privileged)
 #   --privileged        run privileged (only if you really need it)
+#   --no-ray            the container only holds the node (`sleep infinity`), for vLLM's native
+#                       multi-node mode with images that do not ship Ray
 #   -v SRC:DST[:ro]     extra mount (repeatable)
 #   -e NAME=VALUE       environment for the node, e.g. -e NCCL_SOCKET_IFNAME=ens5 (repeatable)
 #   --env-file FILE     secrets such as HF_TOKEN, kept off the command line
@@ -22,11 +24,11 @@
 #   --dry-run           print the docker command (one NUL-terminated argument each) and exit
 set -euo pipefail
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "run_cluster.sh: $*" >&2; exit 2; }
 
 name=bootstrap-vllm cluster=vllm gpus=all gcs_port=6379 dash_port=8265 nofile="" shm=""
-infiniband=0 privileged=0 foreground=0 dry_run=0 node_ip="" env_file=""
+infiniband=0 privileged=0 foreground=0 dry_run=0 node_ip="" env_file="" no_ray=0
 declare -a mounts=() extra=() positional=()
 declare -A envs=()
 
@@ -42,6 +44,7 @@ while [[ $# -gt 0 ]]; do
     --shm-size) shm=${2:?}; shift 2 ;;
     --infiniband) infiniband=1; shift ;;
     --privileged) privileged=1; shift ;;
+    --no-ray) no_ray=1; shift ;;
     -v) mounts+=("${2:?}"); shift 2 ;;
     -e) kv=${2:?}; [[ $kv == *=* ]] || die "-e wants NAME=VALUE, got '$kv'"; envs[${kv%%=*}]=${kv#*=}; shift 2 ;;
     --env-file) env_file=${2:?}; shift 2 ;;
@@ -92,13 +95,17 @@ done < <(printf '%s\n' "${!envs[@]}" | LC_ALL=C sort)
 [[ -n $env_file ]] && args+=(--env-file "$env_file")
 args+=("${extra[@]}")
 args+=(--label "bootstrap.cluster=$cluster" --label "bootstrap.host=$(hostname)" --label "bootstrap.role=$role")
-args+=(--entrypoint ray "$image" start --block)
-if [[ $role == head ]]; then
-  args+=(--head "--node-ip-address=$node_ip" "--port=$gcs_port" "--dashboard-port=$dash_port")
+if [[ $no_ray == 1 ]]; then
+  args+=(--entrypoint sleep "$image" infinity)
 else
-  args+=("--address=$(hostport "$head_ip" "$gcs_port")" "--node-ip-address=$node_ip")
+  args+=(--entrypoint ray "$image" start --block)
+  if [[ $role == head ]]; then
+    args+=(--head "--node-ip-address=$node_ip" "--port=$gcs_port" "--dashboard-port=$dash_port")
+  else
+    args+=("--address=$(hostport "$head_ip" "$gcs_port")" "--node-ip-address=$node_ip")
+  fi
+  args+=(--disable-usage-stats)
 fi
-args+=(--disable-usage-stats)
 
 if [[ $dry_run == 1 ]]; then
   printf '%s\0' "${args[@]}"

@@ -223,7 +223,7 @@ def test_native_example_needs_its_listed_secret_when_applying(tmp_path):
     with pytest.raises(InventoryError) as info:
         load_inventory(inv_file, {}, check_files=True)
     assert "cluster.secrets: HF_TOKEN is not set in your environment" in str(info.value)
-    assert info.value.line == 23
+    assert info.value.line == 24
 
 
 def test_offline_plan_shows_a_listed_secret_by_name_only():

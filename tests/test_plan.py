@@ -118,3 +118,11 @@ def test_nofile_from_inventory_wins_over_host():
     assert "nofile=4096:4096" in plan_up(inv, facts)[0].spec.options
     inv = cpu_inventory(1)
     assert "nofile=20000:20000" in plan_up(inv, facts)[0].spec.options
+
+
+def test_runtime_none_holds_the_node_without_ray():
+    inv = cpu_inventory(2, runtime="none")
+    spec = container_spec(inv, inv.hosts[1], nofile=20000)
+    assert spec.run_argv()[-3:] == ("sleep", inv.cluster.image, "infinity")
+    assert "--entrypoint" in spec.run_argv() and "ray" not in spec.run_argv()
+    assert spec.spec_hash != container_spec(cpu_inventory(2), cpu_inventory(2).hosts[1], nofile=20000).spec_hash

@@ -39,6 +39,8 @@ def script_args_for(inv, h, nofile):
         args += ["--infiniband"]
     if c.privileged:
         args += ["--privileged"]
+    if c.runtime == "none":
+        args += ["--no-ray"]
     for m in c.mounts:
         args += ["-v", m]
     for k, v in h.env:
@@ -54,6 +56,7 @@ CASES = {
     "gpu-ib-privileged-mounts": gpu_inventory(infiniband=True, privileged=True, mounts=("/models:/models:ro",),
                                               ports=__import__("bootstrap.model", fromlist=["Ports"]).Ports(7000, 8266, 8001)),
     "cpu-shm": cpu_inventory(3),
+    "no-ray": cpu_inventory(2, runtime="none"),
     "env-with-shell-metachars": cpu_inventory(2, env=()),
 }
 

@@ -104,3 +104,30 @@ def test_model_must_match_on_every_node_and_sync_model_copies_it(two):
     b = on_node(n2, "docker", "exec", CONTAINER, "sh", "-c", "cd /tmp/only-on-head && find . -type f | sort | xargs sha256sum").stdout
     assert a == b and "safetensors" in a
     assert cli("serve", "-i", inv2, "--stop").returncode == 0
+
+
+def test_native_serve_on_a_cluster_without_ray(two, tmp_path):
+    """runtime none: containers only hold the nodes (images without Ray), serve defaults to native."""
+    sb, inv1, inv2 = two
+    name = "bootstrap-noray"
+
+    def no_ray(d):
+        d["cluster"].update(runtime="none", container_name=name)
+    inv = write_inventory(inv2, tmp_path / "noray.yaml", no_ray)
+    try:
+        r = cli("up", "-i", inv, "--json")
+        assert r.returncode == 0, r.stderr
+        assert "ray-ready" not in json.loads(r.stdout)["stages"]
+        st = json.loads(cli("status", "-i", inv, "--json").stdout)
+        assert [(x["container"], x["ray_alive"]) for x in st] == [("running", True), ("running", True)]
+        procs = on_node(sb.nodes[1], "docker", "exec", name, "sh", "-c",
+                        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done").stdout
+        assert "raylet" not in procs and "gcs_server" not in procs and "sleep infinity" in procs
+        s = cli("serve", "-i", inv, MODEL, "--json", *VLLM_ARGS)
+        assert s.returncode == 0, s.stderr[-3000:]
+        d = json.loads(s.stdout)
+        assert d["backend"] == "native" and (d["tp"], d["pp"]) == (2, 1)
+        assert len(complete(d["endpoint"], d["served"][0])) > 0
+    finally:
+        cli("serve", "-i", inv, "--stop")
+        assert cli("down", "-i", inv).returncode == 0
