@@ -25,12 +25,20 @@ def require_docker():
 
 
 @pytest.fixture(scope="session")
-def sandbox3():
-    """A 3-node sandbox shared by the sandbox tests; removed at the end of the session."""
+def _sandbox_session():
+    """Removes the sandbox at the end of the session (whatever shape the tests left it in)."""
     require_docker()
+    yield
+    if os.environ.get("BOOTSTRAP_KEEP_SANDBOX") != "1":
+        from bootstrap import sandbox as S
+
+        S.sandbox_down(log=lambda m: print(f"sandbox: {m}", flush=True))
+
+
+@pytest.fixture(scope="module")
+def sandbox3(_sandbox_session):
+    """A 3-node sandbox for this module: a no-op when it is already up with 3 nodes, recreated when
+    another module (test_sandbox_infra) changed or removed it."""
     from bootstrap import sandbox as S
 
-    info = S.sandbox_up(3, log=lambda m: print(f"sandbox: {m}", flush=True))
-    yield info
-    if os.environ.get("BOOTSTRAP_KEEP_SANDBOX") != "1":
-        S.sandbox_down(log=lambda m: print(f"sandbox: {m}", flush=True))
+    return S.sandbox_up(3, log=lambda m: print(f"sandbox: {m}", flush=True))
