@@ -148,3 +148,38 @@ def check_preflight(name: str, facts: HostFacts, *, want_gpus: int | None) -> No
         if n != want_gpus:
             raise PreflightFailed(name, f"nvidia-smi shows {n} GPU(s), the inventory expects {want_gpus}",
                                   "fix hosts[].gpus / cluster.gpus_per_node or the host")
+
+
+# -- addresses (for bootstrap.exposure) ------------------------------------------------------
+def addresses_cmd() -> tuple[str, ...]:
+    """The host's IP addresses: `ip -o addr show`, or `hostname -I` where iproute2 is missing."""
+    return ("sh", "-c", "ip -o addr show 2>/dev/null || hostname -I")
+
+
+def parse_addresses(out: str) -> tuple[str, ...]:
+    """Addresses from `ip -o addr show` lines (``2: eth0    inet 10.0.0.5/24 ...``) or from
+    `hostname -I` (``10.0.0.5 2001:db8::5``); normalised, without prefix length or zone, in the
+    order given, each once. Anything else is skipped."""
+    import ipaddress
+
+    found: list[str] = []
+
+    def add(token: str) -> None:
+        text = token.split("/", 1)[0].split("%", 1)[0]
+        try:
+            ip = str(ipaddress.ip_address(text))
+        except ValueError:
+            return
+        if ip not in found:
+            found.append(ip)
+
+    for line in out.splitlines():
+        words = line.split()
+        if "inet" in words or "inet6" in words:
+            for i, w in enumerate(words[:-1]):
+                if w in ("inet", "inet6"):
+                    add(words[i + 1])
+        else:
+            for w in words:
+                add(w)
+    return tuple(found)

@@ -557,6 +557,25 @@ def _ip(value: Any, loc: _Loc) -> str:
     return str(ip)
 
 
+_DASHBOARD_HOSTS = ("data-plane", "localhost", "all")
+
+
+def _dashboard_host(value: Any, loc: _Loc) -> str:
+    """data-plane, localhost, all, or a literal IP (normalised) the head's dashboard binds."""
+    value = _string(value, loc)
+    if value in _DASHBOARD_HOSTS:
+        return value
+    ip = _parse_ip(value)
+    if ip is None:
+        loc.fail(
+            f"expected {', '.join(_DASHBOARD_HOSTS[:-1])} or {_DASHBOARD_HOSTS[-1]}"
+            f" or an IP address, got {_quote(value)}"
+        )
+    if ip.is_multicast:
+        loc.fail(f"{value} is a multicast address; give an address of the head")
+    return str(ip)
+
+
 def _env_name(value: Any, loc: _Loc) -> str:
     if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
         shown = _quote(value) if isinstance(value, str) else _describe(value)
@@ -654,6 +673,7 @@ _CLUSTER_FIELDS: dict[str, Validator] = {
     "nofile": _optional(_int(1024)),
     "load_image": _bool,
     "ray_args": _list(_string),
+    "dashboard_host": _dashboard_host,
     "ssh": lambda v, loc: v,  # checked in _ssh
 }
 
@@ -711,6 +731,15 @@ def _cluster(
                 f"{dst} is already mounted by {taken[dst]}"
             )
         taken[dst] = f"{loc.field}.mounts[{i}]"
+
+    # The dashboard's address is set in one place.
+    if "dashboard_host" in values:
+        for i, arg in enumerate(values.get("ray_args", ())):
+            if arg == "--dashboard-host" or arg.startswith("--dashboard-host="):
+                locs["ray_args"].item(_raw(value, "ray_args"), i).fail(
+                    f"{_quote(arg)} conflicts with {loc.field}.dashboard_host:"
+                    " set the dashboard's address only with dashboard_host"
+                )
 
     # Secrets: listed names must be set; by default HF_TOKEN when it is set.
     env = values.get("env", {})

@@ -118,6 +118,9 @@ class Cluster:
     load_image: bool = False
     #: Extra arguments for `ray start` on every node.
     ray_args: tuple[str, ...] = ()
+    #: Where the head's Ray dashboard listens: ``localhost`` (Ray's default, 127.0.0.1),
+    #: ``data-plane`` (the head's ip), ``all`` (0.0.0.0) or a literal IP address.
+    dashboard_host: str = "localhost"
     ssh: SSHSettings = field(default_factory=SSHSettings)
 
 

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Literal, Mapping
 
+from .exposure import RAY_DASHBOARD_DEFAULT, dashboard_address
 from .facts import HostFacts
 from .model import HF_CACHE_IN_CONTAINER, Host, Inventory
 
@@ -111,6 +112,9 @@ def container_spec(inv: Inventory, host: Host, nofile: int | None) -> ContainerS
     if host.is_head:
         cmd += ["--head", f"--node-ip-address={host.ip}", f"--port={gcs}",
                 f"--dashboard-port={c.ports.dashboard}"]
+        dash = dashboard_address(c, host)
+        if dash != RAY_DASHBOARD_DEFAULT:
+            cmd += [f"--dashboard-host={dash}"]
     else:
         cmd += [f"--address={_hostport(head.ip, gcs)}", f"--node-ip-address={host.ip}"]
     cmd += ["--disable-usage-stats", *c.ray_args]

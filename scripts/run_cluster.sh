@@ -11,6 +11,8 @@
 #   --cluster NAME      cluster label (default: vllm)
 #   --gpus all|none     pass --gpus all (default) or no GPUs (CPU nodes)
 #   --gcs-port PORT     Ray GCS port (default 6379); --dashboard-port PORT (default 8265)
+#   --dashboard-host H  where the head's dashboard listens: localhost (default, 127.0.0.1),
+#                       data-plane (the node IP), all (0.0.0.0) or an IP address
 #   --nofile N          container nofile limit (default: this host's hard limit, at most 1048576)
 #   --shm-size SIZE     use --shm-size SIZE instead of --ipc host
 #   --infiniband        pass /dev/infiniband, IPC_LOCK and an unlimited memlock (no --privileged)
@@ -28,7 +30,7 @@ usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "run_cluster.sh: $*" >&2; exit 2; }
 
 name=bootstrap-vllm cluster=vllm gpus=all gcs_port=6379 dash_port=8265 nofile="" shm=""
-infiniband=0 privileged=0 foreground=0 dry_run=0 node_ip="" env_file="" no_ray=0
+infiniband=0 privileged=0 foreground=0 dry_run=0 node_ip="" env_file="" no_ray=0 dash_host=localhost
 declare -a mounts=() extra=() positional=()
 declare -A envs=()
 
@@ -40,6 +42,7 @@ while [[ $# -gt 0 ]]; do
     --gpus) gpus=${2:?}; shift 2 ;;
     --gcs-port) gcs_port=${2:?}; shift 2 ;;
     --dashboard-port) dash_port=${2:?}; shift 2 ;;
+    --dashboard-host) dash_host=${2:?}; shift 2 ;;
     --nofile) nofile=${2:?}; shift 2 ;;
     --shm-size) shm=${2:?}; shift 2 ;;
     --infiniband) infiniband=1; shift ;;
@@ -78,6 +81,11 @@ if [[ -z $nofile ]]; then
   if [[ $nofile == unlimited || $nofile -gt 1048576 ]]; then nofile=1048576; fi
 fi
 envs[VLLM_HOST_IP]=$node_ip
+case "$dash_host" in
+  localhost) dash_host=127.0.0.1 ;;
+  data-plane) dash_host=$node_ip ;;
+  all) dash_host=0.0.0.0 ;;
+esac
 
 hostport() { if [[ $1 == *:* ]]; then echo "[$1]:$2"; else echo "$1:$2"; fi; }
 
@@ -101,6 +109,7 @@ else
   args+=(--entrypoint ray "$image" start --block)
   if [[ $role == head ]]; then
     args+=(--head "--node-ip-address=$node_ip" "--port=$gcs_port" "--dashboard-port=$dash_port")
+    [[ $dash_host == 127.0.0.1 ]] || args+=("--dashboard-host=$dash_host")
   else
     args+=("--address=$(hostport "$head_ip" "$gcs_port")" "--node-ip-address=$node_ip")
   fi

@@ -547,6 +547,45 @@ def test_ipv6_ip_is_normalised(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "given, stored",
+    [
+        ("localhost", "localhost"),
+        ("data-plane", "data-plane"),
+        ("all", "all"),
+        ("10.0.0.1", "10.0.0.1"),
+        ("127.0.0.1", "127.0.0.1"),
+        ("'0.0.0.0'", "0.0.0.0"),
+        ("'FD00:0::1'", "fd00::1"),
+        ("'::'", "::"),
+    ],
+)
+def test_dashboard_host_values(tmp_path, given, stored):
+    inv = load(tmp_path, one_cpu_host(f"dashboard_host: {given}"))
+    assert inv.cluster.dashboard_host == stored
+
+
+def test_dashboard_host_default_is_localhost(tmp_path):
+    assert load(tmp_path, one_cpu_host()).cluster.dashboard_host == "localhost"
+
+
+def test_dashboard_host_in_ray_args_alone_is_accepted(tmp_path):
+    inv = load(tmp_path, one_cpu_host("ray_args: [--dashboard-host=0.0.0.0]"))
+    assert inv.cluster.ray_args == ("--dashboard-host=0.0.0.0",)
+    assert inv.cluster.dashboard_host == "localhost"
+
+
+@pytest.mark.parametrize("value", ["public", "", "0.0.0.0/0", "gpu-a.example.com", "[::1]"])
+def test_dashboard_host_invalid(tmp_path, value):
+    err = error(tmp_path, one_cpu_host(f"dashboard_host: '{value}'"))
+    assert err.field == "cluster.dashboard_host"
+
+
+def test_dashboard_host_conflict_names_the_ray_args_item(tmp_path):
+    err = error(tmp_path, one_cpu_host("dashboard_host: all, ray_args: [--num-cpus=2, --dashboard-host, 10.0.0.1]"))
+    assert err.field == "cluster.ray_args[1]" and "conflicts with cluster.dashboard_host" in str(err)
+
+
+@pytest.mark.parametrize(
     "image",
     [
         "vllm/vllm-openai:v0.8.5",

@@ -1,6 +1,8 @@
 """The pure plan: exact argv per host and the create/keep/recreate decision (facts in, plan out)."""
 from dataclasses import replace
 
+import pytest
+
 from bootstrap.facts import ContainerState, HostFacts
 from bootstrap.plan import LABEL_SPEC, container_spec, plan_up
 from plan_fixtures import SECRET, cpu_inventory, gpu_inventory
@@ -27,6 +29,37 @@ def test_head_and_worker_argv_exact():
     assert "VLLM_HOST_IP=10.10.0.12" in worker.options
     assert "NCCL_SOCKET_IFNAME=ens6" in worker.options
     assert "nofile=65536:65536" in worker.options
+
+
+@pytest.mark.parametrize("value, flag", [
+    ("localhost", None),
+    ("127.0.0.1", None),
+    ("data-plane", "--dashboard-host=10.10.0.11"),
+    ("all", "--dashboard-host=0.0.0.0"),
+    ("::", "--dashboard-host=::"),
+    ("10.10.0.99", "--dashboard-host=10.10.0.99"),
+])
+def test_dashboard_host_only_on_the_head_and_only_when_not_rays_default(value, flag):
+    inv = gpu_inventory(dashboard_host=value)
+    head = container_spec(inv, inv.hosts[0], nofile=1024).command
+    worker = container_spec(inv, inv.hosts[1], nofile=1024).command
+    assert not any(a.startswith("--dashboard-host") for a in worker)
+    got = [a for a in head if a.startswith("--dashboard-host")]
+    assert got == ([flag] if flag else [])
+    if flag:
+        assert head.index(flag) == head.index("--dashboard-port=8265") + 1
+
+
+def test_default_dashboard_host_keeps_the_spec_hash():
+    inv = gpu_inventory()
+    same = gpu_inventory(dashboard_host="localhost")
+    moved = gpu_inventory(dashboard_host="data-plane")
+    h = container_spec(inv, inv.hosts[0], nofile=1024).spec_hash
+    assert container_spec(same, same.hosts[0], nofile=1024).spec_hash == h
+    assert container_spec(moved, moved.hosts[0], nofile=1024).spec_hash != h
+    # workers do not run the dashboard: their containers are not recreated for it
+    assert container_spec(moved, moved.hosts[1], nofile=1024).spec_hash == \
+        container_spec(inv, inv.hosts[1], nofile=1024).spec_hash
 
 
 def test_cpu_cluster_has_no_gpus_and_uses_shm():

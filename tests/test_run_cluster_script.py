@@ -41,6 +41,8 @@ def script_args_for(inv, h, nofile):
         args += ["--privileged"]
     if c.runtime == "none":
         args += ["--no-ray"]
+    if c.dashboard_host != "localhost":
+        args += ["--dashboard-host", c.dashboard_host]
     for m in c.mounts:
         args += ["-v", m]
     for k, v in h.env:
@@ -58,6 +60,11 @@ CASES = {
     "cpu-shm": cpu_inventory(3),
     "no-ray": cpu_inventory(2, runtime="none"),
     "env-with-shell-metachars": cpu_inventory(2, env=()),
+    "dashboard-data-plane": gpu_inventory(dashboard_host="data-plane"),
+    "dashboard-all": cpu_inventory(2, dashboard_host="all"),
+    "dashboard-literal-ipv6": gpu_inventory(dashboard_host="fd00::11"),
+    "dashboard-localhost-literal": gpu_inventory(dashboard_host="127.0.0.1"),
+    "dashboard-ignored-without-ray": cpu_inventory(2, runtime="none", dashboard_host="all"),
 }
 
 
@@ -78,3 +85,12 @@ def test_script_matches_plan(case):
 def test_script_rejects_bad_role():
     r = subprocess.run(["bash", str(SCRIPT), "--dry-run", "img", "10.0.0.1", "--boss"], capture_output=True, text=True)
     assert r.returncode == 2 and "--head or --worker" in r.stderr
+
+
+def test_script_dashboard_host_localhost_is_rays_default():
+    base = ["--nofile", "1024", "img", "10.0.0.1", "--head"]
+    assert script_argv(*base) == script_argv("--dashboard-host", "localhost", *base)
+    assert "--dashboard-host=10.0.0.1" in script_argv("--dashboard-host", "data-plane", *base)
+    assert not any(a.startswith("--dashboard-host") for a in
+                   script_argv("--dashboard-host", "all", "--nofile", "1024", "img", "10.0.0.1", "--worker",
+                               "--node-ip", "10.0.0.2"))
