@@ -6,11 +6,14 @@ preflight (reachable, Docker answers, GPUs as expected, `ray` in the image).
 """
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import shlex
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -19,11 +22,11 @@ from typing import Callable, Iterable, Mapping, Protocol, Sequence
 
 from . import facts as F
 from .errors import (BootstrapError, CommandFailed, DeadlineExceeded, GroupError, HostUnreachable,
-                     PreflightFailed)
+                     Interrupted, PreflightFailed)
 from .fanout import DEFAULT_PARALLEL, fan_out, run_all
-from .model import Host, Inventory
+from .model import Host, Inventory, SSHSettings  # noqa: F401 - Session(settings=)
 from .plan import HostAction, container_spec, nofile_for, plan_up
-from .transport import SSHHost, stream_file
+from .transport import HeldLock, SSHHost, stream_file
 
 
 class Reporter(Protocol):
@@ -105,6 +108,24 @@ class UpResult:
     timings: Timings
     changed: bool
     dry_run: bool = False
+    #: --allow-partial: hosts left as they were, with the reason.
+    skipped: Mapping[str, str] = field(default_factory=dict)
+    #: Services a public address would reach (see exposure.py).
+    warnings: list[str] = field(default_factory=list)
+
+
+def lock_path(inv: Inventory) -> str:
+    """The cluster lock on the head host (cluster names are [a-z0-9-])."""
+    return f"/tmp/bootstrap-{inv.cluster.name}.lock"
+
+
+#: Marks the Ray membership poller in the head container (killed when we are interrupted).
+RAY_WAIT_TAG = "bootstrap-ray-wait"
+#: `sh -c KILL_TAGGED sh TAG`: kill every process whose command line contains TAG (but itself);
+#: /proc only, images need not have pkill.
+KILL_TAGGED = ('for p in /proc/[0-9]*; do [ "${p#/proc/}" = "$$" ] && continue; '
+               'case "$(tr "\\0" " " < "$p/cmdline" 2>/dev/null)" in *"$1"*) kill -9 "${p#/proc/}" 2>/dev/null;; esac; '
+               'done; exit 0')
 
 
 class Session:
@@ -112,25 +133,33 @@ class Session:
 
     def __init__(self, inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
                  reporter: Reporter | None = None, clock: Callable[[], float] = time.monotonic,
-                 accept_new_host_keys: bool | None = None):
+                 accept_new_host_keys: bool | None = None, settings: SSHSettings | None = None):
         self.inv = inv
         self.parallel = parallel
         self.reporter = reporter or NullReporter()
         self.clock = clock
-        settings = inv.cluster.ssh
+        settings = settings or inv.cluster.ssh
         if accept_new_host_keys is not None:
             from dataclasses import replace
             settings = replace(settings, accept_new_host_keys=accept_new_host_keys)
+        self.settings = settings
         self.ssh = {h.name: SSHHost(h, settings) for h in inv.hosts}
         self.timings = Timings()
+        #: Set on Ctrl-C / SIGTERM: no new per-host work starts.
+        self.cancel = threading.Event()
+        self.current_stage = ""
+        self._lock: HeldLock | None = None
 
     # -- helpers ----------------------------------------------------------------------------
     def stage(self, stage: str, hosts: Iterable[Host], fn: Callable[[Host], object], *,
               strict: bool = True) -> dict:
         hosts = list(hosts)
         t0 = self.clock()
+        self.current_stage = stage
 
         def wrapped(h: Host):
+            if self.cancel.is_set():
+                raise KeyboardInterrupt
             self.reporter.event(h.name, stage, "start")
             t = self.clock()
             try:
@@ -149,8 +178,41 @@ class Session:
             self.timings.add(stage, self.clock() - t0)
 
     def close(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
         for s in self.ssh.values():
             s.close()
+
+    def lock(self, command: str, *, wait: float = 0.0) -> None:
+        """Take the cluster lock on the head host for this session (see SSHHost.acquire_lock)."""
+        head = self.inv.head
+        holder = (f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()} "
+                  f"`bootstrap {command}` since {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
+        t0 = self.clock()
+        self.current_stage = "lock"
+        self.reporter.event(head.name, "lock", "start")
+        self._lock = self.ssh[head.name].acquire_lock(
+            lock_path(self.inv), holder, wait=wait,
+            on_wait=lambda who: self.reporter.event(head.name, "lock", "waiting", f"held by {who}"))
+        self.reporter.event(head.name, "lock", "done", f"{self.clock() - t0:.1f}s")
+        self.timings.add("lock", self.clock() - t0)
+
+    def exposure_warnings(self, *, vllm_listen: str | None = None) -> list[str]:
+        """Services on the head a public address would reach (the dashboard; vLLM when given)."""
+        from . import exposure
+
+        head = self.inv.head
+        r = self.ssh[head.name].run(F.addresses_cmd(), timeout=30, check=False)
+        found = exposure.warnings(self.inv, {head.name: F.parse_addresses(r.stdout)}, vllm_listen=vllm_listen)
+        for w in found:
+            self.reporter.event(head.name, "exposure", "warning", w)
+        return found
+
+    def host_facts(self, h: Host) -> F.HostFacts:
+        c = self.inv.cluster
+        return F.gather(self.ssh[h.name], container=c.container_name, image=c.image,
+                        want_gpus=c.accelerator == "gpu")
 
     def __enter__(self) -> "Session":
         return self
@@ -163,18 +225,14 @@ class Session:
                           strict=strict)
 
     def gather(self, hosts: Iterable[Host] | None = None) -> dict[str, F.HostFacts]:
-        c = self.inv.cluster
-        want = c.accelerator == "gpu"
-        return self.stage("facts", hosts or self.inv.hosts,
-                          lambda h: F.gather(self.ssh[h.name], container=c.container_name,
-                                             image=c.image, want_gpus=want))
+        return self.stage("facts", hosts or self.inv.hosts, self.host_facts)
 
     # -- Ray --------------------------------------------------------------------------------
     def ray_view(self, expect: Sequence[Host], *, deadline: float, gpus: float = 0.0) -> RayView:
         head = self.inv.head
         c = self.inv.cluster
         args = ["--address", f"{head.ip}:{c.ports.ray_gcs}", "--expect", ",".join(h.ip for h in expect),
-                "--gpus", str(gpus), "--deadline", str(deadline)]
+                "--gpus", str(gpus), "--deadline", str(deadline), "--tag", RAY_WAIT_TAG]
         r = self.ssh[head.name].run_with_input(exec_python_argv(c.container_name, args),
                                                [check_script("ray_nodes.py")],
                                                timeout=deadline + 60, check=False)
@@ -241,69 +299,160 @@ def local_image_id(image: str) -> str | None:
 
 def up(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None,
        dry_run: bool = False, load_image: bool | None = None, pull: bool = False,
-       wait: float = 180.0, accept_new_host_keys: bool | None = None) -> UpResult:
-    load = inv.cluster.load_image if load_image is None else load_image
-    image = inv.cluster.image
+       wait: float = 180.0, accept_new_host_keys: bool | None = None, allow_partial: bool = False,
+       lock_wait: float = 0.0) -> UpResult:
+    """Bring the cluster up. Ctrl-C / SIGTERM stops the remote work and raises
+    :class:`Interrupted` with the state each host is in (a re-run continues from there)."""
     with Session(inv, parallel=parallel, reporter=reporter,
                  accept_new_host_keys=accept_new_host_keys) as sess:
-        sess.connect()
-        facts = sess.gather()
-        gpus = inv.gpus_per_node if inv.cluster.accelerator == "gpu" else None
-        sess.stage("preflight", inv.hosts, lambda h: F.check_preflight(h.name, facts[h.name], want_gpus=gpus))
-        if dry_run:
-            return UpResult(plan_up(inv, facts), None, sess.timings, changed=False, dry_run=True)
+        try:
+            return _up(sess, dry_run=dry_run, load_image=load_image, pull=pull, wait=wait,
+                       allow_partial=allow_partial, lock_wait=lock_wait)
+        except KeyboardInterrupt:
+            raise interrupted(sess, "up") from None
 
-        # Image distribution: only where the image is missing (or --pull / a different local ID).
-        if load:
-            want_id = local_image_id(image)
-            if want_id is None:
-                raise PreflightFailed("localhost", f"image {image} is not in this machine's Docker",
-                                      f"docker pull {image} (or build it) here before --load-image")
-            todo = [h for h in inv.hosts if facts[h.name].image_id != want_id]
-            if todo:
-                _load_image(sess, todo, image)
-        else:
-            todo = [h for h in inv.hosts if pull or facts[h.name].image_id is None]
-            if todo:
-                sess.stage("pull", todo, lambda h: _pull(sess.ssh[h.name], image))
+
+def _usable(sess: Session, stage: str, results: Mapping[str, object], allow_partial: bool,
+            skipped: dict[str, BaseException]) -> None:
+    """--allow-partial: set failed workers aside (named in the result); the head is never optional."""
+    failed = {n: r for n, r in results.items() if isinstance(r, BaseException)}
+    if not failed:
+        return
+    if not allow_partial or sess.inv.head.name in failed:
+        raise GroupError(stage, dict(results))
+    skipped.update(failed)
+
+
+def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wait: float,
+        allow_partial: bool, lock_wait: float) -> UpResult:
+    full = sess.inv
+    load = full.cluster.load_image if load_image is None else load_image
+    image = full.cluster.image
+    skipped: dict[str, BaseException] = {}
+    _usable(sess, "connect", sess.connect(strict=False), allow_partial, skipped)
+    # One `up`/`down` at a time per cluster: the lock lives on the head, taken before any fact
+    # is read (the plan depends on them) and held until we return or die.
+    if not dry_run:
+        sess.lock("up", wait=lock_wait)
+    live = [h for h in full.hosts if h.name not in skipped]
+    facts = sess.stage("facts", live, sess.host_facts, strict=False)
+    _usable(sess, "facts", facts, allow_partial, skipped)
+    gpus = full.gpus_per_node if full.cluster.accelerator == "gpu" else None
+    live = [h for h in live if h.name not in skipped]
+    pre = sess.stage("preflight", live, lambda h: F.check_preflight(h.name, facts[h.name], want_gpus=gpus),
+                     strict=False)
+    _usable(sess, "preflight", pre, allow_partial, skipped)
+    if skipped:
+        from dataclasses import replace
+        sess.inv = inv = replace(full, hosts=tuple(h for h in full.hosts if h.name not in skipped))
+        for n, exc in skipped.items():
+            sess.reporter.event(n, "skipped", "failed", f"--allow-partial: left as it is ({exc})")
+    inv = sess.inv
+    facts = {h.name: facts[h.name] for h in inv.hosts}
+    warns = sess.exposure_warnings() if inv.cluster.runtime == "ray" else []
+    if dry_run:
+        return UpResult(plan_up(inv, facts), None, sess.timings, changed=False, dry_run=True,
+                        skipped=_reasons(skipped), warnings=warns)
+
+    # Image distribution: only where the image is missing (or --pull / a different local ID).
+    if load:
+        want_id = local_image_id(image)
+        if want_id is None:
+            raise PreflightFailed("localhost", f"image {image} is not in this machine's Docker",
+                                  f"docker pull {image} (or build it) here before --load-image")
+        todo = [h for h in inv.hosts if facts[h.name].image_id != want_id]
         if todo:
-            ids = sess.stage("image-id", todo, lambda h: sess.ssh[h.name].run(F.image_id_cmd(image)).stdout.strip())
-            from dataclasses import replace
-            facts = {n: replace(f, image_id=ids.get(n, f.image_id)) for n, f in facts.items()}
+            _load_image(sess, todo, image)
+    else:
+        todo = [h for h in inv.hosts if pull or facts[h.name].image_id is None]
+        if todo:
+            sess.stage("pull", todo, lambda h: _pull(sess.ssh[h.name], image))
+    if todo:
+        ids = sess.stage("image-id", todo, lambda h: sess.ssh[h.name].run(F.image_id_cmd(image)).stdout.strip())
+        from dataclasses import replace
+        facts = {n: replace(f, image_id=ids.get(n, f.image_id)) for n, f in facts.items()}
 
-        actions = plan_up(inv, facts)
-        ray = inv.cluster.runtime == "ray"
-        if ray and actions[0].action == "keep":
-            # Containers can run while Ray has lost their node (a partition, a raylet that died):
-            # restart what Ray does not list as alive.
-            t0 = sess.clock()
-            view = sess.ray_view(inv.hosts, deadline=0)
-            sess.timings.add("ray-members", sess.clock() - t0)
-            actions = with_ray_members(inv, actions, set(view.missing))
-        changing = [a for a in actions if a.action != "keep"]
-        if changing and ray:
-            # `ray` must be in the image: check once per distinct image ID, before any change.
-            by_id: dict[str, str] = {}
-            for a in changing:
-                by_id.setdefault(facts[a.host].image_id or "", a.host)
-            sess.stage("ray-in-image", [inv.host(n) for n in by_id.values()],
-                       lambda h: _check_ray(sess.ssh[h.name], image))
+    actions = plan_up(inv, facts)
+    ray = inv.cluster.runtime == "ray"
+    if ray and actions[0].action == "keep":
+        # Containers can run while Ray has lost their node (a partition, a raylet that died):
+        # restart what Ray does not list as alive.
+        t0 = sess.clock()
+        view = sess.ray_view(inv.hosts, deadline=0)
+        sess.timings.add("ray-members", sess.clock() - t0)
+        actions = with_ray_members(inv, actions, set(view.missing))
+    changing = [a for a in actions if a.action != "keep"]
+    if changing and ray:
+        # `ray` must be in the image: check once per distinct image ID, before any change.
+        by_id: dict[str, str] = {}
+        for a in changing:
+            by_id.setdefault(facts[a.host].image_id or "", a.host)
+        sess.stage("ray-in-image", [inv.host(n) for n in by_id.values()],
+                   lambda h: _check_ray(sess.ssh[h.name], image))
 
-        head = actions[0]
-        if head.action != "keep":
-            sess.stage("start-head", [inv.head], lambda h: sess.start_container(head))
-            if ray:
-                sess.wait_for_ray([inv.head], deadline=wait, stage="head-ready")
-        workers = [a for a in actions[1:] if a.action != "keep"]
-        if workers:
-            by_host = {a.host: a for a in workers}
-            sess.stage("start-workers", [inv.host(a.host) for a in workers],
-                       lambda h: sess.start_container(by_host[h.name]))
-        if not ray:
-            sess.stage("running", inv.hosts, lambda h: _running(sess, h))
-            return UpResult(actions, None, sess.timings, changed=bool(changing))
-        view = sess.wait_for_ray(inv.hosts, deadline=wait, stage="ray-ready")
-        return UpResult(actions, view, sess.timings, changed=bool(changing))
+    head = actions[0]
+    if head.action != "keep":
+        sess.stage("start-head", [inv.head], lambda h: sess.start_container(head))
+        if ray:
+            sess.wait_for_ray([inv.head], deadline=wait, stage="head-ready")
+    workers = [a for a in actions[1:] if a.action != "keep"]
+    if workers:
+        by_host = {a.host: a for a in workers}
+        sess.stage("start-workers", [inv.host(a.host) for a in workers],
+                   lambda h: sess.start_container(by_host[h.name]))
+    if not ray:
+        sess.stage("running", inv.hosts, lambda h: _running(sess, h))
+        return UpResult(actions, None, sess.timings, changed=bool(changing), skipped=_reasons(skipped),
+                        warnings=warns)
+    view = sess.wait_for_ray(inv.hosts, deadline=wait, stage="ray-ready")
+    return UpResult(actions, view, sess.timings, changed=bool(changing), skipped=_reasons(skipped),
+                    warnings=warns)
+
+
+def _reasons(skipped: Mapping[str, BaseException]) -> dict[str, str]:
+    return {n: str(e) for n, e in skipped.items()}
+
+
+def interrupted(sess: Session, command: str) -> Interrupted:
+    """After Ctrl-C / SIGTERM: stop remote work, then report what state each host is in.
+
+    Closing our connections ends every command in flight (long ones run with ``hangup``, so the
+    remote side is terminated too) and releases the cluster lock. A second, short-lived session
+    then reads each host's container and image and says what a re-run would still do there.
+    """
+    stage = sess.current_stage
+    sess.cancel.set()
+    sess.close()
+    inv = sess.inv
+    from dataclasses import replace
+    quick = replace(sess.settings, connect_timeout=min(5.0, sess.settings.connect_timeout), connect_retries=0)
+    states: dict[str, str] = {}
+    with Session(inv, parallel=sess.parallel, settings=quick) as look:
+        conn = look.connect(strict=False)
+        ok = [h for h in inv.hosts if not isinstance(conn.get(h.name), BaseException)]
+        if inv.head in ok and inv.cluster.runtime == "ray":
+            # the Ray poller we piped into the head container would otherwise run to its deadline
+            look.ssh[inv.head.name].run(("docker", "exec", inv.cluster.container_name, "sh", "-c", KILL_TAGGED,
+                                         "sh", RAY_WAIT_TAG), timeout=10, check=False)
+        got = look.stage("facts", ok, look.host_facts, strict=False)
+        facts = {n: f for n, f in got.items() if isinstance(f, F.HostFacts)}
+        actions = {a.host: a for a in plan_up(inv, facts)}
+        for h in inv.hosts:
+            f = facts.get(h.name)
+            if f is None:
+                why = conn.get(h.name) if isinstance(conn.get(h.name), BaseException) else got.get(h.name)
+                states[h.name] = f"unknown: {why}"
+                continue
+            a = actions[h.name]
+            c = f.container
+            if a.action == "keep" and c is not None:
+                states[h.name] = "done: container running with the planned spec"
+            elif c is None:
+                img = "image present" if f.image_id else "image not present yet"
+                states[h.name] = f"not started: no container, {img}"
+            else:
+                states[h.name] = f"to redo: container {c.status} ({a.reason})"
+    return Interrupted(command, stage, states)
 
 
 def _running(sess: Session, h: Host) -> None:
@@ -330,7 +479,7 @@ def with_ray_members(inv: Inventory, actions: Sequence[HostAction], missing_ips:
 
 def _pull(ssh: SSHHost, image: str) -> None:
     try:
-        ssh.run(("docker", "pull", "--quiet", image), timeout=ssh.settings.command_timeout)
+        ssh.run(("docker", "pull", "--quiet", image), timeout=ssh.settings.command_timeout, hangup=True)
     except CommandFailed as exc:
         low = exc.output_tail.lower()
         if "no space left" in low:
@@ -431,15 +580,20 @@ class DownResult:
 
 
 def down(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
-         reporter: Reporter | None = None) -> DownResult:
+         reporter: Reporter | None = None, lock_wait: float = 0.0) -> DownResult:
     """`ray stop` then remove the container on every host: workers first, then the head.
 
-    An unreachable host is named in the error; every other host is still torn down.
+    An unreachable host is named in the error; every other host is still torn down. The cluster
+    lock is taken on the head (not possible when the head is the unreachable one).
     """
     name = inv.cluster.container_name
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         conn = sess.connect(strict=False)
         reachable = [h for h in inv.hosts if not isinstance(conn.get(h.name), BaseException)]
+        if inv.head in reachable:
+            sess.lock("down", wait=lock_wait)
+        else:
+            sess.reporter.event(inv.head.name, "lock", "failed", "head unreachable: tearing down without the lock")
 
         def teardown(h: Host) -> bool:
             s = sess.ssh[h.name]

@@ -24,6 +24,8 @@ class ExitStatus(enum.IntEnum):
     PREFLIGHT = 3
     #: A deadline passed (Ray did not report every node in time).
     TIMEOUT = 4
+    #: Another `up`/`down` holds the cluster lock on the head host. Nothing was changed.
+    LOCKED = 5
     #: Interrupted by Ctrl-C / SIGTERM.
     INTERRUPTED = 130
 
@@ -151,3 +153,20 @@ class GroupError(BootstrapError):
         first = "; ".join(str(e) for _, e in sorted(fails.items())[:3])
         more = f" (+{len(fails) - 3} more)" if len(fails) > 3 else ""
         return f"{self.stage} failed on {len(fails)} of {len(self.results)} host(s) [{names}]: {first}{more}"
+
+
+@dataclass
+class Interrupted(BootstrapError):
+    """Ctrl-C / SIGTERM: remote work stopped; carries the state each host was left in."""
+
+    command: str
+    stage: str
+    states: Mapping[str, str] = field(default_factory=dict)
+    exit_status = ExitStatus.INTERRUPTED
+
+    def __post_init__(self) -> None:
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return (f"interrupted during {self.stage or 'start-up'}: remote work stopped; "
+                f"run `bootstrap {self.command}` again to continue from the state below")

@@ -102,6 +102,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
     notes: list[str] = []
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         sess.connect()
+        notes += [w for w in sess.exposure_warnings(vllm_listen=host_bind) if "vLLM" in w]
         states = sess.stage("inspect", order, lambda h: F.parse_container_inspect(
             sess.ssh[h.name].run(F.container_inspect_cmd(name), timeout=30, check=False).stdout))
         down = [h.name for h in order if not (states.get(h.name) and states[h.name].running)]

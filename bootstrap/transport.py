@@ -6,6 +6,7 @@ known_hosts by default; trusting a new key is opt-in and a changed key is always
 """
 from __future__ import annotations
 
+import errno
 import os
 import secrets as _secrets
 import select
@@ -20,7 +21,7 @@ from typing import BinaryIO, Callable, Iterable, Sequence
 import paramiko
 from fabric import Config, Connection
 
-from .errors import CommandFailed, HostUnreachable
+from .errors import BootstrapError, CommandFailed, ExitStatus, HostUnreachable
 from .model import Host, SSHSettings
 
 Argv = Sequence[str]
@@ -159,6 +160,11 @@ class SSHHost:
                     last = exc
                 except (OSError, socket.timeout, EOFError) as exc:
                     last = exc
+                    if not _transient(exc):
+                        # Nobody answered within connect_timeout (or there is no route): retrying
+                        # would only multiply the wait. Refused/reset (sshd restarting) is retried.
+                        conn.close()
+                        break
                 conn.close()
                 if attempt + 1 < attempts:
                     self._sleep(delay)
@@ -166,7 +172,8 @@ class SSHHost:
             reason = str(last) or type(last).__name__
             if isinstance(last, (socket.timeout, TimeoutError)):
                 reason = f"timed out after {self.settings.connect_timeout:g}s"
-            raise HostUnreachable(self.name, f"{self.host.ssh.address}: {reason} ({attempts} attempts)",
+            tries = f" ({attempt + 1} attempts)" if attempt else ""
+            raise HostUnreachable(self.name, f"{self.host.ssh.address}: {reason}{tries}",
                                   "is the host up and sshd listening? check address/port/jump")
 
     @property
@@ -183,8 +190,15 @@ class SSHHost:
 
     # -- commands ---------------------------------------------------------------------------
     def run(self, argv: Argv, *, timeout: float | None = None, check: bool = True,
-            display: str | None = None) -> Result:
-        """Run one command (stdin at EOF). ``display`` replaces the command line in errors."""
+            display: str | None = None, hangup: bool = False) -> Result:
+        """Run one command (stdin at EOF). ``display`` replaces the command line in errors.
+
+        ``hangup``: the remote command is killed (SIGTERM) as soon as this channel closes, e.g.
+        when we are interrupted or the connection drops; use it for long work such as a pull.
+        """
+        if hangup:
+            return self._exec(("sh", "-c", _HANGUP, "sh", *argv), (), timeout=timeout, check=check,
+                              display=display or shlex.join(argv), keep_stdin=True)
         return self._exec(argv, (), timeout=timeout, check=check, display=display)
 
     def run_with_input(self, argv: Argv, chunks: Iterable[bytes], *, timeout: float | None = None,
@@ -193,7 +207,7 @@ class SSHHost:
         return self._exec(argv, chunks, timeout=timeout, check=check)
 
     def _exec(self, argv: Argv, chunks: Iterable[bytes], *, timeout: float | None, check: bool,
-              display: str | None = None) -> Result:
+              display: str | None = None, keep_stdin: bool = False) -> Result:
         cmd = shlex.join(argv)
         shown = display or cmd
         timeout = self.settings.command_timeout if timeout is None else timeout
@@ -209,7 +223,8 @@ class SSHHost:
             chan.exec_command(cmd)
             for chunk in chunks:
                 chan.sendall(chunk)
-            chan.shutdown_write()
+            if not keep_stdin:
+                chan.shutdown_write()
             chan.settimeout(0.0)
             while True:
                 got = False
@@ -224,6 +239,8 @@ class SSHHost:
                     break
                 if time.monotonic() > deadline:
                     raise socket.timeout()
+                if not got and (chan.closed or not (chan.get_transport() and chan.get_transport().is_active())):
+                    raise EOFError("the SSH connection was closed")  # close() from another thread
                 if not got:
                     select.select([chan], [], [], 0.02)
             code = chan.recv_exit_status()
@@ -293,6 +310,47 @@ class SSHHost:
         finally:
             chan.close()
 
+    def acquire_lock(self, path: str, holder: str, *, wait: float = 0.0,
+                     on_wait: Callable[[str], None] | None = None) -> "HeldLock":
+        """Take an exclusive lock on this host (flock on ``path``), held until release() or until
+        this process ends (the remote holder exits when our channel closes, even after a crash).
+
+        Raises :class:`LockBusy` naming the holder when it is not free within ``wait`` seconds.
+        """
+        chan = self.conn.transport.open_session(timeout=self.settings.connect_timeout)
+        chan.exec_command(shlex.join(("sh", "-c", _LOCK, "bootstrap-lock", path, f"{max(0.0, wait):g}", holder)))
+        deadline = time.monotonic() + max(0.0, wait) + self.settings.connect_timeout + 10
+        buf, holder_seen = b"", ""
+        try:
+            while True:
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    word = line.decode(errors="replace").strip()
+                    if word == "LOCKED":
+                        return HeldLock(self.name, path, chan)
+                    if word == "WAITING":
+                        continue
+                    if word in ("NOFLOCK", "NOFILE"):
+                        raise CommandFailed(self.name, f"lock {path}", None,
+                                            hint="flock (util-linux) is needed on the head host" if word == "NOFLOCK"
+                                            else f"cannot open {path}")
+                    holder_seen = holder_seen or word
+                    if on_wait and holder_seen == word:
+                        on_wait(word)
+                if chan.exit_status_ready() and not chan.recv_ready():
+                    raise LockBusy(self.name, path, holder_seen, wait)
+                if time.monotonic() > deadline:
+                    raise LockBusy(self.name, path, holder_seen, wait)
+                r, _, _ = select.select([chan], [], [], 0.2)
+                if r or chan.recv_ready():
+                    data = chan.recv(4096)
+                    if not data and chan.exit_status_ready():
+                        raise LockBusy(self.name, path, holder_seen, wait)
+                    buf += data
+        except BaseException:
+            chan.close()
+            raise
+
     def put_private_file(self, content: bytes) -> str:
         """Write ``content`` to a new file only the login user can read (mode 0600); return its path."""
         sftp = self.conn.sftp()
@@ -307,6 +365,51 @@ class SSHHost:
             self.conn.sftp().remove(path)
         except OSError:
             pass
+
+
+class HeldLock:
+    def __init__(self, host: str, path: str, chan: paramiko.Channel) -> None:
+        self.host, self.path, self._chan = host, path, chan
+
+    def release(self) -> None:
+        self._chan.close()
+
+
+class LockBusy(BootstrapError):
+    exit_status = ExitStatus.LOCKED
+
+    def __init__(self, host: str, path: str, holder: str, waited: float) -> None:
+        self.host, self.path, self.holder = host, path, holder
+        who = f"held by {holder}" if holder else "held by another run"
+        waited_s = f" after waiting {waited:g}s" if waited else ""
+        super().__init__(f"{host}: the cluster lock {path} is {who}{waited_s}; nothing was changed -- "
+                         "wait for that run to finish, or pass --lock-wait SECONDS to queue behind it")
+
+
+def _transient(exc: BaseException) -> bool:
+    """Worth another connect attempt: refused/reset/closed early (sshd restarting or over its
+    MaxStartups), not a timeout or a missing route (the host is down: retrying only adds waits)."""
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return False
+    if isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN):
+        return False
+    if isinstance(exc, socket.gaierror):
+        return False
+    return True
+
+
+# `sh -c _HANGUP sh CMD...`: run CMD with stdin from /dev/null while a watcher reads the channel's
+# stdin (saved as fd 3); when the channel closes the watcher sees EOF and terminates CMD.
+_HANGUP = ('exec 3<&0; "$@" 3<&- </dev/null & c=$!; '
+           '{ cat <&3 >/dev/null 2>&1; kill -TERM "$c" 2>/dev/null; } >/dev/null 2>&1 & w=$!; '
+           'exec 3<&-; wait "$c"; rc=$?; kill "$w" 2>/dev/null; exit "$rc"')
+
+# Held while the channel stays open: flock on fd 9 (util-linux), the holder written into the
+# file (world-readable; only the owner writes). Prints LOCKED, or BUSY and the holder, exit 75.
+_LOCK = ('command -v flock >/dev/null 2>&1 || { echo NOFLOCK; exit 71; }; f="$1"; '
+         '[ -e "$f" ] || (umask 022; : >>"$f") 2>/dev/null; exec 9<"$f" || { echo NOFILE; exit 70; }; '
+         'if ! flock -n 9; then echo WAITING; cat "$f"; flock -w "$2" 9 || exit 75; fi; '
+         '[ -O "$f" ] && printf "%s\\n" "$3" >"$f"; echo LOCKED; exec cat >/dev/null 2>&1')
 
 
 def stream_file(fh: BinaryIO, chunk: int = STREAM_CHUNK) -> Iterable[bytes]:

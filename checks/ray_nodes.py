@@ -66,6 +66,7 @@ def main(argv=None):
     p.add_argument("--gpus", type=float, default=0, help="GPUs each expected node must report")
     p.add_argument("--deadline", type=float, default=0, help="seconds; 0 = report once and exit")
     p.add_argument("--interval", type=float, default=0.1)
+    p.add_argument("--tag", default="", help="a marker in our command line (to find and stop us)")
     a = p.parse_args(argv)
     expect = [x for x in a.expect.split(",") if x]
     start = time.monotonic()

@@ -9,7 +9,7 @@ import pytest
 
 from bootstrap.errors import CommandFailed, HostUnreachable
 from bootstrap.model import Host, SSHSettings, SSHTarget
-from bootstrap.transport import SSHHost
+from bootstrap.transport import LockBusy, SSHHost
 from sshd import SSHD, keygen, start_sshd
 
 pytestmark = pytest.mark.skipif(not os.path.exists(SSHD), reason="needs openssh-server (scripts/dev-setup.sh installs it)")
@@ -134,3 +134,105 @@ def test_stream_out_pipes_one_command_into_another(sshd, tmp_path):
     with pytest.raises(CommandFailed):
         list(s.stream_out(["sh", "-c", "echo partial; exit 3"]))
     s.close()
+
+
+# -- the cluster lock and hang-up of long commands ----------------------------------------------
+def test_lock_is_exclusive_names_the_holder_and_is_released(sshd, tmp_path):
+    kh = known(tmp_path, sshd)
+    path = str(tmp_path / "cluster.lock")
+    a, b = make(sshd, kh), make(sshd, kh)
+    held = a.acquire_lock(path, "alice@ctl pid 1 `bootstrap up`")
+    try:
+        with pytest.raises(LockBusy, match=r"held by alice@ctl pid 1 `bootstrap up`") as ei:
+            b.acquire_lock(path, "bob@ctl pid 2 `bootstrap down`")
+        assert ei.value.exit_status == 5
+    finally:
+        held.release()
+    # released: the next taker gets it at once
+    t = time.monotonic()
+    b.acquire_lock(path, "bob@ctl pid 2", wait=10).release()
+    assert time.monotonic() - t < 5
+
+
+def test_lock_waits_for_the_holder_when_asked(sshd, tmp_path):
+    import threading
+
+    kh = known(tmp_path, sshd)
+    path = str(tmp_path / "cluster.lock")
+    a, b = make(sshd, kh), make(sshd, kh)
+    held = a.acquire_lock(path, "first")
+    seen = []
+    threading.Timer(1.5, held.release).start()
+    t = time.monotonic()
+    b.acquire_lock(path, "second", wait=20, on_wait=seen.append).release()
+    waited = time.monotonic() - t
+    assert seen == ["first"]
+    assert 1.0 < waited < 15
+
+
+def test_lock_is_released_when_the_holder_connection_dies(sshd, tmp_path):
+    kh = known(tmp_path, sshd)
+    path = str(tmp_path / "cluster.lock")
+    a, b = make(sshd, kh), make(sshd, kh)
+    a.acquire_lock(path, "crashed run")
+    a.conn.transport.sock.close()  # like a killed process: no release(), the socket just goes
+    b.acquire_lock(path, "next", wait=10).release()
+
+
+def test_hangup_terminates_the_remote_command_when_the_channel_closes(sshd, tmp_path):
+    import threading
+
+    kh = known(tmp_path, sshd)
+    marker = tmp_path / "still-running"
+    s = make(sshd, kh)
+    script = f"trap 'exit 143' TERM; for i in $(seq 100); do sleep 0.1; done; touch {marker}"
+    err = []
+
+    def run():
+        try:
+            s.run(("sh", "-c", script), hangup=True, timeout=30)
+        except Exception as exc:  # noqa: BLE001 - the connection is closed under it
+            err.append(exc)
+
+    th = threading.Thread(target=run)
+    th.start()
+    time.sleep(1.0)
+    s.close()  # what an interrupted `up` does
+    th.join(10)
+    time.sleep(11)  # the command would have finished after 10 s
+    assert not marker.exists()
+    assert err
+
+
+def test_hangup_keeps_exit_code_and_output(sshd, tmp_path):
+    s = make(sshd, known(tmp_path, sshd))
+    r = s.run(("sh", "-c", "echo out; echo err >&2; exit 7"), hangup=True, check=False, timeout=20)
+    assert (r.exit_code, r.stdout, r.stderr) == (7, "out\n", "err\n")
+    assert s.run(("echo", "$(touch /tmp/pwned-hangup)"), hangup=True).stdout == "$(touch /tmp/pwned-hangup)\n"
+    assert not Path("/tmp/pwned-hangup").exists()
+
+
+def test_unreachable_host_fails_within_the_connect_timeout_without_retrying(tmp_path):
+    # TEST-NET-1 is never routed: a timeout must not be retried (connect_retries only covers
+    # refused/reset), so the whole failure costs one connect_timeout.
+    host = Host("gone", SSHTarget("192.0.2.1", user="root", port=22), ip="192.0.2.1", role="head")
+    s = SSHHost(host, SSHSettings(connect_timeout=2, connect_retries=3))
+    t = time.monotonic()
+    with pytest.raises(HostUnreachable, match="gone"):
+        s.connect()
+    assert time.monotonic() - t < 2 * 2
+
+
+def test_refused_connection_is_retried(tmp_path):
+    import socket as so
+
+    sock = so.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens: connection refused
+    slept = []
+    host = Host("down", SSHTarget("127.0.0.1", user="root", port=port), ip="127.0.0.1", role="head")
+    s = SSHHost(host, SSHSettings(connect_timeout=2, connect_retries=2), sleep=slept.append)
+    with pytest.raises(HostUnreachable, match=r"3 attempts"):
+        s.connect()
+    assert slept == [0.5, 1.0]
