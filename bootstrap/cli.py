@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import apply as A
+from . import serveplan as P
 from .errors import BootstrapError, ExitStatus, GroupError, UsageError
 from .fanout import DEFAULT_PARALLEL
 
@@ -82,6 +83,103 @@ def _run(fn):
         sys.exit(int(ExitStatus.INTERRUPTED))
 
 
+PROG = "bootstrap"
+
+
+def _param_name(param: click.Parameter) -> str:
+    if isinstance(param, click.Option):
+        return max(param.opts, key=len)
+    return param.human_readable_name
+
+
+def _usage_line(e: click.ClickException) -> str:
+    """`up: --parallel: 0 is not in the range 1<=x<=1024 (bootstrap up --help)`: the command, the
+    option or argument, the value and what to read; one line whatever click's message was."""
+    names: list[str] = []
+    ctx = getattr(e, "ctx", None)
+    while ctx is not None and ctx.parent is not None:
+        names.insert(0, ctx.info_name or "")
+        ctx = ctx.parent
+    if isinstance(e, click.BadParameter) and not isinstance(e, click.MissingParameter) and (
+            e.param is not None or e.param_hint):
+        hint = e.param_hint if isinstance(e.param_hint, str) else _param_name(e.param)
+        msg = f"{hint}: {e.message}"
+    else:
+        msg = e.format_message()
+    msg = "; ".join(ln.strip() for ln in msg.splitlines() if ln.strip()).rstrip(".")
+    where = f"{' '.join(names)}: " if names else ""
+    return f"{where}{msg} ({' '.join([PROG, *names, '--help'])})"
+
+
+class _KnowsCommand:
+    """Usage errors from click's parser carry no context: give them this command's, so the line
+    names the command (`up: Option '--parallel' requires an argument`)."""
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:
+            if e.ctx is None:
+                e.ctx = ctx
+            raise
+
+
+class _Command(_KnowsCommand, click.Command):
+    pass
+
+
+class _Main(_KnowsCommand, click.Group):
+    """The root command: click's usage errors (bad value, missing argument, unknown option or
+    command) become one line on stderr and exit 2, like every other error here. Its commands and
+    groups (`sandbox`) are of the same kind."""
+
+    command_class = _Command
+    group_class = type
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            rv = super().main(args, prog_name or PROG, complete_var, False, **extra)
+        except click.exceptions.NoArgsIsHelpError as e:  # a bare group: its help, as click does
+            e.show()
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            err.print(f"[red]error:[/] {_escape(_usage_line(e))}")
+            sys.exit(int(ExitStatus.BAD_INPUT) if isinstance(e, click.UsageError) else e.exit_code)
+        except click.Abort:
+            err.print("[yellow]interrupted[/]")
+            sys.exit(int(ExitStatus.INTERRUPTED))
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+class _Seconds(click.ParamType):
+    """A finite number of seconds > 0."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not (0 < v < float("inf")):
+            self.fail(f"{value} is not a positive number of seconds", param, ctx)
+        return v
+
+
+SECONDS = _Seconds()
+
+
+def _nonempty(ctx, param, value):
+    """An option that, when given, must not be blank."""
+    if value is not None and not value.strip():
+        raise click.BadParameter(f"{value!r} is empty", ctx, param)
+    return value
+
+
 inventory_option = click.option(
     "-i", "--inventory", "inventory", type=click.Path(dir_okay=False), default=None,
     help="Inventory file (native or Ansible YAML). Default: $BOOTSTRAP_INVENTORY or ./hosts.yaml.")
@@ -91,7 +189,7 @@ parallel_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON document on stdout.")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="bootstrap-vllm")
 def main() -> None:
     """Turn GPU machines reachable over SSH and running Docker into one vLLM/Ray cluster.
@@ -169,7 +267,7 @@ def plan(inventory, as_json):
 @click.option("--load-image", is_flag=True, default=None,
               help="Stream the image from this machine (docker save | ssh docker load) instead of pulling.")
 @click.option("--pull", is_flag=True, help="Pull the image on every host even when present (picks up a moved tag).")
-@click.option("--wait", type=float, default=180.0, show_default=True,
+@click.option("--wait", type=SECONDS, default=180.0, show_default=True,
               help="Seconds to wait for Ray to report every node.")
 @click.option("--accept-new-host-keys", is_flag=True, default=None,
               help="Trust and record SSH host keys not yet known (changed keys are still refused).")
@@ -270,9 +368,11 @@ def down(inventory, parallel):
 @main.command("check-nccl")
 @inventory_option
 @parallel_option
-@click.option("--deadline", type=float, default=180.0, show_default=True,
+@click.option("--deadline", type=SECONDS, default=180.0, show_default=True,
               help="Seconds for the whole check; a node that does not answer in time is named.")
-@click.option("--sizes", default=None, help="Message sizes in bytes, comma-separated (default: a sweep).")
+@click.option("--sizes", default=None, callback=lambda ctx, param, v: _sizes(v),
+              help="Message sizes in bytes, comma-separated multiples of 4 (default: a sweep).")
+
 @click.option("--iters", type=click.IntRange(1, 1000), default=10, show_default=True)
 @click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
               help="auto: NCCL on GPUs, gloo on CPU clusters.")
@@ -328,6 +428,30 @@ def check_nccl(inventory, parallel, deadline, sizes, iters, backend, as_json):
         if not res.ok:
             sys.exit(int(ExitStatus.TIMEOUT if res.timed_out else ExitStatus.ERROR))
     _run(go)
+
+
+MAX_SIZE = 1 << 34
+
+
+def _sizes(value: str | None) -> str | None:
+    """`--sizes 1024,1048576`: whole numbers of bytes, multiples of 4 (float32), up to 16 GiB."""
+    if value is None:
+        return None
+    sizes = []
+    for part in value.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if not part.isdigit():
+            where = f" in {value!r}" if part != value.strip() else ""
+            raise click.BadParameter(f"{part!r}{where} is not a whole number of bytes")
+        n = int(part)
+        if n < 4 or n % 4 or n > MAX_SIZE:
+            raise click.BadParameter(f"{n} is not a positive multiple of 4 bytes (float32) up to {MAX_SIZE}")
+        sizes.append(n)
+    if not sizes:
+        raise click.BadParameter(f"no size in {value!r}")
+    return ",".join(map(str, sizes))
 
 
 def _print_findings(findings) -> None:
@@ -392,7 +516,8 @@ def logs(inventory, hosts, follow, tail):
         names = {h.name for h in inv.hosts}
         for h in hosts:
             if h not in names:
-                raise UsageError(f"unknown host {h!r} (hosts: {', '.join(sorted(names))})")
+                raise click.BadParameter(f"no host {h!r} in {inv.path} (hosts: {', '.join(sorted(names))})",
+                                         param_hint="HOSTS")
         width = max(len(h.name) for h in inv.hosts)
         lock = threading.Lock()
 
@@ -419,9 +544,10 @@ def logs(inventory, hosts, follow, tail):
               help="ray (default with cluster.runtime ray): the running Ray cluster; native (default with "
                    "runtime none): vLLM's own multi-node mode (--nnodes/--node-rank/--headless).")
 @click.option("--sync-model", is_flag=True, help="Copy the model directory from the head to nodes where it differs.")
-@click.option("--wait", type=float, default=900.0, show_default=True, help="Seconds to wait for /health and /v1/models.")
-@click.option("--listen", default=None, help="Address vLLM binds (default: the head's data-plane IP).")
-@click.option("--served-model-name", default=None)
+@click.option("--wait", type=SECONDS, default=900.0, show_default=True, help="Seconds to wait for /health and /v1/models.")
+@click.option("--listen", default=None, callback=lambda ctx, param, v: _listen(v),
+              help="Address vLLM binds (default: the head's data-plane IP).")
+@click.option("--served-model-name", default=None, callback=_nonempty)
 @click.option("--stop", is_flag=True, help="Stop serving; the Ray cluster keeps running.")
 @json_option
 def serve(inventory, parallel, model, extra, tp, pp, backend, sync_model, wait, listen, served_model_name, stop,
@@ -436,14 +562,20 @@ def serve(inventory, parallel, model, extra, tp, pp, backend, sync_model, wait, 
     """
     from . import serve as V
 
+    _serve_args(click.get_current_context(), model, extra, stop)
+
     def go():
         inv = _load(inventory)
+        if tp is not None or pp is not None:
+            try:
+                P.parallelism(len(inv.hosts), inv.gpus_per_node, tp, pp, accelerator=inv.cluster.accelerator)
+            except P.ServePlanError as exc:
+                raise click.UsageError(f"--tp/--pp: {exc}") from None
         if stop:
+
             V.stop(inv, parallel=parallel, reporter=LineReporter(quiet=as_json))
             out.print("stopped serving on every node; the Ray cluster is still up")
             return
-        if not model:
-            raise UsageError("serve needs a MODEL (a Hugging Face id or a path inside the containers), or --stop")
         try:
             res = V.serve(inv, model, tp=tp, pp=pp, backend=backend, extra=extra, sync_model=sync_model,
                           wait=wait, listen=listen, served_name=served_model_name, parallel=parallel,
@@ -472,18 +604,61 @@ def serve(inventory, parallel, model, extra, tp, pp, backend, sync_model, wait, 
     _run(go)
 
 
+def _listen(value: str | None) -> str | None:
+    import ipaddress
+    import re
+
+    if value is None:
+        return None
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?", value):
+            raise click.BadParameter(f"{value!r} is not an IP address or host name") from None
+    return value
+
+
+def _serve_args(ctx: click.Context, model: str | None, extra: tuple[str, ...], stop: bool) -> None:
+    """What serve can refuse from its arguments alone, before reading the inventory."""
+    if stop:
+        if model is not None or extra:
+            got = " ".join(a for a in (model, *extra) if a is not None)
+            raise click.UsageError(f"--stop takes no MODEL or vLLM arguments (got {got!r})")
+        return
+    if model is None:
+        raise click.UsageError("missing MODEL: a Hugging Face id (org/name) or an absolute path inside the "
+                               "containers, or --stop")
+    if model.startswith("-"):
+        raise click.UsageError(f"no such option: {model} (vLLM flags go after MODEL, or after --)")
+    try:
+        P.check_model_ref(model)
+    except P.ServePlanError as exc:
+        raise click.BadParameter(str(exc), ctx, param_hint="MODEL") from None
+    own = {o for p in ctx.command.params if isinstance(p, click.Option) for o in p.opts}
+    for arg in extra:
+        flag = arg.split("=", 1)[0]
+        if flag in own and flag != "--served-model-name":
+            raise click.UsageError(f"{flag} is an option of bootstrap serve, not of vLLM: put it before --")
+    try:
+        P.check_extra(extra)
+    except P.ServePlanError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 # -- bench ---------------------------------------------------------------------------------------
 @main.command()
 @inventory_option
-@click.option("--url", default=None, help="Endpoint to load (default: the inventory's head and vLLM port).")
-@click.option("--model", default=None, help="Model name (default: the first one /v1/models lists).")
-@click.option("--requests", "n_requests", type=click.IntRange(1, 100000), default=64, show_default=True)
+@click.option("--url", default=None, callback=lambda ctx, param, v: _url(v),
+              help="Endpoint to load (default: the inventory's head and vLLM port).")
+@click.option("--model", default=None, callback=_nonempty, help="Model name (default: the first one /v1/models lists).")
+@click.option("-n", "--requests", "n_requests", type=click.IntRange(1, 100000), default=64, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True)
 @click.option("--max-tokens", type=click.IntRange(1), default=64, show_default=True)
-@click.option("--prompt", default=None, help="Prompt text (default: a fixed paragraph).")
+@click.option("--prompt", default=None, callback=_nonempty, help="Prompt text (default: a fixed paragraph).")
 @click.option("--ignore-eos", is_flag=True, help="Always generate --max-tokens tokens (vLLM extension).")
-@click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds per request.")
-@click.option("--png", type=click.Path(dir_okay=False), default=None, help="Write latency histograms to this PNG.")
+@click.option("--timeout", type=SECONDS, default=120.0, show_default=True, help="Seconds per request.")
+@click.option("--png", type=click.Path(dir_okay=False), default=None, callback=lambda ctx, param, v: _png(v),
+              help="Write latency histograms to this PNG.")
 @json_option
 def bench(inventory, url, model, n_requests, concurrency, max_tokens, prompt, ignore_eos, timeout, png, as_json):
     """A bounded load of streaming completions: requests/s, tokens/s, TTFT/ITL/E2E percentiles.
@@ -516,6 +691,31 @@ def bench(inventory, url, model, n_requests, concurrency, max_tokens, prompt, ig
         if res.ok == 0:
             sys.exit(int(ExitStatus.ERROR))
     _run(go)
+
+
+def _url(value: str | None) -> str | None:
+    from . import bench as B
+
+    if value is not None:
+        try:
+            B.split_url(value)
+        except UsageError as exc:
+            raise click.BadParameter(str(exc).removeprefix("bench: ")) from None
+    return value
+
+
+def _png(value: str | None) -> str | None:
+    """Checked before the load runs, not after it: the folder exists and matplotlib is there."""
+    import importlib.util
+
+    if value is None:
+        return None
+    parent = Path(value).expanduser().parent
+    if not parent.is_dir():
+        raise click.BadParameter(f"{value!r}: no folder {str(parent)!r}")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise click.BadParameter("writing a PNG needs matplotlib: pip install matplotlib")
+    return value
 
 
 # -- sandbox -------------------------------------------------------------------------------------

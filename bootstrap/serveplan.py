@@ -114,23 +114,70 @@ def check_model_parallelism(config: Mapping[str, Any], par: Parallelism) -> None
 #: Flags the plan sets itself; passing them again in `extra` would silently override the plan
 #: (argparse keeps the last value), so they are refused there. Aliases from vLLM's arg_utils.py.
 _OWNED_RAY = ("--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp",
-              "--distributed-executor-backend", "--host", "--port", "--served-model-name")
+              "--distributed-executor-backend", "--host", "--port", "--served-model-name", "--model")
 _OWNED_NATIVE = _OWNED_RAY + ("--nnodes", "-n", "--node-rank", "-r", "--master-addr",
                               "--master-port", "--headless")
+_BY_INVENTORY = "the inventory's hosts (the native backend sets it per node)"
+#: What to use instead of each owned flag (said in the refusal).
+_INSTEAD = {"--tensor-parallel-size": "--tp", "-tp": "--tp", "--pipeline-parallel-size": "--pp", "-pp": "--pp",
+            "--distributed-executor-backend": "--backend", "--host": "--listen",
+            "--port": "cluster.ports.vllm in the inventory",
+            "--served-model-name": "--served-model-name before --", "--model": "the MODEL argument",
+            **{f: _BY_INVENTORY for f in _OWNED_NATIVE[len(_OWNED_RAY):]}}
+
+# A Hugging Face repo id: `name` or `org/name`; letters, digits, '-', '_', '.'; no '--' or '..'
+# (huggingface_hub's validate_repo_id), at most 96 characters a part.
+_HF_ID = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
+                    r"(?:/[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?)?")
 
 
-def _check_common(model: str, port: int, extra: Sequence[str], owned: Sequence[str]) -> tuple[str, ...]:
-    if not model or not model.strip():
-        raise ServePlanError("no model given to serve")
-    _check_port("port", port)
+def check_model_ref(model: str) -> None:
+    """Refuse a MODEL vLLM could not load the same way on every node.
+
+    Accepted: a Hugging Face id (`org/name`, or a bare `name`), fetched through the HF cache, or
+    an absolute path inside the containers. A path may contain spaces: it travels as one argv
+    element. A relative path (`./my model`, `~/m`) is refused: it would be resolved against each
+    container's working directory, not this machine's.
+    """
+    if not isinstance(model, str) or not model.strip():
+        raise ServePlanError("no model given to serve: give a Hugging Face id (org/name) "
+                             "or an absolute path inside the containers")
+    if any(ord(c) < 32 or ord(c) == 127 for c in model):
+        raise ServePlanError(f"{model!r} contains a control character")
+    if model.startswith("/"):
+        return
+    if model.startswith(("./", "../", "~")) or model in (".", ".."):
+        raise ServePlanError(f"{model!r} is a relative path; a model path is an absolute path inside the "
+                             "containers (e.g. /models/llama, mounted with cluster.mounts), or give a "
+                             "Hugging Face id (org/name)")
+    if not _HF_ID.fullmatch(model) or "--" in model or ".." in model:
+        raise ServePlanError(f"{model!r} is neither a Hugging Face id (org/name) nor an absolute path "
+                             "inside the containers (e.g. /models/llama)")
+
+
+def check_extra(extra: Sequence[str], backend: str | None = None) -> tuple[str, ...]:
+    """Refuse extra vllm arguments that would override what the plan sets (argparse keeps the
+    last value, so the plan would be silently overridden). backend None: either backend's flags."""
+    return _check_extra(extra, _OWNED_RAY if backend == "ray" else _OWNED_NATIVE)
+
+
+def _check_extra(extra: Sequence[str], owned: Sequence[str]) -> tuple[str, ...]:
     extra = tuple(extra)
     for arg in extra:
         if not isinstance(arg, str):
             raise ServePlanError(f"extra vllm arguments must be strings, got {arg!r}")
         flag = arg.split("=", 1)[0]
-        if flag in owned or flag.replace("_", "-") in owned:
-            raise ServePlanError(f"{flag} is set by the serve plan; do not pass it as an extra vllm argument")
+        norm = flag if flag in owned else flag.replace("_", "-")
+        if norm in owned:
+            raise ServePlanError(f"{flag} is set by the serve plan; do not pass it as an extra vllm argument "
+                                 f"(use {_INSTEAD[norm]})")
     return extra
+
+
+def _check_common(model: str, port: int, extra: Sequence[str], owned: Sequence[str]) -> tuple[str, ...]:
+    check_model_ref(model)
+    _check_port("port", port)
+    return _check_extra(extra, owned)
 
 
 def _check_port(name: str, port: int) -> None:
