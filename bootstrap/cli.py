@@ -200,6 +200,7 @@ def main() -> None:
     bootstrap up     -i hosts.yaml      start the Ray cluster of vLLM containers
     bootstrap status -i hosts.yaml      containers and Ray nodes, per host
     bootstrap down   -i hosts.yaml      stop Ray and remove the containers
+    bootstrap exec   -i hosts.yaml -- CMD  run CMD on every host (--container: in its container)
     bootstrap check-nccl -i hosts.yaml  prove the nodes can all-reduce, with bandwidth
     bootstrap doctor -i hosts.yaml      known failure signatures -> cause and fix
     bootstrap logs   -i hosts.yaml -f   every node's container log in one stream
@@ -341,6 +342,72 @@ def status(inventory, parallel, as_json):
                           f"{r.gpus:g}" if r.ray_alive else "-", _escape(r.error)[:120])
             out.print(t)
         if not all(r.ray_alive for r in rows):
+            sys.exit(int(ExitStatus.ERROR))
+    _run(go)
+
+
+# -- exec ----------------------------------------------------------------------------------------
+@main.command("exec")
+@inventory_option
+@click.option("--container", is_flag=True,
+              help="Run inside each host's cluster container (docker exec <container_name>).")
+@click.option("--hosts", "only", default=None, help="Only these hosts, comma-separated (default: all).")
+@parallel_option
+@click.option("--timeout", type=click.FloatRange(0.1), default=None,
+              help="Seconds the command may run on each host (default: the inventory's command_timeout).")
+@click.option("--accept-new-host-keys", is_flag=True, default=None,
+              help="Trust and record SSH host keys not yet known (changed keys are still refused).")
+@json_option
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_(inventory, container, only, parallel, timeout, accept_new_host_keys, as_json, command):
+    """Run COMMAND on every host at once; each output line prefixed with its host, then a summary.
+
+    COMMAND goes after `--` and reaches each host as argv, quoted once: nothing is expanded by a
+    shell here or there. For pipes, `$VAR` or `&&`, ask for a shell: `-- sh -c 'df -h / | tail -1'`.
+    Exit 0 when every host exited 0; 1 otherwise (unreachable hosts are named).
+
+    Example: bootstrap exec -i hosts.yaml -- nvidia-smi -L
+    """
+    from . import fanexec as E
+
+    def go():
+        inv = _load(inventory)
+        names = [n.strip() for n in only.split(",") if n.strip()] if only else None
+        width = max(len(h.name) for h in E.select_hosts(inv, names))
+        lock = threading.Lock()
+
+        def emit(r) -> None:
+            if as_json:
+                return
+            with lock:
+                for stream, text in ((sys.stdout, r.stdout), (sys.stderr, r.stderr)):
+                    for line in text.splitlines():
+                        stream.write(f"{r.host:<{width}} | {line}\n")
+                    stream.flush()
+                if r.error:
+                    err.print(f"{r.host:<{width}} [red]![/] {_escape(r.error)}")
+
+        res = E.exec_all(inv, command, container=container, hosts=names, parallel=parallel,
+                         timeout=timeout, accept_new_host_keys=accept_new_host_keys, on_result=emit)
+        if as_json:
+            out.print_json(json.dumps([r.as_dict() for r in res]))
+        else:
+            t = Table()
+            for col in ("host", "exit", "seconds"):
+                t.add_column(col, justify="left" if col == "host" else "right")
+            for r in res:
+                code = "[green]0[/]" if r.ok else (f"[red]{r.exit_code}[/]" if r.exit_code is not None
+                                                   else "[red]timeout[/]" if not r.unreachable
+                                                   else "[red]unreachable[/]")
+                t.add_row(r.host, code, f"{r.seconds:.2f}")
+            out.print(t)
+        bad = [r for r in res if not r.ok]
+        if bad:
+            down = [r.host for r in res if r.unreachable]
+            msg = f"{len(bad)} of {len(res)} host(s) failed"
+            if down:
+                msg += f"; unreachable: {', '.join(down)}"
+            err.print(f"[red]error:[/] {msg}")
             sys.exit(int(ExitStatus.ERROR))
     _run(go)
 
