@@ -119,6 +119,8 @@ def lock_path(inv: Inventory) -> str:
     return f"/tmp/bootstrap-{inv.cluster.name}.lock"
 
 
+#: Seconds a kept head container gets to appear in Ray before it is recreated.
+HEAD_GRACE = 30.0
 #: Marks the Ray membership poller in the head container (killed when we are interrupted).
 RAY_WAIT_TAG = "bootstrap-ray-wait"
 #: `sh -c KILL_TAGGED sh TAG`: kill every process whose command line contains TAG (but itself);
@@ -243,6 +245,7 @@ class Session:
 
     def wait_for_ray(self, expect: Sequence[Host], *, deadline: float, stage: str) -> RayView:
         t0 = self.clock()
+        self.current_stage = stage
         gpus = float(self.inv.gpus_per_node)
         view = self.ray_view(expect, deadline=deadline, gpus=gpus)
         self.timings.add(stage, self.clock() - t0)
@@ -379,6 +382,13 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
         # restart what Ray does not list as alive.
         t0 = sess.clock()
         view = sess.ray_view(inv.hosts, deadline=0)
+        if inv.head.ip in view.missing:
+            # A head started moments ago (e.g. by an interrupted run) may still be joining: give it
+            # HEAD_GRACE seconds before recreating it and every worker with it.
+            sess.reporter.event(inv.head.name, "ray-members", "waiting",
+                                f"head container running but not in Ray yet: up to {HEAD_GRACE:g}s")
+            if sess.ray_view([inv.head], deadline=min(wait, HEAD_GRACE)).ready:
+                view = sess.ray_view(inv.hosts, deadline=0)
         sess.timings.add("ray-members", sess.clock() - t0)
         actions = with_ray_members(inv, actions, set(view.missing))
     changing = [a for a in actions if a.action != "keep"]
@@ -567,8 +577,12 @@ def status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
                 rows.append(NodeStatus(h.name, h.ip, h.role, True, cstate, cstate == "running",
                                        float(inv.gpus_per_node), err))
                 continue
-            rows.append(NodeStatus(h.name, h.ip, h.role, True, cstate, node is not None,
-                                   node.gpus if node else 0.0, err))
+            # Ray keeps listing a node for a while after its container died (until heartbeats
+            # time out): the container state is the faster, surer signal.
+            live = node is not None and cstate == "running"
+            if node is not None and not live:
+                err = err or f"Ray still lists it, but the container is {cstate}"
+            rows.append(NodeStatus(h.name, h.ip, h.role, True, cstate, live, node.gpus if live else 0.0, err))
         return rows
 
 

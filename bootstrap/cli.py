@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -17,7 +18,7 @@ from rich.table import Table
 
 from . import apply as A
 from . import serveplan as P
-from .errors import BootstrapError, ExitStatus, GroupError, UsageError
+from .errors import BootstrapError, ExitStatus, GroupError, Interrupted, UsageError
 from .fanout import DEFAULT_PARALLEL
 
 # Wide when not on a terminal, so tables in logs and CI output do not wrap evidence mid-word.
@@ -39,7 +40,7 @@ class LineReporter:
     def event(self, host: str, stage: str, status: str, detail: str = "") -> None:
         if self.quiet or (status == "start" and stage not in self.SHOW_START):
             return
-        color = {"done": "green", "failed": "red", "start": "cyan"}.get(status, "white")
+        color = {"done": "green", "failed": "red", "start": "cyan", "warning": "yellow"}.get(status, "white")
         t = time.monotonic() - self.t0
         line = f"[dim]{t:7.1f}s[/] {host:<16} {stage:<14} [{color}]{status}[/]"
         if detail:
@@ -64,6 +65,10 @@ def _load(path: str | None, check_files: bool = True):
 
 def _fail(exc: BootstrapError) -> "NoReturn":  # noqa: F821
     err.print(f"[red]error:[/] {_escape(str(exc))}")
+    if isinstance(exc, Interrupted):
+        for host, state in exc.states.items():
+            color = "green" if state.startswith("done") else "yellow"
+            err.print(f"  {host:<16} [{color}]{_escape(state)}[/]")
     if isinstance(exc, GroupError):
         for host, r in exc.results.items():
             mark = "[red]FAILED[/]" if isinstance(r, BaseException) else "[green]ok[/]"
@@ -71,8 +76,17 @@ def _fail(exc: BootstrapError) -> "NoReturn":  # noqa: F821
     sys.exit(int(exc.exit_status))
 
 
+def _sigterm(signum, frame):  # noqa: ANN001 - signal handler signature
+    raise KeyboardInterrupt
+
+
 def _run(fn):
-    """Call fn, mapping domain errors and interrupts to one line + a documented exit code."""
+    """Call fn, mapping domain errors and interrupts to one line + a documented exit code.
+
+    SIGTERM is handled like Ctrl-C: commands that change hosts stop their remote work and report
+    each host's state."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _sigterm)
     try:
         return fn()
     except BootstrapError as exc:
@@ -187,6 +201,9 @@ parallel_option = click.option(
     "--parallel", type=click.IntRange(1, 1024), default=DEFAULT_PARALLEL, show_default=True,
     help="How many hosts to work on at once.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON document on stdout.")
+lock_wait_option = click.option(
+    "--lock-wait", type=click.FloatRange(0, 86400), default=0.0, show_default=True,
+    help="Seconds to wait for another `up`/`down` on this cluster to finish (0: refuse at once, exit 5).")
 
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
@@ -272,8 +289,13 @@ def plan(inventory, as_json):
               help="Seconds to wait for Ray to report every node.")
 @click.option("--accept-new-host-keys", is_flag=True, default=None,
               help="Trust and record SSH host keys not yet known (changed keys are still refused).")
+@click.option("--allow-partial", is_flag=True,
+              help="Start the cluster on the hosts that pass connect and preflight; workers that do not are "
+                   "left as they are and named (the head is never optional).")
+@lock_wait_option
 @json_option
-def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_keys, as_json):
+def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_keys, allow_partial, lock_wait,
+       as_json):
     """Start the vLLM container on every host: the Ray head, then the workers.
 
     Idempotent: a second run with the same inventory changes nothing; a changed spec recreates
@@ -286,8 +308,11 @@ def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_key
         rep = LineReporter(quiet=as_json)
         t0 = time.monotonic()
         res = A.up(inv, parallel=parallel, reporter=rep, dry_run=dry_run, load_image=load_image,
-                   pull=pull, wait=wait, accept_new_host_keys=accept_new_host_keys)
+                   pull=pull, wait=wait, accept_new_host_keys=accept_new_host_keys,
+                   allow_partial=allow_partial, lock_wait=lock_wait)
         total = time.monotonic() - t0
+        for host, why in res.skipped.items():
+            err.print(f"[yellow]warning:[/] {host} left out (--allow-partial): {_escape(why)}")
         if dry_run:
             _plan_rows(res.actions, as_json, live=True)
             return
@@ -299,7 +324,8 @@ def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_key
                 "hosts": [{"host": a.host, "ip": inv.host(a.host).ip, "role": a.spec.role,
                            "action": a.action, "reason": a.reason, "ray_alive": inv.host(a.host).ip in alive,
                            "gpus": alive[inv.host(a.host).ip].gpus if inv.host(a.host).ip in alive else 0}
-                          for a in res.actions]}))
+                          for a in res.actions],
+                "skipped": dict(res.skipped), "warnings": res.warnings}))
             return
         t = Table(title=f"cluster {inv.cluster.name}")
         for col in ("host", "ip", "role", "action", "ray", "GPUs"):
@@ -312,8 +338,9 @@ def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_key
         out.print(t)
         verb = "ready" if res.changed else "already up: nothing changed"
         gpus = sum(n.gpus for n in alive.values())
+        part = f" ({len(res.skipped)} host(s) left out: {', '.join(res.skipped)})" if res.skipped else ""
         out.print(f"Ray cluster {verb}: {len(alive)} node(s), {gpus:g} GPU(s), head {inv.head.ip}:"
-                  f"{inv.cluster.ports.ray_gcs}; took {total:.1f}s")
+                  f"{inv.cluster.ports.ray_gcs}{part}; took {total:.1f}s")
     _run(go)
 
 
@@ -416,14 +443,15 @@ def exec_(inventory, container, only, parallel, timeout, accept_new_host_keys, a
 @main.command()
 @inventory_option
 @parallel_option
-def down(inventory, parallel):
+@lock_wait_option
+def down(inventory, parallel, lock_wait):
     """Stop Ray and remove the container on every host (workers first). A second run is a no-op.
 
     Example: bootstrap down -i hosts.yaml
     """
     def go():
         inv = _load(inventory)
-        res = A.down(inv, parallel=parallel, reporter=LineReporter())
+        res = A.down(inv, parallel=parallel, reporter=LineReporter(), lock_wait=lock_wait)
         if res.removed:
             out.print(f"removed the container on {len(res.removed)} host(s): {', '.join(res.removed)}")
         if res.absent:
@@ -439,7 +467,6 @@ def down(inventory, parallel):
               help="Seconds for the whole check; a node that does not answer in time is named.")
 @click.option("--sizes", default=None, callback=lambda ctx, param, v: _sizes(v),
               help="Message sizes in bytes, comma-separated multiples of 4 (default: a sweep).")
-
 @click.option("--iters", type=click.IntRange(1, 1000), default=10, show_default=True)
 @click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
               help="auto: NCCL on GPUs, gloo on CPU clusters.")
@@ -639,7 +666,6 @@ def serve(inventory, parallel, model, extra, tp, pp, backend, sync_model, wait, 
             except P.ServePlanError as exc:
                 raise click.UsageError(f"--tp/--pp: {exc}") from None
         if stop:
-
             V.stop(inv, parallel=parallel, reporter=LineReporter(quiet=as_json))
             out.print("stopped serving on every node; the Ray cluster is still up")
             return

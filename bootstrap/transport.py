@@ -7,6 +7,7 @@ known_hosts by default; trusting a new key is opt-in and a changed key is always
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import secrets as _secrets
 import select
@@ -27,6 +28,11 @@ from .model import Host, SSHSettings
 Argv = Sequence[str]
 
 KNOWN_HOSTS = "~/.ssh/known_hosts"
+
+# Paramiko logs failures of its transport thread with tracebacks (to stderr via logging's
+# last-resort handler); every one of them reaches the user as one HostUnreachable line instead.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+logging.getLogger("paramiko").propagate = False
 STREAM_CHUNK = 1 << 20
 
 
@@ -131,6 +137,7 @@ class SSHHost:
             last: Exception | None = None
             for attempt in range(attempts):
                 conn = self._build()
+                started = time.monotonic()
                 try:
                     conn.open()
                     self._conn = conn
@@ -158,6 +165,11 @@ class SSHHost:
                             "--accept-new-host-keys",
                         ) from None
                     last = exc
+                    if time.monotonic() - started >= 0.9 * self.settings.connect_timeout:
+                        # TCP answered but sshd did not (a frozen or overloaded host): a timeout.
+                        conn.close()
+                        last = socket.timeout(f"no SSH banner within {self.settings.connect_timeout:g}s")
+                        break
                 except (OSError, socket.timeout, EOFError) as exc:
                     last = exc
                     if not _transient(exc):
@@ -171,7 +183,7 @@ class SSHHost:
                     delay = min(delay * 2, 5.0)
             reason = str(last) or type(last).__name__
             if isinstance(last, (socket.timeout, TimeoutError)):
-                reason = f"timed out after {self.settings.connect_timeout:g}s"
+                reason = str(last) if "banner" in str(last) else f"timed out after {self.settings.connect_timeout:g}s"
             tries = f" ({attempt + 1} attempts)" if attempt else ""
             raise HostUnreachable(self.name, f"{self.host.ssh.address}: {reason}{tries}",
                                   "is the host up and sshd listening? check address/port/jump")
@@ -335,7 +347,7 @@ class SSHHost:
                                             hint="flock (util-linux) is needed on the head host" if word == "NOFLOCK"
                                             else f"cannot open {path}")
                     holder_seen = holder_seen or word
-                    if on_wait and holder_seen == word:
+                    if on_wait and wait > 0 and holder_seen == word:
                         on_wait(word)
                 if chan.exit_status_ready() and not chan.recv_ready():
                     raise LockBusy(self.name, path, holder_seen, wait)
