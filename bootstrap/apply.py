@@ -72,6 +72,10 @@ class RayView:
     missing: tuple[str, ...]
     error: str = ""
     elapsed: float = 0.0
+    #: When the poller first saw each node IP alive: time.time() on the head's clock.
+    first_seen: Mapping[str, float] = field(default_factory=dict)
+    #: The head's time.time() when the poller finished (compare with ours for the clock skew).
+    head_now: float | None = None
 
 
 def parse_ray_nodes(out: str) -> RayView:
@@ -89,8 +93,24 @@ def parse_ray_nodes(out: str) -> RayView:
         return RayView(False, (), (), error=(out.strip().splitlines() or ["no output"])[-1])
     nodes = tuple(RayNode(n["ip"], bool(n["alive"]), float(n.get("gpus", 0)), float(n.get("cpus", 0)))
                   for n in done.get("nodes", []))
+    seen = done.get("first_seen") or {}
+    first_seen = {str(ip): float(t) for ip, t in seen.items()} if isinstance(seen, dict) else {}
+    now = done.get("now")
     return RayView(bool(done.get("ready")), nodes, tuple(done.get("missing", [])), done.get("error", ""),
-                   float(done.get("t", 0.0)))
+                   float(done.get("t", 0.0)), first_seen, float(now) if isinstance(now, (int, float)) else None)
+
+
+@dataclass(frozen=True)
+class HostTiming:
+    """Wall-clock times (time.time()) of one host during `up`. run_start/run_end: its `docker run`
+    (this machine's clock; None when its container was kept); ray_seen: when the Ray poller first
+    saw it alive (the head container's clock: on a real cluster, skewed by head_clock_offset)."""
+    run_start: float | None = None
+    run_end: float | None = None
+    ray_seen: float | None = None
+
+    def as_dict(self) -> dict:
+        return {k: (None if v is None else round(v, 3)) for k, v in self.__dict__.items()}
 
 
 @dataclass
@@ -112,6 +132,13 @@ class UpResult:
     skipped: Mapping[str, str] = field(default_factory=dict)
     #: Services a public address would reach (see exposure.py).
     warnings: list[str] = field(default_factory=list)
+    #: Per host: when its `docker run` started/ended and Ray first listed it (see HostTiming).
+    host_timings: Mapping[str, HostTiming] = field(default_factory=dict)
+    #: time.time() when the cluster was known ready (the ray-ready stage ended); None if not waited.
+    ready_at: float | None = None
+    #: The head's clock minus ours, as seen when the last Ray poll returned (includes the latency
+    #: of that return, a few ms on a LAN); None when Ray was not polled.
+    head_clock_offset: float | None = None
 
 
 def lock_path(inv: Inventory) -> str:
@@ -151,6 +178,11 @@ class Session:
         self.cancel = threading.Event()
         self.current_stage = ""
         self._lock: HeldLock | None = None
+        #: host name -> (start, end) of its `docker run`, time.time() here.
+        self.run_times: dict[str, tuple[float, float]] = {}
+        #: node IP -> earliest time.time() (head clock) a Ray poll saw it alive.
+        self.ray_seen: dict[str, float] = {}
+        self.head_clock_offset: float | None = None
 
     # -- helpers ----------------------------------------------------------------------------
     def stage(self, stage: str, hosts: Iterable[Host], fn: Callable[[Host], object], *,
@@ -239,6 +271,10 @@ class Session:
                                                [check_script("ray_nodes.py")],
                                                timeout=deadline + 60, check=False)
         view = parse_ray_nodes(r.stdout)
+        if view.head_now is not None:
+            self.head_clock_offset = view.head_now - time.time()
+        for ip, t in view.first_seen.items():
+            self.ray_seen[ip] = min(t, self.ray_seen.get(ip, t))
         if not view.nodes and not view.ready and not view.error:
             view = RayView(False, (), tuple(h.ip for h in expect), (r.stderr or r.stdout).strip()[-300:])
         return view
@@ -288,7 +324,9 @@ class Session:
             if spec.secret_names:
                 body = "".join(f"{n}={secrets[n].reveal()}\n" for n in spec.secret_names)
                 env_file = s.put_private_file(body.encode())
+            t0 = time.time()
             s.run(spec.run_argv(env_file), timeout=120)
+            self.run_times[action.host] = (t0, time.time())
         finally:
             if env_file:
                 s.remove_file(env_file)
@@ -393,12 +431,13 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
         actions = with_ray_members(inv, actions, set(view.missing))
     changing = [a for a in actions if a.action != "keep"]
     if changing and ray:
-        # `ray` must be in the image: check once per distinct image ID, before any change.
-        by_id: dict[str, str] = {}
-        for a in changing:
-            by_id.setdefault(facts[a.host].image_id or "", a.host)
-        sess.stage("ray-in-image", [inv.host(n) for n in by_id.values()],
-                   lambda h: _check_ray(sess.ssh[h.name], image))
+        # `ray` must be in the image: check once per distinct image ID, before any change. An ID
+        # that passed before (a marker on some host, see F.ray_ok_marker) is not checked again:
+        # image IDs are content hashes, so the same ID is the same content.
+        by_id = ray_checks_needed(changing, facts)
+        if by_id:
+            sess.stage("ray-in-image", [inv.host(n) for n in by_id.values()],
+                       lambda h: _check_ray(sess.ssh[h.name], image, facts[h.name].image_id))
 
     head = actions[0]
     if head.action != "keep":
@@ -413,10 +452,32 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
     if not ray:
         sess.stage("running", inv.hosts, lambda h: _running(sess, h))
         return UpResult(actions, None, sess.timings, changed=bool(changing), skipped=_reasons(skipped),
-                        warnings=warns)
+                        warnings=warns, host_timings=_host_timings(sess))
     view = sess.wait_for_ray(inv.hosts, deadline=wait, stage="ray-ready")
+    ready_at = time.time()
     return UpResult(actions, view, sess.timings, changed=bool(changing), skipped=_reasons(skipped),
-                    warnings=warns)
+                    warnings=warns, host_timings=_host_timings(sess), ready_at=ready_at,
+                    head_clock_offset=sess.head_clock_offset)
+
+
+def _host_timings(sess: Session) -> dict[str, HostTiming]:
+    out = {}
+    for h in sess.inv.hosts:
+        run = sess.run_times.get(h.name)
+        out[h.name] = HostTiming(run[0] if run else None, run[1] if run else None, sess.ray_seen.get(h.ip))
+    return out
+
+
+def ray_checks_needed(changing: Sequence[HostAction], facts: Mapping[str, F.HostFacts]) -> dict[str, str]:
+    """Image ID -> the host to run the `ray`-in-image check on: one per distinct ID among the
+    hosts that change, except IDs some host has a marker for (checked there before)."""
+    proven = {m for f in facts.values() for m in f.ray_ok}
+    by_id: dict[str, str] = {}
+    for a in changing:
+        iid = facts[a.host].image_id or ""
+        if not (iid and F.ray_ok_marker(iid) in proven):
+            by_id.setdefault(iid, a.host)
+    return by_id
 
 
 def _reasons(skipped: Mapping[str, BaseException]) -> dict[str, str]:
@@ -518,13 +579,17 @@ def _load_image(sess: Session, hosts: Sequence[Host], image: str) -> None:
         sess.stage("load-image", hosts, load)
 
 
-def _check_ray(ssh: SSHHost, image: str) -> None:
+def _check_ray(ssh: SSHHost, image: str, image_id: str | None = None) -> None:
     r = ssh.run(F.ray_in_image_cmd(image), timeout=120, check=False)
     if not r.ok:
         raise PreflightFailed(
             ssh.name, f"`ray` is not in the image {image} (ray: command not found)",
             "recent vllm/vllm-openai images no longer ship Ray: build an image FROM it with "
             "`RUN pip install 'ray[default]'`, or pick an image that has it")
+    if image_id:
+        # remembered for the next `up` (read back by F.gather); a marker we cannot write only
+        # means the check runs again next time
+        ssh.run(F.write_ray_ok_cmd(image_id), timeout=30, check=False)
 
 
 # -- status ------------------------------------------------------------------------------------

@@ -307,6 +307,7 @@ def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_key
         inv = _load(inventory)
         rep = LineReporter(quiet=as_json)
         t0 = time.monotonic()
+        started_at = time.time()
         res = A.up(inv, parallel=parallel, reporter=rep, dry_run=dry_run, load_image=load_image,
                    pull=pull, wait=wait, accept_new_host_keys=accept_new_host_keys,
                    allow_partial=allow_partial, lock_wait=lock_wait)
@@ -318,13 +319,20 @@ def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_key
             return
         alive = {n.ip: n for n in (res.ray.nodes if res.ray else ()) if n.alive}
         if as_json:
+            # times: time.time() seconds; run_start/run_end/started_at/ready_at on this machine's
+            # clock, ray_seen on the head's (head_clock_offset = head minus this machine)
+            no_time = A.HostTiming().as_dict()
             out.print_json(json.dumps({
                 "changed": res.changed, "seconds": round(total, 3),
                 "stages": {k: round(v, 3) for k, v in res.timings.stages.items()},
                 "hosts": [{"host": a.host, "ip": inv.host(a.host).ip, "role": a.spec.role,
                            "action": a.action, "reason": a.reason, "ray_alive": inv.host(a.host).ip in alive,
-                           "gpus": alive[inv.host(a.host).ip].gpus if inv.host(a.host).ip in alive else 0}
+                           "gpus": alive[inv.host(a.host).ip].gpus if inv.host(a.host).ip in alive else 0,
+                           **(res.host_timings[a.host].as_dict() if a.host in res.host_timings else no_time)}
                           for a in res.actions],
+                "started_at": round(started_at, 3),
+                "ready_at": None if res.ready_at is None else round(res.ready_at, 3),
+                "head_clock_offset": None if res.head_clock_offset is None else round(res.head_clock_offset, 3),
                 "skipped": dict(res.skipped), "warnings": res.warnings}))
             return
         t = Table(title=f"cluster {inv.cluster.name}")

@@ -47,6 +47,8 @@ class HostFacts:
     container: ContainerState | None = None
     #: ID of the cluster image on the host (None: not present).
     image_id: str | None = None
+    #: Markers of image IDs whose `ray` was checked on this host (ray_ok_marker names).
+    ray_ok: frozenset[str] = frozenset()
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -69,7 +71,28 @@ def ray_in_image_cmd(image: str) -> tuple[str, ...]:
             "command -v ray && ray --version")
 
 
+#: Where `up` remembers, per host, the image IDs that passed the `ray`-in-image check.
+MARKER_DIR = "$HOME/.cache/bootstrap"
+RAY_OK_PREFIX = "ray-ok-"
+LIST_RAY_OK = ("sh", "-c", f'ls -1 "{MARKER_DIR}" 2>/dev/null; exit 0')
+
+
+def ray_ok_marker(image_id: str) -> str:
+    """File name recording that `ray` is in the image with this ID (``sha256:<hex>``); only the
+    ID's [0-9a-zA-Z] characters are kept, so it is always a plain file name."""
+    return RAY_OK_PREFIX + "".join(c for c in image_id.split(":")[-1] if c.isascii() and c.isalnum())
+
+
+def write_ray_ok_cmd(image_id: str) -> tuple[str, ...]:
+    return ("sh", "-c", f'mkdir -p "{MARKER_DIR}" && : > "{MARKER_DIR}/$1"', "sh", ray_ok_marker(image_id))
+
+
 # -- parsers ---------------------------------------------------------------------------------
+def parse_ray_ok(out: str) -> frozenset[str]:
+    return frozenset(ln.strip() for ln in out.splitlines()
+                     if ln.strip().startswith(RAY_OK_PREFIX) and len(ln.strip()) > len(RAY_OK_PREFIX))
+
+
 def parse_nvidia_smi(out: str) -> tuple[GPU, ...]:
     gpus = []
     for line in out.strip().splitlines():
@@ -134,8 +157,9 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool) -> HostF
     ci = ssh.run(container_inspect_cmd(container), timeout=30, check=False)
     cstate = parse_container_inspect(ci.stdout) if ci.ok else None
     ii = ssh.run(image_id_cmd(image), timeout=30, check=False)
+    ray_ok = parse_ray_ok(ssh.run(LIST_RAY_OK, timeout=30, check=False).stdout)
     return HostFacts(docker_version=version, runtimes=runtimes, gpus=gpus, nofile_hard=nofile,
-                     container=cstate, image_id=ii.stdout.strip() if ii.ok else None)
+                     container=cstate, image_id=ii.stdout.strip() if ii.ok else None, ray_ok=ray_ok)
 
 
 def check_preflight(name: str, facts: HostFacts, *, want_gpus: int | None) -> None:

@@ -5,7 +5,11 @@ so Ray is imported once and the GCS is polled every --interval seconds: the clus
 ready within one interval of the last node joining.
 
 Output: one JSON object per line. {"event": "progress", ...} whenever the set of alive nodes
-changes, and a final {"event": "done", "ready": bool, "nodes": [...], "missing": [...]}.
+changes, and a final {"event": "done", "ready": bool, "nodes": [...], "missing": [...],
+"first_seen": {ip: time.time()}, "now": time.time()}. first_seen is when this poller first saw
+each node alive (within one --interval of Ray listing it; for a node already alive at the first
+poll, that poll's time), on the head container's clock (`now` is that clock at the end: compare
+it with yours to see the skew before mixing these times with another machine's).
 Exit status: 0 ready, 3 deadline passed, 2 cannot reach the GCS.
 """
 import argparse
@@ -96,12 +100,16 @@ def main(argv=None):
                 return 2
             time.sleep(min(1.0, a.interval * 5))
     seen = None
+    first_seen = {}
     while True:
         try:
             nodes = fetch()
         except Exception as exc:  # transient GCS error
             nodes, last_err = [], exc
         alive = {n["ip"]: n for n in nodes if n["alive"]}
+        now = time.time()
+        for ip in alive:
+            first_seen.setdefault(ip, round(now, 3))
         missing = [ip for ip in expect if ip not in alive or alive[ip]["gpus"] < a.gpus]
         key = sorted((ip, n["gpus"]) for ip, n in alive.items())
         if key != seen:
@@ -110,7 +118,8 @@ def main(argv=None):
                               "alive": sorted(alive), "missing": missing}), flush=True)
         if not missing or time.monotonic() - start >= a.deadline:
             print(json.dumps({"event": "done", "ready": not missing, "t": round(time.monotonic() - start, 3),
-                              "nodes": nodes, "missing": missing}), flush=True)
+                              "nodes": nodes, "missing": missing, "first_seen": first_seen,
+                              "now": round(time.time(), 3)}), flush=True)
             return 0 if not missing else 3
         time.sleep(a.interval)
 

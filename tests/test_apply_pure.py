@@ -1,8 +1,8 @@
 """Pure parts of apply: Ray membership folded into the plan, the readiness check's output."""
 from dataclasses import replace
 
-from bootstrap.apply import parse_ray_nodes, with_ray_members
-from bootstrap.facts import ContainerState, HostFacts
+from bootstrap.apply import parse_ray_nodes, ray_checks_needed, with_ray_members
+from bootstrap.facts import ContainerState, HostFacts, parse_ray_ok, ray_ok_marker, write_ray_ok_cmd
 from bootstrap.plan import LABEL_SPEC, container_spec, plan_up
 from plan_fixtures import cpu_inventory
 
@@ -42,3 +42,30 @@ def test_parse_ray_nodes_output():
     v = parse_ray_nodes(out)
     assert not v.ready and v.missing == ("10.0.0.2",) and v.nodes[0].gpus == 8.0 and v.elapsed == 5.0
     assert parse_ray_nodes("Traceback...\nImportError: no ray\n").error == "ImportError: no ray"
+
+
+def test_parse_ray_nodes_first_seen_and_head_clock():
+    out = ('{"event": "done", "ready": true, "t": 1.2, "nodes": [], "missing": [], '
+           '"first_seen": {"10.0.0.1": 1700000000.5, "10.0.0.2": 1700000001.25}, "now": 1700000002.0}\n')
+    v = parse_ray_nodes(out)
+    assert v.first_seen == {"10.0.0.1": 1700000000.5, "10.0.0.2": 1700000001.25} and v.head_now == 1700000002.0
+    old = parse_ray_nodes('{"event": "done", "ready": true, "nodes": [], "missing": []}\n')  # an older poller
+    assert old.first_seen == {} and old.head_now is None
+
+
+def test_ray_check_skipped_for_image_ids_with_a_marker():
+    inv = cpu_inventory(3)
+    acts = plan_up(inv, {h.name: HostFacts("20.10", nofile_hard=20000, image_id="sha256:ab12") for h in inv.hosts})
+    facts = {h.name: HostFacts("20.10", nofile_hard=20000, image_id="sha256:ab12") for h in inv.hosts}
+    assert ray_checks_needed(acts, facts) == {"sha256:ab12": "node1"}  # once per distinct ID
+    facts["node3"] = replace(facts["node3"], ray_ok=frozenset({ray_ok_marker("sha256:ab12")}))
+    assert ray_checks_needed(acts, facts) == {}  # a marker on any host proves that content
+    facts["node2"] = replace(facts["node2"], image_id="sha256:cd34")
+    assert ray_checks_needed(acts, facts) == {"sha256:cd34": "node2"}
+
+
+def test_ray_ok_markers():
+    assert ray_ok_marker("sha256:ab12") == "ray-ok-ab12"
+    assert ray_ok_marker("sha256:a/../b;$(x)") == "ray-ok-abx"  # never a path or shell text
+    assert parse_ray_ok("ray-ok-ab12\nother\nray-ok-\n") == frozenset({"ray-ok-ab12"})
+    assert write_ray_ok_cmd("sha256:ab12")[-1] == "ray-ok-ab12"
