@@ -63,6 +63,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.plot import line_plot  # noqa: E402
 from bootstrap.inventory import load_inventory  # noqa: E402
 
 TARGET_SCALING = 1.3  # up(Nmax) / up(1)
@@ -312,32 +313,12 @@ def stage_table(rows: list[Row]) -> str:
 
 
 def write_png(rows: list[Row], path: str, title: str) -> None:
-    """Median up, down and floor vs N (matplotlib, as bench/fanout.py)."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("no matplotlib: PNG skipped (pip install matplotlib)")
-        return
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    try:
-        xs = [r.n for r in rows]
-        for attr, label in (("up", "bootstrap up"), ("down", "bootstrap down"),
-                            ("floor", "floor (head + slowest worker: docker run + Ray join)")):
-            ys = [getattr(r, attr) for r in rows]
-            ax.plot(xs, [float("nan") if y is None else y for y in ys], marker="o", label=label)
-        ax.set_xlabel("nodes (N)")
-        ax.set_ylabel("wall time, median (s)")
-        ax.set_ylim(bottom=0)
-        ax.set_xticks(xs)
-        ax.grid(alpha=0.3)
-        ax.legend()
-        ax.set_title(title)
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-    finally:
-        plt.close(fig)
+    """Median up, down and floor vs N."""
+    line_plot(path, title, [r.n for r in rows],
+              {label: [getattr(r, attr) for r in rows]
+               for attr, label in (("up", "bootstrap up"), ("down", "bootstrap down"),
+                                   ("floor", "floor (head + slowest worker: docker run + Ray join)"))},
+              xlabel="nodes (N)", prefix="bringup")
 
 
 def verdict(rows: list[Row]) -> list[str]:

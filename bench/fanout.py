@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "tests"))
 
+from bench.plot import line_plot  # noqa: E402
 from bootstrap.fanout import DEFAULT_PARALLEL  # noqa: E402
 from bootstrap.inventory import load_inventory  # noqa: E402
 from sshd import SSHD, free_port, keygen  # noqa: E402  (the test suite's loopback sshd helpers)
@@ -250,31 +251,12 @@ def table(rows: list[Row]) -> str:
 
 
 def write_png(rows: list[Row], path: str, title: str) -> None:
-    """Median wall time vs N, one line per tool (matplotlib, as bootstrap.bench.write_png)."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("no matplotlib: PNG skipped (pip install matplotlib)")
-        return
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    try:
-        xs = [r.n for r in rows]
-        for t, label in (("exec", "bootstrap exec -- true"), ("status", "bootstrap status"),
-                         ("pssh", "parallel-ssh true")):
-            ax.plot(xs, [r.median(t) for r in rows], marker="o", label=label)
-        ax.set_xlabel("hosts (N)")
-        ax.set_ylabel("wall time, median (s)")
-        ax.set_ylim(bottom=0)
-        ax.set_xticks(xs)
-        ax.grid(alpha=0.3)
-        ax.legend()
-        ax.set_title(title)
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-    finally:
-        plt.close(fig)
+    """Median wall time vs N, one line per tool."""
+    line_plot(path, title, [r.n for r in rows],
+              {label: [r.median(t) for r in rows]
+               for t, label in (("exec", "bootstrap exec -- true"), ("status", "bootstrap status"),
+                                ("pssh", "parallel-ssh true"))},
+              xlabel="hosts (N)", prefix="fanout")
 
 
 def verdict(rows: list[Row]) -> list[str]:
