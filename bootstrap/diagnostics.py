@@ -140,14 +140,9 @@ def check_nccl(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
         findings = network_findings([nets[h.name] for h in order])
         # Data plane first: every worker must reach the head. A node cut off is named at once
         # instead of after a rendezvous timeout that every node reports alike.
-        gcs = inv.cluster.ports.ray_gcs
-        reach = sess.stage("reach-head", inv.workers, lambda h: sess.ssh[h.name].run_with_input(
-            exec_python_argv(name, [inv.head.ip, str(gcs), "3"]), [check_script("reach.py")], timeout=30,
-            check=False), strict=False)
-        cut = {n: r for n, r in reach.items() if isinstance(r, BaseException) or not r.ok}
+        cut = workers_cut_off(sess, inv.cluster.ports.ray_gcs)
         if cut:
-            nodes = [NcclNode(h.name, h.ip, i, 0, None, h.name not in cut,
-                              _reach_error(cut[h.name], inv.head.ip, gcs) if h.name in cut else "")
+            nodes = [NcclNode(h.name, h.ip, i, 0, None, h.name not in cut, cut.get(h.name, ""))
                      for i, h in enumerate(order)]
             verdict = f"FAIL on {', '.join(cut)}: " + nodes[[h.name for h in order].index(next(iter(cut)))].error
             return NcclRun(False, verdict, None, None, nodes, [], None, findings, (), time.monotonic() - t0)
@@ -224,6 +219,18 @@ def check_nccl(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
             ok = False
         return NcclRun(ok, verdict, report.result.backend if report.result else None, report.world_size,
                        nodes, report.bandwidth, transport, findings, timed_out, time.monotonic() - t0, warnings)
+
+
+def workers_cut_off(sess, port: int, *, timeout: float = 3.0) -> dict[str, str]:
+    """Workers whose container cannot open a TCP connection to the head's data-plane IP:PORT
+    (checks/reach.py inside each worker container), with the reason; {} when all can."""
+    inv = sess.inv
+    name = inv.cluster.container_name
+    reach = sess.stage("reach-head", inv.workers, lambda h: sess.ssh[h.name].run_with_input(
+        exec_python_argv(name, [inv.head.ip, str(port), f"{timeout:g}"]), [check_script("reach.py")],
+        timeout=30 + timeout, check=False), strict=False)
+    return {n: _reach_error(r, inv.head.ip, port) for n, r in reach.items()
+            if isinstance(r, BaseException) or not r.ok}
 
 
 def _reach_error(r, head_ip: str, port: int) -> str:

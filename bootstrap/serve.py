@@ -165,6 +165,11 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
         elapsed = time.monotonic() - t0
         log = sess.ssh[inv.head.name].run(_in(name, "cat", LOG), timeout=60, check=False).stdout
         if not ready.get("ready"):
+            # A worker cut off from the head shows up as a hang on every node alike: name it.
+            cut = {}
+            if len(order) > 1 and not ready.get("exited"):
+                from .diagnostics import workers_cut_off
+                cut = workers_cut_off(sess, master_port if backend == "native" else c.ports.ray_gcs)
             tails = {inv.head.name: log}
             if backend == "native":
                 for h in inv.workers:
@@ -174,6 +179,8 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
                                                                              timeout=60, check=False))
             what = ("vLLM exited" if ready.get("exited") else f"vLLM was not ready within {wait:g}s")
             cause = f": {findings[0].title} (vLLM said: {findings[0].evidence})" if findings else ""
+            if cut:
+                cause = "; " + "; ".join(f"{n}: {why}" for n, why in cut.items()) + cause
             tail = "\n".join(ln for ln in log.splitlines()[-30:])
             raise ServeFailed(f"{what} after {elapsed:.0f}s{cause}", tail, findings)
         return ServeResult(f"{url_in}/v1", model, ready.get("models", []), backend, par, elapsed,
