@@ -238,6 +238,9 @@ def _reach_error(r, head_ip: str, port: int) -> str:
 
     if isinstance(r, BaseException):
         return str(r)
+    if "is not running" in r.stderr:
+        return (f"its container has stopped, so the check could not run there (a Ray worker exits when it "
+                f"loses the head: likely cut off from {head_ip}:{port}; `bootstrap logs` shows why)")
     try:
         detail = json.loads(r.stdout.strip().splitlines()[-1]).get("error")
     except (ValueError, IndexError):
