@@ -254,7 +254,7 @@ class SSHHost:
                 if not got and (chan.closed or not (chan.get_transport() and chan.get_transport().is_active())):
                     raise EOFError("the SSH connection was closed")  # close() from another thread
                 if not got:
-                    select.select([chan], [], [], 0.02)
+                    _wait_readable(chan, 0.02)
             code = chan.recv_exit_status()
         except socket.timeout:
             raise CommandFailed(self.name, shown, None, out.decode(errors="replace")[-2000:]) from None
@@ -315,7 +315,7 @@ class SSHHost:
                 elif chan.exit_status_ready() and not chan.recv_ready():
                     break
                 else:
-                    select.select([chan], [], [], 0.2)
+                    _wait_readable(chan, 0.2)
             if buf:
                 on_line(buf.decode(errors="replace"))
             return chan.recv_exit_status() if not (stop and stop.is_set()) else -1
@@ -353,7 +353,7 @@ class SSHHost:
                     raise LockBusy(self.name, path, holder_seen, wait)
                 if time.monotonic() > deadline:
                     raise LockBusy(self.name, path, holder_seen, wait)
-                r, _, _ = select.select([chan], [], [], 0.2)
+                r = _wait_readable(chan, 0.2)
                 if r or chan.recv_ready():
                     data = chan.recv(4096)
                     if not data and chan.exit_status_ready():
@@ -396,6 +396,14 @@ class LockBusy(BootstrapError):
         waited_s = f" after waiting {waited:g}s" if waited else ""
         super().__init__(f"{host}: the cluster lock {path} is {who}{waited_s}; nothing was changed -- "
                          "wait for that run to finish, or pass --lock-wait SECONDS to queue behind it")
+
+
+def _wait_readable(chan: paramiko.Channel, timeout: float) -> bool:
+    """Wait until the channel has data (or timeout). poll(), not select(): select() refuses file
+    descriptors >= 1024, which a controller holding hundreds of connections reaches."""
+    p = select.poll()
+    p.register(chan.fileno(), select.POLLIN)
+    return bool(p.poll(timeout * 1000))
 
 
 def _transient(exc: BaseException) -> bool:
