@@ -49,8 +49,11 @@ CORPUS = sorted((ROOT / "tests" / "inventory_corpus").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("source", CORPUS, ids=lambda p: p.stem)
-def test_every_malformed_inventory_is_one_line_exit_2_through_the_cli(source, tmp_path):
+def test_every_malformed_inventory_is_one_line_exit_2_through_the_cli(source, tmp_path, monkeypatch):
     from click.testing import CliRunner
+
+    touched = []
+    monkeypatch.setattr("bootstrap.transport.SSHHost.connect", lambda self: touched.append(self.name))
 
     key = tmp_path / "id_0644"
     key.write_text("not really a key\n")
@@ -59,12 +62,14 @@ def test_every_malformed_inventory_is_one_line_exit_2_through_the_cli(source, tm
     raw = source.read_bytes()
     path.write_bytes(raw.replace(b"@KEY_0644@", str(key).encode()))
     expect = raw.split(b"\n")[0][len(b"# expect: "):].decode()
-    r = CliRunner().invoke(main, ["validate", "-i", str(path)], env={"HF_TOKEN": "hf_TOPSECRET"})
-    assert r.exit_code == 2, r.output
-    assert r.stdout == ""
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0]
-    assert "Traceback" not in r.stderr and "hf_TOPSECRET" not in r.stderr
+    for command in ("validate", "up", "down"):
+        r = CliRunner().invoke(main, [command, "-i", str(path)], env={"HF_TOKEN": "hf_TOPSECRET"})
+        assert r.exit_code == 2, r.output
+        assert r.stdout == ""
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0]
+        assert "Traceback" not in r.stderr and "hf_TOPSECRET" not in r.stderr
+    assert touched == []  # no host was contacted
 
 
 def test_shell_metacharacters_in_an_image_name_are_rejected_before_any_host(tmp_path):
@@ -73,3 +78,21 @@ def test_shell_metacharacters_in_an_image_name_are_rejected_before_any_host(tmp_
                    "hosts: [{name: a, address: 192.0.2.1}]\n")
     r = run("up", "-i", str(inv))
     assert r.returncode == 2 and "cluster.image" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_control_a_valid_inventory_does_reach_the_hosts(tmp_path, monkeypatch):
+    """The positive control for the corpus test above: the connect probe does fire."""
+    from click.testing import CliRunner
+
+    from bootstrap.errors import HostUnreachable
+
+    touched = []
+
+    def connect(self):
+        touched.append(self.name)
+        raise HostUnreachable(self.name, "probe")
+    monkeypatch.setattr("bootstrap.transport.SSHHost.connect", connect)
+    inv = tmp_path / "ok.yaml"
+    inv.write_text("cluster: {accelerator: none}\nhosts: [{name: a, address: 192.0.2.1}, {name: b, address: 192.0.2.2}]\n")
+    r = CliRunner().invoke(main, ["up", "-i", str(inv)])
+    assert r.exit_code == 3 and sorted(touched) == ["a", "b"], r.output
