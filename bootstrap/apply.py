@@ -317,7 +317,8 @@ class Session:
     def start_container(self, action: HostAction) -> None:
         s = self.ssh[action.host]
         spec = action.spec
-        s.run(("docker", "rm", "-f", spec.name), timeout=60, check=False)
+        if action.action != "create":  # "create": the facts (read under the lock) found none
+            s.run(("docker", "rm", "-f", spec.name), timeout=60, check=False)
         env_file = None
         secrets = {x.name: x for x in self.inv.cluster.secrets}
         try:
@@ -415,6 +416,7 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
 
     actions = plan_up(inv, facts)
     ray = inv.cluster.runtime == "ray"
+    members: RayView | None = None  # Ray's view of the kept cluster, before any change
     if ray and actions[0].action == "keep":
         # Containers can run while Ray has lost their node (a partition, a raylet that died):
         # restart what Ray does not list as alive.
@@ -429,6 +431,7 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
                 view = sess.ray_view(inv.hosts, deadline=0)
         sess.timings.add("ray-members", sess.clock() - t0)
         actions = with_ray_members(inv, actions, set(view.missing))
+        members = view
     changing = [a for a in actions if a.action != "keep"]
     if changing and ray:
         # `ray` must be in the image: check once per distinct image ID, before any change. An ID
@@ -440,10 +443,11 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
                        lambda h: _check_ray(sess.ssh[h.name], image, facts[h.name].image_id))
 
     head = actions[0]
+    head_view: RayView | None = None
     if head.action != "keep":
         sess.stage("start-head", [inv.head], lambda h: sess.start_container(head))
         if ray:
-            sess.wait_for_ray([inv.head], deadline=wait, stage="head-ready")
+            head_view = sess.wait_for_ray([inv.head], deadline=wait, stage="head-ready")
     workers = [a for a in actions[1:] if a.action != "keep"]
     if workers:
         by_host = {a.host: a for a in workers}
@@ -453,11 +457,25 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
         sess.stage("running", inv.hosts, lambda h: _running(sess, h))
         return UpResult(actions, None, sess.timings, changed=bool(changing), skipped=_reasons(skipped),
                         warnings=warns, host_timings=_host_timings(sess))
-    view = sess.wait_for_ray(inv.hosts, deadline=wait, stage="ray-ready")
+    # Poll Ray again only when what we already saw does not prove the cluster ready: a lone head
+    # that head-ready saw, or a cluster where nothing changed and every node (with its GPUs) was
+    # alive in the ray-members view a moment ago.
+    if head_view is not None and not workers and len(inv.hosts) == 1:
+        view = head_view
+    elif not changing and members is not None and all_alive(members, inv.hosts, float(inv.gpus_per_node)):
+        view = members
+    else:
+        view = sess.wait_for_ray(inv.hosts, deadline=wait, stage="ray-ready")
     ready_at = time.time()
     return UpResult(actions, view, sess.timings, changed=bool(changing), skipped=_reasons(skipped),
                     warnings=warns, host_timings=_host_timings(sess), ready_at=ready_at,
                     head_clock_offset=sess.head_clock_offset)
+
+
+def all_alive(view: RayView, hosts: Sequence[Host], gpus: float) -> bool:
+    """Every host's IP alive in the view, with at least ``gpus`` GPUs."""
+    alive = {n.ip: n for n in view.nodes if n.alive}
+    return all(h.ip in alive and alive[h.ip].gpus >= gpus for h in hosts)
 
 
 def _host_timings(sess: Session) -> dict[str, HostTiming]:

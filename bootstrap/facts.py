@@ -6,6 +6,7 @@ real command output.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
@@ -56,6 +57,9 @@ DOCKER_VERSION = ("docker", "version", "--format", "{{.Server.Version}}")
 DOCKER_RUNTIMES = ("docker", "info", "--format", "{{json .Runtimes}}")
 NVIDIA_SMI = ("nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits")
 NOFILE_HARD = ("sh", "-c", "ulimit -Hn")
+#: Fact commands in flight at once on one host (sshd's MaxSessions is 10 by default; the cluster
+#: lock holds one more channel on the head).
+FACT_CHANNELS = 3
 
 
 def container_inspect_cmd(name: str) -> tuple[str, ...]:
@@ -145,21 +149,28 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool) -> HostF
         else:
             hint = "start the Docker daemon (systemctl start docker)"
         raise PreflightFailed(ssh.name, f"Docker daemon does not answer: {text.strip().splitlines()[-1] if text.strip() else exc}", hint) from None
-    runtimes = parse_runtimes(ssh.run(DOCKER_RUNTIMES, timeout=30, check=False).stdout)
+    # The other facts are independent: read them a few at a time (one SSH channel each, far
+    # below sshd's MaxSessions), so a host costs two or three round trips instead of six.
+    cmds = {"runtimes": DOCKER_RUNTIMES, "nofile": NOFILE_HARD, "container": container_inspect_cmd(container),
+            "image": image_id_cmd(image), "ray_ok": LIST_RAY_OK}
+    if want_gpus:
+        cmds["gpus"] = NVIDIA_SMI
+    with ThreadPoolExecutor(max_workers=FACT_CHANNELS) as pool:
+        futs = {k: pool.submit(ssh.run, argv, timeout=60 if k == "gpus" else 30, check=False)
+                for k, argv in cmds.items()}
+        got = {k: f.result() for k, f in futs.items()}
     gpus = None
     if want_gpus:
-        r = ssh.run(NVIDIA_SMI, timeout=60, check=False)
+        r = got["gpus"]
         if not r.ok:
             raise PreflightFailed(ssh.name, "nvidia-smi failed: " + (r.stderr or r.stdout).strip()[-200:],
                                   "install the NVIDIA driver, or set accelerator: none for a CPU cluster")
         gpus = parse_nvidia_smi(r.stdout)
-    nofile = parse_nofile(ssh.run(NOFILE_HARD, timeout=30, check=False).stdout)
-    ci = ssh.run(container_inspect_cmd(container), timeout=30, check=False)
-    cstate = parse_container_inspect(ci.stdout) if ci.ok else None
-    ii = ssh.run(image_id_cmd(image), timeout=30, check=False)
-    ray_ok = parse_ray_ok(ssh.run(LIST_RAY_OK, timeout=30, check=False).stdout)
-    return HostFacts(docker_version=version, runtimes=runtimes, gpus=gpus, nofile_hard=nofile,
-                     container=cstate, image_id=ii.stdout.strip() if ii.ok else None, ray_ok=ray_ok)
+    ci, ii = got["container"], got["image"]
+    return HostFacts(docker_version=version, runtimes=parse_runtimes(got["runtimes"].stdout), gpus=gpus,
+                     nofile_hard=parse_nofile(got["nofile"].stdout),
+                     container=parse_container_inspect(ci.stdout) if ci.ok else None,
+                     image_id=ii.stdout.strip() if ii.ok else None, ray_ok=parse_ray_ok(got["ray_ok"].stdout))
 
 
 def check_preflight(name: str, facts: HostFacts, *, want_gpus: int | None) -> None:

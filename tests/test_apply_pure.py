@@ -69,3 +69,13 @@ def test_ray_ok_markers():
     assert ray_ok_marker("sha256:a/../b;$(x)") == "ray-ok-abx"  # never a path or shell text
     assert parse_ray_ok("ray-ok-ab12\nother\nray-ok-\n") == frozenset({"ray-ok-ab12"})
     assert write_ray_ok_cmd("sha256:ab12")[-1] == "ray-ok-ab12"
+
+
+def test_all_alive_needs_every_host_with_its_gpus():
+    from bootstrap.apply import RayNode, RayView, all_alive
+    inv = cpu_inventory(2)
+    ips = [h.ip for h in inv.hosts]
+    view = RayView(True, (RayNode(ips[0], True, 8, 4), RayNode(ips[1], True, 8, 4)), ())
+    assert all_alive(view, inv.hosts, 8) and not all_alive(view, inv.hosts, 16)
+    dead = RayView(True, (RayNode(ips[0], True, 8, 4), RayNode(ips[1], False, 8, 4)), ())
+    assert not all_alive(dead, inv.hosts, 0)
