@@ -17,8 +17,8 @@ ray_seen is when the Ray poller in the head container first saw the node alive (
 start, SSH, lock, facts, preflight, the checks, gaps between stages, the final report).
 
 CONVERGENCE: from the last node's `ray start` (its container's "Ray runtime started" log line,
-`docker logs --timestamps` read over SSH after the run; ray_seen when there is no such line) to
-`up` knowing the cluster ready (`ready_at` in its JSON, when the ray-ready stage ended). The last
+`docker logs --timestamps` read over SSH after the run, or ray_seen when that is earlier: the line
+comes a little after the raylet registered) to `up` knowing the cluster ready (`ready_at` in its JSON, when the ray-ready stage ended). The last
 node is the last worker to start, or the head when N = 1.
 
 RE-RUN: at the largest N, after each measured `up`, a second `up` on the unchanged cluster (it
@@ -200,7 +200,10 @@ def analyse(doc: dict, wall: float, started: dict[str, float]) -> Sample:
         floor = legs[0] + max(legs[1:], default=0.0)
 
     def join(h: dict) -> float | None:
-        return started.get(h["host"], h.get("ray_seen"))
+        # the earliest evidence of the node in Ray: `ray start` logs "Ray runtime started" a
+        # little after its raylet registered, so the poller may have seen it first
+        times = [t for t in (started.get(h["host"]), h.get("ray_seen")) if t is not None]
+        return min(times) if times else None
 
     last = None
     if doc.get("ready_at") is not None:
@@ -294,10 +297,15 @@ def render(head: tuple[str, ...], body: list[tuple[str, ...]]) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    base = rows[0].up if rows[0].n == 1 else None
-    body = [(str(r.n), fmt(r.up), fmt(r.down), fmt(r.up / base if base and r.up else None),
-             fmt(r.floor), fmt(r.overhead)) for r in rows]
-    return render(("N", "up (s)", "down (s)", "up(N)/up(1)", "floor (s)", "overhead (s)"), body)
+    one = rows[0] if rows[0].n == 1 else None
+
+    def ratio(x: float | None, base: float | None) -> str:
+        return fmt(x / base if x and base else None)
+
+    body = [(str(r.n), fmt(r.up), fmt(r.down), ratio(r.up, one and one.up), fmt(r.floor),
+             ratio(r.floor, one and one.floor), fmt(r.overhead)) for r in rows]
+    return render(("N", "up (s)", "down (s)", "up(N)/up(1)", "floor (s)", "floor(N)/floor(1)", "overhead (s)"),
+                  body)
 
 
 def convergence_table(rows: list[Row]) -> str:
@@ -390,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
         if last.rerun is not None:
             print(f"\nre-run: second up on the unchanged {last.n}-node cluster {last.rerun:.2f}s = "
                   f"{last.rerun / last.up:.0%} of the first up ({last.up:.2f}s)")
-        print("\nconvergence = up ready (ready_at) - the last node's `ray start` (its \"Ray runtime started\" log line)")
+        print("\nconvergence = up ready (ready_at) - the last node's `ray start` (its \"Ray runtime started\" "
+              "log line, or the poller's first sight when earlier)")
         print(convergence_table(rows))
         print("\nup stages, median (s)")
         print(stage_table(rows))

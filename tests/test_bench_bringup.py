@@ -22,6 +22,8 @@ def test_floor_is_head_plus_slowest_worker_and_convergence_from_the_last_ray_sta
     s = B.analyse(doc(ready_at=109.8), 12.0, {"node2": 107.5, "node3": 109.0})
     assert s.floor == 4.0 + 4.5  # head 0.5 + 3.5; node3 1.0 + 3.5
     assert round(s.convergence, 3) == 0.8  # ready 109.8 - node3's "Ray runtime started" 109.0
+    # the log line came after the poller saw the node: the poller's time is the join
+    assert round(B.analyse(doc(ready_at=109.8), 12.0, {"node2": 107.5, "node3": 109.7}).convergence, 3) == 0.3
     # no log line: the poller's first sight of it stands in
     assert round(B.analyse(doc(ready_at=109.8), 12.0, {}).convergence, 3) == 0.3
 
