@@ -43,3 +43,23 @@ def test_preflight_gpu_count_and_runtime():
     with pytest.raises(PreflightFailed, match="no NVIDIA runtime.*nvidia-ctk"):
         check_preflight("gpu-a", HostFacts("24.0", runtimes=("runc",), gpus=gpus), want_gpus=8)
     check_preflight("cpu", HostFacts("20.10"), want_gpus=None)
+
+
+def test_docker_info_and_inspect_both():
+    from bootstrap.facts import parse_docker_info, parse_inspect_both
+    assert parse_docker_info('20.10.24 {"nvidia":{"path":"x"},"runc":{"path":"runc"}}\n') == ("20.10.24", ("nvidia", "runc"))
+    assert parse_docker_info("") == ("", ())
+    img = "reg:5000/vllm:v1"
+    c = ('{"Name": "/bootstrap-vllm", "Image": "sha256:aa", "State": {"Status": "running"}, '
+         '"Config": {"Labels": {"k": "v"}}}')
+    i = '{"Id": "sha256:bb", "RepoTags": ["reg:5000/vllm:v1"], "RepoDigests": []}'
+    got = parse_inspect_both(c + "\n" + i + "\n", "bootstrap-vllm", img)
+    assert got[0].status == "running" and got[0].labels == {"k": "v"} and got[1] == "sha256:bb"
+    assert parse_inspect_both(i + "\n", "bootstrap-vllm", img) == (None, "sha256:bb")
+    assert parse_inspect_both(c + "\n", "bootstrap-vllm", img)[1] is None
+    assert parse_inspect_both("", "bootstrap-vllm", img) == (None, None)
+    # an image named like the container, or a reference the tags do not show: ask separately
+    other = '{"Id": "sha256:cc", "RepoTags": ["bootstrap-vllm:latest"]}'
+    assert parse_inspect_both(other + "\n" + i + "\n", "bootstrap-vllm", img) is None
+    assert parse_inspect_both(i + "\n", "bootstrap-vllm", "docker.io/reg:5000/vllm:v1") is None
+    assert parse_inspect_both('{"Id": "sha256:dd", "RepoTags": ["vllm:latest"]}', "c", "vllm") == (None, "sha256:dd")
