@@ -63,6 +63,7 @@ class RayNode:
     alive: bool
     gpus: float
     cpus: float
+    node_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,8 @@ def parse_ray_nodes(out: str) -> RayView:
                 done = obj
     if done is None:
         return RayView(False, (), (), error=(out.strip().splitlines() or ["no output"])[-1])
-    nodes = tuple(RayNode(n["ip"], bool(n["alive"]), float(n.get("gpus", 0)), float(n.get("cpus", 0)))
+    nodes = tuple(RayNode(n["ip"], bool(n["alive"]), float(n.get("gpus", 0)), float(n.get("cpus", 0)),
+                          str(n.get("node_id") or ""))
                   for n in done.get("nodes", []))
     seen = done.get("first_seen") or {}
     first_seen = {str(ip): float(t) for ip, t in seen.items()} if isinstance(seen, dict) else {}
@@ -262,11 +264,14 @@ class Session:
         return self.stage("facts", hosts or self.inv.hosts, self.host_facts)
 
     # -- Ray --------------------------------------------------------------------------------
-    def ray_view(self, expect: Sequence[Host], *, deadline: float, gpus: float = 0.0) -> RayView:
+    def ray_view(self, expect: Sequence[Host], *, deadline: float, gpus: float = 0.0,
+                 stale: Iterable[str] = ()) -> RayView:
         head = self.inv.head
         c = self.inv.cluster
         args = ["--address", f"{head.ip}:{c.ports.ray_gcs}", "--expect", ",".join(h.ip for h in expect),
                 "--gpus", str(gpus), "--deadline", str(deadline), "--tag", RAY_WAIT_TAG]
+        if stale:
+            args += ["--stale", ",".join(sorted(stale))]
         r = self.ssh[head.name].run_with_input(exec_python_argv(c.container_name, args),
                                                [check_script("ray_nodes.py")],
                                                timeout=deadline + 60, check=False)
@@ -279,11 +284,12 @@ class Session:
             view = RayView(False, (), tuple(h.ip for h in expect), (r.stderr or r.stdout).strip()[-300:])
         return view
 
-    def wait_for_ray(self, expect: Sequence[Host], *, deadline: float, stage: str) -> RayView:
+    def wait_for_ray(self, expect: Sequence[Host], *, deadline: float, stage: str,
+                     stale: Iterable[str] = ()) -> RayView:
         t0 = self.clock()
         self.current_stage = stage
         gpus = float(self.inv.gpus_per_node)
-        view = self.ray_view(expect, deadline=deadline, gpus=gpus)
+        view = self.ray_view(expect, deadline=deadline, gpus=gpus, stale=stale)
         self.timings.add(stage, self.clock() - t0)
         if not view.ready:
             by_ip = {h.ip: h.name for h in self.inv.hosts}
@@ -465,11 +471,22 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
     elif not changing and members is not None and all_alive(members, inv.hosts, float(inv.gpus_per_node)):
         view = members
     else:
-        view = sess.wait_for_ray(inv.hosts, deadline=wait, stage="ray-ready")
+        view = sess.wait_for_ray(inv.hosts, deadline=wait, stage="ray-ready",
+                                 stale=stale_registrations(inv, actions, members))
     ready_at = time.time()
     return UpResult(actions, view, sess.timings, changed=bool(changing), skipped=_reasons(skipped),
                     warnings=warns, host_timings=_host_timings(sess), ready_at=ready_at,
                     head_clock_offset=sess.head_clock_offset)
+
+
+def stale_registrations(inv: Inventory, actions: Sequence[HostAction], members: RayView | None) -> set[str]:
+    """Ray node IDs of the containers we just replaced on a kept head's GCS. Ray lists a dead node
+    as alive until its heartbeats time out (tens of seconds), so the old registration of a
+    recreated worker must not count as that worker having rejoined."""
+    if members is None:
+        return set()
+    replaced = {inv.host(a.host).ip for a in actions if a.action != "keep"}
+    return {n.node_id for n in members.nodes if n.alive and n.ip in replaced and n.node_id}
 
 
 def all_alive(view: RayView, hosts: Sequence[Host], gpus: float) -> bool:

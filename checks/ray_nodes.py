@@ -71,8 +71,12 @@ def main(argv=None):
     p.add_argument("--deadline", type=float, default=0, help="seconds; 0 = report once and exit")
     p.add_argument("--interval", type=float, default=0.1)
     p.add_argument("--tag", default="", help="a marker in our command line (to find and stop us)")
+    p.add_argument("--stale", default="", help="comma-separated node IDs that do not count: the "
+                   "registrations of containers just replaced, which Ray lists as alive until their "
+                   "heartbeats time out")
     a = p.parse_args(argv)
     expect = [x for x in a.expect.split(",") if x]
+    stale = {x for x in a.stale.split(",") if x}
     start = time.monotonic()
     fetch = None
     last_err = None
@@ -106,7 +110,7 @@ def main(argv=None):
             nodes = fetch()
         except Exception as exc:  # transient GCS error
             nodes, last_err = [], exc
-        alive = {n["ip"]: n for n in nodes if n["alive"]}
+        alive = {n["ip"]: n for n in nodes if n["alive"] and n.get("node_id") not in stale}
         now = time.time()
         for ip in alive:
             first_seen.setdefault(ip, round(now, 3))

@@ -79,3 +79,19 @@ def test_all_alive_needs_every_host_with_its_gpus():
     assert all_alive(view, inv.hosts, 8) and not all_alive(view, inv.hosts, 16)
     dead = RayView(True, (RayNode(ips[0], True, 8, 4), RayNode(ips[1], False, 8, 4)), ())
     assert not all_alive(dead, inv.hosts, 0)
+
+
+def test_replaced_workers_old_ray_registrations_do_not_count():
+    from bootstrap.apply import RayNode, RayView, stale_registrations
+    from bootstrap.plan import HostAction
+
+    from plan_fixtures import cpu_inventory
+
+    inv = cpu_inventory(3)
+    h = [x for x in inv.hosts]
+    members = RayView(True, (RayNode(h[0].ip, True, 0, 1, "id-head"), RayNode(h[1].ip, True, 0, 1, "id-w1"),
+                             RayNode(h[2].ip, True, 0, 1, "id-w2-old"), RayNode(h[2].ip, False, 0, 1, "id-dead")), ())
+    acts = [HostAction(h[0].name, "keep", "", None), HostAction(h[1].name, "keep", "", None),
+            HostAction(h[2].name, "recreate", "container is exited", None)]
+    assert stale_registrations(inv, acts, members) == {"id-w2-old"}
+    assert stale_registrations(inv, acts, None) == set()

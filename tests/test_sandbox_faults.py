@@ -4,6 +4,7 @@ Every test starts from a torn-down cluster (or says what it starts from), inject
 outside the tool, runs the CLI as a user would, and checks the hosts from outside the tool.
 """
 import contextlib
+import json
 import signal
 import subprocess
 import sys
@@ -46,6 +47,29 @@ def paused(node):
         subprocess.run(["docker", "unpause", node.container], check=True)
 
 
+@contextlib.contextmanager
+def cut_off(node):
+    """The node's network drops our SSH packets: no answer at all (not even a refusal)."""
+    on_node(node, "iptables", "-I", "INPUT", "-p", "tcp", "--dport", "22", "-j", "DROP")
+    try:
+        yield
+    finally:
+        on_node(node, "iptables", "-D", "INPUT", "-p", "tcp", "--dport", "22", "-j", "DROP")
+
+
+FAULTS = {"frozen": paused, "cut": cut_off}
+
+
+def ray_alive_ids(head):
+    """{node IP: [alive NodeIDs]} from Ray's own API in the head container."""
+    code = ("import json, ray; ray.init(address='auto', logging_level='ERROR'); d = {}\n"
+            "for n in ray.nodes():\n"
+            "    if n['Alive']: d.setdefault(n['NodeManagerAddress'], []).append(n['NodeID'])\n"
+            "print(json.dumps(d))")
+    r = on_node(head, "docker", "exec", CONTAINER, "python3", "-c", code)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def new_key(path):
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
     return path
@@ -70,11 +94,12 @@ def start_dockerd(node, args=""):
 
 
 # -- a node unreachable at `up` -------------------------------------------------------------------
-def test_unreachable_node_fails_fast_then_allow_partial_then_heals(clean):
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_unreachable_node_fails_fast_then_allow_partial_then_heals(clean, fault):
     n1, n2, n3 = clean.nodes
     inv = str(clean.inventory)
     timeout = yaml.safe_load(Path(inv).read_text())["cluster"]["ssh"]["connect_timeout"]
-    with paused(n3):
+    with FAULTS[fault](n3):
         r = cli("up", "-i", inv)
         assert r.returncode == 3, r.stderr
         assert n3.name in r.stderr and "cannot connect" in r.stderr and "Traceback" not in r.stderr
@@ -174,6 +199,7 @@ def test_killed_worker_shows_in_status_and_up_restarts_only_it(clean):
     inv = str(clean.inventory)
     assert cli("up", "-i", inv).returncode == 0
     before = [container_id(n) for n in clean.nodes]
+    old_id = ray_alive_ids(n1)[n3.ip]
     on_node(n3, "docker", "kill", CONTAINER)
     t = time.monotonic()
     s = cli("status", "-i", inv)
@@ -186,7 +212,11 @@ def test_killed_worker_shows_in_status_and_up_restarts_only_it(clean):
     assert r.returncode == 0, r.stderr
     after = [container_id(n) for n in clean.nodes]
     assert after[:2] == before[:2] and after[2] != before[2]
-    assert ray_alive_ips(n1) == ips(clean, n1, n2, n3)
+    # rejoined: when `up` returns, Ray lists a NEW registration for node3, not just the dead one
+    # it keeps listing as alive until its heartbeats time out
+    now = ray_alive_ids(n1)
+    assert set(now[n3.ip]) - set(old_id), (old_id, now)
+    assert sorted(set(ray_alive_ips(n1))) == ips(clean, n1, n2, n3)
 
 
 def test_killed_head_is_restarted_and_every_worker_rejoins(clean):
