@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shlex
 import shutil
 import signal
@@ -201,10 +202,35 @@ def commands(inv: Path, hosts_file: Path, ssh_extra: list[str], parallel: int, p
     }
 
 
-def timed(argv: list[str]) -> tuple[float, int, str]:
+def hosts_cpu() -> float | None:
+    """CPU seconds used so far by the sandbox node containers (their sshd and what it runs), from
+    the Docker cgroups; None where that cannot be read (loopback or --inventory hosts)."""
+    r = subprocess.run(["docker", "ps", "-q", "--no-trunc", "--filter", "name=bootstrap-sandbox-node"],
+                       capture_output=True, text=True)
+    total, found = 0.0, False
+    for cid in r.stdout.split() if r.returncode == 0 else []:
+        for f, scale in ((f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage", 1e-9),
+                         (f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat", 1e-6),
+                         (f"/sys/fs/cgroup/docker/{cid}/cpu.stat", 1e-6)):
+            try:
+                text = Path(f).read_text()
+            except OSError:
+                continue
+            found = True
+            total += scale * int(text.split()[1] if text.startswith("usage_usec") else text)
+            break
+    return total if found else None
+
+
+def timed(argv: list[str]) -> tuple[float, int, str, float, float | None]:
+    """Wall seconds, exit code, output, our CPU seconds (the child's), the hosts' CPU seconds."""
+    c0, h0 = resource.getrusage(resource.RUSAGE_CHILDREN), hosts_cpu()
     t0 = time.perf_counter()
     r = subprocess.run(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    return time.perf_counter() - t0, r.returncode, r.stdout
+    wall = time.perf_counter() - t0
+    c1, h1 = resource.getrusage(resource.RUSAGE_CHILDREN), hosts_cpu()
+    ours = (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)
+    return wall, r.returncode, r.stdout, ours, (h1 - h0 if h0 is not None and h1 is not None else None)
 
 
 @dataclass
@@ -212,22 +238,34 @@ class Row:
     n: int
     seconds: dict[str, list[float]] = field(default_factory=dict)
     codes: dict[str, set[int]] = field(default_factory=dict)
+    cpu: dict[str, list[float]] = field(default_factory=dict)
+    hosts_cpu: dict[str, list[float]] = field(default_factory=dict)
 
     def median(self, tool: str) -> float:
         return statistics.median(self.seconds[tool])
 
+    def cpu_floor(self, tool: str) -> float | None:
+        """The least wall time the CPU work of one run allows on this machine: (our CPU + the
+        hosts' CPU) / cores. All hosts share these cores in the sandbox; real hosts do not."""
+        if not self.hosts_cpu.get(tool):
+            return None
+        return (statistics.median(self.cpu[tool]) + statistics.median(self.hosts_cpu[tool])) / (os.cpu_count() or 1)
+
 
 def measure(n: int, cmds: dict[str, list[str]], reps: int) -> Row:
-    row = Row(n, {t: [] for t in cmds}, {t: set() for t in cmds})
+    row = Row(n, {t: [] for t in cmds}, {t: set() for t in cmds}, {t: [] for t in cmds}, {t: [] for t in cmds})
     for t, argv in cmds.items():  # warm-up: caches, first connections; not counted
-        _, code, output = timed(argv)
+        _, code, output, _, _ = timed(argv)
         if code != 0 and t != "status":
             log(f"N={n} {t} exited {code}:\n{output[-2000:]}")
     for _ in range(reps):
         for t, argv in cmds.items():
-            s, code, _ = timed(argv)
+            s, code, _, ours, theirs = timed(argv)
             row.seconds[t].append(s)
             row.codes[t].add(code)
+            row.cpu[t].append(ours)
+            if theirs is not None:
+                row.hosts_cpu[t].append(theirs)
     log(f"N={n}: " + ", ".join(f"{t} {row.median(t):.3f}s" for t in cmds))
     return row
 
@@ -235,7 +273,8 @@ def measure(n: int, cmds: dict[str, list[str]], reps: int) -> Row:
 # -- report ----------------------------------------------------------------------------------------
 def table(rows: list[Row]) -> str:
     base = rows[0].median("exec")
-    head = ("N", "exec (s)", "status (s)", "pssh (s)", "exec(N)/exec(1)", "exec/pssh")
+    head = ("N", "exec (s)", "status (s)", "pssh (s)", "exec(N)/exec(1)", "exec/pssh",
+            "exec CPU ours+hosts (s)", "exec CPU floor (s)", "pssh CPU ours+hosts (s)")
     body = []
     for r in rows:
         st = f"{r.median('status'):.3f}"
@@ -243,8 +282,16 @@ def table(rows: list[Row]) -> str:
             st += f" (exit {','.join(map(str, sorted(r.codes['status'])))})"
         ex = f"{r.median('exec'):.3f}" + ("" if r.codes["exec"] == {0} else " (FAILED)")
         ps = f"{r.median('pssh'):.3f}" + ("" if r.codes["pssh"] == {0} else " (FAILED)")
+        def cpu(t: str) -> str:
+            if not r.cpu.get(t):
+                return "-"
+            if not r.hosts_cpu.get(t):
+                return f"{statistics.median(r.cpu[t]):.2f}+?"
+            return f"{statistics.median(r.cpu[t]):.2f}+{statistics.median(r.hosts_cpu[t]):.2f}"
+        floor = r.cpu_floor("exec")
         body.append((str(r.n), ex, st, ps, f"{r.median('exec') / base:.2f}",
-                     f"{r.median('exec') / r.median('pssh'):.2f}"))
+                     f"{r.median('exec') / r.median('pssh'):.2f}", cpu("exec"),
+                     "-" if floor is None else f"{floor:.2f}", cpu("pssh")))
     widths = [max(len(x[i]) for x in (head, *body)) for i in range(len(head))]
     fmt = "  ".join(f"{{:>{w}}}" for w in widths)
     return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths)), *(fmt.format(*b) for b in body)])
@@ -336,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(measure(n, commands(inv, hosts_file, extra, a.parallel, a.pssh), a.reps))
         print(f"fan-out on {source}: median of {a.reps} run(s), --parallel {a.parallel}, {os.cpu_count()} CPU(s)")
         print(table(rows))
+        print("CPU floor = (our CPU + the hosts' CPU) / cores: the least wall time this machine allows when the "
+              "hosts' sshd share its cores (sandbox); on real hosts their part runs on each host")
         if a.png:
             write_png(rows, a.png, f"fan-out, {source}, -p {a.parallel}")
             print(f"plot: {a.png}")

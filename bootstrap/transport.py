@@ -93,12 +93,12 @@ class SSHHost:
         client = conn.client
         system = Path(KNOWN_HOSTS).expanduser()
         if system.exists():
-            client.load_system_host_keys(str(system))
+            client._system_host_keys = _parsed_host_keys(system)  # what load_system_host_keys fills
         save_to = system
         if self.settings.known_hosts:
             extra = Path(self.settings.known_hosts).expanduser()
             if extra.exists():
-                client.load_host_keys(str(extra))
+                client._host_keys = _parsed_host_keys(extra)  # what load_host_keys fills
             save_to = extra
         if self.settings.accept_new_host_keys:
             client.set_missing_host_key_policy(_AcceptNewPolicy(save_to))
@@ -396,6 +396,22 @@ class LockBusy(BootstrapError):
         waited_s = f" after waiting {waited:g}s" if waited else ""
         super().__init__(f"{host}: the cluster lock {path} is {who}{waited_s}; nothing was changed -- "
                          "wait for that run to finish, or pass --lock-wait SECONDS to queue behind it")
+
+
+_HOST_KEYS: dict[tuple[str, int, int], paramiko.HostKeys] = {}
+_HOST_KEYS_LOCK = threading.Lock()
+
+
+def _parsed_host_keys(path: Path) -> paramiko.HostKeys:
+    """A known_hosts file parsed once per version (path, mtime, size) and shared by every
+    connection: parsing it per connection costs O(hosts x lines) CPU, ~0.4 s at 64 hosts."""
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    with _HOST_KEYS_LOCK:
+        hk = _HOST_KEYS.get(key)
+        if hk is None:
+            hk = _HOST_KEYS[key] = paramiko.HostKeys(str(path))
+        return hk
 
 
 def _wait_readable(chan: paramiko.Channel, timeout: float) -> bool:

@@ -183,3 +183,10 @@ def test_bench_table_and_targets():
     assert verdict(rows) == []
     rows[1].seconds["exec"] = [4.0]
     assert verdict(rows) == ["exec(64)/exec(1) = 8.00 > 3", "exec(64)/pssh(64) = 1.14 > 1"]
+    # with CPU accounting (sandbox): the floor is (ours + hosts') / cores
+    rows[1].cpu = {"exec": [1.2], "status": [1.0], "pssh": [5.0]}
+    rows[1].hosts_cpu = {"exec": [2.0], "status": [2.0], "pssh": [2.4]}
+    import os
+    assert abs(rows[1].cpu_floor("exec") - 3.2 / (os.cpu_count() or 1)) < 1e-9
+    assert "1.20+2.00" in table(rows) and "5.00+2.40" in table(rows)
+    assert rows[0].cpu_floor("exec") is None
