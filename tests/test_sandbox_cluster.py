@@ -43,9 +43,21 @@ def node_env(node, name):
 
 
 def ray_alive_ips(head):
-    """Node IPs Ray reports alive, asked from inside the head container with Ray's own API."""
+    """Node IPs Ray reports alive, asked from inside the head container with Ray's own API. Each
+    IP once: a recreated worker's old registration stays listed as alive (next to the new one)
+    until its heartbeats time out."""
     code = ("import json, ray; ray.init(address='auto', logging_level='ERROR'); "
-            "print(json.dumps(sorted(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive'])))")
+            "print(json.dumps(sorted({n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']})))")
+    r = on_node(head, "docker", "exec", CONTAINER, "python3", "-c", code)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def ray_alive_ids(head):
+    """{node IP: [alive NodeIDs]} from Ray's own API in the head container."""
+    code = ("import json, ray; ray.init(address='auto', logging_level='ERROR'); d = {}\n"
+            "for n in ray.nodes():\n"
+            "    if n['Alive']: d.setdefault(n['NodeManagerAddress'], []).append(n['NodeID'])\n"
+            "print(json.dumps(d))")
     r = on_node(head, "docker", "exec", CONTAINER, "python3", "-c", code)
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -106,6 +118,7 @@ def test_second_up_changes_nothing(cluster):
 
 def test_changed_spec_recreates_only_that_host(cluster, tmp_path):
     before = [container_id(n) for n in cluster.nodes]
+    old_ids = ray_alive_ids(cluster.nodes[0]).get(cluster.nodes[2].ip, [])
 
     def add_env(doc):
         doc["hosts"][2]["env"] = {"NCCL_DEBUG": "INFO", "ODD_VALUE": "it's $(touch /tmp/pwned) `x`"}
@@ -121,6 +134,7 @@ def test_changed_spec_recreates_only_that_host(cluster, tmp_path):
     assert node_env(n3, "ODD_VALUE") == "it's $(touch /tmp/pwned) `x`"
     assert on_node(n3, "test", "-e", "/tmp/pwned", check=False).returncode == 1
     assert ray_alive_ips(n1) == sorted(n.ip for n in cluster.nodes)
+    assert set(ray_alive_ids(n1)[n3.ip]) - set(old_ids)  # rejoined: a new registration, not the old one
 
 
 def test_down_names_an_unreachable_host_and_still_tears_down_the_others(cluster):
