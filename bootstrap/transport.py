@@ -252,6 +252,8 @@ class SSHHost:
                 if time.monotonic() > deadline:
                     raise socket.timeout()
                 if not got and (chan.closed or not (chan.get_transport() and chan.get_transport().is_active())):
+                    if chan.eof_received and chan.status_event.is_set():
+                        continue  # it finished and closed between our checks: drain it above
                     raise EOFError("the SSH connection was closed")  # close() from another thread
                 if not got:
                     _wait_readable(chan, 0.02)

@@ -92,7 +92,12 @@ def test_up_forms_a_ray_cluster_with_one_node_per_host(cluster):
         assert node_env(n, "VLLM_HOST_IP") == n.ip
         ips.append(n.ip)
     assert ray_alive_ips(cluster.nodes[0]) == sorted(ips)
-    status = on_node(cluster.nodes[0], "docker", "exec", CONTAINER, "ray", "status").stdout
+    # `ray status` (the autoscaler's view) trails the GCS node table by a few seconds
+    for _ in range(30):
+        status = on_node(cluster.nodes[0], "docker", "exec", CONTAINER, "ray", "status").stdout
+        if status.count(" node_") == 3:
+            break
+        time.sleep(1)
     assert status.count(" node_") == 3, status
 
 
