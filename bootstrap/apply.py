@@ -643,8 +643,33 @@ class NodeStatus:
         return dict(self.__dict__)
 
 
+@dataclass(frozen=True)
+class ClusterStatus:
+    nodes: list[NodeStatus]
+    #: what `serve` runs now (a ServingState), None when nothing is served or the head is down
+    serving: object | None
+    #: where the Ray dashboard listens on the head (host:port), None without Ray
+    dashboard: str | None
+
+
+def dashboard_address(inv: Inventory) -> str | None:
+    """host:port of the head's Ray dashboard as cluster.dashboard_host sets it."""
+    c = inv.cluster
+    if c.runtime != "ray":
+        return None
+    host = {"localhost": "127.0.0.1", "data-plane": inv.head.ip, "all": inv.head.ip}.get(c.dashboard_host,
+                                                                                        c.dashboard_host)
+    return f"{host}:{c.ports.dashboard}"
+
+
 def status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
            reporter: Reporter | None = None) -> list[NodeStatus]:
+    return cluster_status(inv, parallel=parallel, reporter=reporter, serving=False).nodes
+
+
+def cluster_status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None,
+                   serving: bool = True) -> ClusterStatus:
+    """Each node's container and Ray state; with serving, what `serve` runs (model, split, health)."""
     name = inv.cluster.container_name
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         conn = sess.connect(strict=False)
@@ -683,7 +708,15 @@ def status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
             if node is not None and not live:
                 err = err or f"Ray still lists it, but the container is {cstate}"
             rows.append(NodeStatus(h.name, h.ip, h.role, True, cstate, live, node.gpus if live else 0.0, err))
-        return rows
+        served = None
+        if serving and isinstance(head_state, F.ContainerState) and head_state.running:
+            from .serve import serving_state  # serve builds on this module
+
+            try:
+                served = serving_state(sess)
+            except BootstrapError:
+                served = None
+        return ClusterStatus(rows, served, dashboard_address(inv))
 
 
 # -- down --------------------------------------------------------------------------------------

@@ -53,14 +53,14 @@ def _escape(s: str) -> str:
     return s.replace("[", "\\[")
 
 
-def _load(path: str | None, check_files: bool = True):
+def _load(path: str | None, check_files: bool = True, require_secrets: bool = True):
     from .inventory import load_inventory
 
     if path is None:
         path = os.environ.get("BOOTSTRAP_INVENTORY") or "hosts.yaml"
         if not Path(path).exists():
             raise UsageError("no inventory: pass -i FILE, set BOOTSTRAP_INVENTORY, or create ./hosts.yaml")
-    return load_inventory(path, check_files=check_files)
+    return load_inventory(path, check_files=check_files, require_secrets=require_secrets)
 
 
 def _fail(exc: BootstrapError) -> "NoReturn":  # noqa: F821
@@ -364,11 +364,14 @@ def status(inventory, parallel, as_json):
     """
     def go():
         inv = _load(inventory)
-        rows = A.status(inv, parallel=parallel)
+        st = A.cluster_status(inv, parallel=parallel)
+        rows = st.nodes
         if as_json:
-            out.print_json(json.dumps([r.as_dict() for r in rows]))
+            out.print_json(json.dumps({"nodes": [r.as_dict() for r in rows],
+                                       "serving": st.serving.to_dict() if st.serving else None,
+                                       "ray_dashboard": st.dashboard}))
         else:
-            t = Table(title=f"cluster {inv.cluster.name}")
+            t = Table(title=f"cluster {_escape(inv.cluster.name)}")
             for col in ("host", "ip", "role", "container", "ray", "GPUs", "note"):
                 t.add_column(col)
             for r in rows:
@@ -376,9 +379,42 @@ def status(inventory, parallel, as_json):
                 t.add_row(r.host, r.ip, r.role, cont, "[green]alive[/]" if r.ray_alive else "[red]no[/]",
                           f"{r.gpus:g}" if r.ray_alive else "-", _escape(r.error)[:120])
             out.print(t)
+            for line in _status_lines(inv, st):
+                out.print(line)
         if not all(r.ray_alive for r in rows):
             sys.exit(int(ExitStatus.ERROR))
     _run(go)
+
+
+def _uptime(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = int(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def _status_lines(inv, st) -> list[str]:
+    """The serving and dashboard lines under the node table."""
+    lines = []
+    v = st.serving
+    if v is None:
+        lines.append("serving: nothing (bootstrap serve MODEL)")
+    else:
+        color = "green" if v.health == "healthy" else ("yellow" if v.health.startswith("starting") else "red")
+        name = v.served[0] if v.served else v.model
+        lines.append(f"serving: {_escape(name)} on {_escape(v.endpoint)} [{color}]{_escape(v.health)}[/] "
+                     f"(backend {v.backend}, TP={v.tp} PP={v.pp}, {len(v.nodes)} node(s), up {_uptime(v.uptime_s)})")
+        if v.kv is not None:
+            lines.append(f"KV cache: {v.kv.tokens:,} tokens")
+    if st.dashboard:
+        host, _, port = st.dashboard.rpartition(":")
+        line = f"Ray dashboard: http://{st.dashboard}"
+        if host.startswith("127."):
+            ssh = inv.head.ssh
+            who = f"{ssh.user}@{ssh.address}" if ssh.user else ssh.address
+            line += f" on {inv.head.name} (from here: ssh -L {port}:{host}:{port} {who}, then http://localhost:{port})"
+        lines.append(_escape(line))
+    return lines
 
 
 # -- exec ----------------------------------------------------------------------------------------
@@ -651,23 +687,31 @@ def logs(inventory, hosts, follow, tail):
               help="Address vLLM binds (default: the head's data-plane IP).")
 @click.option("--served-model-name", default=None, callback=_nonempty)
 @click.option("--stop", is_flag=True, help="Stop serving; the Ray cluster keeps running.")
+@click.option("--dry-run", is_flag=True,
+              help="Read the model's config.json, print the plan (backend, TP/PP and why, each node's command) "
+                   "and stop; secrets need not be set.")
 @json_option
 def serve(inventory, parallel, model, extra, tp, pp, backend, sync_model, wait, listen, served_model_name, stop,
-          as_json):
+          dry_run, as_json):
     """Serve MODEL (a Hugging Face id or a path inside the containers) across the cluster.
 
-    Defaults: tensor-parallel = GPUs per node, pipeline-parallel = number of nodes (on a CPU
-    cluster: TP across the nodes). Extra vLLM flags go after `--`. Waits for /health and
-    /v1/models, then prints the endpoint, a curl to paste, and the KV cache capacity.
+    Defaults: the split is read from the model's config.json: TP = GPUs per node and PP = nodes
+    when the model takes it, else the largest TP its attention heads allow with the rest as PP
+    (on a CPU cluster: TP across the nodes first). The backend follows the cluster: native on CPU
+    or without Ray, ray on GPU clusters running Ray. The plan is printed before anything starts
+    (--dry-run stops there). Extra vLLM flags go after `--`. Waits for /health and /v1/models,
+    then prints the endpoint, a curl to paste, and the KV cache capacity.
 
     Example: bootstrap serve -i hosts.yaml meta-llama/Llama-3.1-405B-Instruct -- --max-model-len 8192
     """
     from . import serve as V
 
     _serve_args(click.get_current_context(), model, extra, stop)
+    if stop and dry_run:
+        raise click.UsageError("--dry-run plans a serve; it cannot be combined with --stop")
 
     def go():
-        inv = _load(inventory)
+        inv = _load(inventory, require_secrets=not dry_run)
         if tp is not None or pp is not None:
             try:
                 P.parallelism(len(inv.hosts), inv.gpus_per_node, tp, pp, accelerator=inv.cluster.accelerator)
@@ -677,32 +721,65 @@ def serve(inventory, parallel, model, extra, tp, pp, backend, sync_model, wait, 
             V.stop(inv, parallel=parallel, reporter=LineReporter(quiet=as_json))
             out.print("stopped serving on every node; the Ray cluster is still up")
             return
+        show = None if as_json else (lambda plan: _print_plan(plan, dry_run))
         try:
             res = V.serve(inv, model, tp=tp, pp=pp, backend=backend, extra=extra, sync_model=sync_model,
                           wait=wait, listen=listen, served_name=served_model_name, parallel=parallel,
-                          reporter=LineReporter(quiet=as_json))
+                          dry_run=dry_run, on_plan=show, reporter=LineReporter(quiet=as_json))
+        except P.ModelSplitError as exc:
+            raise click.UsageError(f"--tp/--pp: {exc}") from None
         except V.ServeFailed as exc:
             if exc.log_tail:
                 err.print("[dim]--- last lines of the vLLM log ---[/]")
                 err.print(_escape(exc.log_tail))
             _print_findings(exc.findings)
             raise
+        if isinstance(res, V.ServePlan):
+            if as_json:
+                out.print_json(json.dumps({"dry_run": True, **res.to_dict()}))
+            return
         kv = res.kv
         if as_json:
             out.print_json(json.dumps({
                 "endpoint": res.endpoint, "model": res.model, "served": res.served, "backend": res.backend,
                 "tp": res.parallelism.tp, "pp": res.parallelism.pp, "ready_seconds": round(res.ready_seconds, 1),
-                "kv_cache_tokens": getattr(kv, "tokens", None), "notes": res.notes}))
+                "kv_cache_tokens": getattr(kv, "tokens", None), "notes": res.notes,
+                "split_reason": res.plan.split.reason if res.plan else None,
+                "backend_reason": res.plan.backend_reason if res.plan else None}))
             return
         for n in res.notes:
             out.print(f"note: {_escape(n)}")
-        out.print(f"serving {res.served[0] if res.served else res.model} on {res.endpoint} "
+        out.print(f"serving {_escape(res.served[0] if res.served else res.model)} on {res.endpoint} "
                   f"(backend {res.backend}, TP={res.parallelism.tp}, PP={res.parallelism.pp}); "
                   f"ready in {res.ready_seconds:.0f}s")
         if kv is not None:
             out.print(f"KV cache: {kv.tokens:,} tokens ({_escape(kv.source_line.strip())[:120]})")
         out.print("try: " + _escape(res.curl()))
     _run(go)
+
+
+def _print_plan(plan, dry_run: bool) -> None:
+    """The serve plan, before anything starts: model, backend, split and why, each node's command."""
+    import shlex
+
+    shape = (f" ({plan.shape.describe()}; config.json from {plan.config_source})"
+             if plan.shape is not None and plan.shape.known else " (config.json not read: split unchecked)")
+    out.print(f"model:   {_escape(plan.model)}{_escape(shape)}")
+    out.print(f"backend: {plan.backend} ({_escape(plan.backend_reason)})")
+    out.print(f"split:   {_escape(plan.split.reason)}")
+    if plan.fit is not None:
+        out.print(f"fit:     {_escape(plan.fit.message)}")
+    width = max(len(n.host) for n in plan.nodes)
+    for n in plan.nodes:
+        cmd = shlex.join(n.argv) if n.argv else "(a Ray worker: vLLM places its ranks here through Ray)"
+        out.print(f"  {n.host:<{width}} {n.ip:<15} {_escape(cmd)}")
+    out.print(f"endpoint: {plan.endpoint}")
+    for note in plan.notes:
+        out.print(f"note: {_escape(note)}")
+    if dry_run:
+        if plan.secrets:
+            out.print(f"a real run needs {', '.join(plan.secrets)} set in your environment (cluster.secrets)")
+        out.print("dry run: nothing was started")
 
 
 def _listen(value: str | None) -> str | None:

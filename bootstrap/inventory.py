@@ -43,16 +43,18 @@ def load_inventory(
     environ: Mapping[str, str] | None = None,
     *,
     check_files: bool = True,
+    require_secrets: bool = True,
 ) -> Inventory:
     """Read and validate an inventory.
 
     environ supplies the values of `cluster.secrets` (default: os.environ). check_files=False skips
-    the checks of local files (ssh keys, known_hosts), e.g. for `bootstrap plan` on a laptop.
+    the checks of local files (ssh keys, known_hosts), e.g. for `bootstrap plan` on a laptop, and
+    with it or require_secrets=False, listed secrets may be unset (nothing will receive them).
     Raises InventoryError for every problem.
     """
     file = os.fsdecode(os.fspath(path))
     env = os.environ if environ is None else environ
-    if not check_files:
+    if not check_files or not require_secrets:
         env = _Offline(env)
     root, root_line = _read_yaml(file)
     top = _Loc(file, None, root_line)

@@ -9,7 +9,7 @@ import json
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from . import diagnose as D
 from . import facts as F
@@ -21,6 +21,8 @@ from .model import Host, Inventory
 
 LOG = "/tmp/bootstrap-vllm-serve.log"
 PIDFILE = "/tmp/bootstrap-vllm-serve.pid"
+#: What serve launched (plan as JSON), on the head; `status` reads it, its age is the uptime.
+STATE = "/tmp/bootstrap-vllm-serve.json"
 NON_CARRY_OVER = "/root/.config/vllm/ray_non_carry_over_env_vars.json"
 # Start a command detached inside the container, its output in LOG and its pid in PIDFILE.
 _DETACH = f'echo $$ > {PIDFILE}; exec "$@" > {LOG} 2>&1'
@@ -31,7 +33,7 @@ _STOP = (f'p=$(cat {PIDFILE} 2>/dev/null); [ -n "$p" ] && kill -TERM "$p" 2>/dev
          'for d in /proc/[0-9]*; do pid=${d#/proc/}; [ "$pid" = "$$" ] && continue; '
          'c=$(tr "\\0" " " < $d/cmdline 2>/dev/null); case "$c" in '
          '*"vllm serve"*|VLLM::*|*"vllm.entrypoints"*) kill -9 "$pid" 2>/dev/null;; esac; done; '
-         f'rm -f {PIDFILE}')
+         f'rm -f {PIDFILE} {STATE}')
 
 
 class ServeFailed(BootstrapError):
@@ -39,6 +41,48 @@ class ServeFailed(BootstrapError):
         super().__init__(message)
         self.log_tail = log_tail
         self.findings = list(findings)
+
+
+@dataclass(frozen=True)
+class NodeLaunch:
+    host: str
+    ip: str
+    #: the `vllm serve` argv this node runs inside its container (empty: nothing, Ray places it)
+    argv: tuple[str, ...]
+
+
+@dataclass
+class ServePlan:
+    """What `serve` will do, decided before anything starts; `--dry-run` prints it and stops."""
+    model: str
+    backend: str
+    backend_reason: str
+    split: P.SplitChoice
+    shape: P.ModelShape | None
+    #: where config.json came from: path, hf-cache, hub; None when it could not be read
+    config_source: str | None
+    config_error: str | None
+    nodes: list[NodeLaunch]
+    endpoint: str
+    #: the URL the head container itself uses to reach vLLM
+    url_in: str
+    master_port: int | None
+    #: secrets the containers get from `up` (their values are never shown)
+    secrets: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    fit: object | None = None
+
+    @property
+    def parallelism(self) -> P.Parallelism:
+        return self.split.par
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "backend": self.backend, "backend_reason": self.backend_reason,
+                "tp": self.split.par.tp, "pp": self.split.par.pp, "split_reason": self.split.reason,
+                "model_shape": self.shape.describe() if self.shape and self.shape.known else None,
+                "config_source": self.config_source, "config_error": self.config_error,
+                "endpoint": self.endpoint, "secrets": self.secrets, "notes": self.notes,
+                "nodes": [{"host": n.host, "ip": n.ip, "argv": list(n.argv)} for n in self.nodes]}
 
 
 @dataclass
@@ -52,7 +96,7 @@ class ServeResult:
     kv: object | None = None
     fit: object | None = None
     notes: list[str] = field(default_factory=list)
-    already: bool = False
+    plan: ServePlan | None = None
 
     def curl(self) -> str:
         body = json.dumps({"model": self.served[0] if self.served else self.model,
@@ -84,18 +128,40 @@ def is_path(model: str) -> bool:
     return model.startswith("/")
 
 
+def choose_backend(accelerator: str, runtime: str, requested: str | None) -> tuple[str, str]:
+    """(backend, why) from the cluster's facts; an impossible request is refused (exit 2) before
+    anything starts. vLLM's Ray executor needs GPUs ("current platform cpu does not support ray")."""
+    if requested not in (None, "ray", "native"):
+        raise UsageError(f"unknown backend {requested!r} (ray or native)")
+    if requested == "ray" and runtime != "ray":
+        raise UsageError("the Ray backend needs cluster.runtime: ray (this cluster runs without Ray): "
+                         "use --backend native")
+    if requested == "ray" and accelerator != "gpu":
+        raise UsageError("--backend ray cannot serve on a CPU cluster (accelerator: none): vLLM's Ray executor "
+                         "needs GPUs (\"current platform cpu does not support ray\"); use --backend native")
+    if requested:
+        return requested, f"--backend {requested}"
+    if accelerator != "gpu":
+        return "native", "CPU cluster: vLLM's Ray executor needs GPUs"
+    if runtime != "ray":
+        return "native", "the containers run without Ray (cluster.runtime: none)"
+    return "ray", "GPU cluster running Ray"
+
+
 def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None = None, backend: str | None = None,
           extra: Sequence[str] = (), sync_model: bool = False, wait: float = 900.0, listen: str | None = None,
-          served_name: str | None = None, parallel: int = DEFAULT_PARALLEL,
-          reporter: Reporter | None = None) -> ServeResult:
+          served_name: str | None = None, parallel: int = DEFAULT_PARALLEL, dry_run: bool = False,
+          on_plan: Callable[[ServePlan], None] | None = None,
+          reporter: Reporter | None = None) -> ServeResult | ServePlan:
+    """Plan, then (unless dry_run) launch and wait. The plan is handed to `on_plan` before anything
+    starts; a dry run returns it. Raises UsageError (exit 2) for a split or backend that cannot
+    work, before any change on the nodes."""
     c = inv.cluster
     name = c.container_name
     order = [inv.head, *inv.workers]
-    backend = backend or ("ray" if c.runtime == "ray" else "native")
-    if backend == "ray" and c.runtime != "ray":
-        raise UsageError("the Ray backend needs cluster.runtime: ray (this cluster runs without Ray): "
-                         "use --backend native")
-    par = P.parallelism(len(order), inv.gpus_per_node, tp, pp, accelerator=c.accelerator)
+    backend, backend_why = choose_backend(c.accelerator, c.runtime, backend)
+    # The cluster's shape alone (no model yet): bad --tp/--pp for these nodes fail before connecting.
+    P.parallelism(len(order), inv.gpus_per_node, tp, pp, accelerator=c.accelerator)
     port = c.ports.vllm
     host_bind = listen or inv.head.ip
     url_in = f"http://{inv.head.ip if host_bind in ('0.0.0.0', '::') else host_bind}:{port}"
@@ -108,6 +174,18 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
         down = [h.name for h in order if not (states.get(h.name) and states[h.name].running)]
         if down:
             raise PreflightFailed(", ".join(down), "the cluster container is not running", "run `bootstrap up` first")
+
+        # What the model allows: its config.json, read where vLLM will read it (the head container).
+        info = sess.stage("model-config", [inv.head], lambda h: _last_json(sess.ssh[h.name].run_with_input(
+            exec_python_argv(name, [model]), [check_script("model_info.py")], timeout=90, check=False).stdout))
+        info = info[inv.head.name]
+        config = info.get("config") if isinstance(info.get("config"), dict) else None
+        shape = P.model_shape(config) if config else None
+        split = P.choose_split(shape, len(order), inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp)
+        if config is None:
+            notes.append(f"could not read the model's config.json ({info.get('error') or 'no answer'}): "
+                         "the split is not checked against the model")
+
         if backend == "ray":
             view = sess.ray_view(order, deadline=10)
             if not view.ready:
@@ -117,6 +195,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
 
         # The model must be the same on every node (or come from the hub through the HF cache).
         fit = None
+        sync_to: list[str] = []
         if is_path(model):
             manifests = sess.stage("model-files", order, lambda h: P.model_manifest(sess.ssh[h.name].run(
                 _in(name, "find", model, "-type", "f", "-printf", "%P\\t%s\\n"), timeout=120, check=False).stdout))
@@ -127,16 +206,42 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             if diffs and not sync_model:
                 raise PreflightFailed(", ".join(d.host for d in diffs), P.describe(diffs),
                                       "copy the model to every node, or pass --sync-model to copy it from the head")
-            if diffs:
-                _sync_model(sess, model, [inv.host(d.host) for d in diffs])
-                notes.append(f"copied {model} from {inv.head.name} to {', '.join(d.host for d in diffs)}")
-            fit = _fit(sess, inv, model, manifests[inv.head.name])
+            sync_to = [d.host for d in diffs]
+            fit = _fit(sess, inv, config, info.get("index"), manifests[inv.head.name])
             if fit is not None and not fit.fits:
                 raise PreflightFailed("cluster", fit.message, "add nodes of this shape, or a smaller/quantized model")
+
+        master_port = None
+        if backend == "ray":
+            argv = P.ray_serve_argv(model, split.par, port=port, host=host_bind, served_name=served_name,
+                                    extra=extra)
+            launches = [NodeLaunch(h.name, h.ip, argv if h.is_head else ()) for h in order]
+        else:
+            master_port = 29500 + random.randrange(400)
+            argvs = P.native_serve_argvs(model, split.par, [h.ip for h in order], port=port, host=host_bind,
+                                         master_port=master_port, served_name=served_name, extra=extra)
+            launches = [NodeLaunch(h.name, h.ip, argvs[i]) for i, h in enumerate(order)]
+        plan = ServePlan(model, backend, backend_why, split, shape, info.get("source"), info.get("error"),
+                         launches, f"{url_in}/v1", url_in, master_port,
+                         secrets=[x.name for x in c.secrets], notes=list(notes), fit=fit)
+        if sync_to:
+            plan.notes.append(f"{'would copy' if dry_run else 'copies'} {model} from {inv.head.name} to "
+                              f"{', '.join(sync_to)} (--sync-model)")
+        if on_plan is not None:
+            on_plan(plan)
+        if dry_run:
+            return plan
+
+        if sync_to:
+            _sync_model(sess, model, [inv.host(n) for n in sync_to])
+            notes.append(f"copied {model} from {inv.head.name} to {', '.join(sync_to)}")
 
         # Replace whatever serve started before (stale workers keep their ports).
         sess.stage("stop-old", order, lambda h: sess.ssh[h.name].run(_in(name, "sh", "-c", _STOP), timeout=60,
                                                                       check=False))
+        state = json.dumps({**plan.to_dict(), "url_in": url_in, "served_name": served_name,
+                            "nodes": [h.name for h in order], "extra": list(extra)}).encode()
+        sess.ssh[inv.head.name].run_with_input(_in_i(name, "sh", "-c", f"cat > {STATE}"), [state], timeout=30)
         if backend == "ray":
             keep = per_node_env_names(inv)
             if keep:
@@ -146,16 +251,9 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
                     _in_i(name, "sh", "-c", f'mkdir -p "$(dirname {NON_CARRY_OVER})" && cat > {NON_CARRY_OVER}'),
                     [body])
                 notes.append(f"kept per-node {', '.join(keep)} (not copied from the head)")
-            argv = P.ray_serve_argv(model, par, port=port, host=host_bind, served_name=served_name, extra=extra)
-            sess.stage("launch", [inv.head], lambda h: sess.ssh[h.name].run(_detached(name, argv)))
-        elif backend == "native":
-            master_port = 29500 + random.randrange(400)
-            argvs = P.native_serve_argvs(model, par, [h.ip for h in order], port=port, host=host_bind,
-                                         master_port=master_port, served_name=served_name, extra=extra)
-            by_host = {h.name: argvs[i] for i, h in enumerate(order)}
-            sess.stage("launch", order, lambda h: sess.ssh[h.name].run(_detached(name, by_host[h.name])))
-        else:
-            raise UsageError(f"unknown backend {backend!r} (ray or native)")
+        by_host = {n.host: n.argv for n in launches if n.argv}
+        sess.stage("launch", [h for h in order if h.name in by_host],
+                   lambda h: sess.ssh[h.name].run(_detached(name, by_host[h.name])))
 
         t0 = time.monotonic()
         r = sess.ssh[inv.head.name].run_with_input(
@@ -175,16 +273,29 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
                 for h in inv.workers:
                     tails[h.name] = sess.ssh[h.name].run(_in(name, "cat", LOG), timeout=60, check=False).stdout
             findings = D.scan_logs(tails, infiniband=c.infiniband)
-            sess.stage("stop-failed", order, lambda h: sess.ssh[h.name].run(_in(name, "sh", "-c", _STOP),
-                                                                             timeout=60, check=False))
+            sess.stage("stop-failed", order, lambda h: sess.ssh[h.name].run(
+                _in(name, "sh", "-c", _STOP), timeout=60, check=False))
             what = ("vLLM exited" if ready.get("exited") else f"vLLM was not ready within {wait:g}s")
-            cause = f": {findings[0].title} (vLLM said: {findings[0].evidence})" if findings else ""
+            root = _root_cause(tails)
+            cause = f": {root}" if root else ""
+            if findings and (not root or findings[0].evidence not in root):
+                cause += f" ({findings[0].title})"
             if cut:
                 cause = "; " + "; ".join(f"{n}: {why}" for n, why in cut.items()) + cause
             tail = "\n".join(ln for ln in log.splitlines()[-30:])
             raise ServeFailed(f"{what} after {elapsed:.0f}s{cause}", tail, findings)
-        return ServeResult(f"{url_in}/v1", model, ready.get("models", []), backend, par, elapsed,
-                           kv=P.kv_capacity(log), fit=fit, notes=notes)
+        return ServeResult(f"{url_in}/v1", model, ready.get("models", []), backend, split.par, elapsed,
+                           kv=P.kv_capacity(log), fit=fit, notes=notes, plan=plan)
+
+
+def _root_cause(tails: dict[str, str]) -> str | None:
+    """vLLM's own root-cause line (the last exception message), the head's first, with the node
+    named when it came from a worker."""
+    for host, text in tails.items():
+        found = D.root_cause(text)
+        if found:
+            return found if host == next(iter(tails)) else f"{host}: {found}"
+    return None
 
 
 def _in_i(container: str, *argv: str) -> tuple[str, ...]:
@@ -201,18 +312,12 @@ def _last_json(out: str) -> dict:
     return {"ready": False, "error": out.strip()[-300:]}
 
 
-def _fit(sess: Session, inv: Inventory, model: str, manifest: dict):
+def _fit(sess: Session, inv: Inventory, config: dict | None, index: dict | None, manifest: dict):
     if inv.cluster.accelerator != "gpu":
         return None
     head = sess.ssh[inv.head.name]
-    name = inv.cluster.container_name
-    cfg = head.run(_in(name, "cat", f"{model}/config.json"), timeout=30, check=False)
-    idx = head.run(_in(name, "cat", f"{model}/model.safetensors.index.json"), timeout=30, check=False)
-    try:
-        config = json.loads(cfg.stdout) if cfg.ok else {}
-        index = json.loads(idx.stdout) if idx.ok else None
-    except ValueError:
-        return None
+    config = config or {}
+    index = index if isinstance(index, dict) else None
     size = P.model_size_from_config(config, index, manifest)
     gpus = F.parse_nvidia_smi(head.run(F.NVIDIA_SMI, timeout=60, check=False).stdout)
     if not gpus:
@@ -242,3 +347,54 @@ def stop(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter
         sess.stage("stop", inv.hosts, lambda h: sess.ssh[h.name].run(_in(name, "sh", "-c", _STOP), timeout=60,
                                                                       check=False))
     return [h.name for h in inv.hosts]
+
+
+@dataclass(frozen=True)
+class ServingState:
+    """What is served on the cluster now, from the head (the state serve left and a live probe)."""
+    model: str
+    served: list[str]
+    backend: str
+    tp: int
+    pp: int
+    endpoint: str
+    #: "healthy" (/health answered 200), "starting" (process up, no answer yet), or "down: why"
+    health: str
+    uptime_s: float | None
+    kv: P.KvCapacity | None
+    nodes: list[str]
+    split_reason: str = ""
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "served": self.served, "backend": self.backend, "tp": self.tp, "pp": self.pp,
+                "endpoint": self.endpoint, "health": self.health, "uptime_s": self.uptime_s,
+                "kv_cache_tokens": self.kv.tokens if self.kv else None, "nodes": self.nodes,
+                "split_reason": self.split_reason}
+
+
+def parse_serving(probe: dict) -> ServingState | None:
+    """The serve_state.py payload's answer as a ServingState (None: nothing was served)."""
+    st = probe.get("state") if isinstance(probe, dict) else None
+    if not probe.get("serving") or not isinstance(st, dict):
+        return None
+    health = probe.get("health")
+    if health == "ok":
+        word = "healthy"
+    elif probe.get("process"):
+        word = f"starting ({health})" if health else "starting"
+    else:
+        word = f"down: the vLLM server process has exited{f' ({health})' if health else ''}"
+    kv = P.kv_capacity("\n".join(probe.get("kv_lines") or []))
+    return ServingState(str(st.get("model", "?")), list(probe.get("models") or []), str(st.get("backend", "?")),
+                        int(st.get("tp") or 0), int(st.get("pp") or 0), str(st.get("endpoint", "")), word,
+                        probe.get("uptime_s"), kv, [str(n) for n in st.get("nodes") or []],
+                        str(st.get("split_reason") or ""))
+
+
+def serving_state(sess: Session) -> ServingState | None:
+    """Ask the head container what serve left running (one payload, one SSH round trip)."""
+    inv = sess.inv
+    name = inv.cluster.container_name
+    r = sess.ssh[inv.head.name].run_with_input(exec_python_argv(name, [STATE, PIDFILE, LOG]),
+                                               [check_script("serve_state.py")], timeout=30, check=False)
+    return parse_serving(_last_json(r.stdout))

@@ -93,18 +93,167 @@ def parallelism(nodes: int, gpus_per_node: int, tp: int | None, pp: int | None, 
     return Parallelism(tp_, pp_, total)
 
 
+class ModelSplitError(ServePlanError):
+    """The model cannot be split this way (vLLM would refuse it after loading): exit 2, nothing started."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What in config.json limits how vLLM can split a model (None: not given).
+
+    Sources (vLLM): vllm/config/model.py `verify_with_parallel_config` (attention heads divisible
+    by TP); vllm/model_executor/layers/linear.py `QKVParallelLinear` (KV heads divisible by TP, or
+    TP divisible by KV heads: then each KV head is replicated) and the column-parallel MLP
+    (`divide(intermediate_size, tp)`); vllm/distributed/utils.py `get_pp_indices` (at least one
+    layer per pipeline stage). Experts are read and shown: with TP each expert is split, so their
+    number does not limit TP.
+    """
+    heads: int | None = None
+    kv_heads: int | None = None
+    layers: int | None = None
+    hidden: int | None = None
+    vocab: int | None = None
+    intermediate: int | None = None
+    experts: int | None = None
+    moe_intermediate: int | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.heads is not None or self.layers is not None
+
+    def describe(self) -> str:
+        """'32 attention heads, 8 KV heads, 32 layers, 8 experts'."""
+        bits = []
+        if self.heads is not None:
+            bits.append(f"{self.heads} attention heads")
+        if self.kv_heads is not None and self.kv_heads != self.heads:
+            bits.append(f"{self.kv_heads} KV heads")
+        if self.layers is not None:
+            bits.append(f"{self.layers} layers")
+        if self.experts:
+            bits.append(f"{self.experts} experts")
+        return ", ".join(bits) or "no shape in config.json"
+
+
+def _pos_int(cfg: Mapping[str, Any], *keys: str) -> int | None:
+    for k in keys:
+        v = cfg.get(k)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def model_shape(config: Mapping[str, Any] | None) -> ModelShape:
+    """The limiting numbers of a config.json (the text config of a multimodal model). Fields that
+    are absent or not positive integers are None: they limit nothing."""
+    cfg = _text_config(config if isinstance(config, Mapping) else None)
+    heads = _pos_int(cfg, "num_attention_heads", "n_head", "num_heads")
+    return ModelShape(
+        heads=heads,
+        kv_heads=_pos_int(cfg, "num_key_value_heads", "multi_query_group_num") or heads,
+        layers=_pos_int(cfg, "num_hidden_layers", "n_layer", "num_layers"),
+        hidden=_pos_int(cfg, "hidden_size", "n_embd"),
+        vocab=_pos_int(cfg, "vocab_size"),
+        intermediate=_pos_int(cfg, "intermediate_size"),
+        experts=_pos_int(cfg, "num_local_experts", "num_experts", "n_routed_experts"),
+        moe_intermediate=_pos_int(cfg, "moe_intermediate_size"),
+    )
+
+
+def split_problems(shape: ModelShape, tp: int, pp: int, *, tp_as: str | None = None) -> list[str]:
+    """Why vLLM would refuse TP x PP for this model (empty: it can take it). `tp_as` names the TP
+    in the message ('3 nodes', '8 GPUs per node'); default 'TP=N'."""
+    by = tp_as or f"TP={tp}"
+    out = []
+    if shape.heads is not None and shape.heads % tp:
+        out.append(f"{shape.heads} attention heads do not divide by {by}")
+    kv = shape.kv_heads
+    if kv is not None and kv != shape.heads and kv % tp and tp % kv:
+        out.append(f"{kv} KV heads and {by} do not divide one another")
+    if not out and shape.intermediate is not None and shape.intermediate % tp:
+        out.append(f"the MLP width {shape.intermediate} does not divide by {by}")
+    if not out and shape.moe_intermediate is not None and shape.moe_intermediate % tp:
+        out.append(f"the expert width {shape.moe_intermediate} does not divide by {by}")
+    if shape.layers is not None and pp > shape.layers:
+        out.append(f"{shape.layers} layers cannot fill PP={pp} pipeline stages")
+    return out
+
+
 def check_model_parallelism(config: Mapping[str, Any], par: Parallelism) -> None:
-    """Raise if vLLM would refuse this split of the model: attention heads must divide by TP
-    and there must be at least as many layers as pipeline stages."""
-    cfg = _text_config(config)
-    heads = cfg.get("num_attention_heads")
-    if isinstance(heads, int) and heads % par.tp:
-        raise ServePlanError(
-            f"the model has {heads} attention heads, which TP={par.tp} does not divide; "
-            f"pick a TP that divides {heads} (and PP = GPUs / TP)")
-    layers = cfg.get("num_hidden_layers")
-    if isinstance(layers, int) and par.pp > layers:
-        raise ServePlanError(f"PP={par.pp} pipeline stages, but the model has only {layers} layers")
+    """Raise ModelSplitError if vLLM would refuse this split of the model."""
+    problems = split_problems(model_shape(config), par.tp, par.pp)
+    if problems:
+        raise ModelSplitError(f"TP={par.tp} PP={par.pp} does not fit the model: {'; '.join(problems)}")
+
+
+@dataclass(frozen=True)
+class SplitChoice:
+    par: Parallelism
+    #: one line: what was chosen and why ('TP=1 PP=3: 4 attention heads do not divide by 3 nodes')
+    reason: str
+    #: True when the documented default layout was taken (or the user's own --tp/--pp)
+    default: bool
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def choose_split(shape: ModelShape | None, nodes: int, gpus_per_node: int, *, accelerator: str,
+                 tp: int | None = None, pp: int | None = None) -> SplitChoice:
+    """TP x PP for this model on this cluster, with the reason in one line.
+
+    GPU: TP = GPUs per node, PP = nodes (vLLM's documented layout) when the model takes it;
+    otherwise, as vLLM's guide says for uneven cases, the largest TP within a node that the
+    model takes, the rest as pipeline stages (down to TP=1, PP = GPUs); TP across nodes only when
+    there are more stages than layers. CPU (one worker per node): TP across the nodes (the fast
+    layout measured on the sandbox), else the largest TP that divides the nodes, the rest as PP.
+    An explicit --tp/--pp is checked against the cluster (`parallelism`) and then against the
+    model: ModelSplitError names the model's numbers and the split that would work.
+    """
+    shape = shape or ModelShape()
+    if tp is not None or pp is not None:
+        par = parallelism(nodes, gpus_per_node, tp, pp, accelerator=accelerator)
+        problems = split_problems(shape, par.tp, par.pp)
+        if problems:
+            try:
+                alt = choose_split(shape, nodes, gpus_per_node, accelerator=accelerator)
+                hint = f"; this cluster can serve it with {_split(alt.par)} (drop --tp/--pp to take it)"
+            except ModelSplitError:
+                hint = ""
+            raise ModelSplitError(f"{_split(par)} does not fit the model ({shape.describe()}): "
+                                  f"{'; '.join(problems)}{hint}")
+        return SplitChoice(par, f"{_split(par)}: as given by --tp/--pp", True)
+
+    par = parallelism(nodes, gpus_per_node, None, None, accelerator=accelerator)
+    if accelerator == "none":
+        workers = nodes
+        preferred = (workers, 1)
+        tp_as = f"{nodes} nodes" if nodes > 1 else None
+        plain = (f"{_split(par)}: tensor parallel across the {nodes} nodes (one CPU worker each)"
+                 if nodes > 1 else f"{_split(par)}: one node, one CPU worker")
+        ordered = [(t, workers // t) for t in sorted(_divisors(workers), reverse=True)]
+    else:
+        workers = nodes * gpus_per_node
+        preferred = (gpus_per_node, nodes)
+        tp_as = f"{gpus_per_node} GPUs per node" if gpus_per_node > 1 else None
+        plain = f"{_split(par)}: TP = GPUs per node, PP = nodes (vLLM's default layout)"
+        within = [(t, workers // t) for t in sorted(_divisors(gpus_per_node), reverse=True)]
+        across = [(t, workers // t) for t in _divisors(workers) if t > gpus_per_node]
+        ordered = within + across
+    first = split_problems(shape, *preferred, tp_as=tp_as)
+    if not first:
+        return SplitChoice(par, plain, True)
+    for t, p in ordered:
+        if (t, p) != preferred and not split_problems(shape, t, p):
+            chosen = Parallelism(t, p, t * p)
+            return SplitChoice(chosen, f"{_split(chosen)}: {first[0]}", False)
+    raise ModelSplitError(f"no split of {workers} {'GPUs' if accelerator == 'gpu' else 'CPU workers'} fits "
+                          f"the model ({shape.describe()}): {'; '.join(first)}")
+
+
+def _split(par: Parallelism) -> str:
+    return f"TP={par.tp} PP={par.pp}"
 
 
 # ---------------------------------------------------------------------------------------------

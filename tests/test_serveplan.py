@@ -99,9 +99,9 @@ def test_nonsense_shapes(args):
 
 def test_model_split_checks_heads_and_layers():
     check_model_parallelism(LLAMA_31_70B, Parallelism(8, 2, 16))
-    with pytest.raises(ServePlanError, match="64 attention heads, which TP=3"):
+    with pytest.raises(ServePlanError, match="64 attention heads do not divide by TP=3"):
         check_model_parallelism(LLAMA_31_70B, Parallelism(3, 1, 3))
-    with pytest.raises(ServePlanError, match="only 32 layers"):
+    with pytest.raises(ServePlanError, match="32 layers cannot fill PP=64 pipeline stages"):
         check_model_parallelism(LLAMA_31_8B, Parallelism(1, 64, 64))
 
 
