@@ -525,6 +525,7 @@ def check_nccl(inventory, parallel, deadline, sizes, iters, backend, as_json):
     Example: bootstrap check-nccl -i hosts.yaml
     """
     from . import diagnostics as X
+    from . import nccl as N
 
     def go():
         inv = _load(inventory)
@@ -536,6 +537,7 @@ def check_nccl(inventory, parallel, deadline, sizes, iters, backend, as_json):
                 "seconds": round(res.seconds, 2), "timed_out": list(res.timed_out),
                 "nodes": [n.__dict__ for n in res.nodes],
                 "bandwidth": [b.__dict__ for b in res.bandwidth],
+                "bandwidth_note": N.bandwidth_note(res.world_size, res.bandwidth),
                 "transport": None if res.transport is None else {
                     "network": res.transport.network, "gdrdma": res.transport.gdrdma,
                     "nccl_version": res.transport.nccl_version},
@@ -548,7 +550,10 @@ def check_nccl(inventory, parallel, deadline, sizes, iters, backend, as_json):
                 t.add_row(n.host, n.ip, str(n.node_rank), str(n.ranks), n.last_phase or "-",
                           "[green]ok[/]" if n.ok else f"[red]FAIL[/] {_escape(n.error)[:160]}")
             out.print(t)
-            if res.bandwidth:
+            if N.bandwidth_note(res.world_size, res.bandwidth):
+                for line in N.format_bandwidth(res.world_size, res.backend, res.bandwidth):
+                    out.print(_escape(line))
+            elif res.bandwidth:
                 b = Table(title=f"all-reduce ({res.backend}, {res.world_size} ranks)")
                 for col in ("size (B)", "count", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
                     b.add_column(col, justify="right")

@@ -207,8 +207,10 @@ def check_nccl(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
         errors = [f for f in findings if f.severity == "error"]
         if ok and not errors:
             best = max((b.busbw_GBps for b in report.bandwidth), default=0.0)
+            note = N.bandwidth_note(report.world_size, report.bandwidth, report.bandwidth_skipped)
+            bw = f"bandwidth: {note}" if note else f"peak busbw {best:.3f} GB/s"
             verdict = (f"PASS: all-reduce verified on {report.world_size} rank(s) over {len(order)} node(s) "
-                       f"({report.result.backend}); peak busbw {best:.3f} GB/s")
+                       f"({report.result.backend}); {bw}")
         else:
             # Name the culprits: hosts with an error finding, then nodes that hung, then any failure.
             bad = [f.host for f in errors if f.host] or list(timed_out) or [n.host for n in nodes if not n.ok]

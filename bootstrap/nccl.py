@@ -5,6 +5,8 @@ log lines and torchrun warnings) and hands it to
 
 - `parse_events(text)`: the check's JSON lines -> `CheckReport` (which rank reached which phase,
   on which host / node / VLLM_HOST_IP; the bandwidth rows; the final result);
+- `bandwidth_note(...)` / `format_bandwidth(...)`: what to show for bandwidth: the rows, or a note
+  instead of them ("one rank: nothing to measure": a single rank communicates with nobody);
 - `nodes_missing_phase(report, phase, expected_node_ranks)`: which nodes never got to a phase;
 - `parse_nccl_transport(log_text)`: `NCCL_DEBUG=INFO` output -> `NcclTransport` (NCCL version,
   network IB or Socket, GPU Direct RDMA, interfaces, per-channel transports);
@@ -19,6 +21,10 @@ from dataclasses import dataclass, field
 
 #: The check's phases, in the order it runs them.
 PHASES = ("start", "init", "allreduce", "gloo", "vllm", "bandwidth", "done")
+
+#: The bandwidth phase's skip reason on a single-rank run (as checks/nccl_check.py says it), and
+#: what is shown instead of bandwidth rows for one rank, whichever version of the check ran.
+ONE_RANK = "one rank: nothing to measure"
 
 _PHASE_KEYS = {"event", "phase", "ok", "rank", "local_rank", "node_rank", "host", "vllm_host_ip",
                "t", "error", "skipped"}
@@ -97,7 +103,14 @@ class CheckReport:
     ranks: dict[int, RankStatus] = field(default_factory=dict)
     #: every phase line, in the order read
     events: list[PhaseEvent] = field(default_factory=list)
+    #: the all-reduce sweep, one row per size; never rows timed on a single rank (see below)
     bandwidth: list[BandwidthRow] = field(default_factory=list)
+    #: why there are no bandwidth rows, when the check says or the world size implies it:
+    #: `ONE_RANK` for a single-rank run, "--no-bandwidth"; None otherwise
+    bandwidth_skipped: str | None = None
+    #: rows a check from before the one-rank skip timed on a single rank (an all-reduce that
+    #: moves nothing: up to 16952 GB/s "algbw" on one H100); kept for the record, not bandwidth
+    discarded_bandwidth: list[BandwidthRow] = field(default_factory=list)
     #: rank 0's final line; None when rank 0 never got there (killed, never started)
     result: CheckResult | None = None
     #: non-JSON lines that state an error: Python exceptions' last lines (torchrun's rendezvous
@@ -190,6 +203,14 @@ def parse_events(text: str) -> CheckReport:
             rep.other_lines += 1
             if _EXC_LINE.match(line) or _NCCL_WARN.search(line):
                 rep.errors.append(line[:500])
+    skips = [e.skipped for e in rep.events if e.phase == "bandwidth" and e.ok and e.skipped]
+    if skips:
+        rep.bandwidth_skipped = str(skips[0])
+    if rep.world_size == 1:
+        # An older check timed all-reduces on one rank too: those rows are not bandwidth.
+        rep.discarded_bandwidth, rep.bandwidth = rep.bandwidth, []
+        if rep.bandwidth_skipped is None:
+            rep.bandwidth_skipped = ONE_RANK
     return rep
 
 
@@ -213,6 +234,35 @@ def _add_phase(rep: CheckReport, obj: dict) -> None:
     prev = st.phases.get(ev.phase)
     if prev is None or prev.ok:  # a failure stays recorded
         st.phases[ev.phase] = ev
+
+
+def bandwidth_note(world_size: int | None, rows=(), skipped: str | None = None) -> str | None:
+    """What to show instead of bandwidth rows, or None when `rows` are measurements to show.
+
+    A single rank (`world_size` 1) gives `ONE_RANK` whatever rows came with it; otherwise the
+    check's skip reason (`CheckReport.bandwidth_skipped`) when there are no rows.
+    """
+    if world_size == 1:
+        return ONE_RANK
+    if skipped and not rows:
+        return skipped
+    return None
+
+
+def format_bandwidth(world_size: int | None, backend: str | None, rows,
+                     skipped: str | None = None) -> list[str]:
+    """The bandwidth section as plain text lines: the note of `bandwidth_note` in place of the
+    rows, or a heading and one row per size (nccl-tests' columns); [] when there is nothing."""
+    note = bandwidth_note(world_size, rows, skipped)
+    if note:
+        return [f"all-reduce bandwidth ({backend or 'unknown backend'}): {note}"]
+    if not rows:
+        return []
+    out = [f"all-reduce bandwidth ({backend or 'unknown backend'}, {world_size} ranks)",
+           f"{'size (B)':>12} {'count':>11} {'time (us)':>12} {'algbw (GB/s)':>14} {'busbw (GB/s)':>14}"]
+    out += [f"{r.bytes:>12} {r.count:>11} {r.time_us:>12.1f} {r.algbw_GBps:>14.4f} {r.busbw_GBps:>14.4f}"
+            for r in rows]
+    return out
 
 
 def nodes_missing_phase(report: CheckReport, phase: str, expected_node_ranks,

@@ -23,6 +23,9 @@ Output: one JSON object per line on stdout, each written with a single write() a
      "error": null or "Type: message", ...}   (a skipped phase has ok true and "skipped": reason)
   rank 0, per size: {"event": "bandwidth", "bytes", "count", "dtype": "float32", "time_us",
                      "algbw_GBps", "busbw_GBps"}
+                    With one rank (world size 1) there is no sweep and no such line: an all-reduce
+                    over one rank moves nothing, its "bandwidth" is memory speed or launch latency.
+                    The bandwidth phase line then says {"skipped": "one rank: nothing to measure"}.
   rank 0, last:     {"event": "result", "ok", "world_size", "backend", "nnodes", "torch",
                      "nccl_version": "x.y.z" or null}
 Exit status: 0 when every phase passed, 1 otherwise. No blocking step (rendezvous, one
@@ -47,6 +50,8 @@ T0 = time.monotonic()
 PHASES = ("start", "init", "allreduce", "gloo", "vllm", "bandwidth", "done")
 MIB = 1 << 20
 WATCHDOG_MARGIN_S = 5.0
+#: The bandwidth phase's skip reason on a single-rank run (bootstrap/nccl.py matches it).
+ONE_RANK = "one rank: nothing to measure"
 
 
 def _elapsed():
@@ -311,6 +316,9 @@ class Check:
         self.arm("bandwidth")
         if a.no_bandwidth:
             self.phase_line("bandwidth", True, skipped="--no-bandwidth")
+        elif self.world_size < 2:
+            # nothing crosses a link: a one-rank all-reduce is a no-op whose timing means nothing
+            self.phase_line("bandwidth", True, skipped=ONE_RANK, world_size=self.world_size)
         else:
             sizes = a.sizes or default_sizes(self.gpu)
             self.bandwidth(torch, dist, sizes)

@@ -4,7 +4,8 @@ The check runs for real: torch's torchrun launcher, gloo on this machine's loopb
 "nodes" (torchrun invocations) on 127.0.0.1. Those tests need torch (CI installs torch==2.13.0)
 and are skipped, with that reason, when it is not importable. The NCCL log parsers are tested on
 real NCCL_DEBUG=INFO excerpts from public issue threads (tests/data/nccl/*.log, each naming its
-source on its first line).
+source on its first line) and on recorded runs of the check (tests/data/nccl/*.txt: on this
+machine, and on one H100 GPU).
 """
 from __future__ import annotations
 
@@ -177,6 +178,11 @@ def assert_check_passed(rep: N.CheckReport, *, world: int, nnodes: int, nproc: i
 
     # one row per size, reported by rank 0 only, nccl-tests' definitions
     assert [row.bytes for row in rep.bandwidth] == SIZES
+    assert rep.bandwidth_skipped is None and rep.discarded_bandwidth == []
+    assert N.bandwidth_note(rep.world_size, rep.bandwidth, rep.bandwidth_skipped) is None
+    text = N.format_bandwidth(rep.world_size, "gloo", rep.bandwidth, rep.bandwidth_skipped)
+    assert text[0] == f"all-reduce bandwidth (gloo, {world} ranks)" and len(text) == 2 + len(SIZES)
+    assert [int(line.split()[0]) for line in text[2:]] == SIZES
     factor = 2 * (world - 1) / world
     for row in rep.bandwidth:
         assert row.count == row.bytes // 4 and row.dtype == "float32"
@@ -222,6 +228,34 @@ def test_one_node_two_ranks(one_node_run):
     assert '"event":"result"' in lines[-1]
     print(f"one node x 2 ranks: {run['elapsed']:.1f} s; "
           + "; ".join(f"{r.bytes} B busbw {r.busbw_GBps:.4f} GB/s" for r in rep.bandwidth))
+
+
+@needs_torch
+def test_one_rank_reports_nothing_to_measure(launcher):
+    """One node, one process (as on a single-GPU machine): every phase passes, and the bandwidth
+    phase is skipped, "one rank: nothing to measure", with no bandwidth line: an all-reduce over
+    one rank moves nothing, timing it would report memory speed as bandwidth."""
+    launcher.torchrun("node0", nnodes=1, nproc=1, node_rank=0, port=free_port(), args=CHECK_ARGS)
+    rc = launcher.wait("node0", 120)
+    assert rc == 0, _diag(launcher, "node0")
+    assert launcher.leftovers() == []
+    out = launcher.stdout("node0")
+    assert '"event":"bandwidth"' not in out
+    rep = _report(out, launcher.stderr("node0"))
+    assert rep.ok, rep.failures
+    assert rep.result == N.CheckResult(ok=True, world_size=1, backend="gloo", nnodes=1,
+                                       torch=rep.result.torch, nccl_version=None)
+    (st,) = rep.ranks.values()
+    assert st.reached == list(N.PHASES) and st.phases["allreduce"].extra["value"] == 1
+    assert st.phases["gloo"].skipped == "the main backend is gloo"
+    assert st.phases["vllm"].skipped == "not a GPU run"
+    (bw,) = [e for e in rep.events if e.phase == "bandwidth"]
+    assert (bw.ok, bw.rank, bw.skipped, bw.error) == (True, 0, "one rank: nothing to measure", None)
+    assert bw.skipped == C.ONE_RANK == N.ONE_RANK and bw.extra["world_size"] == 1
+    assert rep.bandwidth == [] and rep.discarded_bandwidth == []
+    assert rep.bandwidth_skipped == "one rank: nothing to measure"
+    assert N.format_bandwidth(rep.world_size, rep.result.backend, rep.bandwidth, rep.bandwidth_skipped) == [
+        "all-reduce bandwidth (gloo): one rank: nothing to measure"]
 
 
 @needs_torch
@@ -412,6 +446,49 @@ def test_parse_recorded_two_node_run():
         assert row.algbw_GBps == pytest.approx(row.bytes / row.time_us / 1e3, rel=1e-3, abs=2e-6)
     assert N.nodes_missing_phase(rep, "bandwidth", [0, 1]) == []
     assert rep.other_lines == 5 and rep.errors == []
+
+
+def test_parse_real_h100_single_rank_capture():
+    """A real run on one H100 (NCCL 2.28.9, torchrun --nproc-per-node 1) of the check from before
+    the one-rank skip: it timed all-reduces on one rank, up to 16952 GB/s "algbw" at 256 MiB.
+    The report must say one rank, nothing to measure, and show none of those rows as bandwidth."""
+    text = (DATA / "h100_nccl_1rank.txt").read_text()
+    assert text.startswith("# recorded: real GPU output (one NVIDIA H100 80GB HBM3")
+    rep = N.parse_events(text)
+    assert rep.ok and rep.result == N.CheckResult(ok=True, world_size=1, backend="nccl", nnodes=1,
+                                                  torch="2.11.0+cu130", nccl_version="2.28.9")
+    assert rep.ranks[0].reached == list(N.PHASES) and rep.ranks[0].host == "vm"
+    assert rep.ranks[0].phases["vllm"].skipped == "world size 1"
+    # the old check said nothing of a skip: the world size of 1 is what tells
+    assert rep.ranks[0].phases["bandwidth"].skipped is None
+    assert rep.bandwidth == []
+    assert rep.bandwidth_skipped == N.ONE_RANK == "one rank: nothing to measure"
+    assert len(rep.discarded_bandwidth) == 14
+    assert max(r.algbw_GBps for r in rep.discarded_bandwidth) == pytest.approx(16951.98, abs=0.01)
+    assert N.bandwidth_note(rep.world_size, rep.bandwidth, rep.bandwidth_skipped) == N.ONE_RANK
+    # the rows themselves, if a caller passed them, are not shown either
+    assert N.bandwidth_note(1, rep.discarded_bandwidth) == N.ONE_RANK
+    rendered = N.format_bandwidth(rep.world_size, rep.result.backend, rep.bandwidth, rep.bandwidth_skipped)
+    assert rendered == ["all-reduce bandwidth (nccl): one rank: nothing to measure"]
+    assert N.format_bandwidth(1, "nccl", rep.discarded_bandwidth) == rendered
+    assert rep.errors == [] and rep.failures == []
+    t = N.parse_nccl_transport(text)
+    assert (t.nccl_version, t.cuda_version, t.hosts) == ("2.28.9", "13.0", ["vm"])
+    assert t.ib_no_device and t.channels == [] and not t.inter_node
+
+
+def test_recorded_multi_rank_run_shows_bandwidth_rows():
+    rep = N.parse_events((DATA / "check_run_2nodes_gloo.txt").read_text())
+    assert rep.world_size == 2 and rep.bandwidth_skipped is None and rep.discarded_bandwidth == []
+    assert N.bandwidth_note(2, rep.bandwidth) is None
+    text = N.format_bandwidth(2, "gloo", rep.bandwidth)
+    assert text[:2] == ["all-reduce bandwidth (gloo, 2 ranks)",
+                        "    size (B)       count    time (us)   algbw (GB/s)   busbw (GB/s)"]
+    assert len(text) == 2 + len(rep.bandwidth) == 2 + len(C.default_sizes(gpu=False))
+    last = rep.bandwidth[-1]
+    assert text[-1].split() == [str(last.bytes), str(last.count), f"{last.time_us:.1f}",
+                                f"{last.algbw_GBps:.4f}", f"{last.busbw_GBps:.4f}"]
+    assert not any("nothing to measure" in line for line in text)
 
 
 @needs_torch
