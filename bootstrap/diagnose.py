@@ -1,12 +1,14 @@
 """Diagnosis: known failure signatures in node logs, and consistency checks across nodes.
 
-Pure: text and values in, findings out; nothing here touches a host. Two entry points:
+Pure: text and values in, findings out; nothing here touches a host. Three entry points:
 
 * `scan_log(host, text, infiniband=...)` matches a log against `SIGNATURES`, a table of messages that
   vLLM, Ray, NCCL, Gloo, Docker and huggingface_hub print for the failures multi-node clusters hit.
   Feed it what a node produced: `docker logs <node container>` (the `ray start --block` output, and on
   the head the `vllm serve` output, which carries worker lines prefixed `(RayWorkerWrapper pid=…,
   ip=…)`), a `docker pull`/`docker run` error, or a run with `NCCL_DEBUG=INFO`.
+* `root_cause(text)` picks vLLM's own root-cause line out of a failed `vllm serve` log: the last specific
+  exception (or pydantic validation error), past wrappers such as "Engine core initialization failed".
 * `check_cluster(reports)` compares per-host values (`HostReport`) gathered by the caller: GPU counts,
   drivers, clocks, free disk, VLLM_HOST_IP against Ray's node IP, *_SOCKET_IFNAME against the host's
   interfaces.
@@ -94,6 +96,44 @@ def _env_overwritten_fix(line: str) -> str:
     return (f"Write [{listed}] to ~/.config/vllm/ray_non_carry_over_env_vars.json (the directory is "
             "$VLLM_CONFIG_ROOT) in the head container, where `vllm serve` runs, before starting it; "
             "vLLM then leaves each worker's own value in place.")
+
+
+_TP_PLAN = ("put the other GPUs into pipeline stages: `bootstrap serve MODEL --tp T --pp P` with T x P = all "
+            "GPUs (`bootstrap serve --dry-run` shows the plan), e.g. 3 nodes x 1 GPU: --tp 1 --pp 3.")
+_TP_HEADS_FIX = ("Choose a --tp that divides the model's num_attention_heads and that divides, or is a multiple of, "
+                 "its num_key_value_heads (both in the model's config.json), and " + _TP_PLAN)
+_HEADS_VS_TP = re.compile(r"attention heads \((\d+)\) must be divisible by tensor parallel size \((\d+)\)")
+
+
+def _tp_heads_fix(line: str) -> str:
+    m = _HEADS_VS_TP.search(line)
+    if not m:
+        return _TP_HEADS_FIX
+    heads, tp = int(m[1]), int(m[2])
+    ok = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
+    return (f"The model has {heads} attention heads, so --tp {tp} cannot split them; --tp must be one of {ok} "
+            "(and divide, or be a multiple of, num_key_value_heads in config.json): " + _TP_PLAN)
+
+
+_MAX_LEN_FIX = ("Pass a length within the model's limit after `--`: `bootstrap serve MODEL -- --max-model-len N` (N "
+                "at most the derived max_model_len the error names), or leave --max-model-len out to use the "
+                "model's own; a longer context needs RoPE scaling (--hf-overrides with rope_scaling) plus "
+                "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the containers' environment.")
+_DERIVED_LEN = re.compile(r"derived max_model_len \((?:(\w+)=)?(\d+)(?:\.\d+)?(?: or model_max_length=(\d+))?")
+
+
+def _max_len_fix(line: str) -> str:
+    m = _DERIVED_LEN.search(line)
+    if not m:
+        return _MAX_LEN_FIX
+    key, limit = m[1], int(m[2])
+    if m[3] and int(m[3]) > limit:  # vLLM accepts up to model_max_length when the config sets it
+        key, limit = "model_max_length", int(m[3])
+    named = f" ({key}={limit})" if key and key != "None" else ""
+    return (f"The model's config.json allows {limit} tokens{named}: pass `bootstrap serve MODEL -- "
+            f"--max-model-len {limit}` (or less), or leave --max-model-len out to use the model's own; a longer "
+            "context needs RoPE scaling (--hf-overrides with rope_scaling) plus VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
+            "in the containers' environment.")
 
 
 _IP = r"\d{1,3}(?:\.\d{1,3}){3}"
@@ -389,6 +429,72 @@ SIGNATURES: tuple[Signature, ...] = (
         sources=("https://github.com/NVIDIA-NeMo/Speech/issues/1029",
                  "https://github.com/moby/moby/issues/32811"),
     ),
+    Signature(
+        id="tp-heads-indivisible",
+        severity="error",
+        patterns=(
+            _p(r"Total number of attention heads \(\d+\) must be divisible by tensor parallel size \(\d+\)",
+               needle="must be divisible by tensor parallel size"),
+            # the KV-head checks of the model files (llama.py, qwen2.py, ...), a bare AssertionError under them
+            _p(r"\bassert (?:self\.)?total_num_kv_heads % tp_size == 0", needle="total_num_kv_heads % tp_size"),
+            _p(r"\bassert tp_size % (?:self\.)?total_num_kv_heads == 0",
+               needle="total_num_kv_heads == 0"),
+            # QKVParallelLinear splitting (or replicating) the KV heads, whose divide() asserts "X is not
+            # divisible by Y" (vllm/model_executor/layers/linear.py)
+            _p(r"num_kv_head_replicas = divide\(tp_size, self\.total_num_kv_heads\)",
+               needle="num_kv_head_replicas = divide("),
+            _p(r"num_kv_heads = divide\(self\.total_num_kv_heads, tp_size\)", needle="num_kv_heads = divide("),
+        ),
+        title="The tensor-parallel size (--tp) does not divide the model's attention heads (or its KV heads): "
+              "tensor parallelism gives every GPU an equal share of the heads",
+        fix=_TP_HEADS_FIX,
+        fix_for=_tp_heads_fix,
+        sources=("https://github.com/vllm-project/vllm/issues/52435",
+                 "https://github.com/vllm-project/vllm/issues/2652",
+                 "https://github.com/vllm-project/vllm/issues/16021",
+                 "https://github.com/vllm-project/vllm/issues/1581",
+                 "vllm-project/vllm vllm/config/model.py (ModelConfig.verify_with_parallel_config)",
+                 "vllm-project/vllm vllm/model_executor/models/llama.py (LlamaAttention)",
+                 "vllm-project/vllm vllm/model_executor/layers/linear.py (QKVParallelLinear)"),
+    ),
+    Signature(
+        id="pp-invalid",
+        severity="error",
+        patterns=(
+            _p(r"Pipeline parallelism is not supported for this model"),
+            _p(r"Pipeline parallelism is only supported for the following"),
+            _p(r"Total number of hidden layers \(\d+\) must be divisible by pipeline parallel size \(\d+\)",
+               needle="must be divisible by pipeline parallel size"),
+            # VLLM_PP_LAYER_PARTITION that does not fit the stages or the layers (vllm/distributed/utils.py)
+            _p(r"len\(partitions\)=\d+ does not match pp_size=\d+", needle="does not match pp_size="),
+            _p(r"sum\(partitions\)=\d+ does not match num_hidden_layers=\d+",
+               needle="does not match num_hidden_layers="),
+        ),
+        title="vLLM cannot split this model into --pp pipeline stages: the model does not support pipeline "
+              "parallelism, or the layer split does not fit the stages",
+        fix="Serve it without pipeline stages: `bootstrap serve MODEL --tp <all GPUs> --pp 1` (tensor parallel "
+            "across the nodes; `bootstrap serve --dry-run` shows the plan), or use a vLLM version in which the "
+            "model implements SupportsPP. For a layer-count error pick a --pp that divides num_hidden_layers "
+            "(config.json), and unset VLLM_PP_LAYER_PARTITION or give it one layer count per stage summing to "
+            "num_hidden_layers.",
+        sources=("https://github.com/vllm-project/vllm/issues/16231",
+                 "https://github.com/vllm-project/vllm/issues/9015",
+                 "vllm-project/vllm vllm/config/model.py (ModelConfig.verify_with_parallel_config)",
+                 "vllm-project/vllm vllm/distributed/utils.py (get_pp_indices)"),
+    ),
+    Signature(
+        id="max-model-len-too-long",
+        severity="error",
+        patterns=(_p(r"User-specified max_model_len \(\d+\) is greater than the derived max_model_len",
+                     needle="is greater than the derived max_model_len"),),
+        title="--max-model-len asks for a longer context than the model's config.json declares "
+              "(max_position_embeddings or model_max_length), so vLLM refuses to start",
+        fix=_MAX_LEN_FIX,
+        fix_for=_max_len_fix,
+        sources=("https://github.com/vllm-project/vllm/issues/3676",
+                 "https://github.com/xorbitsai/inference/issues/1715",
+                 "vllm-project/vllm vllm/config/model.py (_get_and_verify_max_len)"),
+    ),
 )
 
 _BY_ID = {s.id: s for s in SIGNATURES}
@@ -502,6 +608,95 @@ def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
     """Errors first, then by host (cluster-wide findings before per-host ones), then by id."""
     return sorted(findings, key=lambda f: (_RANK.get(f.severity, len(SEVERITIES)),
                                            f.host is not None, f.host or "", f.id))
+
+
+# -- root cause ------------------------------------------------------------------------------
+
+#: What vLLM, Ray, torch.distributed and log collectors put before a line's own text, one at a time (they
+#: nest: "(EngineCore_DP0 pid=9) (RayWorkerWrapper pid=5, ip=10.0.0.2) ERROR 11-21 02:34:44 [core.py:1] ").
+#: Exactly one space after each is dropped, so a traceback line keeps its own indentation.
+_LINE_PREFIX = re.compile(
+    r"\([^()\n]*\bpid=\d+[^()\n]*\) ?"  # (APIServer pid=1), (Worker_TP0 pid=6), (RayWorkerWrapper pid=5, ip=..)
+    r"|\[rank\d+\]: ?"  # torch.distributed
+    r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:\[[^\]\n]*\]|\S+\]) ?"
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:(?:stdout|stderr) [FP] )?"  # docker, CRI
+    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[,.]\d+)? \| \w+ \| \w+ \| ?")  # "2024-01-22 14:32:27 | ERROR | stderr | "
+#: The last line of a traceback: `ValueError: ...`, `torch.distributed.DistBackendError: ...`,
+#: `ray.exceptions.RayTaskError(KeyError): ...`, or a bare `AssertionError`.
+_EXC_LINE = re.compile(r"(?P<name>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault)"
+                       r"|Exception))(?:\([\w.]+\))?(?::(?P<msg>.*))?")
+#: A pydantic error under `ValidationError: 1 validation error for VllmConfig` (vLLM's configs are pydantic
+#: dataclasses): `  Value error, <the message> [type=value_error, input_value=ArgsKwargs(...), ...]`.
+_PYDANTIC_DETAIL = re.compile(r"\s+(?P<msg>\S.*?)\s*\[type=[\w.]+[,\]].*"
+                              r"|\s*(?P<bare>(?:Value error|Assertion failed), \S.*)")
+_PYDANTIC_LOC = re.compile(r"[A-Za-z_][\w.\[\]]*")
+#: Substrings a line needs before the regexes above are tried (logs are large, most lines are neither).
+_EXC_HINT = re.compile(r"Error|Exception|Exit|Interrupt|Failure|Fault|\[type=|Value error|Assertion failed")
+#: Exceptions that only point elsewhere ("See root cause above") or come from shutting down.
+_WRAPPER = re.compile(r"root cause|see (?:the )?stack trace|^\d+ validation errors? for \w+$|^ray::"
+                      r"|likely shutting down", re.IGNORECASE)
+_WRAPPER_NAMES = ("SystemExit", "KeyboardInterrupt", "CancelledError")
+
+
+def _strip_prefixes(line: str) -> str:
+    while m := _LINE_PREFIX.match(line):
+        line = line[m.end():]
+    return line
+
+
+def _cut(text: str) -> str:
+    flat = " ".join(mask_secrets(text).split())
+    return flat if len(flat) <= MAX_EVIDENCE else flat[:MAX_EVIDENCE - 1] + "…"
+
+
+def _exception_at(lines: list[str], i: int) -> tuple[str, bool] | None:
+    """(message, is a wrapper) when line i ends a traceback or is a pydantic error; None otherwise."""
+    line = _strip_prefixes(lines[i])
+    prev = _strip_prefixes(lines[i - 1]) if i else ""
+    if m := _PYDANTIC_DETAIL.fullmatch(line.rstrip()):
+        msg = (m["msg"] or m["bare"]).split(" [type=")[0].strip()
+        loc = prev.strip() if _PYDANTIC_LOC.fullmatch(prev) and not _EXC_LINE.fullmatch(prev) else ""
+        return (f"{loc}: {msg}" if loc else msg), False
+    m = _EXC_LINE.fullmatch(line.rstrip())
+    if not m:
+        return None
+    name, msg = m["name"], (m["msg"] or "").strip()
+    wrapper = name.rsplit(".", 1)[-1] in _WRAPPER_NAMES or bool(_WRAPPER.search(msg))
+    if msg:
+        return line.strip(), wrapper
+    j = i - 1
+    while j >= 0 and _strip_prefixes(lines[j]).strip() and not _strip_prefixes(lines[j]).strip("^~ "):
+        j -= 1  # Python 3.11+ marks the failing expression with ^^^ under the code line
+    code = _strip_prefixes(lines[j]) if j >= 0 else ""
+    if not code[:1].isspace() or not code.strip():  # a bare name counts only under a traceback's code line
+        return None
+    return f"{name} at `{code.strip()}`", wrapper
+
+
+def root_cause(log_text: str) -> str | None:
+    """vLLM's own root-cause line in a log, or None when the log holds no exception.
+
+    The log may interleave processes and nodes, with vLLM's, Ray's and torch's line prefixes and ANSI
+    colours. The answer is the last exception that is not a mere wrapper: vLLM's front end ends the log
+    with `RuntimeError: Engine core initialization failed. See root cause above.` and the like, so the
+    specific error before it is the cause. A pydantic validation error gives its detail line (`Value
+    error, ...` without the `[type=...]` tail), a bare `AssertionError` the code line it failed on. One
+    line, tokens masked, at most MAX_EVIDENCE characters.
+    """
+    text = _ANSI.sub("", log_text).replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    wrapper: str | None = None
+    for i in range(len(lines) - 1, -1, -1):
+        if not _EXC_HINT.search(lines[i]):
+            continue
+        found = _exception_at(lines, i)
+        if found is None:
+            continue
+        msg, is_wrapper = found
+        if not is_wrapper:
+            return _cut(msg)
+        wrapper = wrapper or msg
+    return _cut(wrapper) if wrapper else None
 
 
 # -- cluster checks --------------------------------------------------------------------------

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from bootstrap.diagnose import (GIB, MAX_EVIDENCE, SEVERITIES, SIGNATURES, Finding, HostReport,
-                                Interface, check_cluster, mask_secrets, parse_ip_addr, scan_log,
-                                scan_logs, signature, sort_findings)
+                                Interface, check_cluster, mask_secrets, parse_ip_addr, root_cause,
+                                scan_log, scan_logs, signature, sort_findings)
 
 LOGS = Path(__file__).parent / "data" / "logs"
 _META = re.compile(r"^# (source|context|note): ?(.*)$")
@@ -208,6 +208,154 @@ def test_sort_findings():
           Finding("c", "error", "n2", "t", "e", "f"), Finding("d", "warning", None, "t", "e", "f"),
           Finding("e", "error", "n1", "t", "e", "f")]
     assert [f.id for f in sort_findings(fs)] == ["e", "c", "d", "b", "a"]
+
+
+def test_tp_heads_fix_lists_the_tp_sizes_that_divide_the_heads():
+    (f,) = findings_for("tp-heads-indivisible__1.log")
+    assert f.severity == "error"
+    assert "64 attention heads" in f.fix and "one of 1, 2, 4, 8, 16, 32, 64 " in f.fix
+    assert "--tp" in f.fix and "--pp" in f.fix and "bootstrap serve --dry-run" in f.fix
+    (pydantic,) = findings_for("tp-heads-indivisible__2.log")
+    assert pydantic.evidence.startswith("(APIServer pid=1) Value error, Total number of attention heads (4)")
+    assert "one of 1, 2, 4 " in pydantic.fix
+    # the KV-head variant names no numbers: the fix explains the rule instead
+    (kv,) = findings_for("tp-heads-indivisible__3.log")
+    assert "assert self.total_num_kv_heads % tp_size == 0" in kv.evidence
+    assert "num_key_value_heads" in kv.fix and "--tp" in kv.fix
+
+
+def test_tp_kv_heads_split_by_qkv_parallel_linear():
+    # constructed from vllm/model_executor/layers/linear.py (QKVParallelLinear.__init__) and
+    # vllm/distributed/utils.py (divide -> ensure_divisibility): 4 KV heads over TP 6
+    log = """\
+(Worker_TP0 pid=212)   File "/opt/venv/vllm/model_executor/layers/linear.py", line 1055, in __init__
+(Worker_TP0 pid=212)     self.num_kv_head_replicas = divide(tp_size, self.total_num_kv_heads)
+(Worker_TP0 pid=212)                                 ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+(Worker_TP0 pid=212)   File "/opt/venv/vllm/distributed/utils.py", line 61, in divide
+(Worker_TP0 pid=212)     ensure_divisibility(numerator, denominator)
+(Worker_TP0 pid=212)   File "/opt/venv/vllm/distributed/utils.py", line 53, in ensure_divisibility
+(Worker_TP0 pid=212)     assert numerator % denominator == 0, (
+(Worker_TP0 pid=212)            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+(Worker_TP0 pid=212) AssertionError: 6 is not divisible by 4"""
+    assert [f.id for f in scan_log("h", log)] == ["tp-heads-indivisible"]
+    assert root_cause(log) == "AssertionError: 6 is not divisible by 4"
+
+
+def test_pp_layer_counts_of_older_vllm_and_of_the_partition_variable():
+    # vLLM before 0.5.1 required the layers to divide evenly (vllm/config.py verify_with_parallel_config)
+    old = "ValueError: Total number of hidden layers (30) must be divisible by pipeline parallel size (4)."
+    assert [f.id for f in scan_log("h", old)] == ["pp-invalid"]
+    assert [f.id for f in scan_log("h", "ValueError: len(partitions)=3 does not match pp_size=2.")] == [
+        "pp-invalid"]
+    (f,) = findings_for("pp-invalid__3.log")
+    assert "sum(partitions)=30 does not match num_hidden_layers=32" in f.evidence
+    assert "--pp 1" in f.fix and "VLLM_PP_LAYER_PARTITION" in f.fix
+    # vLLM's INFO line about an uneven split is no error
+    assert scan_log("h", "INFO 07-03 [utils.py:160] Hidden layers were unevenly partitioned: [16,16,15,15]. "
+                         "This can be manually overridden using the VLLM_PP_LAYER_PARTITION environment "
+                         "variable") == []
+
+
+def test_max_model_len_fix_names_the_models_limit():
+    (current,) = findings_for("max-model-len-too-long__3.log")
+    assert "32768 tokens (max_position_embeddings=32768)" in current.fix
+    assert "bootstrap serve MODEL -- --max-model-len 32768" in current.fix
+    (old,) = findings_for("max-model-len-too-long__1.log")  # vLLM 0.4: "(None=8192 in model's config.json)"
+    assert "-- --max-model-len 8192" in old.fix and "None" not in old.fix
+    # a model_max_length above the derived length is the real limit (vLLM accepts up to it)
+    line = ("ValueError: User-specified max_model_len (200000) is greater than the derived max_model_len "
+            "(max_position_embeddings=4096 or model_max_length=131072 in model's config.json).")
+    (f,) = scan_log("h", line)
+    assert "-- --max-model-len 131072" in f.fix and "model_max_length=131072" in f.fix
+    assert "-- --max-model-len N" in signature("max-model-len-too-long").fix
+
+
+# -- root cause ------------------------------------------------------------------------------
+
+
+def test_root_cause_of_a_plain_traceback():
+    log = """\
+INFO 05-15 15:13:52 api_server.py:220] vLLM API server version 0.4.2
+Traceback (most recent call last):
+  File "/usr/local/lib/python3.10/dist-packages/vllm/config.py", line 1087, in verify_with_parallel_config
+    raise ValueError(
+ValueError: Total number of attention heads (40) must be divisible by tensor parallel size (3).
+"""
+    assert root_cause(log) == ("ValueError: Total number of attention heads (40) must be divisible by tensor "
+                               "parallel size (3).")
+
+
+def test_root_cause_of_a_pydantic_validation_error_drops_the_type_tail():
+    _, log = load(LOGS / "tp-heads-indivisible__2.log")
+    assert root_cause(log) == ("Value error, Total number of attention heads (4) must be divisible by tensor "
+                               "parallel size (3).")
+    # a field error keeps the field's name
+    field = """\
+pydantic_core._pydantic_core.ValidationError: 1 validation error for ParallelConfig
+pipeline_parallel_size
+  Input should be greater than or equal to 1 [type=greater_than_equal, input_value=0, input_type=int]
+    For further information visit https://errors.pydantic.dev/2.13/v/greater_than_equal"""
+    assert root_cause(field) == "pipeline_parallel_size: Input should be greater than or equal to 1"
+
+
+def test_root_cause_skips_the_front_ends_wrapper_in_a_multi_process_log():
+    # captured in this project's sandbox: EngineCore fails, the API server ends the log with a wrapper
+    _, log = load(LOGS / "nccl-shm__vllm_cpu_sandbox.log")
+    assert log.rstrip().endswith("See root cause above. Failed core proc(s): {}")
+    assert root_cause(log) == ("RuntimeError: Insufficient space in /dev/shm for shared-memory allocation: 160 "
+                               "MiB required, 64 MiB free. Increase /dev/shm (e.g. --shm-size or --ipc=host).")
+    # Ray workers inside the engine core, two wrappers after the cause
+    _, ray = load(LOGS / "pp-invalid__3.log")
+    ray += ("\n(APIServer pid=1) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
+            "See stack trace (above) for the root cause.")
+    assert root_cause(ray) == "ValueError: sum(partitions)=30 does not match num_hidden_layers=32."
+    # only a wrapper: better than nothing
+    assert root_cause("RuntimeError: Engine core initialization failed. See root cause above. Failed core "
+                      "proc(s): {'EngineCore_DP0': 1}") == ("RuntimeError: Engine core initialization failed. "
+                                                            "See root cause above. Failed core proc(s): "
+                                                            "{'EngineCore_DP0': 1}")
+
+
+def test_root_cause_reads_through_ansi_colours_and_nested_prefixes():
+    log = ("\x1b[1;36m(EngineCore_DP0 pid=6183)\x1b[0;0m \x1b[1;36m(RayWorkerWrapper pid=1672, ip=10.0.0.7)"
+           "\x1b[0;0m ERROR 11-24 22:55:35 [worker_base.py:620] Traceback (most recent call last):\n"
+           "\x1b[1;36m(EngineCore_DP0 pid=6183)\x1b[0;0m \x1b[1;36m(RayWorkerWrapper pid=1672, ip=10.0.0.7)"
+           "\x1b[0;0m ERROR 11-24 22:55:35 [worker_base.py:620] \x1b[31mtorch.distributed.DistBackendError: "
+           "NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:268, unhandled system error\x1b[0m"
+           "\r\n")
+    assert root_cause(log) == ("torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/"
+                               "c10d/NCCLUtils.hpp:268, unhandled system error")
+
+
+def test_root_cause_of_a_bare_assertion_names_the_assert():
+    _, log = load(LOGS / "tp-heads-indivisible__3.log")
+    assert root_cause(log) == "AssertionError at `assert self.total_num_kv_heads % tp_size == 0`"
+    assert root_cause("AssertionError") is None  # no traceback above it: just a word
+
+
+@pytest.mark.parametrize("path", CLEAN, ids=lambda p: p.name)
+def test_root_cause_of_a_healthy_log_is_none(path):
+    assert root_cause(load(path)[1]) is None
+
+
+def test_root_cause_is_one_masked_trimmed_line():
+    assert root_cause("") is None
+    assert root_cause("INFO Started server process\nTraceback (most recent call last):\n  File \"x.py\", "
+                      "line 1, in <module>\n    raise ValueError(msg)\n") is None
+    token = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123"
+    long = root_cause(f"OSError: token {token} refused " + "x" * 500 + "\nsecond line of the message")
+    assert long is not None and "\n" not in long and len(long) <= MAX_EVIDENCE and long.endswith("…")
+    assert token not in long and "hf_***" in long
+
+
+@pytest.mark.parametrize("path", [p for p in EXCERPTS
+                                  if expected_id(p) in ("tp-heads-indivisible", "pp-invalid",
+                                                        "max-model-len-too-long")], ids=lambda p: p.name)
+def test_root_cause_of_a_config_error_is_the_signatures_own_line(path):
+    # the screen shows root_cause; the finding's signature must recognise that one line too
+    rc = root_cause(load(path)[1])
+    assert rc is not None
+    assert [f.id for f in scan_log("h", rc)] == [expected_id(path)]
 
 
 # -- cluster checks --------------------------------------------------------------------------
