@@ -732,7 +732,9 @@ def serve(inventory, parallel, model, extra, tp, pp, backend, sync_model, wait, 
                           wait=wait, listen=listen, served_name=served_model_name, parallel=parallel,
                           dry_run=dry_run, on_plan=show, reporter=LineReporter(quiet=as_json))
         except P.ModelSplitError as exc:
-            raise click.UsageError(f"--tp/--pp: {exc}") from None
+            given = tp is not None or pp is not None
+            raise click.UsageError(f"{'--tp/--pp' if given and str(exc).startswith('TP=') else 'serve'}: {exc}") \
+                from None
         except V.ServeFailed as exc:
             if exc.log_tail:
                 err.print("[dim]--- last lines of the vLLM log ---[/]")

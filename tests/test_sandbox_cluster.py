@@ -104,7 +104,7 @@ def test_up_forms_a_ray_cluster_with_one_node_per_host(cluster):
 def test_status_reports_every_node(cluster):
     r = cli("status", "-i", str(cluster.inventory), "--json")
     assert r.returncode == 0, r.stderr
-    rows = json.loads(r.stdout)
+    rows = json.loads(r.stdout)["nodes"]
     assert [(x["host"], x["ip"], x["role"], x["container"], x["ray_alive"]) for x in rows] == [
         (n.name, n.ip, "head" if i == 0 else "worker", "running", True) for i, n in enumerate(cluster.nodes)]
 
@@ -215,7 +215,7 @@ def test_jump_host_and_ssh_config_alias(cluster, tmp_path):
     r = subprocess.run([sys.executable, "-m", "bootstrap.cli", "status", "-i", inv, "--json"], cwd=ROOT,
                        capture_output=True, text=True, env=env, timeout=120)
     print(r.stdout, r.stderr)
-    rows = json.loads(r.stdout)
+    rows = json.loads(r.stdout)["nodes"]
     assert [x["reachable"] for x in rows] == [True, True, True], r.stderr
     # node2's sshd saw the login come from node1's address (the jump), not from this machine.
     logs = subprocess.run(["docker", "logs", cluster.nodes[1].container], capture_output=True, text=True)

@@ -133,3 +133,15 @@ def test_nothing_fits():
         choose_split(prime, 4, 0, accelerator="none")
     assert str(e.value) == ("no split of 4 CPU workers fits the model (7 attention heads, 2 layers): "
                             "7 attention heads do not divide by 4 nodes")
+
+
+@pytest.mark.parametrize("extra", [["--enforce-eager"], ["--max-model-len", "256", "-O0"], ["-O", "0"]])
+def test_eager_mode_with_pipeline_stages_on_cpu_is_refused(extra):
+    from bootstrap.serveplan import check_engine_flags
+
+    with pytest.raises(ModelSplitError) as e:
+        check_engine_flags("none", Parallelism(1, 3, 3), extra)
+    assert "with PP=3 on a CPU cluster" in str(e.value) and "pick a split with PP=1" in str(e.value)
+    check_engine_flags("none", Parallelism(3, 1, 3), extra)  # TP only: fine
+    check_engine_flags("gpu", Parallelism(8, 2, 16), extra)  # GPU workers warm up regardless
+    check_engine_flags("none", Parallelism(1, 3, 3), ["--max-model-len", "256", "-O", "3"])
