@@ -15,8 +15,9 @@ from test_sandbox_cluster import CONTAINER, cli, on_node, write_inventory
 pytestmark = pytest.mark.sandbox
 MODEL = "/opt/models/tiny-llama"
 VLLM_ARGS = ["--", "--enforce-eager", "--max-model-len", "256"]
-# Pipeline stages on CPU need vLLM's warm-up pass, which --enforce-eager skips (serve refuses it).
-PP_ARGS = ["--", "--max-model-len", "256"]
+# Pipeline stages on CPU need vLLM's warm-up pass, which --enforce-eager skips (serve refuses it):
+# the 3-node serves run as a user would run them, with no vLLM flags.
+PP_ARGS = []
 PROMPT = "The quick brown fox"
 
 
