@@ -82,10 +82,12 @@ def test_serve_with_no_flags_on_three_nodes_plans_from_the_model_and_answers(thr
     assert time.monotonic() - t < 30
     assert "TP=3 PP=1 does not fit the model (4 attention heads, 4 layers): 4 attention heads do not divide " \
            "by TP=3; this cluster can serve it with TP=1 PP=3" in bad.stderr, bad.stderr
-    assert len(bad.stderr.strip().splitlines()) == 1
+    assert len([ln for ln in bad.stderr.splitlines() if ln.startswith("error:")]) == 1
+    assert " model-config " in bad.stderr and " stop-old " not in bad.stderr and " launch " not in bad.stderr
     eager = cli("serve", "-i", inv, MODEL, *VLLM_ARGS)
     assert eager.returncode == 2, eager.stderr
     assert "--enforce-eager with PP=3 on a CPU cluster" in eager.stderr and "pick a split with PP=1" in eager.stderr
+    assert " stop-old " not in eager.stderr and " launch " not in eager.stderr
     assert len(complete(endpoint, MODEL)) > 0, "the refused serves touched nothing"
 
     assert cli("serve", "-i", inv, "--stop").returncode == 0
