@@ -534,14 +534,27 @@ class StreamTimer:
 
 
 def split_url(url: str) -> tuple[str, str, int, str]:
-    """(scheme, host, port, base path without a trailing / or /v1) of a server URL."""
-    parts = urllib.parse.urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"bench: the URL must look like http://HOST:PORT (got {url!r})")
+    """(scheme, host, port, base path without a trailing / or /v1) of a server URL.
+
+    A UsageError for anything else: no http(s) scheme or host, a space or control character
+    (urlsplit would silently drop a newline), a broken IPv6 bracket, a port outside 1-65535."""
+    text = url.strip()
+    bad = f"bench: the URL must look like http://HOST:PORT (got {url!r})"
+    if not text.isprintable() or " " in text:
+        raise UsageError(f"{bad}: no spaces or control characters")
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        parts = urllib.parse.urlsplit(text)
+    except ValueError as exc:  # Invalid IPv6 URL
+        raise UsageError(f"{bad}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(bad)
+    try:
+        port = parts.port
     except ValueError as exc:
         raise UsageError(f"bench: bad port in {url!r}: {exc}") from None
+    if port == 0:
+        raise UsageError(f"bench: bad port in {url!r}: 0 (a port is 1-65535)")
+    port = port or (443 if parts.scheme == "https" else 80)
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[:-3]

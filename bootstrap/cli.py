@@ -5,7 +5,9 @@ Progress and errors go to stderr, `--json` documents to stdout. Exit codes: see 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -22,8 +24,9 @@ from .errors import BootstrapError, ExitStatus, GroupError, Interrupted, UsageEr
 from .fanout import DEFAULT_PARALLEL
 
 # Wide when not on a terminal, so tables in logs and CI output do not wrap evidence mid-word.
-err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+# No emoji codes: a `:name:` in a value is printed as it is.
+err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
+out = Console(highlight=False, emoji=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 
 class LineReporter:
@@ -42,24 +45,70 @@ class LineReporter:
             return
         color = {"done": "green", "failed": "red", "start": "cyan", "warning": "yellow"}.get(status, "white")
         t = time.monotonic() - self.t0
-        line = f"[dim]{t:7.1f}s[/] {host:<16} {stage:<14} [{color}]{status}[/]"
+        line = f"[dim]{t:7.1f}s[/] {_escape(f'{host:<16}')} {_escape(f'{stage:<14}')} [{color}]{_escape(status)}[/]"
         if detail:
-            line += f" [dim]{_escape(detail)[:300]}[/]"
+            line += f" [dim]{_escape(detail[:300])}[/]"
         with self.lock:
             self.console.print(line)
 
 
-def _escape(s: str) -> str:
-    return s.replace("[", "\\[")
+# rich reads `[` + one of a-z # / @ ... `]` as a tag; backslashes before a `[` escape it (an even
+# run before a tag is halved and the tag stays a tag); `\[` in plain text prints `[`.
+_TAG = re.compile(r"\[[a-z#/@][^[]*?]")
+_BRACKET = re.compile(r"(\\*)\[")
+_TRAILING_BACKSLASHES = re.compile(r"\\+\Z")
+# An empty span of the null style: ends a value's trailing backslashes, so that markup after the
+# value (`[/]`) is neither escaped by them nor halves them.
+_STOP = "[none][/none]"
+
+
+def _printable(text: str, keep: str = "") -> str:
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
+
+
+def _escape(text: object, *, lines: bool = False, markup: bool = True) -> str:
+    """A string from a user, an inventory or a host, made safe to print: shown as it is, on one line.
+
+    Control and other unprintable characters (ESC, newline, NUL, lone surrogates) are shown as
+    Python escapes (`\\x1b`, `\\n`): a value stays on its line and cannot drive the terminal.
+    lines=True keeps the text's line breaks and tabs (a log tail, a report). markup=True (text
+    for rich's print, tables included): brackets and backslashes are escaped so that rich shows
+    them literally, whatever markup comes before or after.
+    """
+    text = str(text)
+    if lines:
+        text = "\n".join(_printable(ln, "\t") for ln in text.splitlines())
+    else:
+        text = _printable(text)
+    if not markup:
+        return text
+    plain = text
+
+    def bracket(m: re.Match) -> str:
+        tag = _TAG.match(plain, m.end() - 1) is not None
+        return m.group(1) * (2 if tag else 1) + "\\["
+    text = _BRACKET.sub(bracket, plain)
+    trailing = _TRAILING_BACKSLASHES.search(text)
+    return text + trailing.group() + _STOP if trailing else text
 
 
 def _load(path: str | None, check_files: bool = True, require_secrets: bool = True):
     from .inventory import load_inventory
 
+    given = "--inventory"
     if path is None:
-        path = os.environ.get("BOOTSTRAP_INVENTORY") or "hosts.yaml"
-        if not Path(path).exists():
-            raise UsageError("no inventory: pass -i FILE, set BOOTSTRAP_INVENTORY, or create ./hosts.yaml")
+        path, given = os.environ.get("BOOTSTRAP_INVENTORY"), "$BOOTSTRAP_INVENTORY"
+        if not path:
+            if not Path("hosts.yaml").exists():
+                raise click.UsageError("no inventory: pass -i FILE, set BOOTSTRAP_INVENTORY, or create ./hosts.yaml")
+            path, given = "hosts.yaml", None
+    if given is not None:  # named by the user: a path that cannot be an inventory is a bad argument
+        why = ("is empty" if not path.strip() else "no such file" if not os.path.lexists(path)
+               else "is a directory, not an inventory file" if os.path.isdir(path) else None)
+        if why is not None:
+            raise click.BadParameter(f"{path if path.strip() else repr(path)}: {why}", param_hint=given)
     return load_inventory(path, check_files=check_files, require_secrets=require_secrets)
 
 
@@ -68,11 +117,11 @@ def _fail(exc: BootstrapError) -> "NoReturn":  # noqa: F821
     if isinstance(exc, Interrupted):
         for host, state in exc.states.items():
             color = "green" if state.startswith("done") else "yellow"
-            err.print(f"  {host:<16} [{color}]{_escape(state)}[/]")
+            err.print(f"  {_escape(f'{host:<16}')} [{color}]{_escape(state)}[/]")
     if isinstance(exc, GroupError):
         for host, r in exc.results.items():
             mark = "[red]FAILED[/]" if isinstance(r, BaseException) else "[green]ok[/]"
-            err.print(f"  {host:<16} {mark} {_escape(str(r)) if isinstance(r, BaseException) else ''}")
+            err.print(f"  {_escape(f'{host:<16}')} {mark} {_escape(r) if isinstance(r, BaseException) else ''}")
     sys.exit(int(exc.exit_status))
 
 
@@ -116,11 +165,13 @@ def _usage_line(e: click.ClickException) -> str:
         ctx = ctx.parent
     if isinstance(e, click.BadParameter) and not isinstance(e, click.MissingParameter) and (
             e.param is not None or e.param_hint):
-        hint = e.param_hint if isinstance(e.param_hint, str) else _param_name(e.param)
+        hint = (e.param_hint if isinstance(e.param_hint, str) else "/".join(e.param_hint) if e.param_hint
+                else _param_name(e.param))
         msg = f"{hint}: {e.message}"
     else:
         msg = e.format_message()
-    msg = "; ".join(ln.strip() for ln in msg.splitlines() if ln.strip()).rstrip(".")
+    # A newline in a value stays in the message: the caller's _escape shows it as \n, on one line.
+    msg = msg.strip().rstrip(".")
     where = f"{' '.join(names)}: " if names else ""
     return f"{where}{msg} ({' '.join([PROG, *names, '--help'])})"
 
@@ -167,24 +218,59 @@ class _Main(_KnowsCommand, click.Group):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
+def _quote(value: str, limit: int = 60) -> str:
+    """repr of a value for a message, cut to `limit` characters (a 5000-digit number is not echoed whole)."""
+    return repr(value if len(value) <= limit else value[:limit - 3] + "...")
+
+
 class _Seconds(click.ParamType):
-    """A finite number of seconds > 0."""
+    """A finite number of seconds: above 0, or from `least` (inclusive); at most `most`. Every
+    option that takes seconds has this type: nan, inf and 1e999 are refused like any value out of
+    range, and only ASCII numbers are read."""
 
     name = "seconds"
 
+    def __init__(self, least: float | None = None, most: float | None = None):
+        self.least, self.most = least, most
+        if least is None:
+            self.kind = "a positive number of seconds" + (f" up to {most:g}" if most is not None else "")
+        elif most is None:
+            self.kind = f"a number of seconds of {least:g} or more"
+        else:
+            self.kind = f"a number of seconds from {least:g} to {most:g}"
+
     def convert(self, value, param, ctx):
-        if isinstance(value, float):
-            return value
         try:
+            if isinstance(value, str) and not value.isascii():
+                raise ValueError(value)
             v = float(value)
         except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        if not (0 < v < float("inf")):
-            self.fail(f"{value} is not a positive number of seconds", param, ctx)
+            self.fail(f"{_quote(str(value))} is not a number of seconds", param, ctx)
+        if not (math.isfinite(v) and (v > 0 if self.least is None else v >= self.least)
+                and (self.most is None or v <= self.most)):
+            shown = str(value).strip()
+            self.fail(f"{shown if len(shown) <= 40 else _quote(shown, 40)} is not {self.kind}", param, ctx)
         return v
 
 
 SECONDS = _Seconds()
+
+
+class _FilePath(click.Path):
+    """A file to read or write: not blank, no NUL, not a folder (an existing one, or a name ending in /)."""
+
+    def __init__(self):
+        super().__init__(dir_okay=False)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            if not value.strip():
+                self.fail(f"{value!r} is empty", param, ctx)
+            if "\0" in value:
+                self.fail(f"{value!r} contains a NUL character", param, ctx)
+            if value.endswith("/"):
+                self.fail(f"{value!r} names a folder, not a file", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 def _nonempty(ctx, param, value):
@@ -194,15 +280,22 @@ def _nonempty(ctx, param, value):
     return value
 
 
+def _name(ctx, param, value):
+    """A name (a model's): not blank, on one line, no control characters."""
+    if _nonempty(ctx, param, value) is not None and not value.isprintable():
+        raise click.BadParameter(f"{_quote(value)} contains a control character", ctx, param)
+    return value
+
+
 inventory_option = click.option(
-    "-i", "--inventory", "inventory", type=click.Path(dir_okay=False), default=None,
+    "-i", "--inventory", "inventory", type=_FilePath(), default=None,
     help="Inventory file (native or Ansible YAML). Default: $BOOTSTRAP_INVENTORY or ./hosts.yaml.")
 parallel_option = click.option(
     "--parallel", type=click.IntRange(1, 1024), default=DEFAULT_PARALLEL, show_default=True,
     help="How many hosts to work on at once.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON document on stdout.")
 lock_wait_option = click.option(
-    "--lock-wait", type=click.FloatRange(0, 86400), default=0.0, show_default=True,
+    "--lock-wait", type=_Seconds(0, 86400), default=0.0, show_default=True,
     help="Seconds to wait for another `up`/`down` on this cluster to finish (0: refuse at once, exit 5).")
 
 
@@ -238,7 +331,7 @@ def validate(inventory):
     def go():
         inv = _load(inventory)
         gpus = f", {inv.gpus_per_node} GPU(s) per node" if inv.cluster.accelerator == "gpu" else ""
-        out.print(f"{inv.path}: ok: {len(inv.hosts)} host(s), head {inv.head.name} ({inv.head.ip}){gpus}")
+        out.print(_escape(f"{inv.path}: ok: {len(inv.hosts)} host(s), head {inv.head.name} ({inv.head.ip}){gpus}"))
     _run(go)
 
 
@@ -252,10 +345,10 @@ def _plan_rows(actions, as_json: bool, live: bool):
     import shlex
 
     for a in actions:
-        head = f"[bold]{a.host}[/] ({a.spec.role})"
+        head = f"[bold]{_escape(a.host)}[/] ({_escape(a.spec.role)})"
         if live:
             color = {"keep": "green", "create": "cyan", "recreate": "yellow"}[a.action]
-            head += f"  [{color}]{a.action}[/]: {a.reason}"
+            head += f"  [{color}]{a.action}[/]: {_escape(a.reason)}"
         out.print(head)
         out.print("  " + _escape(shlex.join(a.spec.run_argv())), soft_wrap=True)
 
@@ -313,7 +406,7 @@ def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_key
                    allow_partial=allow_partial, lock_wait=lock_wait)
         total = time.monotonic() - t0
         for host, why in res.skipped.items():
-            err.print(f"[yellow]warning:[/] {host} left out (--allow-partial): {_escape(why)}")
+            err.print(f"[yellow]warning:[/] {_escape(host)} left out (--allow-partial): {_escape(why)}")
         if dry_run:
             _plan_rows(res.actions, as_json, live=True)
             return
@@ -335,20 +428,20 @@ def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_key
                 "head_clock_offset": None if res.head_clock_offset is None else round(res.head_clock_offset, 3),
                 "skipped": dict(res.skipped), "warnings": res.warnings}))
             return
-        t = Table(title=f"cluster {inv.cluster.name}")
+        t = Table(title=f"cluster {_escape(inv.cluster.name)}")
         for col in ("host", "ip", "role", "action", "ray", "GPUs"):
             t.add_column(col)
         for a in res.actions:
             ip = inv.host(a.host).ip
             n = alive.get(ip)
-            t.add_row(a.host, ip, a.spec.role, f"{a.action} ({a.reason})",
+            t.add_row(_escape(a.host), _escape(ip), _escape(a.spec.role), _escape(f"{a.action} ({a.reason})"),
                       "[green]alive[/]" if n else "[red]missing[/]", f"{n.gpus:g}" if n else "-")
         out.print(t)
         verb = "ready" if res.changed else "already up: nothing changed"
         gpus = sum(n.gpus for n in alive.values())
         part = f" ({len(res.skipped)} host(s) left out: {', '.join(res.skipped)})" if res.skipped else ""
-        out.print(f"Ray cluster {verb}: {len(alive)} node(s), {gpus:g} GPU(s), head {inv.head.ip}:"
-                  f"{inv.cluster.ports.ray_gcs}{part}; took {total:.1f}s")
+        out.print(_escape(f"Ray cluster {verb}: {len(alive)} node(s), {gpus:g} GPU(s), head {inv.head.ip}:"
+                          f"{inv.cluster.ports.ray_gcs}{part}; took {total:.1f}s"))
     _run(go)
 
 
@@ -375,9 +468,10 @@ def status(inventory, parallel, as_json):
             for col in ("host", "ip", "role", "container", "ray", "GPUs", "note"):
                 t.add_column(col)
             for r in rows:
-                cont = r.container if r.reachable else "[red]unreachable[/]"
-                t.add_row(r.host, r.ip, r.role, cont, "[green]alive[/]" if r.ray_alive else "[red]no[/]",
-                          f"{r.gpus:g}" if r.ray_alive else "-", _escape(r.error)[:120])
+                cont = _escape(r.container) if r.reachable else "[red]unreachable[/]"
+                t.add_row(_escape(r.host), _escape(r.ip), _escape(r.role), cont,
+                          "[green]alive[/]" if r.ray_alive else "[red]no[/]",
+                          f"{r.gpus:g}" if r.ray_alive else "-", _escape(r.error[:120]))
             out.print(t)
             for line in _status_lines(inv, st):
                 out.print(line)
@@ -403,7 +497,8 @@ def _status_lines(inv, st) -> list[str]:
         color = "green" if v.health == "healthy" else ("yellow" if v.health.startswith("starting") else "red")
         name = v.served[0] if v.served else v.model
         lines.append(f"serving: {_escape(name)} on {_escape(v.endpoint)} [{color}]{_escape(v.health)}[/] "
-                     f"(backend {v.backend}, TP={v.tp} PP={v.pp}, {len(v.nodes)} node(s), up {_uptime(v.uptime_s)})")
+                     + _escape(f"(backend {v.backend}, TP={v.tp} PP={v.pp}, {len(v.nodes)} node(s), "
+                               f"up {_uptime(v.uptime_s)})"))
         if v.kv is not None:
             lines.append(f"KV cache: {v.kv.tokens:,} tokens")
     if st.dashboard:
@@ -422,14 +517,16 @@ def _status_lines(inv, st) -> list[str]:
 @inventory_option
 @click.option("--container", is_flag=True,
               help="Run inside each host's cluster container (docker exec <container_name>).")
-@click.option("--hosts", "only", default=None, help="Only these hosts, comma-separated (default: all).")
+@click.option("--hosts", "only", default=None, callback=lambda ctx, param, v: _host_names(v),
+              help="Only these hosts, comma-separated (default: all).")
 @parallel_option
-@click.option("--timeout", type=click.FloatRange(0.1), default=None,
+@click.option("--timeout", type=_Seconds(0.1), default=None,
               help="Seconds the command may run on each host (default: the inventory's command_timeout).")
 @click.option("--accept-new-host-keys", is_flag=True, default=None,
               help="Trust and record SSH host keys not yet known (changed keys are still refused).")
 @json_option
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED,
+                callback=lambda ctx, param, v: _command_words(v))
 def exec_(inventory, container, only, parallel, timeout, accept_new_host_keys, as_json, command):
     """Run COMMAND on every host at once; each output line prefixed with its host, then a summary.
 
@@ -443,8 +540,10 @@ def exec_(inventory, container, only, parallel, timeout, accept_new_host_keys, a
 
     def go():
         inv = _load(inventory)
-        names = [n.strip() for n in only.split(",") if n.strip()] if only else None
-        width = max(len(h.name) for h in E.select_hosts(inv, names))
+        try:
+            width = max(len(h.name) for h in E.select_hosts(inv, only))
+        except UsageError as exc:
+            raise click.BadParameter(str(exc), param_hint="--hosts") from None
         lock = threading.Lock()
 
         def emit(r) -> None:
@@ -453,12 +552,12 @@ def exec_(inventory, container, only, parallel, timeout, accept_new_host_keys, a
             with lock:
                 for stream, text in ((sys.stdout, r.stdout), (sys.stderr, r.stderr)):
                     for line in text.splitlines():
-                        stream.write(f"{r.host:<{width}} | {line}\n")
+                        stream.write(_escape(f"{r.host:<{width}} | {line}", lines=True, markup=False) + "\n")
                     stream.flush()
                 if r.error:
-                    err.print(f"{r.host:<{width}} [red]![/] {_escape(r.error)}")
+                    err.print(f"{_escape(f'{r.host:<{width}}')} [red]![/] {_escape(r.error)}")
 
-        res = E.exec_all(inv, command, container=container, hosts=names, parallel=parallel,
+        res = E.exec_all(inv, command, container=container, hosts=only, parallel=parallel,
                          timeout=timeout, accept_new_host_keys=accept_new_host_keys, on_result=emit)
         if as_json:
             out.print_json(json.dumps([r.as_dict() for r in res]))
@@ -470,7 +569,7 @@ def exec_(inventory, container, only, parallel, timeout, accept_new_host_keys, a
                 code = "[green]0[/]" if r.ok else (f"[red]{r.exit_code}[/]" if r.exit_code is not None
                                                    else "[red]timeout[/]" if not r.unreachable
                                                    else "[red]unreachable[/]")
-                t.add_row(r.host, code, f"{r.seconds:.2f}")
+                t.add_row(_escape(r.host), code, f"{r.seconds:.2f}")
             out.print(t)
         bad = [r for r in res if not r.ok]
         if bad:
@@ -478,9 +577,30 @@ def exec_(inventory, container, only, parallel, timeout, accept_new_host_keys, a
             msg = f"{len(bad)} of {len(res)} host(s) failed"
             if down:
                 msg += f"; unreachable: {', '.join(down)}"
-            err.print(f"[red]error:[/] {msg}")
+            err.print(f"[red]error:[/] {_escape(msg)}")
             sys.exit(int(ExitStatus.ERROR))
     _run(go)
+
+
+def _host_names(value: str | None) -> tuple[str, ...] | None:
+    """`--hosts a,b`: the names, checked against the inventory once it is read. Blank items are
+    skipped; a list with no name at all is refused (it would otherwise mean every host)."""
+    if value is None:
+        return None
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    if not names:
+        raise click.BadParameter(f"no host name in {_quote(value)}")
+    return names
+
+
+def _command_words(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """exec's COMMAND: its first word names a program; no word can hold a NUL (argv cannot)."""
+    if argv and not argv[0].strip():
+        raise click.BadParameter(f"the command word is empty ({argv[0]!r}): the program to run comes first")
+    for word in argv:
+        if "\0" in word:
+            raise click.BadParameter(f"{_quote(word)} contains a NUL character")
+    return argv
 
 
 # -- down ----------------------------------------------------------------------------------------
@@ -497,9 +617,9 @@ def down(inventory, parallel, lock_wait):
         inv = _load(inventory)
         res = A.down(inv, parallel=parallel, reporter=LineReporter(), lock_wait=lock_wait)
         if res.removed:
-            out.print(f"removed the container on {len(res.removed)} host(s): {', '.join(res.removed)}")
+            out.print(_escape(f"removed the container on {len(res.removed)} host(s): {', '.join(res.removed)}"))
         if res.absent:
-            out.print(f"nothing to remove on {len(res.absent)} host(s): {', '.join(res.absent)}")
+            out.print(_escape(f"nothing to remove on {len(res.absent)} host(s): {', '.join(res.absent)}"))
     _run(go)
 
 
@@ -547,8 +667,8 @@ def check_nccl(inventory, parallel, deadline, sizes, iters, backend, as_json):
             for col in ("host", "ip", "node rank", "ranks", "last phase", "result"):
                 t.add_column(col)
             for n in res.nodes:
-                t.add_row(n.host, n.ip, str(n.node_rank), str(n.ranks), n.last_phase or "-",
-                          "[green]ok[/]" if n.ok else f"[red]FAIL[/] {_escape(n.error)[:160]}")
+                t.add_row(_escape(n.host), _escape(n.ip), str(n.node_rank), str(n.ranks), _escape(n.last_phase or "-"),
+                          "[green]ok[/]" if n.ok else f"[red]FAIL[/] {_escape(n.error[:160])}")
             out.print(t)
             if N.bandwidth_note(res.world_size, res.bandwidth):
                 for line in N.format_bandwidth(res.world_size, res.backend, res.bandwidth):
@@ -562,8 +682,8 @@ def check_nccl(inventory, parallel, deadline, sizes, iters, backend, as_json):
                               f"{r.busbw_GBps:.4f}")
                 out.print(b)
             if res.transport is not None:
-                out.print(f"NCCL transport: {res.transport.network or 'unknown'}"
-                          f"{' with GPUDirect RDMA' if res.transport.gdrdma else ''}")
+                out.print(_escape(f"NCCL transport: {res.transport.network or 'unknown'}"
+                                  f"{' with GPUDirect RDMA' if res.transport.gdrdma else ''}"))
             _print_findings(res.findings)
             for w in res.warnings:
                 err.print(f"[bold red]{_escape(w)}[/]")
@@ -585,15 +705,18 @@ def _sizes(value: str | None) -> str | None:
         part = part.strip()
         if not part:
             continue
-        if not part.isdigit():
-            where = f" in {value!r}" if part != value.strip() else ""
-            raise click.BadParameter(f"{part!r}{where} is not a whole number of bytes")
+        if not re.fullmatch(r"[0-9]+", part):  # ASCII digits: str.isdigit() also takes '²', int() does not
+            where = f" in {_quote(value)}" if part != value.strip() else ""
+            raise click.BadParameter(f"{_quote(part)}{where} is not a whole number of bytes")
+        if len(part.lstrip("0")) > len(str(MAX_SIZE)):  # too big, and int() refuses over 4300 digits
+            raise click.BadParameter(f"{_quote(part, 24)} is not a positive multiple of 4 bytes (float32) up to "
+                                     f"{MAX_SIZE}")
         n = int(part)
         if n < 4 or n % 4 or n > MAX_SIZE:
             raise click.BadParameter(f"{n} is not a positive multiple of 4 bytes (float32) up to {MAX_SIZE}")
         sizes.append(n)
     if not sizes:
-        raise click.BadParameter(f"no size in {value!r}")
+        raise click.BadParameter(f"no size in {_quote(value)}")
     return ",".join(map(str, sizes))
 
 
@@ -605,8 +728,8 @@ def _print_findings(findings) -> None:
         t.add_column(col)
     color = {"error": "red", "warning": "yellow", "info": "cyan"}
     for f in findings:
-        t.add_row(f"[{color.get(f.severity, 'white')}]{f.severity}[/]", f.host or "(cluster)", _escape(f.title),
-                  _escape(f.evidence), _escape(f.fix))
+        t.add_row(f"[{color.get(f.severity, 'white')}]{_escape(f.severity)}[/]", _escape(f.host or "(cluster)"),
+                  _escape(f.title), _escape(f.evidence, lines=True), _escape(f.fix, lines=True))
     out.print(t)
 
 
@@ -666,7 +789,7 @@ def logs(inventory, hosts, follow, tail):
 
         def emit(host: str, line: str) -> None:
             with lock:
-                click.echo(f"{host:<{width}} | {line}")
+                click.echo(_escape(f"{host:<{width}} | {line}", lines=True, markup=False))
         stop = threading.Event()
         try:
             X.logs(inv, emit, hosts=hosts, tail=tail, follow=follow, stop=stop)
@@ -687,10 +810,11 @@ def logs(inventory, hosts, follow, tail):
               help="ray (default with cluster.runtime ray): the running Ray cluster; native (default with "
                    "runtime none): vLLM's own multi-node mode (--nnodes/--node-rank/--headless).")
 @click.option("--sync-model", is_flag=True, help="Copy the model directory from the head to nodes where it differs.")
-@click.option("--wait", type=SECONDS, default=900.0, show_default=True, help="Seconds to wait for /health and /v1/models.")
+@click.option("--wait", type=SECONDS, default=900.0, show_default=True,
+              help="Seconds to wait for /health and /v1/models.")
 @click.option("--listen", default=None, callback=lambda ctx, param, v: _listen(v),
               help="Address vLLM binds (default: the head's data-plane IP).")
-@click.option("--served-model-name", default=None, callback=_nonempty)
+@click.option("--served-model-name", default=None, callback=_name)
 @click.option("--stop", is_flag=True, help="Stop serving; the Ray cluster keeps running.")
 @click.option("--dry-run", is_flag=True,
               help="Read the model's config.json, print the plan (backend, TP/PP and why, each node's command) "
@@ -738,7 +862,7 @@ def serve(inventory, parallel, model, extra, tp, pp, backend, sync_model, wait, 
         except V.ServeFailed as exc:
             if exc.log_tail:
                 err.print("[dim]--- last lines of the vLLM log ---[/]")
-                err.print(_escape(exc.log_tail))
+                err.print(_escape(exc.log_tail, lines=True))
             _print_findings(exc.findings)
             raise
         if isinstance(res, V.ServePlan):
@@ -756,11 +880,11 @@ def serve(inventory, parallel, model, extra, tp, pp, backend, sync_model, wait, 
             return
         for n in res.notes:
             out.print(f"note: {_escape(n)}")
-        out.print(f"serving {_escape(res.served[0] if res.served else res.model)} on {res.endpoint} "
-                  f"(backend {res.backend}, TP={res.parallelism.tp}, PP={res.parallelism.pp}); "
-                  f"ready in {res.ready_seconds:.0f}s")
+        out.print(_escape(f"serving {res.served[0] if res.served else res.model} on {res.endpoint} "
+                          f"(backend {res.backend}, TP={res.parallelism.tp}, PP={res.parallelism.pp}); "
+                          f"ready in {res.ready_seconds:.0f}s"))
         if kv is not None:
-            out.print(f"KV cache: {kv.tokens:,} tokens ({_escape(kv.source_line.strip())[:120]})")
+            out.print(f"KV cache: {kv.tokens:,} tokens ({_escape(kv.source_line.strip()[:120])})")
         out.print("try: " + _escape(res.curl()))
     _run(go)
 
@@ -772,34 +896,36 @@ def _print_plan(plan, dry_run: bool) -> None:
     shape = (f" ({plan.shape.describe()}; config.json from {plan.config_source})"
              if plan.shape is not None and plan.shape.known else " (config.json not read: split unchecked)")
     out.print(f"model:   {_escape(plan.model)}{_escape(shape)}")
-    out.print(f"backend: {plan.backend} ({_escape(plan.backend_reason)})")
+    out.print(_escape(f"backend: {plan.backend} ({plan.backend_reason})"))
     out.print(f"split:   {_escape(plan.split.reason)}")
     if plan.fit is not None:
         out.print(f"fit:     {_escape(plan.fit.message)}")
     width = max(len(n.host) for n in plan.nodes)
     for n in plan.nodes:
         cmd = shlex.join(n.argv) if n.argv else "(a Ray worker: vLLM places its ranks here through Ray)"
-        out.print(f"  {n.host:<{width}} {n.ip:<15} {_escape(cmd)}")
-    out.print(f"endpoint: {plan.endpoint}")
+        out.print(_escape(f"  {n.host:<{width}} {n.ip:<15} {cmd}"))
+    out.print(_escape(f"endpoint: {plan.endpoint}"))
     for note in plan.notes:
         out.print(f"note: {_escape(note)}")
     if dry_run:
         if plan.secrets:
-            out.print(f"a real run needs {', '.join(plan.secrets)} set in your environment (cluster.secrets)")
+            out.print(_escape(f"a real run needs {', '.join(plan.secrets)} set in your environment (cluster.secrets)"))
         out.print("dry run: nothing was started")
 
 
 def _listen(value: str | None) -> str | None:
     import ipaddress
-    import re
 
     if value is None:
         return None
     try:
         ipaddress.ip_address(value)
+        # ipaddress takes any text after % as an IPv6 scope: it must name an interface
+        ok = re.fullmatch(r"[^%]*(%[A-Za-z0-9_.-]+)?", value) is not None
     except ValueError:
-        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?", value):
-            raise click.BadParameter(f"{value!r} is not an IP address or host name") from None
+        ok = re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?", value) is not None
+    if not ok:
+        raise click.BadParameter(f"{_quote(value)} is not an IP address or host name")
     return value
 
 
@@ -835,14 +961,14 @@ def _serve_args(ctx: click.Context, model: str | None, extra: tuple[str, ...], s
 @inventory_option
 @click.option("--url", default=None, callback=lambda ctx, param, v: _url(v),
               help="Endpoint to load (default: the inventory's head and vLLM port).")
-@click.option("--model", default=None, callback=_nonempty, help="Model name (default: the first one /v1/models lists).")
+@click.option("--model", default=None, callback=_name, help="Model name (default: the first one /v1/models lists).")
 @click.option("-n", "--requests", "n_requests", type=click.IntRange(1, 100000), default=64, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True)
 @click.option("--max-tokens", type=click.IntRange(1), default=64, show_default=True)
 @click.option("--prompt", default=None, callback=_nonempty, help="Prompt text (default: a fixed paragraph).")
 @click.option("--ignore-eos", is_flag=True, help="Always generate --max-tokens tokens (vLLM extension).")
 @click.option("--timeout", type=SECONDS, default=120.0, show_default=True, help="Seconds per request.")
-@click.option("--png", type=click.Path(dir_okay=False), default=None, callback=lambda ctx, param, v: _png(v),
+@click.option("--png", type=_FilePath(), default=None, callback=lambda ctx, param, v: _png(v),
               help="Write latency histograms to this PNG.")
 @json_option
 def bench(inventory, url, model, n_requests, concurrency, max_tokens, prompt, ignore_eos, timeout, png, as_json):
@@ -870,9 +996,9 @@ def bench(inventory, url, model, n_requests, concurrency, max_tokens, prompt, ig
         if as_json:
             out.print_json(json.dumps(res.to_dict()))
         else:
-            out.print(_escape(B.format_result(res)))
+            out.print(_escape(B.format_result(res), lines=True))
             if png:
-                out.print(f"histograms: {png}")
+                out.print(_escape(f"histograms: {png}"))
         if res.ok == 0:
             sys.exit(int(ExitStatus.ERROR))
     _run(go)
@@ -928,9 +1054,9 @@ def sandbox_up(nodes, kind):
             info = S.sandbox_up(nodes, log=lambda m: err.print(f"[dim]sandbox:[/] {_escape(m)}"), kind=kind)
         except (RuntimeError, OSError, ValueError) as exc:
             raise BootstrapError(f"sandbox: {exc}") from None
-        out.print(f"sandbox up: {len(info.nodes)} node(s) on {info.subnet}, registry {info.registry}")
-        out.print(f"inventory: {info.inventory}")
-        out.print(f"next: bootstrap up -i {info.inventory}")
+        out.print(_escape(f"sandbox up: {len(info.nodes)} node(s) on {info.subnet}, registry {info.registry}"))
+        out.print(_escape(f"inventory: {info.inventory}"))
+        out.print(_escape(f"next: bootstrap up -i {info.inventory}"))
     _run(go)
 
 

@@ -45,14 +45,19 @@ def remote_argv(inv: Inventory, argv: Sequence[str], *, container: bool = False)
     if not argv:
         raise UsageError("no command given: put it after `--`, e.g. bootstrap exec -i hosts.yaml -- uptime")
     argv = tuple(argv)
+    if not argv[0].strip():
+        raise UsageError(f"the command word is empty ({argv[0]!r}): the program to run comes first")
     return ("docker", "exec", inv.cluster.container_name, *argv) if container else argv
 
 
 def select_hosts(inv: Inventory, names: Sequence[str] | None) -> list[Host]:
-    """The inventory's hosts, or the named ones (inventory order); an unknown name is a UsageError."""
-    if not names:
+    """The inventory's hosts (names None), or the named ones (inventory order); an unknown name or
+    an empty selection is a UsageError (no name never means every host)."""
+    if names is None:
         return list(inv.hosts)
     known = {h.name for h in inv.hosts}
+    if not names:
+        raise UsageError(f"no host selected (hosts: {', '.join(sorted(known))})")
     unknown = [n for n in names if n not in known]
     if unknown:
         raise UsageError(f"unknown host(s) {', '.join(unknown)} (hosts: {', '.join(sorted(known))})")

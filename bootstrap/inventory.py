@@ -1,8 +1,13 @@
 """Load an inventory file (native or Ansible YAML) into a validated `bootstrap.model.Inventory`.
 
 Every problem is an `InventoryError` naming the file, the 1-based line and the field path
-(``hosts[2].ip``, ``cluster.ports.vllm``). Pure: reads the inventory (and, with check_files, stats
-the local ssh key / known_hosts); no network, no SSH, no DNS.
+(``hosts[2].ip``, ``cluster.ports.vllm``), on one printable line. Pure: reads the inventory (and,
+with check_files, stats the local ssh key / known_hosts and reads the key's first bytes); no
+network, no SSH, no DNS.
+
+The work is bounded whatever the file holds: only a regular file of at most `_MAX_FILE_BYTES` is
+read, the YAML parser stops after `_MAX_NODES` values, merge keys and Ansible groups repeated
+through aliases are counted as they are expanded, and at most `_MAX_HOSTS` hosts are accepted.
 
 The shape of the file is checked by small tables (field -> validator); the rules that span fields
 (defaults, one head, uniform GPUs, unique names/addresses/IPs, secrets) are in `_build_hosts` and
@@ -18,6 +23,7 @@ import posixpath
 import re
 import shlex
 import stat
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NoReturn
 
@@ -26,6 +32,7 @@ import yaml
 from .errors import InventoryError
 from .model import (
     HF_CACHE_IN_CONTAINER,
+    NOFILE_MAX,
     Cluster,
     Host,
     Inventory,
@@ -36,6 +43,22 @@ from .model import (
 )
 
 __all__ = ["load_inventory"]
+
+#: The largest inventory file read: 256 KiB holds 2000 hosts of 130 bytes (a name, an address,
+#: an ip, the gpus) each. The pure-Python YAML parser reads blank lines at 1 us a byte and deep
+#: indentation at 3 us (measured), so no file of this size costs it a second; a bigger one is
+#: refused before it is read (4 MiB would cost 13 s).
+_MAX_FILE_BYTES = 256 << 10
+#: The most hosts in one inventory: Ray's documented scalability envelope is 2000 nodes per
+#: cluster, and serve runs one model across them all (pipeline parallel = nodes).
+_MAX_HOSTS = 2000
+#: The most YAML values (scalars, lists, mappings, aliases) parsed: 16 per host at the limit
+#: (name, address, ip, role, gpus and a few env variables, with their keys), under a second of
+#: parsing; a bigger document is refused while it is parsed, before it is built or checked.
+_MAX_NODES = 16 * _MAX_HOSTS
+#: The most host entries visited in Ansible groups (a host may be listed in a few groups;
+#: aliases can repeat a group many times).
+_MAX_HOST_OCCURRENCES = 8 * _MAX_HOSTS
 
 
 def load_inventory(
@@ -90,7 +113,9 @@ class _Loc:
     line: int | None
 
     def fail(self, message: str) -> NoReturn:
-        raise InventoryError(self.file, self.line, self.field, _one_line(message))
+        path = self.file if self.file.isprintable() and self.file else repr(self.file)
+        field = _one_line(self.field) if self.field is not None else None
+        raise InventoryError(path, self.line, field, _one_line(message))
 
     def at(self, **changes: Any) -> _Loc:
         return _Loc(
@@ -122,7 +147,11 @@ def _join(parent: str | None, key: Any) -> str:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    """The text with every character that is not printable (newlines, tabs, NUL, ESC ...) written
+    as in a Python string literal, so that an error is one line a terminal shows as it is."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 def _quote(text: str, limit: int = 60) -> str:
@@ -138,7 +167,7 @@ def _describe(value: Any, *, show: bool = True) -> str:
     if isinstance(value, bool):
         return f"boolean {str(value).lower()}"
     if isinstance(value, int):
-        return f"integer {value}" if show else "an integer"
+        return f"integer {_int_text(value)}" if show else "an integer"
     if isinstance(value, float):
         return f"number {value}" if show else "a number"
     if isinstance(value, str):
@@ -148,6 +177,13 @@ def _describe(value: Any, *, show: bool = True) -> str:
     if isinstance(value, dict):
         return "a mapping"
     return f"a value of type {type(value).__name__}"
+
+
+def _int_text(value: int) -> str:
+    """An integer as written, or its number of digits when it is too long to show."""
+    text = str(value)
+    digits = len(text.lstrip("-"))
+    return text if digits <= 30 else f"{text[:1] if value < 0 else ''}<{digits}-digit number>"
 
 
 def _unknown_key(key: str, valid: list[str] | tuple[str, ...], what: str = "key") -> str:
@@ -184,13 +220,119 @@ _TAG = "tag:yaml.org,2002:"
 # YAML 1.1 resolves yes/no/on/off as booleans, 0644 as octal, 1:30 as 90 and 2024-01-01 as a
 # date: surprising in an inventory. Use the small, YAML 1.2-like set below instead.
 _REPLACED = {_TAG + t for t in ("bool", "int", "float", "timestamp", "value")}
+#: The deepest nesting of lists and mappings: an inventory needs about 10 (each Ansible group
+#: inside another adds two). In flow style ([...], {...}) 10 at most: PyYAML's scanner visits
+#: every open flow level for every token, so 32000 values 30 levels deep took 1.4 s, 10 deep 0.9 s.
+_MAX_DEPTH = 32
+_MAX_FLOW_DEPTH = 10
+#: The longest number read, in characters: no port, count or timeout is longer, and Python cannot
+#: print integers of more than 4300 digits.
+_MAX_NUMBER_CHARS = 100
 
 
 class _Loader(yaml.SafeLoader):
+    """SafeLoader with line numbers, the resolvers below and bounded work.
+
+    Every value parsed is counted (`compose_node`) and merge keys are expanded once per mapping,
+    as a dict (`flatten_mapping`), so neither a huge file nor aliases can make loading explode.
+    Every constructor is `_located`: a value its tag cannot take is an error at its line.
+    """
+
     yaml_implicit_resolvers = {
         first: [(tag, rx) for tag, rx in resolvers if tag not in _REPLACED]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
+
+    def __init__(self, stream: str) -> None:
+        self.nodes = 0  # values parsed
+        self.depth = 0  # collections open
+        self.flow_depth = 0  # of them in flow style
+        self.merged = 0  # entries copied by merge keys
+        self.flattened: set[int] = set()  # mappings whose merge keys are resolved
+        super().__init__(stream)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        self.nodes += 1
+        if self.nodes > _MAX_NODES:
+            raise _LoadError(None, None, _too_big(), event.start_mark)
+        # Python's stack grows with every level, the scanner's work per token with every flow one:
+        # refuse deep nesting before either costs much.
+        flow = int(isinstance(event, yaml.CollectionStartEvent) and bool(event.flow_style))
+        if self.depth >= _MAX_DEPTH:
+            raise _LoadError(None, None, f"invalid YAML: nested more than {_MAX_DEPTH} levels deep",
+                             event.start_mark)
+        if self.flow_depth + flow > _MAX_FLOW_DEPTH:
+            raise _LoadError(None, None, f"invalid YAML: [...] and {{...}} nested more than {_MAX_FLOW_DEPTH}"
+                             " levels deep", event.start_mark)
+        self.depth += 1
+        self.flow_depth += flow
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+            self.flow_depth -= flow
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        """Resolve the merge keys (`<<: *anchor`) of a mapping in place: its own keys win over
+        merged ones, an earlier mapping in `<<: [*a, *b]` over a later one. Its own keys must be
+        unique. Each mapping is resolved once and its keys merged as a dict (PyYAML copies every
+        merged entry, so merges of merges grow exponentially); merged entries are counted."""
+        if id(node) in self.flattened:
+            return
+        self.flattened.add(id(node))
+        own, sources = [], []
+        for key_node, value_node in node.value:
+            if key_node.tag != _TAG + "merge":
+                if key_node.tag == _TAG + "value":
+                    key_node.tag = _TAG + "str"
+                own.append((key_node, value_node))
+            elif isinstance(value_node, yaml.MappingNode):
+                sources.append(value_node)
+            elif isinstance(value_node, yaml.SequenceNode):
+                for sub in value_node.value:
+                    if not isinstance(sub, yaml.MappingNode):
+                        raise _LoadError(None, None, f"invalid YAML: a merge key (<<) takes mappings,"
+                                         f" got a {sub.id}", sub.start_mark)
+                sources.extend(reversed(value_node.value))
+            else:
+                raise _LoadError(None, None, "invalid YAML: a merge key (<<) takes a mapping or a list of"
+                                 f" mappings, got a {value_node.id}", value_node.start_mark)
+        first: dict[Any, int] = {}
+        for key_node, _ in own:
+            key = self.hashable_key(key_node)
+            if key in first:
+                raise _LoadError(None, None, f"duplicate key {_quote(str(key))} (first on line {first[key]})",
+                                 key_node.start_mark)
+            first[key] = key_node.start_mark.line + 1
+        if not sources:
+            return
+        entries: dict[Any, tuple[yaml.Node, yaml.Node]] = {}  # first place, last value wins
+        for source in sources:
+            self.flatten_mapping(source)
+            self.merged += len(source.value)
+            if self.merged > _MAX_NODES:
+                raise _LoadError(None, None, _too_big(" once merge keys (<<) are expanded"), node.start_mark)
+            for key_node, value_node in source.value:
+                entries[self.hashable_key(key_node)] = (key_node, value_node)
+        for key_node, value_node in own:
+            entries[self.hashable_key(key_node)] = (key_node, value_node)
+        node.value = list(entries.values())
+
+    def hashable_key(self, key_node: yaml.Node) -> Any:
+        key = self.construct_object(key_node)
+        try:
+            hash(key)
+        except TypeError:
+            raise _LoadError(None, None, "a list or mapping cannot be a key", key_node.start_mark) from None
+        return key
+
+
+def _too_big(how: str = "") -> str:
+    return (
+        f"the file holds more than {_MAX_NODES} YAML values{how}: more than an inventory of"
+        f" {_MAX_HOSTS} hosts (the most accepted) needs"
+    )
 
 
 _Loader.add_implicit_resolver(
@@ -210,43 +352,25 @@ _Loader.add_implicit_resolver(
 )
 
 
-def _hashable(key: Any, node: yaml.Node) -> None:
-    try:
-        hash(key)
-    except TypeError:
-        raise _LoadError(None, None, "a list or mapping cannot be a key", node.start_mark) from None
-
-
-def _construct_map(loader: _Loader, node: yaml.MappingNode):  # type: ignore[no-untyped-def]
+def _construct_map(loader: _Loader, node: yaml.Node):  # type: ignore[no-untyped-def]
+    if not isinstance(node, yaml.MappingNode):
+        raise _LoadError(None, None, f"invalid YAML: a {node.id} cannot be a !!map", node.start_mark)
     data = _Map()
     data.line = node.start_mark.line + 1
     data.key_lines = {}
     data.value_lines = {}
     yield data
-    first: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        if key_node.tag == _TAG + "merge":
-            continue
-        key = loader.construct_object(key_node)
-        _hashable(key, key_node)
-        if key in first:
-            raise _LoadError(
-                None,
-                None,
-                f"duplicate key {_quote(str(key))} (first on line {first[key]})",
-                key_node.start_mark,
-            )
-        first[key] = key_node.start_mark.line + 1
-    loader.flatten_mapping(node)  # resolves `<<: *anchor`; explicit keys win
+    loader.flatten_mapping(node)  # checks the keys; resolves `<<: *anchor`; explicit keys win
     for key_node, value_node in node.value:
-        key = loader.construct_object(key_node)
-        _hashable(key, key_node)
+        key = loader.hashable_key(key_node)
         data[key] = loader.construct_object(value_node)
         data.key_lines[key] = key_node.start_mark.line + 1
         data.value_lines[key] = value_node.start_mark.line + 1
 
 
-def _construct_seq(loader: _Loader, node: yaml.SequenceNode):  # type: ignore[no-untyped-def]
+def _construct_seq(loader: _Loader, node: yaml.Node):  # type: ignore[no-untyped-def]
+    if not isinstance(node, yaml.SequenceNode):
+        raise _LoadError(None, None, f"invalid YAML: a {node.id} cannot be a !!seq", node.start_mark)
     data = _Seq()
     data.line = node.start_mark.line + 1
     data.item_lines = [item.start_mark.line + 1 for item in node.value]
@@ -254,16 +378,73 @@ def _construct_seq(loader: _Loader, node: yaml.SequenceNode):  # type: ignore[no
     data.extend(loader.construct_object(item) for item in node.value)
 
 
+def _short_number(construct: Callable[[Any, yaml.Node], Any]) -> Callable[[Any, yaml.Node], Any]:
+    """A number constructor that refuses thousands of digits before converting them."""
+
+    def check(loader: _Loader, node: yaml.Node) -> Any:
+        text = loader.construct_scalar(node)
+        if len(text) > _MAX_NUMBER_CHARS:
+            raise _LoadError(
+                None, None, f"invalid YAML: a number of {len(text)} characters is too long (at most"
+                f" {_MAX_NUMBER_CHARS}); quote it if it is a string", node.start_mark)
+        return construct(loader, node)
+
+    return check
+
+
+#: What a constructor raises when a value cannot have its tag (`!!int abc`, `!!bool maybe`,
+#: `!!timestamp nope`, an integer too long to convert ...).
+_BAD_VALUE = (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError)
+
+
+def _located(construct: Callable[[Any, yaml.Node], Any]) -> Callable[[Any, yaml.Node], Any]:
+    """The constructor, with every failure turned into an error at the value's line."""
+
+    def located(loader: _Loader, node: yaml.Node) -> Any:
+        try:
+            data = construct(loader, node)
+        except _BAD_VALUE:
+            raise _LoadError(None, None, _bad_value(node), node.start_mark) from None
+        return _located_steps(data, node) if isinstance(data, types.GeneratorType) else data
+
+    return located
+
+
+def _located_steps(steps: Any, node: yaml.Node) -> Any:
+    try:
+        yield from steps
+    except _BAD_VALUE:
+        raise _LoadError(None, None, _bad_value(node), node.start_mark) from None
+
+
+def _bad_value(node: yaml.Node) -> str:
+    tag = node.tag.replace(_TAG, "!!", 1)
+    if isinstance(node, yaml.ScalarNode):
+        return f"invalid YAML: {_quote(node.value)} is not a valid {tag} value"
+    return f"invalid YAML: this {node.id} is not a valid {tag} value"
+
+
 _Loader.add_constructor(_TAG + "map", _construct_map)
 _Loader.add_constructor(_TAG + "seq", _construct_seq)
+for _name in ("int", "float"):
+    _Loader.add_constructor(_TAG + _name, _short_number(_Loader.yaml_constructors[_TAG + _name]))
+_Loader.yaml_constructors = {tag: _located(c) for tag, c in _Loader.yaml_constructors.items()}
 
 
-def _read_yaml(file: str) -> tuple[Any, int | None]:
-    """The document and the line it starts on; (None, None) for an empty document."""
+def _read_text(file: str) -> str:
+    """The inventory's text. Only a regular file is opened (a FIFO would block, /dev/zero never
+    ends, opening some devices acts on them) and at most _MAX_FILE_BYTES are read."""
     nowhere = _Loc(file, None, None)
+    if not file:
+        nowhere.fail("no inventory file: the path is empty")
+    if "\x00" in file:
+        nowhere.fail("no such file: a path cannot contain a NUL character")
     try:
-        with open(file, "rb") as f:
-            raw = f.read()
+        _regular_file(os.stat(file), nowhere)
+        # O_NONBLOCK: should the path be swapped for a FIFO after the stat, open does not wait.
+        with open(file, "rb", opener=_open_nonblocking) as f:
+            _regular_file(os.fstat(f.fileno()), nowhere)
+            raw = f.read(_MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         nowhere.fail("no such file")
     except IsADirectoryError:
@@ -272,12 +453,55 @@ def _read_yaml(file: str) -> tuple[Any, int | None]:
         nowhere.fail("cannot read the file: permission denied")
     except OSError as e:
         nowhere.fail(f"cannot read the file: {e.strerror or e}")
+    if len(raw) > _MAX_FILE_BYTES:
+        nowhere.fail(_too_big_file(len(raw), more=True))
     try:
-        text = raw.decode("utf-8-sig")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         nowhere.at(line=raw.count(b"\n", 0, e.start) + 1).fail("the file is not valid UTF-8")
-    loader = _Loader(text)
+
+
+def _open_nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+
+
+_FILE_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _regular_file(st: os.stat_result, loc: _Loc) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        loc.fail("is a directory, not an inventory file")
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((name for test, name in _FILE_KINDS if test(st.st_mode)), "a special file")
+        loc.fail(f"not a regular file ({kind}): give the path of the inventory file")
+    if st.st_size > _MAX_FILE_BYTES:
+        loc.fail(_too_big_file(st.st_size))
+
+
+def _too_big_file(size: int, more: bool = False) -> str:
+    shown = f"more than {_MAX_FILE_BYTES} bytes" if more else f"{size} bytes"
+    return (
+        f"the file is {shown}; an inventory is at most {_MAX_FILE_BYTES >> 10} KiB"
+        f" (it holds at most {_MAX_HOSTS} hosts)"
+    )
+
+
+def _parser_line(loader: _Loader | None) -> int | None:
+    return loader.get_mark().line + 1 if loader is not None else None
+
+
+def _read_yaml(file: str) -> tuple[Any, int | None]:
+    """The document and the line it starts on; (None, None) for an empty document."""
+    text = _read_text(file)
+    nowhere = _Loc(file, None, None)
+    loader = None
     try:
+        loader = _Loader(text)
         node = loader.get_single_node()
         if node is None:
             return None, None
@@ -297,16 +521,20 @@ def _read_yaml(file: str) -> tuple[Any, int | None]:
     except yaml.reader.ReaderError as e:
         line = text.count("\n", 0, e.position) + 1 if isinstance(e.position, int) else None
         nowhere.at(line=line).fail(
-            f"invalid YAML: the file contains the non-printable character #x{e.character:04x}"
+            f"invalid YAML: the file contains the non-printable character {chr(e.character)!r}"
+            f" (#x{e.character:04x}); write it as an escape in a double-quoted string"
             if isinstance(e.character, int)
             else "invalid YAML: the file contains a non-printable character"
         )
     except yaml.YAMLError as e:
-        nowhere.fail(f"invalid YAML: {e}")
+        nowhere.fail(f"invalid YAML: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
     except RecursionError:
-        nowhere.fail("invalid YAML: nested too deeply")
+        nowhere.at(line=_parser_line(loader)).fail("invalid YAML: nested too deeply")
+    except _BAD_VALUE as e:  # not from a constructor (they are _located): say where the parser was
+        nowhere.at(line=_parser_line(loader)).fail(f"invalid YAML: cannot read the document ({type(e).__name__})")
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 # --------------------------------------------------------------------------------------------
@@ -355,9 +583,11 @@ def _int(lo: int | None = None, hi: int | None = None) -> Validator:
         if isinstance(value, bool) or not isinstance(value, int):
             loc.fail(f"expected an integer, got {_describe(value)}")
         if lo is not None and hi is not None and not lo <= value <= hi:
-            loc.fail(f"must be between {lo} and {hi}, got {value}")
+            loc.fail(f"must be between {lo} and {hi}, got {_int_text(value)}")
         if lo is not None and value < lo:
-            loc.fail(f"must be at least {lo}, got {value}")
+            loc.fail(f"must be at least {lo}, got {_int_text(value)}")
+        if hi is not None and value > hi:
+            loc.fail(f"must be at most {hi}, got {_int_text(value)}")
         return value
 
     return check
@@ -366,11 +596,28 @@ def _int(lo: int | None = None, hi: int | None = None) -> Validator:
 _port = _int(1, 65535)
 
 
+def _nofile(value: Any, loc: _Loc) -> int:
+    value = _int(1024)(value, loc)
+    if value > NOFILE_MAX:
+        loc.fail(
+            f"must be at most {NOFILE_MAX} (the kernel's default fs.nr_open: docker cannot set a"
+            f" higher limit), got {_int_text(value)}"
+        )
+    return value
+
+
+#: The longest timeout: a week. More is a typo (and would overflow the clocks it is given to).
+_MAX_SECONDS = 7 * 24 * 3600
+
+
 def _positive_number(value: Any, loc: _Loc) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         loc.fail(f"expected a number of seconds, got {_describe(value)}")
-    if not math.isfinite(value) or value <= 0:
-        loc.fail(f"must be a positive number of seconds, got {value}")
+    shown = _int_text(value) if isinstance(value, int) else value
+    if (isinstance(value, float) and not math.isfinite(value)) or value <= 0:
+        loc.fail(f"must be a positive number of seconds, got {shown}")
+    if value > _MAX_SECONDS:
+        loc.fail(f"must be at most {_MAX_SECONDS} seconds (a week), got {shown}")
     return float(value)
 
 
@@ -419,10 +666,14 @@ class _Offline(dict):
 
 
 def _remote_abs_path(value: Any, loc: _Loc) -> str:
-    """A path on the hosts: absolute, and never expanded with this machine's home directory."""
+    """A path on the hosts: absolute, and never expanded with this machine's home directory. It
+    becomes the source of a docker mount, so it holds none of the separators of one."""
     value = _string(value, loc)
     if not value.startswith("/"):
         loc.fail(f"{_quote(value)} must be an absolute path on the hosts (~ would be this machine's home)")
+    for sep in ":,":
+        if sep in value:
+            loc.fail(f"{_quote(value)} must not contain {sep!r}: it separates the parts of a docker mount")
     return value
 
 
@@ -472,15 +723,20 @@ def _image(value: Any, loc: _Loc) -> str:
     return value
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
 def _shm_size(value: Any, loc: _Loc) -> str:
+    """A size docker takes: bytes, or a number with a unit; positive and below 2**63 bytes."""
     if isinstance(value, int) and not isinstance(value, bool):
-        if value <= 0:
-            loc.fail(f"must be a positive size, got {value}")
+        if value <= 0 or value >= 1 << 63:
+            loc.fail(f"must be a positive size below 2**63 bytes, got {_int_text(value)}")
         return str(value)
     if not isinstance(value, str):
         loc.fail(f"expected a size like '10.24g', '512m' or 1073741824, got {_describe(value)}")
-    m = re.fullmatch(r"([0-9]+|[0-9]+\.[0-9]+[bkmgBKMG]|[0-9]+[bkmgBKMG])", value)
-    if not m or float(re.sub(r"[bkmgBKMG]$", "", value)) <= 0:
+    m = re.fullmatch(r"([0-9]+|[0-9]+\.[0-9]+(?=[bkmgBKMG])|[0-9]+)([bkmgBKMG]?)", value)
+    size = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()] if m else 0
+    if not m or not 0 < size < 1 << 63:
         loc.fail(f"{_quote(value)} is not a size: expected e.g. '10.24g', '512m' or 1073741824")
     return value
 
@@ -496,9 +752,32 @@ def _mount(value: Any, loc: _Loc) -> str:
         loc.fail(f"{_quote(value)}: the source must be an absolute path or a volume name")
     if not dst.startswith("/"):
         loc.fail(f"{_quote(value)}: the destination {_quote(dst)} must be an absolute path")
+    system = _system_path(dst)
+    if system:
+        loc.fail(f"{_quote(value)}: the destination {_quote(dst)} is {system}; mount under another"
+                 " directory, e.g. /data")
     if len(parts) == 3 and parts[2] not in ("ro", "rw"):
         loc.fail(f"{_quote(value)}: the mode must be ro or rw, got {_quote(parts[2])}")
     return value
+
+
+#: Where docker puts the kernel's file systems (a mount there hides them) and the directories of
+#: the image's own system (a mount on one replaces it).
+_KERNEL_MOUNTS = ("/proc", "/sys", "/dev")
+_SYSTEM_DIRS = ("/bin", "/boot", "/etc", "/lib", "/lib32", "/lib64", "/sbin", "/usr")
+
+
+def _system_path(path: str) -> str | None:
+    """What a mount destination would hide, when it is / or a system path, else None."""
+    norm = posixpath.normpath("/" + path.lstrip("/"))  # "//", "/a/../proc" ...
+    if norm == "/":
+        return "the container's root directory"
+    for top in _KERNEL_MOUNTS:
+        if norm == top or norm.startswith(top + "/"):
+            return f"under {top}, which docker sets up for the container"
+    if norm in _SYSTEM_DIRS:
+        return "a system directory of the image"
+    return None
 
 
 _user = _pattern(_USER_RX, "a user name is letters, digits, '_', '.', '-'")
@@ -506,8 +785,8 @@ _user = _pattern(_USER_RX, "a user name is letters, digits, '_', '.', '-'")
 
 def _address(value: Any, loc: _Loc) -> str:
     value = _string(value, loc)
-    if _parse_ip(value) is not None:
-        return value
+    if _parse_ip(value, loc) is not None:
+        return value  # unspecified, broadcast and multicast: in _identities, after the ip
     if "@" in value:
         loc.fail(f"{_quote(value)} is not a host: give the user in 'user', not in the address")
     if ":" in value:
@@ -524,9 +803,9 @@ def _jump(value: Any, loc: _Loc) -> str:
     if m:
         user, host, port = m.groups()
         ok = (user is None or re.fullmatch(_USER_RX, user) is not None) and (
-            (host.startswith("[") and _parse_ip(host[1:-1]) is not None)
+            (host.startswith("[") and _parse_ip(host[1:-1], loc) is not None)
             or _HOSTNAME.fullmatch(host) is not None
-            or _parse_ip(host) is not None
+            or _parse_ip(host, loc) is not None
         )
         ok = ok and (port is None or 1 <= int(port) <= 65535)
     if not ok:
@@ -534,29 +813,66 @@ def _jump(value: Any, loc: _Loc) -> str:
     return value
 
 
-def _parse_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+_IP = ipaddress.IPv4Address | ipaddress.IPv6Address
+#: An IPv6 zone (the part after '%' in fe80::1%eth0) is an interface name (IFNAMSIZ - 1 long).
+_ZONE = re.compile(r"[A-Za-z0-9_.:-]{1,15}")
+_BROADCAST = ipaddress.IPv4Address("255.255.255.255")
+
+
+def _parse_ip(text: str, loc: _Loc | None = None) -> _IP | None:
+    """The IP address `text` is, else None. Python takes anything after '%' as an IPv6 zone, and
+    it would reach ssh and docker command lines as it is: it must be an interface name (with loc,
+    another zone is an error there; without, the text is not an address)."""
     try:
-        return ipaddress.ip_address(text)
+        ip = ipaddress.ip_address(text)
     except ValueError:
         return None
+    zone = getattr(ip, "scope_id", None)
+    if zone is not None and not _ZONE.fullmatch(zone):
+        if loc is not None:
+            loc.fail(
+                f"{_quote(text)} has the zone {_quote(zone)}: after '%' comes an interface name"
+                " (letters, digits, '_', '.', ':', '-'; at most 15)"
+            )
+        return None
+    return ip
+
+
+def _canonical_ip(ip: _IP) -> _IP:
+    """The address to compare: an IPv4-mapped IPv6 address (::ffff:10.0.0.1) is the IPv4 one."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def _not_one_host(ip: _IP) -> str | None:
+    """Why `ip` cannot be the address of one host (it is every host's or a group's), or None."""
+    plain = _canonical_ip(ip)
+    if plain.is_unspecified:
+        return "the unspecified address"
+    if plain == _BROADCAST:
+        return "the broadcast address"
+    if plain.is_multicast:
+        return "a multicast address"
+    return None
 
 
 def _ip(value: Any, loc: _Loc) -> str:
+    """A host's data-plane IP, canonical: compressed IPv6, IPv4 for an IPv4-mapped address."""
     value = _string(value, loc)
-    ip = _parse_ip(value)
+    ip = _parse_ip(value, loc)
     if ip is None:
         loc.fail(f"{_quote(value)} is not an IPv4 or IPv6 address")
-    plain = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped else ip
+    plain = _canonical_ip(ip)
     if plain.is_loopback:
         loc.fail(
             f"{value} is a loopback address: Ray and NCCL would advertise it to the other nodes;"
             " give the address the other nodes reach this host on"
         )
-    if plain.is_unspecified:
-        loc.fail(f"{value} is the unspecified address; give the address of this host")
-    if plain.is_multicast:
-        loc.fail(f"{value} is a multicast address; give the address of this host")
-    return str(ip)
+    why = _not_one_host(ip)
+    if why:
+        loc.fail(f"{value} is {why}; give the address of this host")
+    return str(plain)
 
 
 _DASHBOARD_HOSTS = ("data-plane", "localhost", "all")
@@ -567,14 +883,15 @@ def _dashboard_host(value: Any, loc: _Loc) -> str:
     value = _string(value, loc)
     if value in _DASHBOARD_HOSTS:
         return value
-    ip = _parse_ip(value)
+    ip = _parse_ip(value, loc)
     if ip is None:
         loc.fail(
             f"expected {', '.join(_DASHBOARD_HOSTS[:-1])} or {_DASHBOARD_HOSTS[-1]}"
             f" or an IP address, got {_quote(value)}"
         )
-    if ip.is_multicast:
-        loc.fail(f"{value} is a multicast address; give an address of the head")
+    why = _not_one_host(ip)
+    if why and not ip.is_unspecified:  # 0.0.0.0 / :: bind every address of the head
+        loc.fail(f"{value} is {why}; give an address of the head")
     return str(ip)
 
 
@@ -588,6 +905,13 @@ def _env_name(value: Any, loc: _Loc) -> str:
     return value
 
 
+#: The variables the plan sets in every container itself (bootstrap.plan.container_spec): neither
+#: env nor secrets may set them.
+_PLAN_ENV = {
+    "VLLM_HOST_IP": "VLLM_HOST_IP is set by bootstrap from each host's ip; set the host's ip instead",
+}
+
+
 def _env(value: Any, loc: _Loc) -> dict[str, tuple[str, _Loc]]:
     """NAME -> (value, loc). Values are strings or integers; never echoed in errors."""
     mapping = _expect_mapping(value, loc, "a mapping of NAME: value")
@@ -595,10 +919,8 @@ def _env(value: Any, loc: _Loc) -> dict[str, tuple[str, _Loc]]:
     for name, raw in mapping.items():
         _env_name(name, loc.keyname(mapping, name))
         vloc = loc.key(mapping, name)
-        if name == "VLLM_HOST_IP":
-            loc.keyname(mapping, name).fail(
-                "VLLM_HOST_IP is set by bootstrap from each host's ip; set the host's ip instead"
-            )
+        if name in _PLAN_ENV:
+            loc.keyname(mapping, name).fail(_PLAN_ENV[name])
         if isinstance(raw, bool) or not isinstance(raw, (str, int)):
             hint = " (quote it)" if isinstance(raw, (bool, float)) or raw is None else ""
             vloc.fail(f"expected a string or an integer, got {_describe(raw, show=False)}{hint}")
@@ -651,7 +973,7 @@ _SSH_FIELDS: dict[str, Validator] = {
     "accept_new_host_keys": _bool,
     "connect_timeout": _positive_number,
     "command_timeout": _positive_number,
-    "connect_retries": _int(0),
+    "connect_retries": _int(0, 100),
 }
 
 _CLUSTER_FIELDS: dict[str, Validator] = {
@@ -672,7 +994,7 @@ _CLUSTER_FIELDS: dict[str, Validator] = {
     "secrets": _list(_env_name),
     "infiniband": _bool,
     "privileged": _bool,
-    "nofile": _optional(_int(1024)),
+    "nofile": _optional(_nofile),
     "load_image": _bool,
     "ray_args": _list(_string),
     "dashboard_host": _dashboard_host,
@@ -750,6 +1072,8 @@ def _cluster(
         seq = _raw(value, "secrets")
         for i, name in enumerate(values["secrets"]):
             item_loc = locs["secrets"].item(seq, i).at(field=locs["secrets"].field)
+            if name in _PLAN_ENV:
+                item_loc.fail(_PLAN_ENV[name])
             if name in values["secrets"][:i]:
                 item_loc.fail(f"{name} is listed twice")
             if name not in environ and isinstance(environ, _Offline):
@@ -796,7 +1120,9 @@ def _host_name(value: Any, loc: _Loc) -> str:
     value = _string(value, loc)
     if not re.fullmatch(_HOST_NAME_RX, value):
         why = "letters, digits, '_', '.', '-', starting with a letter or digit"
-        if "[" in value:
+        if not value.isprintable():
+            why = "it contains a control character"
+        elif "[" in value:
             why = "host ranges like gpu-[01:04] are not supported; list each host"
         elif ":" in value:
             why = "give the port as a variable, not in the host name"
@@ -881,8 +1207,8 @@ def _build_hosts(
 def _identities(specs: list[_HostSpec], defaults: _SSHDefaults) -> None:
     """Names, SSH targets (address and port) and data-plane IPs are unique; sets values["ip"]."""
     names: dict[str, str] = {}
-    targets: dict[tuple[str, int], str] = {}
-    ips: dict[str, str] = {}
+    targets: dict[tuple[Any, int], str] = {}
+    ips: dict[_IP, str] = {}  # canonical: ::ffff:10.0.0.1 is 10.0.0.1, 2001:0db8::1 is 2001:db8::1
     for spec in specs:
         for required, what in _REQUIRED.items():
             if not spec.given(required):
@@ -892,7 +1218,8 @@ def _identities(specs: list[_HostSpec], defaults: _SSHDefaults) -> None:
             spec.where("name").fail(f"{_quote(name)} is already the name of {names[name]}")
         names[name] = spec.loc.field or name
         port = spec.values.get("port") or defaults.values.get("port") or 22
-        target = (address.lower(), port)
+        address_ip = _parse_ip(address)
+        target = (_canonical_ip(address_ip) if address_ip else address.lower(), port)
         if target in targets:
             spec.where("address").fail(
                 f"{address} (port {port}) is already the address of {targets[target]}"
@@ -900,13 +1227,17 @@ def _identities(specs: list[_HostSpec], defaults: _SSHDefaults) -> None:
         targets[target] = name
         if spec.given("ip"):
             ip = spec.values["ip"]
-        elif _parse_ip(address) is not None:
+        elif address_ip is not None:
             ip = _ip(address, spec.where("ip").at(line=spec.where("address").line))
         else:
             spec.where("ip").fail(f"required because address {_quote(address)} is not an IP")
-        if ip in ips:
-            spec.where("ip").fail(f"{ip} is already the ip of {ips[ip]}")
-        ips[ip] = name
+        why = _not_one_host(address_ip) if address_ip is not None else None
+        if why:
+            spec.where("address").fail(f"{address} is {why}; give the address SSH reaches this host on")
+        key = _canonical_ip(ipaddress.ip_address(ip))
+        if key in ips:
+            spec.where("ip").fail(f"{ip} is already the ip of {ips[key]}")
+        ips[key] = name
         spec.values["ip"] = ip
 
 
@@ -962,7 +1293,8 @@ def _gpus(specs: list[_HostSpec], cluster: Cluster, facts: dict[str, Any]) -> li
 
 
 def _check_file(path: str, loc: _Loc, *, private: bool) -> None:
-    """A local file (ssh key, known_hosts) exists; a private key is not open to others."""
+    """A local file (ssh key, known_hosts) exists; a private key is one (not empty, not the public
+    key) and is not open to others."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -973,12 +1305,41 @@ def _check_file(path: str, loc: _Loc, *, private: bool) -> None:
         loc.fail(f"{path} is not a file")
     if not os.access(path, os.R_OK):
         loc.fail(f"{path} is not readable by you")
+    if private:
+        _check_private_key(path, loc)
     mode = stat.S_IMODE(st.st_mode)
     if private and mode & 0o077:
         what = "readable" if mode & 0o044 else "accessible"
         loc.fail(
             f"{path} is {what} by others (mode {mode:04o}): run chmod 600 {shlex.quote(path)}"
         )
+
+
+#: How public keys start: OpenSSH's one-line form (id_ed25519.pub, authorized_keys) and PEM/RFC 4716.
+_PUBLIC_KEY = re.compile(
+    rb"(?:(?:ssh|sk-ssh|ecdsa-sha2|sk-ecdsa-sha2)-[A-Za-z0-9@.-]+\s+AAAA"
+    rb"|-----BEGIN (?:RSA |EC )?PUBLIC KEY-----|---- BEGIN SSH2 PUBLIC KEY ----)"
+)
+
+
+def _check_private_key(path: str, loc: _Loc) -> None:
+    """The key file is not empty and not a public key (its first bytes are read, never shown)."""
+    try:
+        with open(path, "rb", opener=_open_nonblocking) as f:
+            head = f.read(4096).lstrip()
+    except OSError as e:
+        loc.fail(f"{path}: cannot be read: {e.strerror or e}")
+    if not head:
+        loc.fail(f"{path} is empty: expected an SSH private key")
+    if _PUBLIC_KEY.match(head):
+        hint = f" ({path[:-4]}?)" if path.endswith(".pub") else ""
+        loc.fail(f"{path} is a public key: give the private key{hint}")
+
+
+_TOO_MANY_HOSTS = (
+    f"more than {_MAX_HOSTS} hosts: bootstrap makes one Ray cluster, and Ray supports"
+    f" {_MAX_HOSTS} nodes in one; split the machines into several clusters"
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1000,6 +1361,8 @@ def _native(root: dict, top: _Loc, environ: Mapping[str, str]):  # type: ignore[
         hosts_loc.fail(f"expected a list of hosts, got {_describe(hosts)}")
     if not hosts:
         hosts_loc.fail("must list at least one host")
+    if len(hosts) > _MAX_HOSTS:
+        hosts_loc.item(hosts, _MAX_HOSTS).fail(_TOO_MANY_HOSTS)
     specs = []
     for i, entry in enumerate(hosts):
         loc = hosts_loc.item(hosts, i)
@@ -1025,6 +1388,8 @@ _ANSIBLE_VARS: dict[str, tuple[str, ...]] = {
     "env": ("bootstrap_env",),
 }
 _ANSIBLE_KEYS = {logical: names[0] for logical, names in _ANSIBLE_VARS.items()}
+#: The variables of bootstrap's own: any other bootstrap_* is a typo, not a variable to ignore.
+_BOOTSTRAP_VARS = [n for names in _ANSIBLE_VARS.values() for n in names if n.startswith("bootstrap_")]
 _GROUP_KEYS = ["hosts", "vars", "children"]
 
 _Layer = tuple[Mapping[str, Any], _Loc]  # variables, and where that mapping is
@@ -1060,14 +1425,19 @@ def _ansible(root: dict, top: _Loc, environ: Mapping[str, str]):  # type: ignore
     group_layers: dict[str, list[_Layer]] = {}
     host_layers: dict[str, list[_Layer]] = {}
     first_loc: dict[str, _Loc] = {}
+    layers_seen: dict[str, set[int]] = {}
     for name, name_loc, layers, host_layer in occurrences:
         if name not in first_loc:
+            if len(order) == _MAX_HOSTS:
+                name_loc.fail(_TOO_MANY_HOSTS)
             order.append(name)
             first_loc[name] = name_loc
             group_layers[name] = []
             host_layers[name] = []
+            layers_seen[name] = set()
         for layer in layers:
-            if not any(layer[0] is seen[0] for seen in group_layers[name]):
+            if id(layer[0]) not in layers_seen[name]:
+                layers_seen[name].add(id(layer[0]))
                 group_layers[name].append(layer)
         host_layers[name].append(host_layer)
 
@@ -1106,7 +1476,7 @@ def _walk_group(
     """Collect (name, where, group variable layers, host variables) for every host listed.
 
     `active` holds the groups being walked (a group inside itself is an error); out[0] counts the
-    groups visited, so YAML aliases cannot make the walk explode.
+    groups visited and len(out) - 1 the hosts listed, so YAML aliases cannot make the walk explode.
     """
     out[0] += 1
     if len(active) > 100 or out[0] > _MAX_GROUP_VISITS:
@@ -1117,20 +1487,23 @@ def _walk_group(
             loc.keyname(group, key).fail(_unknown_key(shown, _GROUP_KEYS, "group key"))
     vars_loc = loc.key(group, "vars")
     group_vars = _expect_mapping(group.get("vars"), vars_loc, "a mapping of variables")
-    if not top and "bootstrap" in group_vars:
-        vars_loc.keyname(group_vars, "bootstrap").fail(
-            "cluster settings are read only from all.vars.bootstrap"
-        )
+    _check_bootstrap_vars(group_vars, vars_loc, top)
     layers = layers + [(group_vars, vars_loc)]
 
     hosts_loc = loc.key(group, "hosts")
     hosts = _expect_mapping(group.get("hosts"), hosts_loc, "a mapping of host names")
+    if len(out) - 1 + len(hosts) > _MAX_HOST_OCCURRENCES:
+        hosts_loc.fail(
+            f"the groups list hosts more than {_MAX_HOST_OCCURRENCES} times (YAML aliases"
+            " repeating a group?); list each host in a few groups"
+        )
     for name, host_vars in hosts.items():
         name_loc = hosts_loc.keyname(hosts, name).at(field=_join(hosts_loc.field, name))
         if not isinstance(name, str):
             name_loc.fail(f"a host name must be a string, got {_describe(name)}")
         var_loc = hosts_loc.key(hosts, name)
         host_vars = _expect_mapping(host_vars, var_loc, "a mapping of host variables")
+        _check_bootstrap_vars(host_vars, var_loc, False)
         out.append((name, name_loc, layers, (host_vars, var_loc)))
 
     children_loc = loc.key(group, "children")
@@ -1145,6 +1518,18 @@ def _walk_group(
             child_loc.fail("this group contains itself")
         child = _expect_mapping(child, child_loc, "a group with hosts, vars or children")
         _walk_group(child, child_loc, layers, out, active | {id(group)})
+
+
+def _check_bootstrap_vars(variables: Mapping[Any, Any], loc: _Loc, top: bool) -> None:
+    """Ansible ignores variables it does not know; bootstrap_* ones are ours, so a misspelt one
+    would silently do nothing."""
+    for name in variables:
+        if not isinstance(name, str) or not name.startswith("bootstrap"):
+            continue
+        if name == "bootstrap" and not top:
+            loc.keyname(variables, name).fail("cluster settings are read only from all.vars.bootstrap")
+        if name.startswith("bootstrap_") and name not in _BOOTSTRAP_VARS:
+            loc.keyname(variables, name).fail(_unknown_key(name, _BOOTSTRAP_VARS, "variable"))
 
 
 def _lookup(layers: list[_Layer], names: tuple[str, ...]) -> tuple[Any, _Loc] | None:

@@ -13,6 +13,9 @@ Accelerator = Literal["gpu", "none"]
 DEFAULT_CONTAINER_NAME = "bootstrap-vllm"
 DEFAULT_IMAGE = "vllm/vllm-openai:latest"
 HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
+#: The kernel's default ceiling on open files per process (fs.nr_open): docker cannot give a
+#: container a nofile limit above the host's.
+NOFILE_MAX = 1048576
 
 
 class Secret:

@@ -14,10 +14,10 @@ from typing import Literal, Mapping
 
 from .exposure import RAY_DASHBOARD_DEFAULT, dashboard_address
 from .facts import HostFacts
-from .model import HF_CACHE_IN_CONTAINER, Host, Inventory
+from .model import HF_CACHE_IN_CONTAINER, NOFILE_MAX, Host, Inventory
 
 #: nofile limit used when neither the inventory nor the host says otherwise.
-NOFILE_CAP = 1048576
+NOFILE_CAP = NOFILE_MAX
 NOFILE_UNKNOWN = "<host hard limit>"
 
 LABEL_CLUSTER = "bootstrap.cluster"

@@ -1,10 +1,14 @@
 """The CLI as a user meets it: help everywhere, documented commands, one-line errors, exit codes."""
+import io
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import click
 import pytest
+from rich.console import Console
+from rich.table import Table
 
 from bootstrap.cli import main
 
@@ -96,3 +100,126 @@ def test_control_a_valid_inventory_does_reach_the_hosts(tmp_path, monkeypatch):
     inv.write_text("cluster: {accelerator: none}\nhosts: [{name: a, address: 192.0.2.1}, {name: b, address: 192.0.2.2}]\n")
     r = CliRunner().invoke(main, ["up", "-i", str(inv)])
     assert r.exit_code == 3 and sorted(touched) == ["a", "b"], r.output
+
+
+# -- markup and control characters: whatever a user, an inventory or a host supplies is printed
+# literally (rich would read `[bold]` as a style and raise on a lone `[/]`), on its own line
+
+MARKUP_INVENTORY = r"""cluster:
+  name: markup
+  accelerator: none
+  env:
+    A: "[bold]x[/]"
+    B: "[/]"
+    C: '\[red]y'
+    D: 'tail\'
+    E: "esc \e[31m red"
+    F: ":smile: [link=http://x]y[/link]"
+  ray_args: ["--x=[/]"]
+hosts:
+  - {name: node1, address: 192.0.2.1, env: {G: "[/bold]", H: "two\nlines"}}
+  - {name: node2, address: 192.0.2.2}
+"""
+
+
+def test_markup_and_escapes_in_a_valid_inventory_and_its_path_are_printed_literally(tmp_path):
+    folder = tmp_path / "[x]"
+    folder.mkdir()
+    inv = folder / "hosts [bold].yaml"
+    inv.write_text(MARKUP_INVENTORY)
+    r = run("validate", "-i", str(inv))
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.stdout == f"{inv}: ok: 2 host(s), head node1 (192.0.2.1)\n"
+    r = run("plan", "-i", str(inv))
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    for shown in ("-e 'A=[bold]x[/]'", "-e 'B=[/]'", "-e 'C=\\[red]y'", "-e 'D=tail\\'",
+                  "-e 'E=esc \\x1b[31m red'", "-e 'F=:smile: [link=http://x]y[/link]'", "-e 'G=[/bold]'",
+                  "-e 'H=two\\nlines'", "'--x=[/]'"):
+        assert shown in r.stdout, shown
+    assert "\x1b" not in r.stdout and len(r.stdout.splitlines()) == 4  # a head line and a command per host
+    r = run("plan", "-i", str(inv), "--json")
+    assert r.returncode == 0 and "A=[bold]x[/]" in r.stdout and "H=two\\nlines" in r.stdout
+
+
+@pytest.mark.parametrize("field,value", [("name", "a[/]b"), ("name", "[bold]x"), ("name", "esc\x1b[2Jx"),
+                                         ("cluster", "[/]"), ("cluster", "x\\[red]")])
+def test_markup_in_a_refused_name_is_one_literal_line(tmp_path, field, value):
+    host, cluster = (value, "ok") if field == "name" else ("node1", value)
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(f"cluster: {{name: {json.dumps(cluster)}, accelerator: none}}\n"
+                   f"hosts: [{{name: {json.dumps(host)}, address: 192.0.2.1}}]\n")
+    r = run("validate", "-i", str(inv))
+    lines = r.stderr.splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].isprintable(), r.stderr
+    assert lines[0].startswith("error: ") and "Traceback" not in r.stderr
+    assert repr(value)[1:-1] in lines[0]  # as repr shows it: markup literal, ESC as \x1b
+
+
+NASTY = ["[bold]x[/]", "[/]", "\\[red]", "\\\\[red]", "a\\", "a\\\\", "a\\\\\\", "[", "]", "[1]", "\\[1", "[x]",
+         ":smile:", "a\nb", "\x1b[31mred", "\x00", "\udcff", "\u2028", "x[/]\\", "[link=http://x]y[/link]"]
+
+
+@pytest.mark.parametrize("value", NASTY)
+def test_escape_prints_any_value_literally_in_any_markup(value):
+    from bootstrap.cli import _escape
+
+    con = Console(file=io.StringIO(), highlight=False, emoji=False, width=300, soft_wrap=True)
+    shown = value.encode("unicode_escape").decode("ascii") if not value.isprintable() else value
+    e = _escape(value)
+    for template, expect in (("{}", shown), ("[red]{}[/]", shown), ("a {} [bold]b[/] c", f"a {shown} b c"),
+                             ("[dim]{}[/] {}", f"{shown} {shown}")):
+        con.file = io.StringIO()
+        con.print(template.format(e, e), end="")
+        assert con.file.getvalue() == expect, (template, e)
+    t = Table()
+    t.add_column("c")
+    t.add_row(e)
+    con.file = io.StringIO()
+    con.print(t)
+    assert shown in con.file.getvalue()
+
+
+def test_escape_keeps_the_lines_of_a_report_and_nothing_else():
+    from bootstrap.cli import _escape
+
+    assert _escape("a\tb\r\nc\x1b[0m[/]", lines=True, markup=False) == "a\tb\nc\\x1b[0m[/]"
+    assert _escape("a\tb\nc[/]", markup=False) == "a\\tb\\nc[/]"
+    assert _escape("a\tb\nc[/]", lines=True) == "a\tb\nc\\[/]"
+
+
+def test_remote_text_in_the_status_table_is_literal(tmp_path, monkeypatch):
+    """Container states and errors come from the hosts: shown as they are, a newline as \\n."""
+    from click.testing import CliRunner
+
+    from bootstrap.apply import ClusterStatus, NodeStatus
+
+    inv = tmp_path / "ok.yaml"
+    inv.write_text("cluster: {accelerator: none}\n"
+                   "hosts: [{name: a, address: 192.0.2.1}, {name: b, address: 192.0.2.2}]\n")
+    rows = [NodeStatus("a", "192.0.2.1", "head", True, "[bold]running[/]", False, 0.0, "x[/]\n\x1b[2Jcleared"),
+            NodeStatus("b", "192.0.2.2", "worker", False, "unknown", False, 0.0, "\\[red]down")]
+    monkeypatch.setattr("bootstrap.apply.cluster_status", lambda inv, parallel: ClusterStatus(rows, None, None))
+    r = CliRunner().invoke(main, ["status", "-i", str(inv)])
+    assert r.exit_code == 1 and (r.exception is None or isinstance(r.exception, SystemExit)), r.output
+    assert "[bold]running[/]" in r.stdout and "x[/]\\n\\x1b[2Jcleared" in r.stdout and "\\[red]down" in r.stdout
+    assert "\x1b" not in r.stdout
+
+
+def test_a_domain_error_with_markup_and_newlines_is_one_literal_line(capsys):
+    from bootstrap.cli import _fail
+    from bootstrap.errors import UsageError
+
+    with pytest.raises(SystemExit) as e:
+        _fail(UsageError("bad [bold]value[/] in\n'\\[x]'\x1b[2J"))
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err == "error: bad [bold]value[/] in\\n'\\[x]'\\x1b[2J\n"
+
+
+def test_the_progress_line_shows_host_and_detail_literally():
+    from bootstrap.cli import LineReporter
+
+    con = Console(file=io.StringIO(), highlight=False, emoji=False, width=300, soft_wrap=True)
+    LineReporter(console=con).event("n[/]", "connect", "failed", "reason [bold]x\\\n[/]")
+    line = con.file.getvalue()
+    assert line.count("\n") == 1 and "n[/]" in line and "reason [bold]x\\\\n[/]" in line

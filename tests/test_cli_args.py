@@ -1,7 +1,8 @@
 """Bad command-line arguments: one line on stderr naming the option and the value, exit 2, no host
 contacted. The cases are in tests/args_corpus.yaml; the inventories here are valid and point at
 unreachable TEST-NET addresses (192.0.2.x), so an argument that slipped through would try SSH and
-end with exit 3 instead."""
+end with exit 3 instead. The line is printable: a newline or ESC in a value is shown escaped."""
+import os
 import shlex
 import subprocess
 import sys
@@ -40,7 +41,7 @@ def subst(tmp_path):
     scratch.mkdir()
     table = {"@INV@": str(write_inventory(tmp_path, "cpu.yaml", "accelerator: none")),
              "@GPU@": str(write_inventory(tmp_path, "gpu.yaml", "accelerator: gpu\n  gpus_per_node: 8")),
-             "@TMP@": str(scratch)}
+             "@TMP@": str(scratch), "@HUGE@": "4" * 5000}
 
     def apply(args):
         out = []
@@ -52,15 +53,15 @@ def subst(tmp_path):
     return apply
 
 
-def cli(*args, timeout=60):
+def cli(*args, timeout=60, env=None):
     t0 = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "bootstrap.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                       timeout=timeout)
+                       timeout=timeout, env=env)
     return r, time.monotonic() - t0
 
 
 def test_the_corpus_is_big_enough_and_well_formed():
-    assert len(CORPUS) >= 30
+    assert len(CORPUS) >= 127
     for case in CORPUS:
         assert set(case) == {"args", "exit", "message"}, case
         assert case["exit"] == 2 and case["message"] and all(isinstance(a, str) for a in case["args"]), case
@@ -71,10 +72,32 @@ def test_bad_argument_is_one_line_exit_2_before_any_host(case, subst):
     r, took = cli(*subst(case["args"]))
     lines = r.stderr.splitlines()
     assert r.returncode == case["exit"], r.stderr
-    assert len(lines) == 1 and lines[0].strip(), r.stderr
+    assert len(lines) == 1 and lines[0].strip() and lines[0].isprintable(), r.stderr
     assert lines[0].startswith("error: ") and case["message"] in lines[0], lines[0]
     assert "Traceback" not in r.stderr and r.stdout == ""
     assert took < FAST, f"took {took:.1f}s: was a host contacted?"
+
+
+@pytest.mark.parametrize("value,message", [
+    ("/nope.yaml", "status: $BOOTSTRAP_INVENTORY: /nope.yaml: no such file (bootstrap status --help)"),
+    ("/tmp/", "status: $BOOTSTRAP_INVENTORY: /tmp/: is a directory, not an inventory file"),
+    ("/nope\n[bold]x[/].yaml", "status: $BOOTSTRAP_INVENTORY: /nope\\n[bold]x[/].yaml: no such file"),
+])
+def test_an_inventory_named_by_the_environment_is_named_in_the_error(value, message):
+    r, took = cli("status", env=dict(os.environ, BOOTSTRAP_INVENTORY=value))
+    lines = r.stderr.splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].isprintable(), r.stderr
+    assert lines[0].startswith("error: ") and message in lines[0] and took < FAST
+
+
+def test_no_inventory_at_all_names_the_command(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "BOOTSTRAP_INVENTORY"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-m", "bootstrap.cli", "down"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == ("error: down: no inventory: pass -i FILE, set BOOTSTRAP_INVENTORY, or create "
+                                "./hosts.yaml (bootstrap down --help)")
 
 
 # -- positive controls: the same harness sees success, and a good argument does reach the hosts
@@ -93,6 +116,15 @@ def test_help_and_version_still_work():
     assert r.returncode == 0 and "Usage: bootstrap serve" in r.stdout and r.stderr == ""
     r, _ = cli("-h")
     assert r.returncode == 0 and "check-nccl" in r.stdout
+
+
+def test_good_values_of_the_checked_options_reach_the_hosts(subst):
+    """A trailing comma in --hosts, the smallest --timeout, 0 for --lock-wait: accepted, so SSH is
+    tried (and only on the host selected)."""
+    r, took = cli(*subst(["exec", "-i", "@INV@", "--hosts", "node2,", "--timeout", "0.1", "--", "true"]))
+    assert r.returncode == 1 and "unreachable: node2" in r.stderr and "node1" not in r.stderr, r.stderr
+    r, took = cli(*subst(["down", "-i", "@INV@", "--lock-wait", "0"]))
+    assert r.returncode == 3 and "cannot connect over SSH" in r.stderr, r.stderr
 
 
 def test_a_model_path_with_spaces_is_not_an_argument_error(subst):

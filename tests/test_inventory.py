@@ -4,7 +4,10 @@ from __future__ import annotations
 import os
 import pathlib
 import random
+import subprocess
+import sys
 import textwrap
+import time
 
 import pytest
 
@@ -59,7 +62,7 @@ def error(tmp_path: pathlib.Path, text: str, environ=None, **kw) -> InventoryErr
 
 
 def test_corpus_is_big_enough():
-    assert len(CORPUS_FILES) >= 45
+    assert len(CORPUS_FILES) >= 140
 
 
 @pytest.mark.parametrize("source", CORPUS_FILES, ids=lambda p: p.stem)
@@ -432,6 +435,42 @@ def test_key_files_checked_only_when_asked(tmp_path):
     assert inv.cluster.ssh.known_hosts == str(known)
 
 
+@pytest.mark.parametrize(
+    "content, expect",
+    [
+        ("", "is empty: expected an SSH private key"),
+        ("  \n", "is empty: expected an SSH private key"),
+        ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG me@laptop\n", "is a public key: give the private key"),
+        ("ecdsa-sha2-nistp256 AAAAE2VjZHNh me\n", "is a public key"),
+        ("sk-ssh-ed25519@openssh.com AAAAGnNrLXNzaC1lZDI1NTE5 me\n", "is a public key"),
+        ("-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----\n", "is a public key"),
+        ("---- BEGIN SSH2 PUBLIC KEY ----\nAAAA\n---- END SSH2 PUBLIC KEY ----\n", "is a public key"),
+    ],
+)
+def test_key_that_is_not_a_private_key_is_refused(tmp_path, content, expect):
+    key = tmp_path / "id_ed25519"
+    key.write_text(content)
+    key.chmod(0o600)
+    err = error(tmp_path, one_cpu_host(f"ssh: {{key: {key}}}"), check_files=True)
+    assert expect in str(err) and err.field == "cluster.ssh.key" and err.line == 1
+    assert load(tmp_path, one_cpu_host(f"ssh: {{key: {key}}}")).hosts[0].ssh.key == str(key)  # not checked
+
+
+def test_public_key_is_named_before_its_mode(tmp_path):
+    key = tmp_path / "id_ed25519.pub"
+    key.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG me@laptop\n")
+    key.chmod(0o644)  # as public keys are
+    err = error(tmp_path, one_cpu_host(f"ssh: {{key: {key}}}"), check_files=True)
+    assert str(err).endswith(f"{key} is a public key: give the private key ({tmp_path / 'id_ed25519'}?)")
+
+
+def test_private_key_content_is_not_required_to_be_pem(tmp_path):
+    key = tmp_path / "id"
+    key.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n")
+    key.chmod(0o600)
+    assert load(tmp_path, one_cpu_host(f"ssh: {{key: {key}}}"), check_files=True).hosts[0].ssh.key == str(key)
+
+
 def test_group_readable_key_is_refused(tmp_path):
     key = tmp_path / "id"
     key.write_text("k")
@@ -693,6 +732,7 @@ def test_unreadable_file_reported(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
+    write(tmp_path, "hosts: []\n", "x.yaml")
     monkeypatch.setattr("bootstrap.inventory.open", refuse, raising=False)
     with pytest.raises(InventoryError) as info:
         load_inventory(tmp_path / "x.yaml", {})
@@ -740,6 +780,57 @@ def test_default_environ_is_os_environ(tmp_path, monkeypatch):
     assert load_inventory(path).cluster.secrets == (Secret("HF_TOKEN", "from-os"),)
 
 
+def test_not_a_regular_file_is_refused_before_it_is_read(tmp_path):
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)  # nothing writes to it: opening or reading it would wait forever
+    for path, kind in ((fifo, "a FIFO"), ("/dev/zero", "a character device"), ("/dev/null", "a character device")):
+        with pytest.raises(InventoryError) as info:
+            load_inventory(path, {})
+        assert str(info.value) == f"{path}: not a regular file ({kind}): give the path of the inventory file"
+
+
+def test_empty_path_and_directory_are_named(tmp_path):
+    with pytest.raises(InventoryError) as info:
+        load_inventory("", {})
+    assert str(info.value) == "'': no inventory file: the path is empty"
+    with pytest.raises(InventoryError) as info:
+        load_inventory(f"{tmp_path}/", {})
+    assert str(info.value) == f"{tmp_path}/: is a directory, not an inventory file"
+    with pytest.raises(InventoryError) as info:
+        load_inventory(f"{tmp_path}/a\x00b.yaml", {})
+    assert str(info.value) == repr(f"{tmp_path}/a\x00b.yaml") + ": no such file: a path cannot contain a NUL character"
+
+
+def test_oversized_file_is_refused_before_it_is_read(tmp_path):
+    from bootstrap.inventory import _MAX_FILE_BYTES
+
+    path = tmp_path / "big.yaml"
+    path.write_text("# padding\n" * (_MAX_FILE_BYTES // 10 + 1))
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path, {})
+    size = path.stat().st_size
+    assert str(info.value).startswith(f"{path}: the file is {size} bytes; an inventory is at most 256 KiB")
+
+
+def test_a_file_name_with_control_characters_is_shown_escaped(tmp_path):
+    path = tmp_path / "a\nb\x1b.yaml"
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path, {})
+    assert str(info.value) == f"{str(path)!r}: no such file"
+
+
+@pytest.mark.parametrize("where, kind", [("/dev/zero", "a character device"), ("fifo", "a FIFO")])
+def test_cli_refuses_a_device_or_a_fifo_in_one_line(tmp_path, where, kind):
+    if where == "fifo":
+        where = str(tmp_path / "fifo")
+        os.mkfifo(where)
+    r = subprocess.run([sys.executable, "-m", "bootstrap.cli", "validate", "-i", where], cwd=ROOT,
+                       capture_output=True, text=True, timeout=30)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and r.stdout == "" and len(lines) == 1 and lines[0].startswith("error: ")
+    assert f"{where}: not a regular file ({kind})" in lines[0]
+
+
 def test_yaml_anchors_and_merge_keys_work(tmp_path):
     inv = load(
         tmp_path,
@@ -756,6 +847,40 @@ def test_yaml_anchors_and_merge_keys_work(tmp_path):
     assert inv.hosts[1].env == (("A", "1"),)
 
 
+def test_merge_keys_keep_yaml_precedence(tmp_path):
+    inv = load(
+        tmp_path,
+        """
+        cluster:
+          accelerator: none
+          env:
+            <<: [&a {A: a, B: a, C: a}, &b {B: b, C: b, D: b}]
+            C: own
+        hosts:
+          - {name: h, address: 10.0.0.1, env: {<<: [*b, *a]}}
+        """,
+    )
+    # Explicit keys win, then the earlier mapping of the list; the order is the first appearance.
+    assert dict(inv.cluster.env) == {"A": "a", "B": "a", "C": "own", "D": "b"}
+    assert dict(inv.hosts[0].env) == {"A": "a", "B": "b", "C": "b", "D": "b"}
+
+
+def test_merge_keys_cannot_explode(tmp_path):
+    lines = ["x-defaults:", "  m0: &m0 {A: '1', B: '2'}"]
+    lines += [f"  m{i}: &m{i} {{<<: [*m{i - 1}, *m{i - 1}]}}" for i in range(1, 200)]
+    err = error(tmp_path, "\n".join(lines) + "\n" + one_cpu_host())
+    assert "unknown top-level key 'x-defaults'" in str(err)
+    # Many merges of one big mapping are counted as they are expanded.
+    big = "m: &m {" + ", ".join(f"k{i}: 1" for i in range(2000)) + "}\n"
+    err = error(tmp_path, big + "".join(f"x{i}: {{<<: *m}}\n" for i in range(100)))
+    assert "more than 32000 YAML values once merge keys (<<) are expanded" in str(err) and err.line == 18
+
+
+def test_duplicate_key_in_a_mapping_merged_before_it_is_built(tmp_path):
+    err = error(tmp_path, "a: [{k: &d {x: 1, x: 2}}]\nb: {<<: *d}\n")
+    assert str(err).endswith("duplicate key 'x' (first on line 1)") and err.line == 1
+
+
 def test_recursive_yaml_is_an_error_not_a_crash(tmp_path):
     err = error(tmp_path, "all:\n  children:\n    g: &g\n      children:\n        h: *g\n")
     assert "contains itself" in str(err)
@@ -766,6 +891,212 @@ def test_aliased_groups_cannot_explode(tmp_path):
     lines += [f"    g{i}: &g{i} {{children: {{x: *g{i - 1}, y: *g{i - 1}}}}}" for i in range(1, 40)]
     err = error(tmp_path, "\n".join(lines) + "\n")
     assert "repeated too often" in str(err)
+
+
+# --------------------------------------------------------------------------------------------
+# Limits: whatever the file holds, loading it costs under a second (measured as CPU time, so that a
+# busy machine does not fail these tests; on a loaded 2-core CI machine the worst was 0.95 s).
+
+MAX_BYTES = 256 << 10
+
+
+def hosts_lines(n: int, fmt: str = "    10.{a}.{b}.{c}:") -> list[str]:
+    return [fmt.format(a=i >> 16, b=(i >> 8) & 255, c=i & 255, i=i) for i in range(1, n + 1)]
+
+
+def timed_error(tmp_path, text: str) -> tuple[InventoryError, float]:
+    path = write(tmp_path, text, "limits.yaml")
+    start = time.process_time()
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path, {}, check_files=False)
+    return info.value, time.process_time() - start
+
+
+ANSIBLE_CPU = "all:\n  vars: {bootstrap: {accelerator: none}}\n"
+
+
+def test_sixty_thousand_hosts_are_refused_quickly(tmp_path):
+    native = one_cpu_host().split("hosts:")[0] + "hosts:\n" + "\n".join(
+        hosts_lines(60000, "  - {{name: n{i}, address: 10.{a}.{b}.{c}}}")) + "\n"
+    err, seconds = timed_error(tmp_path, native)  # 2.4 MB: refused by its size, unread
+    assert "an inventory is at most 256 KiB (it holds at most 2000 hosts)" in str(err) and seconds < 0.1
+    compact = ANSIBLE_CPU + "  hosts:\n" + "\n".join(hosts_lines(60000)) + "\n"  # 1 MB
+    err, seconds = timed_error(tmp_path, compact)
+    assert "an inventory is at most 256 KiB" in str(err) and seconds < 0.1
+    compact = ANSIBLE_CPU + "  hosts:\n" + "\n".join(hosts_lines(60000, "    h{i}:")[:20000]) + "\n"  # 230 KB
+    err, seconds = timed_error(tmp_path, compact)
+    assert "more than 32000 YAML values" in str(err) and err.line == 15998 and seconds < 2
+
+
+def test_more_than_2000_hosts_are_refused(tmp_path):
+    err, _ = timed_error(tmp_path, ANSIBLE_CPU + "  hosts:\n" + "\n".join(hosts_lines(2001)) + "\n")
+    assert str(err).endswith("all.hosts.10.0.7.209: more than 2000 hosts: bootstrap makes one Ray cluster, and Ray"
+                             " supports 2000 nodes in one; split the machines into several clusters")
+    native = one_cpu_host().split("hosts:")[0] + "hosts:\n" + "\n".join(
+        hosts_lines(2001, "  - {{name: n{i}, address: 10.{a}.{b}.{c}}}")) + "\n"
+    err, _ = timed_error(tmp_path, native)
+    assert err.field == "hosts[2000]" and err.line == 2003 and "more than 2000 hosts" in str(err)
+
+
+def test_2000_hosts_load(tmp_path):
+    text = ANSIBLE_CPU + "  hosts:\n" + "\n".join(hosts_lines(2000, "    h{i}: {{ansible_host: 10.{a}.{b}.{c}}}"))
+    start = time.process_time()
+    inv = load(tmp_path, text + "\n")
+    assert len(inv.hosts) == 2000 and time.process_time() - start < 2
+
+
+def test_groups_repeated_through_aliases_are_refused_quickly(tmp_path):
+    lines = [ANSIBLE_CPU + "  children:", "    g0: &g0", "      hosts:"]
+    lines += hosts_lines(100, "        h{i}: {{ansible_host: 10.{a}.{b}.{c}}}")
+    lines += [f"    g{i}: &g{i} {{children: {{x: *g{i - 1}, y: *g{i - 1}}}}}" for i in range(1, 60)]
+    err, seconds = timed_error(tmp_path, "\n".join(lines) + "\n")
+    assert "the groups list hosts more than 16000 times (YAML aliases repeating a group?)" in str(err)
+    assert seconds < 0.5
+
+
+DEEP_BLOCK = "".join(f"r{j}:\n" + "".join("  " * (i + 1) + f"k{i}:\n" for i in range(29)) + "  " * 30 + "v: 1\n"
+                     for j in range(MAX_BYTES // 1100))
+
+
+@pytest.mark.parametrize(
+    "text, expect",
+    [
+        ("a: " + "[" * 100000 + "\n", "[...] and {...} nested more than 10 levels deep"),
+        ("a:\n" + "".join("  " * i + f"- k{i}:\n" for i in range(1, 40)), "nested more than 32 levels deep"),
+        ("a: [" + ", ".join(["[" * 9 + "]" * 9] * 4000) + "]\n", "more than 32000 YAML values"),
+        (DEEP_BLOCK, "unknown top-level key 'r0'"),
+        ("a: [" + "1, " * 80000 + "1]\n", "more than 32000 YAML values"),
+        ("a: &a x\nb: [" + "*a, " * 60000 + "*a]\n", "more than 32000 YAML values"),
+        ("\n" * (MAX_BYTES - 1), "the file is empty"),
+        ("#" * (MAX_BYTES - 1), "the file is empty"),
+    ],
+    ids=["flow-deep", "block-deep", "flow-deep-and-many", "block-deep-and-long", "many-values", "many-aliases",
+         "blank-lines", "one-comment"],
+)
+def test_hostile_yaml_is_refused_quickly(tmp_path, text, expect):
+    err, seconds = timed_error(tmp_path, text)
+    assert expect in str(err) and seconds < 2
+
+
+# --------------------------------------------------------------------------------------------
+# Values are parsed into their types and compared in canonical form
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("!!int abc", "'abc' is not a valid !!int value"),
+        ("!!int ''", "'' is not a valid !!int value"),
+        ("!!bool maybe", "'maybe' is not a valid !!bool value"),
+        ("!!float x", "'x' is not a valid !!float value"),
+        ("!!timestamp nope", "'nope' is not a valid !!timestamp value"),
+        ("!!timestamp 2024-02-30", "'2024-02-30' is not a valid !!timestamp value"),
+        ("!!binary 'a'", "invalid YAML: failed to decode base64 data"),
+        ("!!map x", "a scalar cannot be a !!map"),
+        ("!!seq {a: 1}", "a mapping cannot be a !!seq"),
+        ("!!omap x", "expected a sequence"),
+        ("!!set [a]", "expected a mapping node"),
+        ("!!python/object:os.system x", "could not determine a constructor"),
+        ("9" * 4301, "a number of 4301 characters is too long"),
+        ("-" + "9" * 200, "a number of 201 characters is too long"),
+        ("!!float " + "9" * 200, "a number of 200 characters is too long"),
+    ],
+)
+def test_values_that_their_tag_refuses_are_located(tmp_path, value, message):
+    text = f"cluster:\n  accelerator: none\n  nofile: {value}\nhosts: [{{name: a, address: 10.0.0.1}}]\n"
+    err = error(tmp_path, text)
+    assert message in str(err) and err.line == 3 and str(err).isprintable()
+
+
+@pytest.mark.parametrize("char", ["\x00", "\x07", "\x1b", "\x7f", "\x9b", "\ufffe"])
+def test_raw_control_characters_are_refused_with_their_line(tmp_path, char):
+    path = tmp_path / "ctl.yaml"
+    path.write_text(f"cluster: {{accelerator: none}}\n# note\nhosts: [{{name: a{char}, address: 10.0.0.1}}]\n")
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path, {})
+    assert info.value.line == 3 and f"the non-printable character {char!r}" in str(info.value)
+    assert str(info.value).isprintable()
+
+
+def test_messages_show_escaped_characters_never_raw_ones(tmp_path):
+    for escape in ("\\n", "\\r", "\\t", "\\e", "\\a", "\\0", "\\x9b", "\\u2028", "\\N"):
+        for field in ("image", "name", "hf_cache", "dashboard_host", "ssh: {jump", "ssh: {user", "ssh: {key"):
+            close = "}" if "{" in field else ""
+            text = (f'cluster: {{accelerator: none, {field}: "x{escape}y"{close}}}\n'
+                    "hosts: [{name: a, address: 10.0.0.1}]\n")
+            err = error(tmp_path, text, check_files=True)
+            assert str(err).isprintable(), (field, escape, str(err))
+        err = error(tmp_path, f'all:\n  hosts:\n    "a{escape}b": {{ansible_host: 10.0.0.1}}\n')
+        assert str(err).isprintable() and err.field.isprintable()
+
+
+@pytest.mark.parametrize("address", ["fe80::1%eth0", "fe80::1%enp0s31f6", "fe80::1%3", "fe80::1%bond0.100"])
+def test_ipv6_zone_that_is_an_interface_is_accepted(tmp_path, address):
+    inv = load(tmp_path, f"cluster: {{accelerator: none}}\nhosts: [{{name: a, address: '{address}'}}]\n")
+    assert inv.hosts[0].ssh.address == address and inv.hosts[0].ip == address
+
+
+@pytest.mark.parametrize(
+    "zone", ["eth0 --block; id", "$(id)", "eth0\\n", "abcdefghijklmnop", "eth0'", "`id`", "a,b"]
+)
+def test_ipv6_zone_that_is_not_an_interface_is_refused(tmp_path, zone):
+    for field, host in (("address", f'address: "fe80::1%{zone}"'), ("ip", f'address: a, ip: "fe80::1%{zone}"')):
+        err = error(tmp_path, f"cluster: {{accelerator: none}}\nhosts: [{{name: a, {host}}}]\n")
+        assert err.field == f"hosts[0].{field}" and "has the zone" in str(err) and str(err).isprintable()
+
+
+def test_ipv4_mapped_address_is_the_ipv4_address(tmp_path):
+    inv = load(tmp_path, "cluster: {accelerator: none}\nhosts: [{name: a, address: '::ffff:10.0.0.1'}]\n")
+    assert inv.hosts[0].ip == "10.0.0.1" and inv.hosts[0].ssh.address == "::ffff:10.0.0.1"
+    two = "cluster: {accelerator: none}\nhosts: [{name: a, address: 10.0.0.1}, {name: b, address: '::FFFF:a00:1'"
+    err = error(tmp_path, two + ", ip: 10.0.0.2}]\n")
+    assert str(err).endswith("hosts[1].address: ::FFFF:a00:1 (port 22) is already the address of a")
+    inv = load(tmp_path, two + ", port: 2222, ip: 10.0.0.2}]\n")  # another port: another SSH target
+    assert inv.hosts[1].ssh.address == "::FFFF:a00:1"
+
+
+@pytest.mark.parametrize("ip", ["255.255.255.255", "0.0.0.0", "::", "224.0.0.1", "ff02::1", "::ffff:255.255.255.255"])
+def test_addresses_of_no_single_host_are_refused(tmp_path, ip):
+    for field, host in (("ip", f"address: a.example.com, ip: '{ip}'"), ("address", f"address: '{ip}', ip: 10.0.0.1")):
+        err = error(tmp_path, f"cluster: {{accelerator: none}}\nhosts: [{{name: a, {host}}}]\n")
+        assert err.field == f"hosts[0].{field}"
+        assert any(w in str(err) for w in ("unspecified", "broadcast", "multicast"))
+
+
+def test_nofile_up_to_the_kernel_default_maximum(tmp_path):
+    assert load(tmp_path, one_cpu_host("nofile: 1048576")).cluster.nofile == 1048576
+    err = error(tmp_path, one_cpu_host("nofile: 1048577"))
+    assert err.field == "cluster.nofile" and "must be at most 1048576" in str(err)
+
+
+@pytest.mark.parametrize(
+    "mount", ["/a:/", "/a://", "/a:/.", "/a:/proc", "/a:/sys/fs/cgroup", "/a:/dev/shm", "/a:/x/../../dev",
+              "/a:/etc", "/a:/usr:ro", "/a:/lib64"],
+)
+def test_mounts_over_the_containers_system_are_refused(tmp_path, mount):
+    err = error(tmp_path, one_cpu_host(f"mounts: ['{mount}']"))
+    assert err.field == "cluster.mounts[0]" and "the destination" in str(err)
+
+
+@pytest.mark.parametrize("mount", ["/a:/etc/ssl/certs:ro", "/a:/usr/local/models", "/a:/devices", "/a:/root/x"])
+def test_mounts_under_system_directories_are_accepted(tmp_path, mount):
+    assert load(tmp_path, one_cpu_host(f"mounts: ['{mount}']")).cluster.mounts == (mount,)
+
+
+@pytest.mark.parametrize("name", ["VLLM_HOST_IP"])
+def test_variables_the_plan_sets_are_refused_in_env_and_secrets(tmp_path, name):
+    err_env = error(tmp_path, one_cpu_host(f"env: {{{name}: x}}"))
+    err_secret = error(tmp_path, one_cpu_host(f"secrets: [{name}]"), {name: "x"})
+    assert err_env.message == err_secret.message
+    assert (err_env.field, err_secret.field) == ("cluster.env", "cluster.secrets")
+
+
+def test_unknown_bootstrap_variables_are_refused_others_ignored(tmp_path):
+    base = "all:\n  vars: {bootstrap: {accelerator: none}, bootstrap_env: {A: '1'}, bootstraps: x}\n"
+    inv = load(tmp_path, base + "  hosts: {a: {ansible_host: 10.0.0.1, bootstrap_role: head, my_var: 1}}\n")
+    assert inv.hosts[0].env == (("A", "1"),)
+    err = error(tmp_path, base + "  hosts: {a: {ansible_host: 10.0.0.1, bootstrap_gpus_per_node: 8}}\n")
+    assert err.field == "all.hosts.a" and "unknown variable 'bootstrap_gpus_per_node'" in str(err)
 
 
 # --------------------------------------------------------------------------------------------
