@@ -31,6 +31,13 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database
 LIMIT_S = 2.0
 
 WORK = Path(tempfile.mkdtemp(prefix="bootstrap-fuzz-"))
+
+
+def teardown_module(module):
+    import shutil
+
+    shutil.rmtree(WORK, ignore_errors=True)
+
 KEY = WORK / "id_test"
 KEY.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nnot really a key\n-----END OPENSSH PRIVATE KEY-----\n")
 KEY.chmod(0o600)
@@ -81,8 +88,11 @@ def _set(doc, path, value):
 
 
 def _run(args, probe):
+    runner = CliRunner()
     t = time.monotonic()
-    r = CliRunner().invoke(main, args, env={"HF_TOKEN": "hf_FUZZSECRET", "BOOTSTRAP_INVENTORY": None})
+    # in a scratch folder: whatever a generated command writes (a --png of a bench run) stays there
+    with runner.isolated_filesystem(temp_dir=WORK):
+        r = runner.invoke(main, args, env={"HF_TOKEN": "hf_FUZZSECRET", "BOOTSTRAP_INVENTORY": None})
     took = time.monotonic() - t
     return r, took
 
