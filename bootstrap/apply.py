@@ -662,11 +662,6 @@ def dashboard_address(inv: Inventory) -> str | None:
     return f"{host}:{c.ports.dashboard}"
 
 
-def status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
-           reporter: Reporter | None = None) -> list[NodeStatus]:
-    return cluster_status(inv, parallel=parallel, reporter=reporter, serving=False).nodes
-
-
 def cluster_status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None,
                    serving: bool = True) -> ClusterStatus:
     """Each node's container and Ray state; with serving, what `serve` runs (model, split, health)."""

@@ -72,10 +72,6 @@ class ServePlan:
     notes: list[str] = field(default_factory=list)
     fit: object | None = None
 
-    @property
-    def parallelism(self) -> P.Parallelism:
-        return self.split.par
-
     def to_dict(self) -> dict:
         return {"model": self.model, "backend": self.backend, "backend_reason": self.backend_reason,
                 "tp": self.split.par.tp, "pp": self.split.par.pp, "split_reason": self.split.reason,

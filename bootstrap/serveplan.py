@@ -179,13 +179,6 @@ def split_problems(shape: ModelShape, tp: int, pp: int, *, tp_as: str | None = N
     return out
 
 
-def check_model_parallelism(config: Mapping[str, Any], par: Parallelism) -> None:
-    """Raise ModelSplitError if vLLM would refuse this split of the model."""
-    problems = split_problems(model_shape(config), par.tp, par.pp)
-    if problems:
-        raise ModelSplitError(f"TP={par.tp} PP={par.pp} does not fit the model: {'; '.join(problems)}")
-
-
 @dataclass(frozen=True)
 class SplitChoice:
     par: Parallelism

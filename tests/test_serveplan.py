@@ -3,9 +3,8 @@ import pytest
 
 from bootstrap.errors import BootstrapError, UsageError
 from bootstrap.serveplan import (
-    Fit, ManifestDiff, ModelSize, Parallelism, ServePlanError, check_model_parallelism,
-    compare_manifests, describe, dtype_of, fit, kv_cache_bytes, kv_capacity, model_manifest,
-    model_size_from_config, native_serve_argvs, parallelism, params_from_name, ray_serve_argv)
+    Fit, ManifestDiff, ModelSize, Parallelism, ServePlanError, compare_manifests, describe, dtype_of, fit,
+    kv_cache_bytes, kv_capacity, model_manifest, model_size_from_config, model_shape, native_serve_argvs, parallelism, params_from_name, ray_serve_argv, split_problems)
 
 GB = 10**9
 
@@ -98,11 +97,9 @@ def test_nonsense_shapes(args):
 
 
 def test_model_split_checks_heads_and_layers():
-    check_model_parallelism(LLAMA_31_70B, Parallelism(8, 2, 16))
-    with pytest.raises(ServePlanError, match="64 attention heads do not divide by TP=3"):
-        check_model_parallelism(LLAMA_31_70B, Parallelism(3, 1, 3))
-    with pytest.raises(ServePlanError, match="32 layers cannot fill PP=64 pipeline stages"):
-        check_model_parallelism(LLAMA_31_8B, Parallelism(1, 64, 64))
+    assert split_problems(model_shape(LLAMA_31_70B), 8, 2) == []
+    assert "64 attention heads do not divide by TP=3" in split_problems(model_shape(LLAMA_31_70B), 3, 1)
+    assert "32 layers cannot fill PP=64 pipeline stages" in split_problems(model_shape(LLAMA_31_8B), 1, 64)
 
 
 # ------------------------------------------------------------------------------ argv
