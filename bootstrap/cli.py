@@ -366,7 +366,32 @@ def plan(inventory, as_json):
     """
     def go():
         inv = _load(inventory, check_files=False)
-        _plan_rows(A.plan_offline(inv), as_json, live=False)
+        if inv.cluster.replicas == 1:
+            _plan_rows(A.plan_offline(inv), as_json, live=False)
+            return
+        import shlex
+
+        from . import fleetplan as FP
+        groups = [A.plan_offline(FP.replica_inventory(inv, k)) for k in range(inv.cluster.replicas)]
+        router = FP.router_run_argv(inv, [FP.replica_url(inv, k) for k in range(inv.cluster.replicas)])
+        if as_json:
+            out.print_json(json.dumps({
+                "replicas": [{"replica": k, "url": FP.replica_url(inv, k),
+                              "hosts": [{"host": a.host, "role": a.spec.role, "spec_hash": a.spec.spec_hash,
+                                         "argv": list(a.spec.run_argv())} for a in acts]}
+                             for k, acts in enumerate(groups)],
+                "router": {"host": FP.router_host(inv).name, "endpoint": FP.router_url(inv) + "/v1",
+                           "argv": list(router)},
+                "keeper": list(FP.keeper_create_argv(inv))}))
+            return
+        for k, acts in enumerate(groups):
+            out.print(f"[bold]replica {k}[/] -> {_escape(FP.replica_url(inv, k))}")
+            _plan_rows(acts, False, live=False)
+        out.print(f"[bold]router[/] on {_escape(FP.router_host(inv).name)} -> {_escape(FP.router_url(inv))}/v1 "
+                  "(worker URLs as `bootstrap serve` starts them)")
+        out.print("  " + _escape(shlex.join(router)), soft_wrap=True)
+        out.print("[bold]keeper[/] on every host (restarts serve/router containers stopped outside bootstrap)")
+        out.print("  " + _escape(shlex.join(FP.keeper_create_argv(inv))), soft_wrap=True)
     _run(go)
 
 
@@ -398,6 +423,17 @@ def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_key
     """
     def go():
         inv = _load(inventory)
+        if inv.cluster.replicas > 1:
+            # Each replica is a serving group of its own: its own head and Ray cluster.
+            from . import fleetplan as FP
+            for k in range(inv.cluster.replicas):
+                if not as_json:
+                    err.print(_escape(f"replica {k}: {', '.join(h.name for h in inv.replicas[k])}"))
+                one(FP.replica_inventory(inv, k), f" replica {k}")
+            return
+        one(inv, "")
+
+    def one(inv, label):
         rep = LineReporter(quiet=as_json)
         t0 = time.monotonic()
         started_at = time.time()
@@ -428,7 +464,7 @@ def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_key
                 "head_clock_offset": None if res.head_clock_offset is None else round(res.head_clock_offset, 3),
                 "skipped": dict(res.skipped), "warnings": res.warnings}))
             return
-        t = Table(title=f"cluster {_escape(inv.cluster.name)}")
+        t = Table(title=f"cluster {_escape(inv.cluster.name)}{label}")
         for col in ("host", "ip", "role", "action", "ray", "GPUs"):
             t.add_column(col)
         for a in res.actions:
@@ -457,6 +493,8 @@ def status(inventory, parallel, as_json):
     """
     def go():
         inv = _load(inventory)
+        if inv.cluster.replicas > 1:
+            return _status_fleet(inv, parallel, as_json)
         st = A.cluster_status(inv, parallel=parallel)
         rows = st.nodes
         if as_json:
@@ -478,6 +516,44 @@ def status(inventory, parallel, as_json):
         if not all(r.ray_alive for r in rows):
             sys.exit(int(ExitStatus.ERROR))
     _run(go)
+
+
+def _status_fleet(inv, parallel: int, as_json: bool) -> None:
+    """status with replicas: each group's nodes (its own Ray cluster), then each replica as the
+    router sees it. Exit 1 when a node is not alive or a replica does not serve."""
+    from . import fleet as FL
+    from . import fleetplan as FP
+
+    groups = [A.cluster_status(FP.replica_inventory(inv, k), parallel=parallel) for k in range(inv.cluster.replicas)]
+    fs = FL.status(inv, parallel=parallel)
+    nodes = [(k, r) for k, g in enumerate(groups) for r in g.nodes]
+    if as_json:
+        out.print_json(json.dumps({"nodes": [{"replica": k, **r.as_dict()} for k, r in nodes],
+                                   "fleet": fs.to_dict(), "ray_dashboard": [g.dashboard for g in groups]}))
+    else:
+        t = Table(title=f"cluster {_escape(inv.cluster.name)}: {inv.cluster.replicas} replicas")
+        for col in ("replica", "host", "ip", "role", "container", "ray", "note"):
+            t.add_column(col)
+        for k, r in nodes:
+            cont = _escape(r.container) if r.reachable else "[red]unreachable[/]"
+            t.add_row(str(k), _escape(r.host), _escape(r.ip), _escape(r.role), cont,
+                      "[green]alive[/]" if r.ray_alive else "[red]no[/]", _escape(r.error[:120]))
+        out.print(t)
+        t = Table(title=f"serving through the router on {_escape(fs.router_host)} ({_escape(fs.router)})")
+        for col in ("replica", "hosts", "url", "health", "in router", "running", "waiting", "served", "restarts",
+                    "model"):
+            t.add_column(col)
+        for r in fs.replicas:
+            color = "green" if r.health == "healthy" else ("yellow" if r.health.startswith("starting") else "red")
+            rot = "-" if r.in_rotation is None else ("[green]yes[/]" if r.in_rotation else "[yellow]no[/]")
+            num = (lambda v: "-" if v is None else f"{v:g}")
+            model = f"{r.spec.model} {' '.join(r.spec.extra)}".strip() if r.spec else "-"
+            t.add_row(str(r.index), _escape(", ".join(r.hosts)), _escape(r.url), f"[{color}]{_escape(r.health)}[/]",
+                      rot, num(r.running), num(r.waiting), num(r.succeeded), str(r.restarts), _escape(model))
+        out.print(t)
+        out.print(_escape(f"endpoint: {fs.endpoint} (router {fs.router})"))
+    if not all(r.ray_alive for _, r in nodes) or not all(r.health == "healthy" for r in fs.replicas):
+        sys.exit(int(ExitStatus.ERROR))
 
 
 def _uptime(seconds: float | None) -> str:
@@ -615,6 +691,18 @@ def down(inventory, parallel, lock_wait):
     """
     def go():
         inv = _load(inventory)
+        if inv.cluster.replicas > 1:
+            from . import fleet as FL
+            from . import fleetplan as FP
+            FL.stop_fleet(inv, parallel=parallel, reporter=LineReporter())
+            out.print(_escape(f"removed the serve containers, the router and the keepers of {inv.cluster.replicas} "
+                              "replicas"))
+            for k in range(inv.cluster.replicas):
+                one(FP.replica_inventory(inv, k))
+            return
+        one(inv)
+
+    def one(inv):
         res = A.down(inv, parallel=parallel, reporter=LineReporter(), lock_wait=lock_wait)
         if res.removed:
             out.print(_escape(f"removed the container on {len(res.removed)} host(s): {', '.join(res.removed)}"))
@@ -843,9 +931,12 @@ def serve(inventory, parallel, model, extra, tp, pp, backend, sync_model, wait, 
         inv = _load(inventory, require_secrets=not dry_run)
         if tp is not None or pp is not None:
             try:
-                P.parallelism(len(inv.hosts), inv.gpus_per_node, tp, pp, accelerator=inv.cluster.accelerator)
+                P.parallelism(len(inv.replicas[0]), inv.gpus_per_node, tp, pp, accelerator=inv.cluster.accelerator)
             except P.ServePlanError as exc:
                 raise click.UsageError(f"--tp/--pp: {exc}") from None
+        if inv.cluster.replicas > 1:
+            return _serve_fleet(inv, model, extra, tp, pp, backend, sync_model, wait, listen, served_model_name,
+                                stop, dry_run, as_json, parallel)
         if stop:
             V.stop(inv, parallel=parallel, reporter=LineReporter(quiet=as_json))
             out.print("stopped serving on every node; the Ray cluster is still up")
@@ -887,6 +978,74 @@ def serve(inventory, parallel, model, extra, tp, pp, backend, sync_model, wait, 
             out.print(f"KV cache: {kv.tokens:,} tokens ({_escape(kv.source_line.strip()[:120])})")
         out.print("try: " + _escape(res.curl()))
     _run(go)
+
+
+def _serve_fleet(inv, model, extra, tp, pp, backend, sync_model, wait, listen, served_name, stop, dry_run,
+                 as_json, parallel) -> None:
+    """serve with cluster.replicas > 1: every replica, then the router in front."""
+    from . import fleet as FL
+    from . import fleetplan as FP
+    from . import serve as V
+
+    if sync_model:
+        raise click.UsageError("--sync-model copies from one head: with replicas, put the model on every host "
+                               "(or in the image, or the HF cache)")
+    if listen is not None:
+        raise click.UsageError("--listen: with replicas every vLLM binds its head's data-plane IP, where the router "
+                               "reaches it; set cluster.router.host/port for the endpoint")
+    rep = LineReporter(quiet=as_json)
+    if stop:
+        FL.stop_fleet(inv, parallel=parallel, reporter=rep)
+        out.print(f"stopped serving on {inv.cluster.replicas} replicas and the router; the node containers are still up")
+        return
+    show = None if as_json else (lambda plan: _print_fleet_plan(plan, dry_run))
+    try:
+        res = FL.serve_fleet(inv, model, tp=tp, pp=pp, backend=backend, extra=extra, wait=wait,
+                             served_name=served_name, parallel=parallel, dry_run=dry_run, on_plan=show, reporter=rep)
+    except FP.FleetError as exc:
+        raise click.UsageError(str(exc)) from None
+    except P.ModelSplitError as exc:
+        raise click.UsageError(f"serve: {exc}") from None
+    except V.ServeFailed as exc:
+        if exc.log_tail:
+            err.print("[dim]--- last lines of the vLLM log ---[/]")
+            err.print(_escape(exc.log_tail, lines=True))
+        raise
+    if isinstance(res, FP.FleetPlan):
+        if as_json:
+            out.print_json(json.dumps({"dry_run": True, **res.to_dict()}))
+        return
+    if as_json:
+        out.print_json(json.dumps({"endpoint": res.endpoint, "served": res.served, **res.plan.to_dict(),
+                                   "ready_seconds": {str(k): v for k, v in res.ready_seconds.items()},
+                                   "seconds": round(res.seconds, 1)}))
+        return
+    for n in res.notes:
+        out.print(f"note: {_escape(n)}")
+    ready = ", ".join(f"replica {k} {t:.0f}s" for k, t in sorted(res.ready_seconds.items()))
+    par = res.plan.split.par
+    out.print(_escape(f"serving {res.served[0] if res.served else res.plan.spec.model} on {res.endpoint} "
+                      f"({len(res.plan.replicas)} replicas x TP={par.tp} PP={par.pp}, router "
+                      f"{inv.cluster.router.policy} on {res.plan.router_host}); ready: {ready}; "
+                      f"took {res.seconds:.0f}s"))
+    out.print("try: " + _escape(res.curl()))
+
+
+def _print_fleet_plan(plan, dry_run: bool) -> None:
+    import shlex
+
+    out.print(f"model:    {_escape(plan.spec.model)} (image {_escape(plan.spec.image)})")
+    out.print(f"split:    {_escape(plan.split.reason)} on each replica (backend native)")
+    for r in plan.replicas:
+        out.print(_escape(f"replica {r.index}: {', '.join(r.hosts)} -> {r.url}"))
+        for m in r.members:
+            out.print(_escape(f"  {m.host} rank {m.rank}: {shlex.join(m.vllm)}"))
+    out.print(_escape(f"router on {plan.router_host}: {shlex.join(plan.router)}"))
+    out.print(_escape(f"endpoint: {plan.endpoint}"))
+    for note in plan.notes:
+        out.print(f"note: {_escape(note)}")
+    if dry_run:
+        out.print("dry run: nothing was started")
 
 
 def _print_plan(plan, dry_run: bool) -> None:
@@ -954,6 +1113,85 @@ def _serve_args(ctx: click.Context, model: str | None, extra: tuple[str, ...], s
         P.check_extra(extra)
     except P.ServePlanError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+# -- rollout -------------------------------------------------------------------------------------
+@main.command(context_settings={"ignore_unknown_options": True})
+@inventory_option
+@parallel_option
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED)
+@click.option("--model", default=None, help="The model to change to (default: the one served).")
+@click.option("--image", default=None, help="The image to change to (default: the one served).")
+@click.option("--keep-flags", is_flag=True, help="Keep the vLLM flags served now (default: the flags after --).")
+@click.option("--max-unavailable", type=click.IntRange(1), default=1, show_default=True,
+              help="Replicas replaced at once (never all of them).")
+@click.option("--drain", type=SECONDS, default=120.0, show_default=True,
+              help="Seconds a replica out of the router may take to finish its requests before it is stopped.")
+@click.option("--wait", type=SECONDS, default=900.0, show_default=True,
+              help="Seconds a new replica may take to answer a completion.")
+@json_option
+def rollout(inventory, parallel, extra, model, image, keep_flags, max_unavailable, drain, wait, as_json):
+    """Change the model, vLLM flags or image of a fleet (cluster.replicas > 1), replica by replica.
+
+    Each replica leaves the router, drains (running + waiting requests at zero, or --drain), stops,
+    starts with the new spec, must answer a real completion, and goes back into the router. A
+    replica that fails is rolled back and the rollout stops (exit 1, naming it); the others keep
+    serving. Ctrl-C rolls back the replica in flight and lists each replica's state.
+
+    Example: bootstrap rollout -i hosts.yaml -- --max-model-len 4096
+    """
+    from . import fleet as FL
+    from . import serve as V
+
+    if keep_flags and extra:
+        raise click.UsageError("--keep-flags keeps the flags served now: give no vLLM flags with it")
+    if model is not None:
+        try:
+            P.check_model_ref(model)
+        except P.ServePlanError as exc:
+            raise click.BadParameter(str(exc), param_hint="--model") from None
+    try:
+        P.check_extra(extra)
+    except P.ServePlanError as exc:
+        raise click.UsageError(str(exc)) from None
+
+    def go():
+        inv = _load(inventory)
+        if inv.cluster.replicas < 2:
+            raise click.UsageError("rollout replaces replicas one by one: set cluster.replicas (2 or more) in the "
+                                   "inventory; with one replica use bootstrap serve")
+        t0 = time.monotonic()
+
+        def step(k: int, what: str) -> None:
+            if not as_json:
+                err.print(_escape(f"{time.monotonic() - t0:7.1f}s replica {k}: {what}"))
+        try:
+            res = FL.rollout(inv, model=model, extra=None if keep_flags else tuple(extra), image=image, drain=drain,
+                             wait=wait, max_unavailable=max_unavailable, parallel=parallel,
+                             reporter=LineReporter(quiet=True), on_step=step)
+        except FL.RolloutFailed as exc:
+            if exc.log_tail:
+                err.print("[dim]--- last lines of the failed replica's vLLM log ---[/]")
+                err.print(_escape(exc.log_tail, lines=True))
+            for k, st in sorted(exc.states.items()):
+                err.print(_escape(f"  replica {k}: {st}"))
+            raise
+        except V.ServeFailed:
+            raise
+        if as_json:
+            out.print_json(json.dumps({"endpoint": res.endpoint, "model": res.target.model,
+                                       "extra": list(res.target.extra), "image": res.target.image,
+                                       "replaced": res.replaced, "unchanged": res.unchanged,
+                                       "seconds": round(res.seconds, 1),
+                                       "steps": {str(k): {n: round(v, 1) for n, v in d.items()}
+                                                 for k, d in res.steps.items()}}))
+            return
+        if not res.replaced:
+            out.print(_escape(f"every replica already serves {res.target.describe()}: nothing to do"))
+            return
+        out.print(_escape(f"rolled out {res.target.describe()} to replica(s) {', '.join(map(str, res.replaced))} "
+                          f"in {res.seconds:.0f}s; serving on {res.endpoint}"))
+    _run(go)
 
 
 # -- bench ---------------------------------------------------------------------------------------

@@ -36,7 +36,9 @@ from .model import (
     Cluster,
     Host,
     Inventory,
+    ROUTER_POLICIES,
     Ports,
+    Router,
     Secret,
     SSHSettings,
     SSHTarget,
@@ -999,7 +1001,39 @@ _CLUSTER_FIELDS: dict[str, Validator] = {
     "ray_args": _list(_string),
     "dashboard_host": _dashboard_host,
     "ssh": lambda v, loc: v,  # checked in _ssh
+    "replicas": _int(1, _MAX_HOSTS),
+    "router": lambda v, loc: v,  # checked in _router (needs the ports and the secrets)
 }
+
+_ROUTER_FIELDS: dict[str, Validator] = {
+    "host": lambda v, loc: _host_name(v, loc),
+    "port": _port,
+    "policy": _choice(*ROUTER_POLICIES),
+    "metrics_port": _port,
+    "health_interval": _int(1, 60),
+    "api_key": _env_name,
+}
+
+
+def _router(value: Any, loc: _Loc, ports: Ports, secret_names: set[str]) -> tuple[Router, _Loc | None]:
+    """The router's settings, and where its host was named (checked against the hosts later)."""
+    if value is None:
+        return Router(), None
+    values, locs = _check_mapping(value, loc, _ROUTER_FIELDS)
+    router = Router(**values)
+    taken = {ports.vllm: "cluster.ports.vllm", ports.ray_gcs: "cluster.ports.ray_gcs",
+             ports.dashboard: "cluster.ports.dashboard"}
+    for name in ("port", "metrics_port"):
+        port = getattr(router, name)
+        if port in taken:
+            blame = locs.get(name, loc)
+            blame.fail(f"{port} is also {taken[port]}; the router's ports must differ"
+                       + ("" if name in values else f" (set {loc.field}.{name})"))
+        taken[port] = f"{loc.field}.{name}"
+    if router.api_key is not None and router.api_key not in secret_names:
+        locs["api_key"].fail(f"{router.api_key} is not in cluster.secrets: list it there, so that its value"
+                             " comes from your environment")
+    return router, locs.get("host")
 
 
 def _ports(value: Any, loc: _Loc) -> Ports:
@@ -1038,7 +1072,7 @@ def _cluster(
     kwargs = {
         k: v
         for k, v in values.items()
-        if k not in ("ports", "ssh", "env", "secrets", "gpus_per_node", "hf_cache")
+        if k not in ("ports", "ssh", "env", "secrets", "gpus_per_node", "hf_cache", "router")
     }
     kwargs["ports"] = _ports(values.get("ports"), locs.get("ports", loc.sub("ports")))
     settings, defaults = _ssh(values.get("ssh"), locs.get("ssh", loc.sub("ssh")))
@@ -1092,12 +1126,16 @@ def _cluster(
             vloc.fail(_SECRET_IN_ENV.format(name=name))
     kwargs["secrets"] = tuple(secrets)
     kwargs["env"] = tuple(sorted((k, v) for k, (v, _) in env.items()))
+    kwargs["router"], router_host_loc = _router(values.get("router"), locs.get("router", loc.sub("router")),
+                                                kwargs["ports"], secret_names)
 
     cluster = Cluster(**kwargs)
     facts = {
         "gpus_per_node": (values.get("gpus_per_node"), locs.get("gpus_per_node")),
         "env": {k: v for k, (v, _) in env.items()},
         "secret_names": secret_names,
+        "replicas_loc": locs.get("replicas"),
+        "router_host_loc": router_host_loc,
     }
     return cluster, defaults, facts
 
@@ -1136,6 +1174,7 @@ _HOST_FIELDS: dict[str, Validator] = {
     "ip": _optional(_ip),
     "role": _optional(_choice("head", "worker")),
     "gpus": _optional(_int(0)),
+    "replica": _optional(_int(0, _MAX_HOSTS - 1)),
     "env": _env,
     "user": _optional(_user),
     "port": _optional(_port),
@@ -1173,8 +1212,13 @@ def _build_hosts(
 ) -> tuple[Host, ...]:
     cluster, facts = cluster_and_facts
     _identities(specs, defaults)
-    head = _head(specs)
+    groups = _groups(specs, cluster.replicas, facts["replicas_loc"])
+    heads = {id(_head(g, f" of replica {k}" if len(groups) > 1 else "")) for k, g in enumerate(groups)}
+    group_of = {id(s): k for k, g in enumerate(groups) for s in g}
     gpus = _gpus(specs, cluster, facts)
+    router_loc = facts["router_host_loc"]
+    if router_loc is not None and cluster.router.host not in {s.values["name"] for s in specs}:
+        router_loc.fail(f"{_quote(cluster.router.host)} is not a host of this inventory")
     keys_checked: set[str] = set()
     hosts = []
     for spec, n_gpus in zip(specs, gpus):
@@ -1196,9 +1240,10 @@ def _build_hosts(
                 name=spec.values["name"],
                 ssh=SSHTarget(address=spec.values["address"], **ssh),
                 ip=spec.values["ip"],
-                role="head" if spec is head else "worker",
+                role="head" if id(spec) in heads else "worker",
                 gpus=n_gpus,
                 env=tuple(sorted(env.items())),
+                replica=group_of[id(spec)],
             )
         )
     return tuple(hosts)
@@ -1241,20 +1286,52 @@ def _identities(specs: list[_HostSpec], defaults: _SSHDefaults) -> None:
         spec.values["ip"] = ip
 
 
-def _head(specs: list[_HostSpec]) -> _HostSpec:
+def _groups(specs: list[_HostSpec], replicas: int, loc: _Loc | None) -> list[list[_HostSpec]]:
+    """The hosts split into `replicas` equal serving groups: a host's `replica` pins it, the others
+    fill the groups in order."""
+    n = len(specs)
+    pinned = [s for s in specs if s.values.get("replica") is not None]
+    if replicas == 1 and not pinned:
+        return [list(specs)]
+    where = loc or specs[0].loc.at(field="cluster.replicas")
+    if replicas > n:
+        where.fail(f"{replicas} replicas need at least {replicas} hosts; the inventory lists {n}")
+    if n % replicas:
+        where.fail(f"{replicas} replicas do not divide {n} hosts into equal groups"
+                   f" (each replica is a full serving group: give {replicas} x k hosts)")
+    size = n // replicas
+    groups: list[list[_HostSpec]] = [[] for _ in range(replicas)]
+    for s in pinned:
+        k = s.values["replica"]
+        if k >= replicas:
+            s.where("replica").fail(f"{k} is not a replica of this cluster: replicas are numbered 0 to"
+                                    f" {replicas - 1} (cluster.replicas: {replicas})")
+        if len(groups[k]) == size:
+            s.where("replica").fail(f"replica {k} already has {size} hosts: with {n} hosts and {replicas}"
+                                    f" replicas every replica has {size}")
+        groups[k].append(s)
+    free = iter(s for s in specs if s.values.get("replica") is None)
+    for g in groups:
+        while len(g) < size:
+            g.append(next(free))
+    order = {id(s): i for i, s in enumerate(specs)}
+    return [sorted(g, key=lambda s: order[id(s)]) for g in groups]
+
+
+def _head(specs: list[_HostSpec], of: str = "") -> _HostSpec:
     """Exactly one head: the host that says so, else the first host not marked worker."""
     heads = [s for s in specs if s.values.get("role") == "head"]
     if len(heads) > 1:
         heads[1].where("role").fail(
             f"{heads[1].values['name']} is a second head ({heads[0].values['name']} is the head);"
-            " exactly one host may be the head"
+            f" exactly one host may be the head{of}"
         )
     if heads:
         return heads[0]
     for spec in specs:
         if spec.values.get("role") is None:
             return spec
-    specs[0].where("role").fail("every host is a worker; make one host role: head")
+    specs[0].where("role").fail(f"every host{of} is a worker; make one host role: head")
 
 
 def _gpus(specs: list[_HostSpec], cluster: Cluster, facts: dict[str, Any]) -> list[int | None]:
@@ -1385,6 +1462,7 @@ _ANSIBLE_VARS: dict[str, tuple[str, ...]] = {
     "ip": ("vllm_host_ip",),
     "role": ("bootstrap_role",),
     "gpus": ("bootstrap_gpus",),
+    "replica": ("bootstrap_replica",),
     "env": ("bootstrap_env",),
 }
 _ANSIBLE_KEYS = {logical: names[0] for logical, names in _ANSIBLE_VARS.items()}

@@ -65,6 +65,8 @@ class Host:
     gpus: int | None = None
     #: Per-host environment, merged over the cluster's (e.g. NCCL_SOCKET_IFNAME).
     env: tuple[tuple[str, str], ...] = ()
+    #: The serving group (replica) this host belongs to, 0-based; 0 when cluster.replicas is 1.
+    replica: int = 0
 
     @property
     def is_head(self) -> bool:
@@ -90,6 +92,26 @@ class SSHSettings:
     connect_timeout: float = 10.0
     command_timeout: float = 600.0
     connect_retries: int = 3
+
+
+#: vllm-router's balancing policies that bootstrap offers (kv_aware needs KV events, not wired).
+ROUTER_POLICIES = ("power_of_two", "round_robin", "cache_aware", "consistent_hash", "random")
+
+
+@dataclass(frozen=True)
+class Router:
+    """vllm-router in front of the replicas (used when cluster.replicas > 1)."""
+
+    #: the host that runs it (None: the first replica's head)
+    host: str | None = None
+    port: int = 30000
+    policy: str = "power_of_two"
+    #: its Prometheus metrics port
+    metrics_port: int = 29000
+    #: seconds between its health checks of each replica (a dead replica is out within about this)
+    health_interval: int = 2
+    #: the name of a cluster secret the router hands to the replicas as their API key (None: none)
+    api_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +147,9 @@ class Cluster:
     #: ``data-plane`` (the head's ip), ``all`` (0.0.0.0) or a literal IP address.
     dashboard_host: str = "localhost"
     ssh: SSHSettings = field(default_factory=SSHSettings)
+    #: Serving groups: the hosts split, in order, into this many equal groups, each its own head.
+    replicas: int = 1
+    router: Router = field(default_factory=Router)
 
 
 @dataclass(frozen=True)
@@ -135,7 +160,16 @@ class Inventory:
 
     @property
     def head(self) -> Host:
+        """The head (with replicas: the first replica's head)."""
         return next(h for h in self.hosts if h.is_head)
+
+    @property
+    def replicas(self) -> tuple[tuple[Host, ...], ...]:
+        """The hosts of each serving group, its head first."""
+        groups: list[list[Host]] = [[] for _ in range(self.cluster.replicas)]
+        for h in self.hosts:
+            groups[h.replica].append(h)
+        return tuple(tuple(sorted(g, key=lambda h: not h.is_head)) for g in groups)
 
     @property
     def workers(self) -> tuple[Host, ...]:

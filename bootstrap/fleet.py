@@ -1,0 +1,471 @@
+"""Replicas behind one endpoint: serve, status, rollout and stop over SSH.
+
+The decisions (names, argv, order) are in fleetplan.py; this module runs them on the hosts.
+"""
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from . import diagnose as D
+from . import facts as F
+from . import fleetplan as FP
+from . import plan as PL
+from . import serveplan as P
+from .apply import Reporter, Session, check_script, exec_python_argv
+from .errors import BootstrapError, Interrupted, PreflightFailed, UsageError
+from .fanout import DEFAULT_PARALLEL, fan_out
+from .model import Host, Inventory
+from .serve import ServeFailed, _last_json, _root_cause, read_model_info
+
+#: serve's processes inside the node containers (a single-replica serve) hold the vLLM port.
+from .serve import _STOP as _STOP_SINGLE  # noqa: E402
+
+
+class RolloutFailed(BootstrapError):
+    def __init__(self, message: str, states: dict[int, str], log_tail: str = ""):
+        super().__init__(message)
+        self.states = states
+        self.log_tail = log_tail
+
+
+@dataclass
+class ReplicaState:
+    index: int
+    hosts: list[str]
+    url: str
+    #: serve container per host: running, restarting, exited, absent
+    containers: dict[str, str]
+    restarts: int
+    spec: FP.Spec | None
+    health: str
+    in_rotation: bool | None
+    running: float | None = None
+    waiting: float | None = None
+    succeeded: float | None = None
+
+    def to_dict(self) -> dict:
+        return {"replica": self.index, "hosts": self.hosts, "url": self.url, "containers": self.containers,
+                "restarts": self.restarts, "model": self.spec.model if self.spec else None,
+                "extra": list(self.spec.extra) if self.spec else None, "health": self.health,
+                "in_rotation": self.in_rotation, "running": self.running, "waiting": self.waiting,
+                "succeeded": self.succeeded}
+
+
+@dataclass
+class FleetState:
+    endpoint: str
+    router_host: str
+    router: str
+    #: the router's own list of workers (None: it did not answer)
+    router_workers: list[str] | None
+    replicas: list[ReplicaState]
+
+    def to_dict(self) -> dict:
+        return {"endpoint": self.endpoint, "router_host": self.router_host, "router": self.router,
+                "router_workers": self.router_workers, "replicas": [r.to_dict() for r in self.replicas]}
+
+
+@dataclass
+class FleetResult:
+    endpoint: str
+    served: list[str]
+    plan: FP.FleetPlan
+    ready_seconds: dict[int, float]
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    def curl(self) -> str:
+        body = json.dumps({"model": self.served[0] if self.served else self.plan.spec.model,
+                           "prompt": "San Francisco is a", "max_tokens": 32, "temperature": 0})
+        return f"curl {self.endpoint}/completions -H 'Content-Type: application/json' -d '{body}'"
+
+
+@dataclass
+class RolloutResult:
+    endpoint: str
+    target: FP.Spec
+    replaced: list[int]
+    unchanged: list[int]
+    seconds: float
+    #: replica -> seconds for drain, stop, start+gate
+    steps: dict[int, dict[str, float]] = field(default_factory=dict)
+
+
+# -- remote steps (each written once) -------------------------------------------------------------
+
+
+def _tar(path: str, data: bytes) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(path.lstrip("/"))
+        info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _create_started(sess: Session, host: Host, create: Sequence[str], name: str, path: str, script: str) -> None:
+    """`docker create`, copy a payload in (it stays across restarts), `docker start`. Secrets go
+    through a 0600 env file that is removed at once."""
+    s = sess.ssh[host.name]
+    s.run(("docker", "rm", "-f", name), timeout=60, check=False)
+    argv = list(create)
+    env_file = None
+    secrets = sess.inv.cluster.secrets
+    try:
+        if "--env-file" in argv and secrets:
+            body = "".join(f"{x.name}={x.reveal()}\n" for x in secrets)
+            env_file = s.put_private_file(body.encode())
+            argv[argv.index("--env-file") + 1] = env_file
+        s.run(tuple(argv), timeout=120)
+    finally:
+        if env_file:
+            s.remove_file(env_file)
+    s.run_with_input(("docker", "cp", "-", f"{name}:/"), [_tar(path, check_script(script))], timeout=60)
+    s.run(("docker", "start", name), timeout=60)
+
+
+def _probe(sess: Session, host: Host, container: str, args: Sequence[str], timeout: float) -> dict:
+    r = sess.ssh[host.name].run_with_input(exec_python_argv(container, list(args)), [check_script("fleet_probe.py")],
+                                           timeout=timeout, check=False)
+    doc = _last_json(r.stdout)
+    if doc.get("ready") is False and "error" in doc and not r.stdout.strip():
+        doc["error"] = (r.stderr or "no answer").strip()[-300:]
+    return doc
+
+
+def _inspect(sess: Session, host: Host, name: str) -> F.ContainerState | None:
+    r = sess.ssh[host.name].run(F.container_inspect_cmd(name), timeout=30, check=False)
+    return F.parse_container_inspect(r.stdout) if r.ok else None
+
+
+def _restart_count(sess: Session, host: Host, name: str) -> int:
+    r = sess.ssh[host.name].run(("docker", "inspect", "--format", "{{.RestartCount}}", name), timeout=30, check=False)
+    try:
+        return int(r.stdout.strip())
+    except ValueError:
+        return 0
+
+
+def _logs(sess: Session, host: Host, name: str, tail: int = 200) -> str:
+    r = sess.ssh[host.name].run(("docker", "logs", "--tail", str(tail), name), timeout=60, check=False)
+    return r.stdout + r.stderr
+
+
+def _rm(sess: Session, hosts: Sequence[Host], *names: str, stage: str = "remove") -> None:
+    sess.stage(stage, hosts, lambda h: sess.ssh[h.name].run(("docker", "rm", "-f", *names), timeout=120,
+                                                            check=False))
+
+
+def _stop(sess: Session, host: Host, name: str) -> None:
+    """Stop on purpose: SIGTERM (vLLM finishes in-flight work), kill after the grace."""
+    sess.ssh[host.name].run(("docker", "stop", "-t", str(FP.STOP_GRACE + 10), name),
+                            timeout=FP.STOP_GRACE + 60, check=False)
+
+
+def _router_call(sess: Session, inv: Inventory, verb: str, url: str) -> dict:
+    h = FP.router_host(inv)
+    return _probe(sess, h, FP.router_name(inv), [verb, FP.router_url(inv), url], timeout=60)
+
+
+# -- serve ----------------------------------------------------------------------------------------
+
+
+def _preflight(sess: Session, inv: Inventory) -> None:
+    name = inv.cluster.container_name
+    states = sess.stage("inspect", inv.hosts, lambda h: _inspect(sess, h, name))
+    down = [h.name for h in inv.hosts if not (states.get(h.name) and states[h.name].running)]
+    if down:
+        raise PreflightFailed(", ".join(down), "the cluster container is not running", "run `bootstrap up` first")
+
+
+def _split(sess: Session, inv: Inventory, model: str, tp: int | None, pp: int | None,
+           extra: Sequence[str]) -> tuple[P.SplitChoice, list[str]]:
+    c = inv.cluster
+    nodes = len(inv.replicas[0])
+    P.parallelism(nodes, inv.gpus_per_node, tp, pp, accelerator=c.accelerator)
+    info = read_model_info(sess, inv.replicas[0][0], model)
+    config = info.get("config") if isinstance(info.get("config"), dict) else None
+    shape = P.model_shape(config) if config else None
+    split = P.choose_split(shape, nodes, inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp)
+    P.check_engine_flags(c.accelerator, split.par, extra)
+    notes = []
+    if config is None:
+        notes.append(f"could not read the model's config.json ({info.get('error') or 'no answer'}): "
+                     "the split is not checked against the model")
+    return split, notes
+
+
+def _nofiles(sess: Session, inv: Inventory) -> dict[str, int | None]:
+    facts = sess.gather(inv.hosts)
+    return {h.name: PL.nofile_for(inv, facts.get(h.name)) for h in inv.hosts}
+
+
+def _ensure_keeper(sess: Session, inv: Inventory) -> None:
+    argv = FP.keeper_create_argv(inv)
+    sess.stage("keeper", inv.hosts, lambda h: _create_started(sess, h, argv, FP.keeper_name(inv),
+                                                              FP.KEEPER_PATH, "keeper.py"))
+
+
+def _start_replica(sess: Session, inv: Inventory, rp: FP.ReplicaPlan, stage: str = "start") -> None:
+    hosts = [inv.host(m.host) for m in rp.members]
+    by_host = {m.host: m for m in rp.members}
+    sess.stage(stage, hosts, lambda h: _create_started(sess, h, by_host[h.name].create, FP.serve_name(inv),
+                                                       FP.MEMBER_PATH, "member.py"))
+
+
+def _gate(sess: Session, inv: Inventory, k: int, wait: float) -> dict:
+    head = inv.replicas[k][0]
+    return _probe(sess, head, FP.serve_name(inv), ["ready", FP.replica_url(inv, k), str(wait)], timeout=wait + 120)
+
+
+def _replica_failure(sess: Session, inv: Inventory, k: int, ready: dict) -> tuple[str, str]:
+    """Why replica k did not serve: vLLM's own root cause from its members' logs, and the tail."""
+    tails = {h.name: _logs(sess, h, FP.serve_name(inv)) for h in inv.replicas[k]}
+    root = _root_cause(tails)
+    findings = D.scan_logs(tails, infiniband=inv.cluster.infiniband)
+    cause = root or (findings[0].title if findings else ready.get("error") or "no answer")
+    head_log = tails[inv.replicas[k][0].name]
+    return cause, "\n".join(head_log.splitlines()[-30:])
+
+
+def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None = None,
+                backend: str | None = None, extra: Sequence[str] = (), wait: float = 900.0,
+                served_name: str | None = None, parallel: int = DEFAULT_PARALLEL, dry_run: bool = False,
+                on_plan: Callable[[FP.FleetPlan], None] | None = None,
+                reporter: Reporter | None = None) -> FleetResult | FP.FleetPlan:
+    """Serve the model on every replica at once, gate each on a real completion, put the router in
+    front and check a completion through it."""
+    FP.check_backend(inv, backend)
+    t0 = time.monotonic()
+    spec = FP.Spec(model, tuple(extra), inv.cluster.image, served_name)
+    with Session(inv, parallel=parallel, reporter=reporter) as sess:
+        sess.connect()
+        _preflight(sess, inv)
+        split, notes = _split(sess, inv, model, tp, pp, extra)
+        plan = FP.plan_fleet(inv, spec, split, nofile=_nofiles(sess, inv), notes=notes)
+        if on_plan is not None:
+            on_plan(plan)
+        if dry_run:
+            return plan
+        name = inv.cluster.container_name
+        sess.stage("stop-old", inv.hosts, lambda h: sess.ssh[h.name].run(
+            ("docker", "exec", name, "sh", "-c", _STOP_SINGLE), timeout=60, check=False))
+        _rm(sess, inv.hosts, FP.serve_name(inv), FP.old_name(inv), FP.router_name(inv), stage="remove-old")
+        _ensure_keeper(sess, inv)
+        for rp in plan.replicas:
+            _start_replica(sess, inv, rp)
+        ready = fan_out(range(len(plan.replicas)), lambda k: _gate(sess, inv, k, wait), parallel=len(plan.replicas))
+        bad = {k: r for k, r in ready.items() if isinstance(r, BaseException) or not r.get("ready")}
+        if bad:
+            k = min(bad)
+            r = bad[k]
+            cause, tail = _replica_failure(sess, inv, k, r if isinstance(r, dict) else {"error": str(r)})
+            _rm(sess, inv.hosts, FP.serve_name(inv), FP.router_name(inv), stage="stop-failed")
+            others = f" (also replica {', '.join(map(str, sorted(set(bad) - {k})))})" if len(bad) > 1 else ""
+            raise ServeFailed(f"replica {k} ({', '.join(plan.replicas[k].hosts)}) did not serve: {cause}{others}",
+                              tail)
+        rh = FP.router_host(inv)
+        sess.stage("router", [rh], lambda h: sess.ssh[h.name].run(plan.router, timeout=120))
+        through = _probe(sess, rh, FP.router_name(inv), ["ready", FP.router_url(inv), "120"], timeout=240)
+        if not through.get("ready"):
+            tail = _logs(sess, rh, FP.router_name(inv), 30)
+            raise ServeFailed(f"the router on {rh.name} did not answer a completion: {through.get('error')}", tail)
+        return FleetResult(plan.endpoint, through.get("models", []), plan,
+                           {k: float(r.get("t", 0)) for k, r in ready.items()}, time.monotonic() - t0, notes)
+
+
+def stop_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None) -> list[str]:
+    """Remove the serve containers, the router and the keepers (the node containers stay)."""
+    with Session(inv, parallel=parallel, reporter=reporter) as sess:
+        sess.connect()
+        _rm(sess, inv.hosts, FP.keeper_name(inv), stage="stop-keeper")
+        _rm(sess, inv.hosts, FP.router_name(inv), FP.serve_name(inv), FP.old_name(inv), stage="stop")
+    return [h.name for h in inv.hosts]
+
+
+# -- status ---------------------------------------------------------------------------------------
+
+
+def fleet_state(sess: Session) -> FleetState:
+    inv = sess.inv
+    sname = FP.serve_name(inv)
+    rh = FP.router_host(inv)
+    inspected = sess.stage("inspect-serve", inv.hosts, lambda h: (_inspect(sess, h, sname),
+                                                                  _restart_count(sess, h, sname)), strict=False)
+    router = _inspect(sess, rh, FP.router_name(inv))
+    urls = [FP.replica_url(inv, k) for k in range(inv.cluster.replicas)]
+    if router is not None and router.running:
+        view = _probe(sess, rh, FP.router_name(inv), ["status", FP.router_url(inv), *urls], timeout=60)
+    else:
+        some = next((h for h in inv.hosts if not isinstance(inspected.get(h.name), BaseException)
+                     and inspected[h.name][0] is not None and inspected[h.name][0].running), None)
+        view = (_probe(sess, some, sname, ["status", "-", *urls], timeout=60) if some else {})
+    rview = view.get("router") or {}
+    workers = rview.get("workers") if isinstance(rview, dict) and "workers" in rview else None
+    replicas = []
+    for k, group in enumerate(inv.replicas):
+        containers, restarts, spec = {}, 0, None
+        for h in group:
+            got = inspected.get(h.name)
+            st, n = (None, 0) if isinstance(got, BaseException) or got is None else got
+            containers[h.name] = st.status if st else "absent"
+            restarts += n
+            if st and h is group[0]:
+                spec = FP.Spec.from_label(st.labels.get(FP.LABEL_SERVE))
+        row = (view.get("replicas") or {}).get(urls[k]) or {}
+        if row.get("health") == 200:
+            health = "healthy"
+        elif all(v == "absent" for v in containers.values()):
+            health = "not serving"
+        elif any(v in ("running", "restarting") for v in containers.values()):
+            health = "starting" if not row.get("error") else "starting (not answering)"
+        else:
+            health = "down"
+        replicas.append(ReplicaState(k, [h.name for h in group], urls[k], containers, restarts, spec, health,
+                                     (urls[k] in workers) if workers is not None else None,
+                                     row.get("running"), row.get("waiting"), row.get("succeeded")))
+    rstate = router.status if router else "absent"
+    return FleetState(FP.router_url(inv) + "/v1", rh.name, rstate, workers, replicas)
+
+
+def status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None) -> FleetState:
+    with Session(inv, parallel=parallel, reporter=reporter) as sess:
+        sess.connect()
+        return fleet_state(sess)
+
+
+# -- rollout --------------------------------------------------------------------------------------
+
+
+def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | None = None,
+            image: str | None = None, served_name: str | None = None, drain: float = 120.0,
+            wait: float = 900.0, max_unavailable: int = 1, parallel: int = DEFAULT_PARALLEL,
+            reporter: Reporter | None = None, on_step: Callable[[int, str], None] | None = None) -> RolloutResult:
+    """Replace the replicas one batch at a time (max_unavailable per batch): out of the router,
+    drained, stopped (kept for rollback), started with the new spec, gated on a completion, back in
+    the router. A replica that does not serve is rolled back and the rollout stops, naming it;
+    the others keep serving. Ctrl-C rolls the replica in flight back and lists every replica."""
+    t0 = time.monotonic()
+    step = on_step or (lambda k, what: None)
+    if max_unavailable < 1:
+        raise UsageError("--max-unavailable must be at least 1")
+    with Session(inv, parallel=parallel, reporter=reporter) as sess:
+        sess.connect()
+        _preflight(sess, inv)
+        state = fleet_state(sess)
+        current = [r.spec for r in state.replicas]
+        base = next((s for s in current if s is not None), None)
+        if base is None:
+            raise PreflightFailed("fleet", "no replica is serving", "run `bootstrap serve MODEL` first")
+        target = FP.Spec(model or base.model, tuple(extra) if extra is not None else base.extra,
+                         image or base.image or inv.cluster.image,
+                         served_name if served_name is not None else base.served_name)
+        todo = FP.rollout_order(current, target)
+        if state.router != "running":
+            raise PreflightFailed(state.router_host, f"the router container is {state.router}",
+                                  "run `bootstrap serve` to start it")
+        healthy = [r.index for r in state.replicas if r.health == "healthy"]
+        if len(inv.replicas) - min(max_unavailable, len(todo) or 1) < 1 or not healthy:
+            raise UsageError(f"a rollout needs a replica serving while another is replaced: {len(healthy)} of "
+                             f"{len(inv.replicas)} replicas are healthy" +
+                             (" and --max-unavailable leaves none" if healthy else ""))
+        split, _ = _split(sess, inv, target.model, None, None, target.extra)
+        inv_t = inv if not image else _with_image(inv, target.image)
+        plan = FP.plan_fleet(inv_t, target, split, nofile=_nofiles(sess, inv))
+        states = {k: "new" if k not in todo else "old" for k in range(len(inv.replicas))}
+        steps: dict[int, dict[str, float]] = {}
+        for i in range(0, len(todo), max_unavailable):
+            batch = todo[i:i + max_unavailable]
+            others = [r.index for r in fleet_state(sess).replicas if r.index not in batch and r.health == "healthy"]
+            if not others:
+                raise RolloutFailed(f"no other replica is healthy: replica {', '.join(map(str, batch))} stays as it is",
+                                    states)
+            try:
+                res = fan_out(batch, lambda k: _replace(sess, inv, plan.replicas[k], drain, wait, step, steps),
+                              parallel=len(batch))
+            except KeyboardInterrupt:
+                for k in batch:
+                    states[k] = _roll_back(sess, inv, k, wait, step)
+                raise Interrupted("rollout", "replace",
+                                  {f"replica {k}": v for k, v in states.items()}) from None
+            failed = {k: r for k, r in res.items() if isinstance(r, BaseException)}
+            for k in batch:
+                states[k] = "new" if k not in failed else "old"
+            if failed:
+                k = min(failed)
+                err = failed[k]
+                tail = getattr(err, "log_tail", "")
+                raise RolloutFailed(f"replica {k} ({', '.join(h.name for h in inv.replicas[k])}) did not serve "
+                                    f"{target.describe()}: {err}; rolled back to the old spec, the other replicas "
+                                    f"keep serving", states, tail)
+        return RolloutResult(FP.router_url(inv) + "/v1", target, todo,
+                             [k for k in range(len(inv.replicas)) if k not in todo], time.monotonic() - t0, steps)
+
+
+def _with_image(inv: Inventory, image: str) -> Inventory:
+    from dataclasses import replace
+    return replace(inv, cluster=replace(inv.cluster, image=image))
+
+
+def _replace(sess: Session, inv: Inventory, rp: FP.ReplicaPlan, drain: float, wait: float,
+             step: Callable[[int, str], None], steps: dict) -> None:
+    k = rp.index
+    hosts = list(inv.replicas[k])
+    timing: dict[str, float] = {}
+    steps[k] = timing
+    t = time.monotonic()
+    step(k, "out of the router")
+    out = _router_call(sess, inv, "remove", rp.url)
+    if not out.get("ok"):
+        raise RolloutFailed(f"the router did not take replica {k} out: {out}", {})
+    step(k, "draining")
+    d = _probe(sess, hosts[0], FP.serve_name(inv), ["drain", rp.url, str(drain)], timeout=drain + 60)
+    timing["drain"] = time.monotonic() - t
+    step(k, f"drained ({d.get('why', '?')})")
+    t = time.monotonic()
+    sname, oname = FP.serve_name(inv), FP.old_name(inv)
+    # Renamed first: the keeper restarts only containers under the serving name.
+    sess.stage(f"stop-r{k}", hosts, lambda h: (sess.ssh[h.name].run(("docker", "rm", "-f", oname), timeout=60,
+                                                                   check=False),
+                                              sess.ssh[h.name].run(("docker", "rename", sname, oname), timeout=60),
+                                              _stop(sess, h, oname)))
+    timing["stop"] = time.monotonic() - t
+    t = time.monotonic()
+    step(k, "starting the new spec")
+    _start_replica(sess, inv, rp, stage=f"start-r{k}")
+    ready = _gate(sess, inv, k, wait)
+    timing["start"] = time.monotonic() - t
+    if not ready.get("ready"):
+        cause, tail = _replica_failure(sess, inv, k, ready)
+        state = _roll_back(sess, inv, k, wait, step)
+        err = ServeFailed(f"{cause} ({state})", tail)
+        raise err
+    back = _router_call(sess, inv, "add", rp.url)
+    if not back.get("ok"):
+        raise RolloutFailed(f"the router did not take replica {k} back: {back}", {})
+    step(k, f"serving the new spec, back in the router ({ready.get('t', 0):.0f}s to serve)")
+    _rm(sess, hosts, oname, stage=f"clean-r{k}")
+
+
+def _roll_back(sess: Session, inv: Inventory, k: int, wait: float, step: Callable[[int, str], None]) -> str:
+    """Put replica k's old containers back (kept stopped under the old name) and into the router."""
+    hosts = list(inv.replicas[k])
+    sname, oname = FP.serve_name(inv), FP.old_name(inv)
+    if not all(_inspect(sess, h, oname) for h in hosts):
+        return "old (left as it was)" if all(_inspect(sess, h, sname) for h in hosts) else "down: nothing to roll back to"
+    step(k, "rolling back")
+    sess.stage(f"rollback-r{k}", hosts, lambda h: (sess.ssh[h.name].run(("docker", "rm", "-f", sname), timeout=60,
+                                                                        check=False),
+                                                  sess.ssh[h.name].run(("docker", "rename", oname, sname), timeout=60),
+                                                  sess.ssh[h.name].run(("docker", "start", sname), timeout=60)))
+    ready = _gate(sess, inv, k, wait)
+    if not ready.get("ready"):
+        return f"down: the old spec did not serve again ({ready.get('error')})"
+    back = _router_call(sess, inv, "add", FP.replica_url(inv, k))
+    step(k, "rolled back, serving the old spec")
+    return "old (rolled back)" if back.get("ok") else "old (rolled back, not in the router)"

@@ -1,0 +1,233 @@
+"""Replicas behind one endpoint: the pure part (no I/O).
+
+With `cluster.replicas: R` the hosts form R serving groups (inventory.py assigns them). Each
+replica serves the whole model with vLLM's native multi-node mode, in its own containers (one per
+host, `<container_name>-serve`), run by a small supervisor (checks/member.py) that makes the group
+fall and restart as one. vllm-router (`<container_name>-router`) spreads requests over the
+replicas' API servers. A keeper per host (`<container_name>-keeper`) restarts those containers
+when something stopped them behind bootstrap's back (`docker kill`), which Docker's restart
+policy does not do.
+
+This module decides names, argv and order; fleet.py runs them.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from . import plan as PL
+from . import serveplan as P
+from .errors import UsageError
+from .model import Host, Inventory
+
+LABEL_KEEP = "bootstrap.keep"
+LABEL_REPLICA = "bootstrap.replica"
+#: JSON of what the replica serves (model, flags, image): what a rollout changes and compares.
+LABEL_SERVE = "bootstrap.serve"
+#: torch.distributed's rendezvous inside a replica, and the members' own (checks/member.py).
+MASTER_PORT = 29600
+COORD_PORT = 29599
+#: Seconds vLLM gets to finish in-flight requests when a replica is stopped on purpose.
+STOP_GRACE = 30
+#: Where the member supervisor lives in a serve container (copied in before the first start).
+MEMBER_PATH = "/opt/bootstrap/member.py"
+KEEPER_PATH = "/opt/bootstrap/keeper.py"
+
+
+class FleetError(UsageError):
+    """A fleet request that cannot work (exit 2), refused before anything changes."""
+
+
+def serve_name(inv: Inventory) -> str:
+    return f"{inv.cluster.container_name}-serve"
+
+
+def old_name(inv: Inventory) -> str:
+    """A replaced serve container, kept stopped until its successor serves (rollback)."""
+    return f"{inv.cluster.container_name}-serve-old"
+
+
+def router_name(inv: Inventory) -> str:
+    return f"{inv.cluster.container_name}-router"
+
+
+def keeper_name(inv: Inventory) -> str:
+    return f"{inv.cluster.container_name}-keeper"
+
+
+def is_fleet(inv: Inventory) -> bool:
+    return inv.cluster.replicas > 1
+
+
+def replica_inventory(inv: Inventory, k: int) -> Inventory:
+    """Replica k as an inventory of its own (its head is the head): what `up`, `status` and
+    `down` run per group, each with its own Ray cluster."""
+    group = inv.replicas[k]
+    return replace(inv, cluster=replace(inv.cluster, replicas=1),
+                   hosts=tuple(replace(h, replica=0) for h in group))
+
+
+def router_host(inv: Inventory) -> Host:
+    name = inv.cluster.router.host
+    return inv.host(name) if name else inv.replicas[0][0]
+
+
+def _url(ip: str, port: int) -> str:
+    return f"http://[{ip}]:{port}" if ":" in ip else f"http://{ip}:{port}"
+
+
+def replica_url(inv: Inventory, k: int) -> str:
+    """Replica k's API server (its head, on the data plane): the router's worker URL."""
+    return _url(inv.replicas[k][0].ip, inv.cluster.ports.vllm)
+
+
+def router_url(inv: Inventory) -> str:
+    return _url(router_host(inv).ip, inv.cluster.router.port)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What every replica serves; a rollout goes from one Spec to another."""
+
+    model: str
+    extra: tuple[str, ...] = ()
+    image: str = ""
+    served_name: str | None = None
+
+    def to_label(self) -> str:
+        return json.dumps({"model": self.model, "extra": list(self.extra), "image": self.image,
+                           "served_name": self.served_name}, sort_keys=True)
+
+    @classmethod
+    def from_label(cls, text: str | None) -> "Spec | None":
+        try:
+            d = json.loads(text or "")
+            return cls(str(d["model"]), tuple(str(x) for x in d.get("extra") or ()), str(d.get("image") or ""),
+                       d.get("served_name"))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def describe(self) -> str:
+        flags = " ".join(self.extra)
+        return f"{self.model}{' ' + flags if flags else ''} on {self.image}"
+
+
+@dataclass(frozen=True)
+class MemberLaunch:
+    host: str
+    replica: int
+    rank: int
+    #: `docker create` argv (the container starts after the supervisor is copied in)
+    create: tuple[str, ...]
+    #: the `vllm serve` argv the supervisor runs
+    vllm: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReplicaPlan:
+    index: int
+    hosts: tuple[str, ...]
+    url: str
+    members: tuple[MemberLaunch, ...]
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    spec: Spec
+    split: P.SplitChoice
+    replicas: tuple[ReplicaPlan, ...]
+    router_host: str
+    router: tuple[str, ...]
+    endpoint: str
+    keeper: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"model": self.spec.model, "image": self.spec.image, "extra": list(self.spec.extra),
+                "tp": self.split.par.tp, "pp": self.split.par.pp, "split_reason": self.split.reason,
+                "endpoint": self.endpoint, "router_host": self.router_host, "router": list(self.router),
+                "replicas": [{"replica": r.index, "hosts": list(r.hosts), "url": r.url,
+                              "members": [{"host": m.host, "rank": m.rank, "vllm": list(m.vllm)}
+                                          for m in r.members]} for r in self.replicas],
+                "notes": list(self.notes)}
+
+
+def check_backend(inv: Inventory, backend: str | None) -> None:
+    if backend == "ray":
+        raise FleetError("--backend ray serves one replica: with cluster.replicas > 1 every replica runs vLLM's "
+                         "native multi-node mode (use --backend native, or leave it out)")
+
+
+def member_create_argv(inv: Inventory, host: Host, nofile: int | None, *, replica: int, rank: int,
+                       nodes: int, vllm: Sequence[str], spec: Spec, env_file: str | None = None,
+                       name: str | None = None) -> tuple[str, ...]:
+    """The serve container of one host: the node's own docker options (network, IPC, GPUs,
+    InfiniBand, mounts, per-node env from plan.container_spec), a restart policy, the labels the
+    keeper and a rollout read, and the member supervisor as its command."""
+    node = PL.container_spec(replace(inv, hosts=inv.replicas[replica]), host, nofile)
+    head = inv.replicas[replica][0]
+    argv = ["docker", "create", "--name", name or serve_name(inv), *node.options,
+            "--restart", "unless-stopped", "--stop-timeout", str(STOP_GRACE + 10),
+            "-e", f"BOOTSTRAP_STOP_GRACE={STOP_GRACE}"]
+    if node.secret_names:
+        argv += ["--env-file", env_file or "<0600 file with " + ",".join(node.secret_names) + ">"]
+    for k, v in ((PL.LABEL_CLUSTER, inv.cluster.name), (PL.LABEL_HOST, host.name), (LABEL_KEEP, inv.cluster.name),
+                 (LABEL_REPLICA, str(replica)), (LABEL_SERVE, spec.to_label())):
+        argv += ["--label", f"{k}={v}"]
+    argv += ["--entrypoint", "python3", spec.image or inv.cluster.image, MEMBER_PATH,
+             str(rank), str(nodes), head.ip, str(COORD_PORT), "--", *vllm]
+    return tuple(argv)
+
+
+def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = None) -> tuple[str, ...]:
+    """vllm-router, detached with a restart policy, bound to the router host's data-plane IP."""
+    r = inv.cluster.router
+    h = router_host(inv)
+    return ("docker", "run", "-d", "--name", router_name(inv), "--network", "host",
+            "--restart", "unless-stopped", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            "--label", f"{PL.LABEL_CLUSTER}={inv.cluster.name}", "--label", f"{LABEL_KEEP}={inv.cluster.name}",
+            "--entrypoint", "vllm-router", image or inv.cluster.image,
+            "--host", h.ip, "--port", str(r.port), "--policy", r.policy,
+            "--worker-urls", *urls,
+            "--health-check-interval-secs", str(r.health_interval), "--health-check-timeout-secs", "2",
+            "--health-failure-threshold", "2", "--health-success-threshold", "1",
+            "--health-check-endpoint", "/health",
+            "--worker-startup-timeout-secs", "30",
+            "--prometheus-host", h.ip, "--prometheus-port", str(r.metrics_port))
+
+
+def keeper_create_argv(inv: Inventory) -> tuple[str, ...]:
+    """The keeper: no network, no capabilities, read-only root; only the Docker socket."""
+    c = inv.cluster
+    interval = max(1, min(c.router.health_interval, 5))
+    return ("docker", "create", "--name", keeper_name(inv), "--restart", "unless-stopped",
+            "--network", "none", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            "-v", "/var/run/docker.sock:/var/run/docker.sock",
+            "--label", f"{PL.LABEL_CLUSTER}={c.name}",
+            "--entrypoint", "python3", c.image, KEEPER_PATH, c.name, str(interval),
+            serve_name(inv), router_name(inv))
+
+
+def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice, *, nofile: dict[str, int | None],
+               notes: Sequence[str] = ()) -> FleetPlan:
+    """Every replica's members (the same split on each), the router and the keeper."""
+    c = inv.cluster
+    replicas = []
+    for k, group in enumerate(inv.replicas):
+        ips = [h.ip for h in group]
+        vllms = P.native_serve_argvs(spec.model, split.par, ips, port=c.ports.vllm, host=group[0].ip,
+                                     master_port=MASTER_PORT, served_name=spec.served_name,
+                                     extra=spec.extra)
+        members = tuple(MemberLaunch(h.name, k, rank, member_create_argv(
+            inv, h, nofile.get(h.name), replica=k, rank=rank, nodes=len(group), vllm=vllms[rank], spec=spec),
+            vllms[rank]) for rank, h in enumerate(group))
+        replicas.append(ReplicaPlan(k, tuple(h.name for h in group), replica_url(inv, k), members))
+    urls = [r.url for r in replicas]
+    return FleetPlan(spec, split, tuple(replicas), router_host(inv).name, router_run_argv(inv, urls, spec.image),
+                     router_url(inv) + "/v1", keeper_create_argv(inv), tuple(notes))
+
+
+def rollout_order(current: Sequence[Spec | None], target: Spec) -> list[int]:
+    """The replicas a rollout replaces, in order: those not serving the target yet."""
+    return [k for k, s in enumerate(current) if s != target]
