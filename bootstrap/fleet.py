@@ -259,7 +259,8 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
         _ensure_keeper(sess, inv)
         for rp in plan.replicas:
             _start_replica(sess, inv, rp)
-        ready = fan_out(range(len(plan.replicas)), lambda k: _gate(sess, inv, k, wait), parallel=len(plan.replicas))
+        ready = fan_out(range(len(plan.replicas)), lambda k: _gate(sess, inv, k, wait), key=lambda k: k,
+                        parallel=len(plan.replicas))
         bad = {k: r for k, r in ready.items() if isinstance(r, BaseException) or not r.get("ready")}
         if bad:
             k = min(bad)
@@ -386,7 +387,7 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
                 raise RolloutFailed(f"no other replica is healthy: replica {', '.join(map(str, batch))} stays as it is",
                                     states)
             try:
-                res = fan_out(batch, lambda k: _replace(sess, inv, plan.replicas[k], drain, wait, step, steps),
+                res = fan_out(batch, lambda k: _replace(sess, inv, plan.replicas[k], drain, wait, step, steps), key=lambda k: k,
                               parallel=len(batch))
             except KeyboardInterrupt:
                 for k in batch:

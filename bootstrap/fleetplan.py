@@ -165,7 +165,7 @@ def member_create_argv(inv: Inventory, host: Host, nofile: int | None, *, replic
     """The serve container of one host: the node's own docker options (network, IPC, GPUs,
     InfiniBand, mounts, per-node env from plan.container_spec), a restart policy, the labels the
     keeper and a rollout read, and the member supervisor as its command."""
-    node = PL.container_spec(replace(inv, hosts=inv.replicas[replica]), host, nofile)
+    node = PL.container_spec(replica_inventory(inv, replica), host, nofile)
     head = inv.replicas[replica][0]
     argv = ["docker", "create", "--name", name or serve_name(inv), *node.options,
             "--restart", "unless-stopped", "--stop-timeout", str(STOP_GRACE + 10),

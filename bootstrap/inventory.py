@@ -1015,11 +1015,13 @@ _ROUTER_FIELDS: dict[str, Validator] = {
 }
 
 
-def _router(value: Any, loc: _Loc, ports: Ports, secret_names: set[str]) -> tuple[Router, _Loc | None]:
-    """The router's settings, and where its host was named (checked against the hosts later)."""
-    if value is None:
+def _router(value: Any, loc: _Loc, ports: Ports, secret_names: set[str],
+            replicas: int = 1) -> tuple[Router, _Loc | None]:
+    """The router's settings, and where its host was named (checked against the hosts later).
+    With replicas and no `router` mapping the defaults run, so their ports are checked too."""
+    if value is None and replicas == 1:
         return Router(), None
-    values, locs = _check_mapping(value, loc, _ROUTER_FIELDS)
+    values, locs = _check_mapping(value, loc, _ROUTER_FIELDS) if value is not None else ({}, {})
     router = Router(**values)
     taken = {ports.vllm: "cluster.ports.vllm", ports.ray_gcs: "cluster.ports.ray_gcs",
              ports.dashboard: "cluster.ports.dashboard"}
@@ -1127,7 +1129,7 @@ def _cluster(
     kwargs["secrets"] = tuple(secrets)
     kwargs["env"] = tuple(sorted((k, v) for k, (v, _) in env.items()))
     kwargs["router"], router_host_loc = _router(values.get("router"), locs.get("router", loc.sub("router")),
-                                                kwargs["ports"], secret_names)
+                                                kwargs["ports"], secret_names, values.get("replicas", 1))
 
     cluster = Cluster(**kwargs)
     facts = {

@@ -161,6 +161,8 @@ class Inventory:
     @property
     def head(self) -> Host:
         """The head (with replicas: the first replica's head)."""
+        if self.cluster.replicas > 1:
+            return self.replicas[0][0]
         return next(h for h in self.hosts if h.is_head)
 
     @property
