@@ -142,6 +142,8 @@ class Sample:
     e2e: float
     output_tokens: int
     error: str | None
+    #: when the request was sent, on run_bench's clock
+    started: float = 0.0
 
 
 # -- statistics ----------------------------------------------------------------------------------
@@ -527,6 +529,7 @@ class StreamTimer:
             e2e=end - self.start,
             output_tokens=tokens,
             error=error,
+            started=self.start,
         )
 
 

@@ -1198,7 +1198,8 @@ def rollout(inventory, parallel, extra, model, image, keep_flags, max_unavailabl
 @main.command()
 @inventory_option
 @click.option("--url", default=None, callback=lambda ctx, param, v: _url(v),
-              help="Endpoint to load (default: the inventory's head and vLLM port).")
+              help="Endpoint to load (default: the inventory's head and vLLM port; with replicas, the router, "
+                   "and the requests each replica served are reported).")
 @click.option("--model", default=None, callback=_name, help="Model name (default: the first one /v1/models lists).")
 @click.option("-n", "--requests", "n_requests", type=click.IntRange(1, 100000), default=64, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True)
@@ -1222,19 +1223,31 @@ def bench(inventory, url, model, n_requests, concurrency, max_tokens, prompt, ig
 
     def go():
         target = url
+        fleet_inv = None
         if target is None:
             inv = _load(inventory, check_files=False)
             target = f"http://{inv.head.ip}:{inv.cluster.ports.vllm}"
+            if inv.cluster.replicas > 1:
+                from . import fleetplan as FP
+                target, fleet_inv = FP.router_url(inv), _load(inventory)
         kw = {"prompt": prompt} if prompt else {}
         cfg = B.BenchConfig(url=target, model=model, requests=n_requests, concurrency=concurrency,
                             max_tokens=max_tokens, timeout=timeout, ignore_eos=ignore_eos, **kw)
+        if fleet_inv is not None:
+            from . import fleet as FL
+            before = FL.status(fleet_inv)
         res = B.run_bench(cfg)
+        spread = None
+        if fleet_inv is not None:
+            spread = FL.spread(before, FL.status(fleet_inv))
         if png:
             B.write_png(res, png)
         if as_json:
-            out.print_json(json.dumps(res.to_dict()))
+            out.print_json(json.dumps({**res.to_dict(), **({"spread": spread.to_dict()} if spread else {})}))
         else:
             out.print(_escape(B.format_result(res), lines=True))
+            if spread is not None:
+                out.print(_escape(spread.describe()))
             if png:
                 out.print(_escape(f"histograms: {png}"))
         if res.ok == 0:

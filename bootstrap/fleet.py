@@ -340,6 +340,34 @@ def status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
         return fleet_state(sess)
 
 
+@dataclass(frozen=True)
+class Spread:
+    """Requests each replica finished between two status samples (vllm:request_success_total)."""
+
+    per_replica: dict[int, int]
+
+    @property
+    def ratio(self) -> float | None:
+        vals = list(self.per_replica.values())
+        return max(vals) / min(vals) if vals and min(vals) > 0 else None
+
+    def to_dict(self) -> dict:
+        return {"per_replica": {str(k): v for k, v in self.per_replica.items()}, "max_over_min": self.ratio}
+
+    def describe(self) -> str:
+        parts = ", ".join(f"replica {k}: {v}" for k, v in sorted(self.per_replica.items()))
+        r = self.ratio
+        return f"spread over replicas: {parts} (max/min {r:.2f})" if r else f"spread over replicas: {parts}"
+
+
+def spread(before: FleetState, after: FleetState) -> Spread:
+    got = {}
+    for b, a in zip(before.replicas, after.replicas):
+        d = (a.succeeded or 0) - (b.succeeded or 0)
+        got[a.index] = int(d if d >= 0 else (a.succeeded or 0))  # a restarted replica counts from 0
+    return Spread(got)
+
+
 # -- rollout --------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Replicas behind vllm-router, measured side by side in one run on one serving fleet.
+
+Needs a fleet already serving (`bootstrap up` + `bootstrap serve` with cluster.replicas: 2).
+Prints one table:
+
+  1. throughput through the router with every replica in rotation vs with only replica 0 in it
+     (the others taken out with the router's /remove_worker and put back after), same load;
+  2. router overhead: TTFT p50/p95 of single requests (concurrency 1) through the router vs direct
+     to replica 0's API server;
+  3. spread: requests each replica served under the full-rotation load (from their own
+     vllm:request_success_total), max/min.
+
+The load is `bootstrap bench`'s (bootstrap.bench.run_bench), run from this machine, which must
+reach the data-plane IPs (the sandbox's do).
+
+Example: python bench/fleet.py -i fleet.yaml --requests 48 --concurrency 8
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from bootstrap import bench as B
+from bootstrap import fleet as FL
+from bootstrap import fleetplan as FP
+from bootstrap.apply import Session
+from bootstrap.inventory import load_inventory
+
+
+def load(url: str, n: int, conc: int, tokens: int, model: str | None) -> B.BenchResult:
+    return B.run_bench(B.BenchConfig(url=url, model=model, requests=n, concurrency=conc, max_tokens=tokens))
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-i", "--inventory", required=True)
+    ap.add_argument("--requests", type=int, default=48)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--single", type=int, default=20, help="requests for the overhead rows (concurrency 1)")
+    a = ap.parse_args(argv)
+    inv = load_inventory(a.inventory)
+    if inv.cluster.replicas < 2:
+        print("bench/fleet.py needs cluster.replicas >= 2 in the inventory", file=sys.stderr)
+        return 2
+    router = FP.router_url(inv)
+    direct = FP.replica_url(inv, 0)
+    others = [FP.replica_url(inv, k) for k in range(1, inv.cluster.replicas)]
+    model = B.discover_model(router)
+    rows = []
+
+    with Session(inv) as sess:
+        sess.connect()
+        before = FL.fleet_state(sess)
+        if not all(r.health == "healthy" for r in before.replicas):
+            print(f"not every replica is healthy: {[r.health for r in before.replicas]}", file=sys.stderr)
+            return 1
+        full = load(router, a.requests, a.concurrency, a.max_tokens, model)
+        after = FL.fleet_state(sess)
+        spread = FL.spread(before, after)
+        for url in others:
+            FL._router_call(sess, inv, "remove", url)
+        try:
+            one = load(router, a.requests, a.concurrency, a.max_tokens, model)
+        finally:
+            for url in others:
+                FL._router_call(sess, inv, "add", url)
+        via = load(router, a.single, 1, a.max_tokens, model)
+        straight = load(direct, a.single, 1, a.max_tokens, model)
+
+    def ttft(r: B.BenchResult, q: str) -> float:
+        return getattr(r.ttft, q) * 1000 if r.ttft else float("nan")
+
+    rows.append((f"{inv.cluster.replicas} replicas in rotation", full))
+    rows.append(("replica 0 only (others removed)", one))
+    rows.append(("single requests via router", via))
+    rows.append(("single requests direct to replica 0", straight))
+    print(f"{'load':<40} {'ok':>5} {'req/s':>7} {'tok/s':>8} {'TTFT p50 ms':>12} {'TTFT p95 ms':>12}")
+    for name, r in rows:
+        print(f"{name:<40} {r.ok:>5} {r.requests_per_s:>7.2f} {r.output_tokens_per_s:>8.1f} "
+              f"{ttft(r, 'p50'):>12.1f} {ttft(r, 'p95'):>12.1f}")
+    ratio = full.output_tokens_per_s / one.output_tokens_per_s if one.output_tokens_per_s else float("nan")
+    print(f"throughput {inv.cluster.replicas} replicas / 1 replica: {ratio:.2f}x (output tokens/s)")
+    print(f"router overhead, TTFT p50: {ttft(via, 'p50') - ttft(straight, 'p50'):+.1f} ms "
+          f"(p95 {ttft(via, 'p95') - ttft(straight, 'p95'):+.1f} ms)")
+    print(spread.describe())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

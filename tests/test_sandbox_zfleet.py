@@ -1,0 +1,177 @@
+"""Replicas behind one endpoint on the sandbox: 4 nodes, 2 replicas x 2 nodes (CPU, native mode),
+vllm-router in front. One fleet is shared by every test here (and this module runs last: it needs
+4 nodes, the others 3).
+
+What a user meets is real: sshd, Docker in each node, vLLM (CPU build) in each serve container,
+vllm-router, `docker kill`.
+"""
+import json
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from test_sandbox_cluster import cli, on_node, write_inventory
+
+pytestmark = pytest.mark.sandbox
+MODEL = "/opt/models/tiny-llama"
+FLAGS = ["--enforce-eager", "--max-model-len", "256"]
+SERVE = "bootstrap-vllm-serve"
+
+
+def status(inv):
+    r = cli("status", "-i", inv, "--json")
+    return json.loads(r.stdout)["fleet"]
+
+
+def wait_healthy(inv, deadline=420):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < deadline:
+        st = status(inv)
+        if all(r["health"] == "healthy" for r in st["replicas"]):
+            return time.monotonic() - t0, st
+        time.sleep(5)
+    raise AssertionError(f"not every replica healthy after {deadline}s: {st}")
+
+
+class Load:
+    """Streaming completions through the router, `concurrency` at a time, until stopped; every
+    request's send time (time.time()) and outcome are kept."""
+
+    def __init__(self, endpoint, concurrency=3, max_tokens=16):
+        from bootstrap import bench as B
+
+        self.B = B
+        self.cfg = B.BenchConfig(url=endpoint.removesuffix("/v1"), model=MODEL, requests=1, concurrency=1,
+                                 max_tokens=max_tokens, timeout=120)
+        self.samples = []
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(concurrency)]
+
+    def _run(self):
+        while not self.stop.is_set():
+            self.samples.append(self.B.one_request(self.cfg, MODEL, clock=time.time))
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=180)
+
+    def failed(self, after=None):
+        return [s for s in self.samples if not s.ok and (after is None or s.started >= after)]
+
+
+@pytest.fixture(scope="module")
+def fleet(_sandbox_session, tmp_path_factory):
+    from bootstrap import sandbox as S
+
+    sb = S.sandbox_up(4, log=lambda m: print(f"sandbox: {m}", flush=True))
+
+    def mutate(doc):
+        doc["cluster"]["replicas"] = 2
+        doc["cluster"]["router"] = {"policy": "round_robin", "health_interval": 2}
+    inv = write_inventory(sb.inventory, tmp_path_factory.mktemp("fleet") / "fleet.yaml", mutate)
+    r = cli("up", "-i", inv)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = cli("serve", "-i", inv, MODEL, "--", *FLAGS)
+    assert r.returncode == 0, r.stderr[-3000:]
+    yield sb, inv, r
+    r = cli("down", "-i", inv)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for n in sb.nodes:  # down leaves nothing of the fleet behind
+        left = on_node(n, "docker", "ps", "-a", "--format", "{{.Names}}").stdout.split()
+        assert not [c for c in left if c.startswith("bootstrap-vllm")], (n.name, left)
+
+
+def endpoint_of(serve_out):
+    line = next(ln for ln in serve_out.splitlines() if ln.startswith("serving "))
+    return line.split(" on ", 1)[1].split(" ", 1)[0]
+
+
+def test_serve_puts_both_replicas_behind_the_router_and_spreads_requests(fleet):
+    sb, inv, served = fleet
+    lines = served.stdout.splitlines()
+    assert "replica 0: node1, node2 -> http://172.31.240.11:8000" in lines or any(
+        ln.startswith("replica 0: node1, node2 -> ") for ln in lines), served.stdout
+    assert any(ln.startswith("replica 1: node3, node4 -> ") for ln in lines), served.stdout
+    endpoint = endpoint_of(served.stdout)
+    assert endpoint == f"http://{sb.nodes[0].ip}:30000/v1"  # the router, on replica 0's head, data-plane IP
+    body = json.dumps({"model": MODEL, "prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0})
+    req = urllib.request.Request(endpoint + "/completions", body.encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        assert json.loads(resp.read())["choices"][0]["text"]
+    # both replicas answer: bench through the router reports the spread from their own counters
+    r = cli("bench", "-i", inv, "-n", "20", "--concurrency", "4", "--max-tokens", "8", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert doc["ok"] == 20
+    per = doc["spread"]["per_replica"]
+    assert set(per) == {"0", "1"} and all(v >= 5 for v in per.values()), per
+    st = status(inv)
+    assert [r["health"] for r in st["replicas"]] == ["healthy", "healthy"]
+    assert all(r["in_rotation"] for r in st["replicas"])
+    assert st["router_workers"] == [r["url"] for r in st["replicas"]]
+
+
+def test_a_killed_replica_is_contained_and_comes_back_without_a_command(fleet):
+    """`docker kill` of replica 1's head: requests sent after it all succeed (the router sends
+    them to replica 0), and the keeper + the member supervisor bring the whole group back."""
+    sb, inv, served = fleet
+    before = {r["replica"]: r["restarts"] for r in status(inv)["replicas"]}
+    with Load(endpoint_of(served.stdout)) as load:
+        time.sleep(8)
+        killed_at = time.time()
+        on_node(sb.nodes[2], "docker", "kill", SERVE)
+        time.sleep(30)
+    lost = load.failed()
+    after_kill = load.failed(after=killed_at)
+    sent_after = [s for s in load.samples if s.started >= killed_at]
+    print(f"kill: {len(load.samples)} requests, {len(lost)} failed (in flight at the kill), "
+          f"{len(sent_after)} sent after it, {len(after_kill)} of those failed")
+    assert len(sent_after) >= 10
+    assert after_kill == [], [s.error for s in after_kill]
+    took, st = wait_healthy(inv)
+    print(f"kill: replica 1 back in rotation {took:.0f}s after the load stopped")
+    # the whole group restarted (its worker fell with its head), replica 0 did not
+    restarts = {r["replica"]: r["restarts"] for r in st["replicas"]}
+    assert restarts[0] == before[0] and restarts[1] >= before[1] + 1, (before, restarts)
+    keeper = on_node(sb.nodes[2], "docker", "logs", "bootstrap-vllm-keeper").stdout
+    assert f"{SERVE} was Exited (137)" in keeper, keeper
+
+
+def test_rollout_under_load_changes_every_replica_and_fails_no_request(fleet):
+    sb, inv, served = fleet
+    new = [*FLAGS, "--max-num-seqs", "32"]
+    with Load(endpoint_of(served.stdout)) as load:
+        r = cli("rollout", "-i", inv, "--drain", "60", "--", *new, timeout=1500)
+    assert r.returncode == 0, r.stderr[-3000:]
+    print(f"rollout: {len(load.samples)} requests during the rollout, {len(load.failed())} failed; "
+          f"{r.stdout.strip()}")
+    assert len(load.samples) >= 20
+    assert load.failed() == [], [s.error for s in load.failed()]
+    st = status(inv)
+    assert [r["extra"] for r in st["replicas"]] == [new, new]
+    assert [r["health"] for r in st["replicas"]] == ["healthy", "healthy"]
+    assert all(r["in_rotation"] for r in st["replicas"])
+
+
+def test_a_rollout_vllm_refuses_is_rolled_back_and_the_fleet_keeps_serving(fleet):
+    sb, inv, served = fleet
+    old = status(inv)["replicas"]
+    with Load(endpoint_of(served.stdout), concurrency=2) as load:
+        r = cli("rollout", "-i", inv, "--wait", "240", "--", *FLAGS, "--no-such-vllm-flag", timeout=1500)
+    assert r.returncode == 1, r.stdout + r.stderr[-3000:]
+    err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(err) == 1 and "replica 0 (node1, node2) did not serve" in err[0], r.stderr[-3000:]
+    assert "rolled back" in err[0]
+    assert "replica 1: old" in r.stderr
+    assert load.failed() == [], [s.error for s in load.failed()]
+    st = status(inv)
+    assert [x["extra"] for x in st["replicas"]] == [x["extra"] for x in old]
+    assert [x["health"] for x in st["replicas"]] == ["healthy", "healthy"]
