@@ -696,7 +696,14 @@ def root_cause(log_text: str) -> str | None:
         if not is_wrapper:
             return _cut(msg)
         wrapper = wrapper or msg
-    return _cut(wrapper) if wrapper else None
+    if wrapper:
+        return _cut(wrapper)
+    # No exception: the command line itself was refused (argparse's `vllm: error: ...`).
+    usage = [ln for ln in lines if _USAGE_ERROR.match(ln.strip())]
+    return _cut(usage[-1].strip()) if usage else None
+
+
+_USAGE_ERROR = re.compile(r"^vllm(?: serve)?: error: \S")
 
 
 # -- cluster checks --------------------------------------------------------------------------

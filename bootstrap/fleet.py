@@ -26,6 +26,14 @@ from .serve import ServeFailed, _last_json, _root_cause, read_model_info
 from .serve import _STOP as _STOP_SINGLE  # noqa: E402
 
 
+class _ReplicaFailed(BootstrapError):
+    """One replica's new spec did not serve; `state` is where the rollback left it."""
+
+    def __init__(self, cause: str, state: str, log_tail: str = ""):
+        super().__init__(f"{cause} ({state})")
+        self.cause, self.state, self.log_tail = cause, state, log_tail
+
+
 class RolloutFailed(BootstrapError):
     def __init__(self, message: str, states: dict[int, str], log_tail: str = ""):
         super().__init__(message)
@@ -424,14 +432,14 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
                                   {f"replica {k}": v for k, v in states.items()}) from None
             failed = {k: r for k, r in res.items() if isinstance(r, BaseException)}
             for k in batch:
-                states[k] = "new" if k not in failed else "old"
+                err = failed.get(k)
+                states[k] = "new" if err is None else getattr(err, "state", f"unknown ({err})")
             if failed:
                 k = min(failed)
                 err = failed[k]
-                tail = getattr(err, "log_tail", "")
                 raise RolloutFailed(f"replica {k} ({', '.join(h.name for h in inv.replicas[k])}) did not serve "
-                                    f"{target.describe()}: {err}; rolled back to the old spec, the other replicas "
-                                    f"keep serving", states, tail)
+                                    f"{target.describe()}: {getattr(err, 'cause', err)}; replica {k} is {states[k]}, "
+                                    "the other replicas keep serving", states, getattr(err, "log_tail", ""))
         return RolloutResult(FP.router_url(inv) + "/v1", target, todo,
                              [k for k in range(len(inv.replicas)) if k not in todo], time.monotonic() - t0, steps)
 
@@ -471,9 +479,7 @@ def _replace(sess: Session, inv: Inventory, rp: FP.ReplicaPlan, drain: float, wa
     timing["start"] = time.monotonic() - t
     if not ready.get("ready"):
         cause, tail = _replica_failure(sess, inv, k, ready)
-        state = _roll_back(sess, inv, k, wait, step)
-        err = ServeFailed(f"{cause} ({state})", tail)
-        raise err
+        raise _ReplicaFailed(cause, _roll_back(sess, inv, k, wait, step), tail)
     back = _router_call(sess, inv, "add", rp.url)
     if not back.get("ok"):
         raise RolloutFailed(f"the router did not take replica {k} back: {back}", {})

@@ -503,3 +503,11 @@ def test_cluster_findings_are_ordered_errors_first():
     assert [(f.severity, f.host, f.id) for f in fs] == [
         ("error", "b", "disk-low"), ("error", "c", "ray-ip-mismatch"),
         ("warning", "b", "clock-skew"), ("warning", "c", "gpu-count-mismatch")]
+
+
+def test_root_cause_of_a_refused_command_line_is_vllms_usage_error():
+    log = ("[bootstrap-member] starting vllm serve /opt/models/tiny-llama ...\n"
+           "usage: vllm [-h] [-v] {chat,complete,serve,bench} ...\n"
+           "vllm: error: unrecognized arguments: --no-such-vllm-flag\n")
+    assert root_cause(log) == "vllm: error: unrecognized arguments: --no-such-vllm-flag"
+    assert root_cause("INFO all good\nerror: something else\n") is None
