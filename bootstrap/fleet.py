@@ -423,8 +423,7 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
                 raise RolloutFailed(f"no other replica is healthy: replica {', '.join(map(str, batch))} stays as it is",
                                     states)
             try:
-                res = fan_out(batch, lambda k: _replace(sess, inv, plan.replicas[k], drain, wait, step, steps), key=lambda k: k,
-                              parallel=len(batch))
+                res = _replace_batch(sess, inv, [plan.replicas[k] for k in batch], drain, wait, step, steps)
             except KeyboardInterrupt:
                 for k in batch:
                     states[k] = _roll_back(sess, inv, k, wait, step)
@@ -442,6 +441,20 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
                                     "the other replicas keep serving", states, getattr(err, "log_tail", ""))
         return RolloutResult(FP.router_url(inv) + "/v1", target, todo,
                              [k for k in range(len(inv.replicas)) if k not in todo], time.monotonic() - t0, steps)
+
+
+def _replace_batch(sess: Session, inv: Inventory, rps: list[FP.ReplicaPlan], drain: float, wait: float,
+                   step: Callable[[int, str], None], steps: dict) -> dict:
+    """Replace these replicas; {index: None or the error}. One replica runs in this thread, so that
+    Ctrl-C stops it where it is and the caller rolls it back."""
+    if len(rps) == 1:
+        try:
+            _replace(sess, inv, rps[0], drain, wait, step, steps)
+            return {rps[0].index: None}
+        except BootstrapError as exc:
+            return {rps[0].index: exc}
+    return fan_out(rps, lambda rp: _replace(sess, inv, rp, drain, wait, step, steps), key=lambda rp: rp.index,
+                   parallel=len(rps))
 
 
 def _with_image(inv: Inventory, image: str) -> Inventory:
@@ -492,7 +505,10 @@ def _roll_back(sess: Session, inv: Inventory, k: int, wait: float, step: Callabl
     hosts = list(inv.replicas[k])
     sname, oname = FP.serve_name(inv), FP.old_name(inv)
     if not all(_inspect(sess, h, oname) for h in hosts):
-        return "old (left as it was)" if all(_inspect(sess, h, sname) for h in hosts) else "down: nothing to roll back to"
+        if not all(_inspect(sess, h, sname) for h in hosts):
+            return "down: nothing to roll back to"
+        back = _router_call(sess, inv, "add", FP.replica_url(inv, k))  # it may have left the router already
+        return "old (left as it was)" if back.get("ok") else "old (left as it was, not in the router)"
     step(k, "rolling back")
     sess.stage(f"rollback-r{k}", hosts, lambda h: (sess.ssh[h.name].run(("docker", "rm", "-f", sname), timeout=60,
                                                                         check=False),

@@ -1011,11 +1011,10 @@ _ROUTER_FIELDS: dict[str, Validator] = {
     "policy": _choice(*ROUTER_POLICIES),
     "metrics_port": _port,
     "health_interval": _int(1, 60),
-    "api_key": _env_name,
 }
 
 
-def _router(value: Any, loc: _Loc, ports: Ports, secret_names: set[str],
+def _router(value: Any, loc: _Loc, ports: Ports,
             replicas: int = 1) -> tuple[Router, _Loc | None]:
     """The router's settings, and where its host was named (checked against the hosts later).
     With replicas and no `router` mapping the defaults run, so their ports are checked too."""
@@ -1032,9 +1031,6 @@ def _router(value: Any, loc: _Loc, ports: Ports, secret_names: set[str],
             blame.fail(f"{port} is also {taken[port]}; the router's ports must differ"
                        + ("" if name in values else f" (set {loc.field}.{name})"))
         taken[port] = f"{loc.field}.{name}"
-    if router.api_key is not None and router.api_key not in secret_names:
-        locs["api_key"].fail(f"{router.api_key} is not in cluster.secrets: list it there, so that its value"
-                             " comes from your environment")
     return router, locs.get("host")
 
 
@@ -1129,7 +1125,7 @@ def _cluster(
     kwargs["secrets"] = tuple(secrets)
     kwargs["env"] = tuple(sorted((k, v) for k, (v, _) in env.items()))
     kwargs["router"], router_host_loc = _router(values.get("router"), locs.get("router", loc.sub("router")),
-                                                kwargs["ports"], secret_names, values.get("replicas", 1))
+                                                kwargs["ports"], values.get("replicas", 1))
 
     cluster = Cluster(**kwargs)
     facts = {

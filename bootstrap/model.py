@@ -110,8 +110,6 @@ class Router:
     metrics_port: int = 29000
     #: seconds between its health checks of each replica (a dead replica is out within about this)
     health_interval: int = 2
-    #: the name of a cluster secret the router hands to the replicas as their API key (None: none)
-    api_key: str | None = None
 
 
 @dataclass(frozen=True)

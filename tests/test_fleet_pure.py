@@ -160,18 +160,15 @@ def test_one_replica_ignores_router_ports_it_does_not_run(tmp_path):
 
 def test_router_settings_are_read(tmp_path):
     inv = load(tmp_path, fleet_yaml(cluster="""
-        secrets: [HF_TOKEN, ROUTER_KEY]
         router:
           host: h3
           port: 31000
           policy: cache_aware
           metrics_port: 31001
           health_interval: 5
-          api_key: ROUTER_KEY
-        """), {"HF_TOKEN": TOKEN, "ROUTER_KEY": "rk-123"})
+        """))
     assert inv.cluster.router == Router(host="h3", port=31000, policy="cache_aware", metrics_port=31001,
-                                        health_interval=5, api_key="ROUTER_KEY")
-    assert "rk-123" not in repr(inv.cluster.router)
+                                        health_interval=5)
 
 
 # --------------------------------------------------------------------------------------------
@@ -309,21 +306,6 @@ def test_router_bad_policy(tmp_path, policy):
 def test_router_not_a_mapping(tmp_path):
     err = error(tmp_path, fleet_yaml(cluster="router: [a]"))
     check(err, tmp_path / "inventory.yaml", 4, "cluster.router", "expected a mapping, got a list")
-
-
-def test_router_api_key_not_in_the_secrets(tmp_path):
-    text = fleet_yaml(cluster="""
-        secrets: [HF_TOKEN]
-        router:
-          api_key: ROUTER_KEY
-        """)
-    err = error(tmp_path, text, {"HF_TOKEN": TOKEN, "ROUTER_KEY": "rk-123"})
-    check(err, tmp_path / "inventory.yaml", 6, "cluster.router.api_key",
-          "ROUTER_KEY is not in cluster.secrets", "list it there")
-    assert "rk-123" not in str(err)
-    # the default secrets (HF_TOKEN from the environment) do not list it either
-    err = error(tmp_path, fleet_yaml(cluster="router: {api_key: ROUTER_KEY}"), {"ROUTER_KEY": "rk-123"})
-    check(err, tmp_path / "inventory.yaml", 4, "cluster.router.api_key", "ROUTER_KEY is not in cluster.secrets")
 
 
 # --------------------------------------------------------------------------------------------
