@@ -173,7 +173,10 @@ class Inventory:
 
     @property
     def workers(self) -> tuple[Host, ...]:
-        return tuple(h for h in self.hosts if not h.is_head)
+        """Every host but the head (with replicas: the other replicas' heads too, so that checks
+        across the whole inventory, such as check-nccl and doctor, see every node)."""
+        head = self.head
+        return tuple(h for h in self.hosts if h != head)
 
     def host(self, name: str) -> Host:
         for h in self.hosts:

@@ -76,7 +76,8 @@ def test_four_hosts_two_replicas_are_grouped_in_order(tmp_path):
     assert [h.role for h in inv.hosts] == ["head", "worker", "head", "worker"]
     assert [g[0].is_head for g in inv.replicas] == [True, True]
     assert inv.head.name == "h0"
-    assert names(inv.workers) == ["h1", "h3"]
+    # the whole-inventory view (check-nccl, doctor): every host but replica 0's head
+    assert names(inv.workers) == ["h1", "h2", "h3"]
 
 
 def test_six_hosts_three_replicas(tmp_path):

@@ -6,6 +6,7 @@ What a user meets is real: sshd, Docker in each node, vLLM (CPU build) in each s
 vllm-router, `docker kill`.
 """
 import json
+import subprocess
 import threading
 import time
 import urllib.request
@@ -71,7 +72,15 @@ class Load:
 def fleet(_sandbox_session, tmp_path_factory):
     from bootstrap import sandbox as S
 
+    before = S.sandbox_info()
+    ids = {}
+    if before is not None and len(before.nodes) < 4:  # the 3-node sandbox of the other modules grows
+        ids = {n.name: subprocess.run(["docker", "inspect", "--format", "{{.Id}}", n.container],
+                                      capture_output=True, text=True).stdout for n in before.nodes}
     sb = S.sandbox_up(4, log=lambda m: print(f"sandbox: {m}", flush=True))
+    for n in sb.nodes[:len(ids)]:  # grown, not recreated: the running nodes (and their images) stayed
+        assert subprocess.run(["docker", "inspect", "--format", "{{.Id}}", n.container], capture_output=True,
+                              text=True).stdout == ids[n.name], n.name
 
     def mutate(doc):
         doc["cluster"]["replicas"] = 2

@@ -596,30 +596,39 @@ def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full
 
     planned = planned_images(workdir)
     current = sandbox_info(workdir)
+    #: nodes of the running sandbox that stay as they are (a sandbox grows without a restart)
+    keep: tuple[SandboxNode, ...] = ()
     if current is not None:
         _, data = _read_state(workdir) or (None, {})
-        if (
-            len(current.nodes) == nodes and current.kind == kind and current.subnet == subnet
+        same = (
+            current.kind == kind and current.subnet == subnet
             and data.get("node_image") == planned.node and data.get("vllm_image") == planned.vllm
             and data.get("registry_port") == port and image_exists(current.image)
-        ):
+        )
+        if same and len(current.nodes) == nodes:
             log(f"sandbox already up: {nodes} {kind} node(s) on {subnet}")
             return current
+        if same and len(current.nodes) < nodes:
+            keep = current.nodes
 
     images = ensure_images(workdir, log)
     with file_lock(workdir / ".sandbox.lock"):
         start = time.monotonic()
-        old = _labelled("container", f"{ROLE_LABEL}=node")
-        if old:
-            with timed(log, f"removing {len(old)} old node container(s)"):
-                for i in range(0, len(old), 32):
-                    docker("rm", "-f", "-v", *old[i:i + 32], timeout=600, what="docker rm -f")
-        _state_path(workdir).unlink(missing_ok=True)
-        _remove_node_dirs(workdir, log)
+        if keep:
+            log(f"growing the sandbox from {len(keep)} to {nodes} node(s); the running nodes stay as they are")
+            image_ref = current.image
+        else:
+            old = _labelled("container", f"{ROLE_LABEL}=node")
+            if old:
+                with timed(log, f"removing {len(old)} old node container(s)"):
+                    for i in range(0, len(old), 32):
+                        docker("rm", "-f", "-v", *old[i:i + 32], timeout=600, what="docker rm -f")
+            _state_path(workdir).unlink(missing_ok=True)
+            _remove_node_dirs(workdir, log)
 
-        _ensure_network(subnet, gateway, log)
-        _ensure_registry(images, workdir, registry_ip, port, log)
-        image_ref = _push_image(images, workdir, registry_ip, port, log)
+            _ensure_network(subnet, gateway, log)
+            _ensure_registry(images, workdir, registry_ip, port, log)
+            image_ref = _push_image(images, workdir, registry_ip, port, log)
 
         key = workdir / "id_ed25519"
         client_pub = ensure_keypair(key, "bootstrap-sandbox")
@@ -635,18 +644,19 @@ def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full
         known_hosts = workdir / "known_hosts"
         known_hosts.write_text("\n".join(known) + "\n")
 
-        workers = min(8, len(sandbox_nodes))
-        with timed(log, f"starting {nodes} {kind} node(s)"):
+        fresh = [n for n in sandbox_nodes if n not in keep]
+        workers = min(8, len(fresh))
+        with timed(log, f"starting {len(fresh)} {kind} node(s)"):
             with cf.ThreadPoolExecutor(max_workers=workers) as pool:
-                futs = [pool.submit(_start_node, n, workdir, images.node, kind) for n in sandbox_nodes]
+                futs = [pool.submit(_start_node, n, workdir, images.node, kind) for n in fresh]
                 for f in futs:
                     f.result()
         deadline = time.monotonic() + 120 + 2 * nodes
-        with timed(log, f"waiting for sshd{' and dockerd' if kind == 'full' else ''} on {nodes} node(s)"):
-            with cf.ThreadPoolExecutor(max_workers=min(16, nodes)) as pool:
+        with timed(log, f"waiting for sshd{' and dockerd' if kind == 'full' else ''} on {len(fresh)} node(s)"):
+            with cf.ThreadPoolExecutor(max_workers=min(16, len(fresh))) as pool:
                 futs = {
                     n.name: pool.submit(_wait_node, n, kind, key, known_hosts, deadline)
-                    for n in sandbox_nodes
+                    for n in fresh
                 }
                 errors = []
                 for name, f in futs.items():
