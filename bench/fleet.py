@@ -6,8 +6,8 @@ Prints one table:
 
   1. throughput through the router with every replica in rotation vs with only replica 0 in it
      (the others taken out with the router's /remove_worker and put back after), same load;
-  2. router overhead: TTFT p50/p95 of single requests (concurrency 1) through the router vs direct
-     to replica 0's API server;
+  2. router overhead: TTFT p50/p95 of single requests (concurrency 1) to replica 0 alone in the
+     router, through the router and directly, in turns;
   3. spread: requests each replica served under the full-rotation load (from their own
      vllm:request_success_total), max/min.
 
@@ -30,6 +30,11 @@ from bootstrap.inventory import load_inventory
 
 def load(url: str, n: int, conc: int, tokens: int, model: str | None) -> B.BenchResult:
     return B.run_bench(B.BenchConfig(url=url, model=model, requests=n, concurrency=conc, max_tokens=tokens))
+
+
+def merge(results: list[B.BenchResult]) -> B.BenchResult:
+    samples = [x for r in results for x in r.samples]
+    return B.summarize(samples, sum(r.wall_seconds for r in results))
 
 
 def main(argv: list[str]) -> int:
@@ -63,22 +68,27 @@ def main(argv: list[str]) -> int:
             FL._router_call(sess, inv, "remove", url)
         try:
             one = load(router, a.requests, a.concurrency, a.max_tokens, model)
+            # overhead: the same replica, alone in the router, asked through it and directly, in turns
+            # (a replica that idles between requests wakes up slower, which is not the router's cost)
+            via, straight = [], []
+            for _ in range(a.single):
+                via += [load(router, 1, 1, a.max_tokens, model)]
+                straight += [load(direct, 1, 1, a.max_tokens, model)]
+            via, straight = merge(via), merge(straight)
         finally:
             for url in others:
                 FL._router_call(sess, inv, "add", url)
-        via = load(router, a.single, 1, a.max_tokens, model)
-        straight = load(direct, a.single, 1, a.max_tokens, model)
 
     def ttft(r: B.BenchResult, q: str) -> float:
         return getattr(r.ttft, q) * 1000 if r.ttft else float("nan")
 
     rows.append((f"{inv.cluster.replicas} replicas in rotation", full))
     rows.append(("replica 0 only (others removed)", one))
-    rows.append(("single requests via router", via))
-    rows.append(("single requests direct to replica 0", straight))
-    print(f"{'load':<40} {'ok':>5} {'req/s':>7} {'tok/s':>8} {'TTFT p50 ms':>12} {'TTFT p95 ms':>12}")
+    rows.append(("replica 0 alone: single requests via router", via))
+    rows.append(("replica 0 alone: single requests direct", straight))
+    print(f"{'load':<44} {'ok':>5} {'req/s':>7} {'tok/s':>8} {'TTFT p50 ms':>12} {'TTFT p95 ms':>12}")
     for name, r in rows:
-        print(f"{name:<40} {r.ok:>5} {r.requests_per_s:>7.2f} {r.output_tokens_per_s:>8.1f} "
+        print(f"{name:<44} {r.ok:>5} {r.requests_per_s:>7.2f} {r.output_tokens_per_s:>8.1f} "
               f"{ttft(r, 'p50'):>12.1f} {ttft(r, 'p95'):>12.1f}")
     ratio = full.output_tokens_per_s / one.output_tokens_per_s if one.output_tokens_per_s else float("nan")
     print(f"throughput {inv.cluster.replicas} replicas / 1 replica: {ratio:.2f}x (output tokens/s)")
