@@ -125,7 +125,7 @@ def test_serve_puts_both_replicas_behind_the_router_and_spreads_requests(fleet):
     st = status(inv)
     assert [r["health"] for r in st["replicas"]] == ["healthy", "healthy"]
     assert all(r["in_rotation"] for r in st["replicas"])
-    assert st["router_workers"] == [r["url"] for r in st["replicas"]]
+    assert sorted(st["router_workers"]) == sorted(r["url"] for r in st["replicas"])  # the router's own order
 
 
 def test_a_killed_replica_is_contained_and_comes_back_without_a_command(fleet):
@@ -137,7 +137,7 @@ def test_a_killed_replica_is_contained_and_comes_back_without_a_command(fleet):
         time.sleep(8)
         killed_at = time.time()
         on_node(sb.nodes[2], "docker", "kill", SERVE)
-        time.sleep(30)
+        time.sleep(20)
     lost = load.failed()
     after_kill = load.failed(after=killed_at)
     sent_after = [s for s in load.samples if s.started >= killed_at]
