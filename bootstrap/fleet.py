@@ -407,10 +407,11 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
             raise PreflightFailed(state.router_host, f"the router container is {state.router}",
                                   "run `bootstrap serve` to start it")
         healthy = [r.index for r in state.replicas if r.health == "healthy"]
-        if len(inv.replicas) - min(max_unavailable, len(todo) or 1) < 1 or not healthy:
-            raise UsageError(f"a rollout needs a replica serving while another is replaced: {len(healthy)} of "
-                             f"{len(inv.replicas)} replicas are healthy" +
-                             (" and --max-unavailable leaves none" if healthy else ""))
+        if todo and not healthy:
+            raise PreflightFailed("fleet", f"no replica of {len(inv.replicas)} is healthy: a rollout needs one serving "
+                                  "while another is replaced", "see `bootstrap status`; `bootstrap serve` starts over")
+        # never every replica at once: one keeps serving
+        max_unavailable = min(max_unavailable, len(inv.replicas) - 1)
         split, _ = _split(sess, inv, target.model, None, None, target.extra)
         inv_t = inv if not image else _with_image(inv, target.image)
         plan = FP.plan_fleet(inv_t, target, split, nofile=_nofiles(sess, inv))
