@@ -28,8 +28,12 @@ from bootstrap.apply import Session
 from bootstrap.inventory import load_inventory
 
 
+KEY: str | None = None  # the fleet's API key (cluster.router.api_key), set in main
+
+
 def load(url: str, n: int, conc: int, tokens: int, model: str | None) -> B.BenchResult:
-    return B.run_bench(B.BenchConfig(url=url, model=model, requests=n, concurrency=conc, max_tokens=tokens))
+    return B.run_bench(B.BenchConfig(url=url, model=model, requests=n, concurrency=conc, max_tokens=tokens,
+                                     api_key=KEY))
 
 
 def merge(results: list[B.BenchResult]) -> B.BenchResult:
@@ -52,7 +56,9 @@ def main(argv: list[str]) -> int:
     router = FP.router_url(inv)
     direct = FP.replica_url(inv, 0)
     others = [FP.replica_url(inv, k) for k in range(1, inv.cluster.replicas)]
-    model = B.discover_model(router)
+    global KEY
+    KEY = FP.api_key(inv)
+    model = B.discover_model(router, api_key=KEY)
     rows = []
 
     with Session(inv) as sess:

@@ -119,6 +119,8 @@ class BenchConfig:
     temperature: float = 0.0
     #: Send vLLM's `ignore_eos: true` so every request generates exactly max_tokens tokens.
     ignore_eos: bool = False
+    #: sent as `Authorization: Bearer ...` (the secret cluster.router.api_key names); never shown
+    api_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.requests, int) or self.requests < 1:
@@ -581,11 +583,15 @@ def _http_error(status: int, body: bytes) -> str:
     return f"HTTP {status}: {body.decode('utf-8', 'replace').strip()[:ERROR_BODY_CHARS]}"
 
 
-def discover_model(url: str, timeout: float = 30) -> str:
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def discover_model(url: str, timeout: float = 30, api_key: str | None = None) -> str:
     """The first model id that GET {url}/v1/models lists; BenchError when there is none."""
     conn, base = _connection(url, timeout)
     try:
-        conn.request("GET", f"{base}/v1/models", headers={"Accept": "application/json"})
+        conn.request("GET", f"{base}/v1/models", headers={"Accept": "application/json", **auth_headers(api_key)})
         resp = conn.getresponse()
         body = resp.read(_ERROR_BODY_READ)
         if resp.status != 200:
@@ -662,7 +668,7 @@ def one_request(
         if inflight is not None:
             inflight.add(sock)
         conn.request("POST", f"{base}/v1/completions", body=payload, headers={
-            "Content-Type": "application/json", "Accept": "text/event-stream"})
+            "Content-Type": "application/json", "Accept": "text/event-stream", **auth_headers(cfg.api_key)})
         resp = conn.getresponse()
         if resp.status != 200:
             return timer.sample(clock(), _http_error(resp.status, resp.read(_ERROR_BODY_READ)))
@@ -705,7 +711,7 @@ def run_bench(
     exception in the calling thread (Ctrl-C, or one raised by `progress`) the queued requests are
     dropped, the connections in flight are cut, and the exception propagates.
     """
-    model = cfg.model or discover_model(cfg.url, cfg.timeout)
+    model = cfg.model or discover_model(cfg.url, cfg.timeout, cfg.api_key)
     samples: list[Sample] = []
     inflight = _InFlight()
     start = clock()

@@ -1231,6 +1231,8 @@ def bench(inventory, url, model, n_requests, concurrency, max_tokens, prompt, ig
                 from . import fleetplan as FP
                 target, fleet_inv = FP.router_url(inv), _load(inventory)
         kw = {"prompt": prompt} if prompt else {}
+        if fleet_inv is not None:
+            kw["api_key"] = FP.api_key(fleet_inv)
         cfg = B.BenchConfig(url=target, model=model, requests=n_requests, concurrency=concurrency,
                             max_tokens=max_tokens, timeout=timeout, ignore_eos=ignore_eos, **kw)
         if fleet_inv is not None:

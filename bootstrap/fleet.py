@@ -90,7 +90,9 @@ class FleetResult:
     def curl(self) -> str:
         body = json.dumps({"model": self.served[0] if self.served else self.plan.spec.model,
                            "prompt": "San Francisco is a", "max_tokens": 32, "temperature": 0})
-        return f"curl {self.endpoint}/completions -H 'Content-Type: application/json' -d '{body}'"
+        key = self.plan.api_key_env
+        auth = f" -H \"Authorization: Bearer ${key}\"" if key else ""
+        return f"curl {self.endpoint}/completions -H 'Content-Type: application/json'{auth} -d '{body}'"
 
 
 @dataclass
@@ -116,23 +118,28 @@ def _tar(path: str, data: bytes) -> bytes:
     return buf.getvalue()
 
 
-def _create_started(sess: Session, host: Host, create: Sequence[str], name: str, path: str, script: str) -> None:
-    """`docker create`, copy a payload in (it stays across restarts), `docker start`. Secrets go
-    through a 0600 env file that is removed at once."""
+def _run_with_env_file(sess: Session, host: Host, argv: Sequence[str], body: str) -> None:
+    """Run a `docker create/run` whose `--env-file` placeholder becomes a 0600 file holding `body`,
+    removed at once: the secrets never appear on a command line."""
     s = sess.ssh[host.name]
-    s.run(("docker", "rm", "-f", name), timeout=60, check=False)
-    argv = list(create)
+    argv = list(argv)
     env_file = None
-    secrets = sess.inv.cluster.secrets
     try:
-        if "--env-file" in argv and secrets:
-            body = "".join(f"{x.name}={x.reveal()}\n" for x in secrets)
+        if "--env-file" in argv:
             env_file = s.put_private_file(body.encode())
             argv[argv.index("--env-file") + 1] = env_file
         s.run(tuple(argv), timeout=120)
     finally:
         if env_file:
             s.remove_file(env_file)
+
+
+def _create_started(sess: Session, host: Host, create: Sequence[str], name: str, path: str, script: str) -> None:
+    """`docker create`, copy a payload in (it stays across restarts), `docker start`. Secrets go
+    through a 0600 env file that is removed at once."""
+    s = sess.ssh[host.name]
+    s.run(("docker", "rm", "-f", name), timeout=60, check=False)
+    _run_with_env_file(sess, host, create, FP.secret_env_body(sess.inv))
     s.run_with_input(("docker", "cp", "-", f"{name}:/"), [_tar(path, check_script(script))], timeout=60)
     s.run(("docker", "start", name), timeout=60)
 
@@ -279,7 +286,7 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
             raise ServeFailed(f"replica {k} ({', '.join(plan.replicas[k].hosts)}) did not serve: {cause}{others}",
                               tail)
         rh = FP.router_host(inv)
-        sess.stage("router", [rh], lambda h: sess.ssh[h.name].run(plan.router, timeout=120))
+        sess.stage("router", [rh], lambda h: _run_with_env_file(sess, h, plan.router, FP.secret_env_body(inv, router=True)))
         through = _probe(sess, rh, FP.router_name(inv), ["ready", FP.router_url(inv), "120"], timeout=240)
         if not through.get("ready"):
             tail = _logs(sess, rh, FP.router_name(inv), 30)

@@ -33,6 +33,8 @@ STOP_GRACE = 30
 #: Where the member supervisor lives in a serve container (copied in before the first start).
 MEMBER_PATH = "/opt/bootstrap/member.py"
 KEEPER_PATH = "/opt/bootstrap/keeper.py"
+#: what vLLM reads its API key from (the value comes from the secret cluster.router.api_key names)
+API_KEY_ENV = "VLLM_API_KEY"
 
 
 class FleetError(UsageError):
@@ -142,9 +144,12 @@ class FleetPlan:
     endpoint: str
     keeper: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    #: the secret's name clients take the API key from (cluster.router.api_key), or None
+    api_key_env: str | None = None
 
     def to_dict(self) -> dict:
         return {"model": self.spec.model, "image": self.spec.image, "extra": list(self.spec.extra),
+                "api_key_env": self.api_key_env,
                 "tp": self.split.par.tp, "pp": self.split.par.pp, "split_reason": self.split.reason,
                 "endpoint": self.endpoint, "router_host": self.router_host, "router": list(self.router),
                 "replicas": [{"replica": r.index, "hosts": list(r.hosts), "url": r.url,
@@ -170,8 +175,9 @@ def member_create_argv(inv: Inventory, host: Host, nofile: int | None, *, replic
     argv = ["docker", "create", "--name", name or serve_name(inv), *node.options,
             "--restart", "unless-stopped", "--stop-timeout", str(STOP_GRACE + 10),
             "-e", f"BOOTSTRAP_STOP_GRACE={STOP_GRACE}"]
-    if node.secret_names:
-        argv += ["--env-file", env_file or "<0600 file with " + ",".join(node.secret_names) + ">"]
+    names = secret_env_names(inv, node.secret_names)
+    if names:
+        argv += ["--env-file", env_file or "<0600 file with " + ",".join(names) + ">"]
     for k, v in ((PL.LABEL_CLUSTER, inv.cluster.name), (PL.LABEL_HOST, host.name), (LABEL_KEEP, inv.cluster.name),
                  (LABEL_REPLICA, str(replica)), (LABEL_SERVE, spec.to_label())):
         argv += ["--label", f"{k}={v}"]
@@ -180,12 +186,37 @@ def member_create_argv(inv: Inventory, host: Host, nofile: int | None, *, replic
     return tuple(argv)
 
 
-def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = None) -> tuple[str, ...]:
+def secret_env_names(inv: Inventory, names: Sequence[str] = ()) -> tuple[str, ...]:
+    """The variables a serve container's env file holds: the secrets, and VLLM_API_KEY when
+    cluster.router.api_key names one (vLLM then refuses /v1 requests without it)."""
+    extra = (API_KEY_ENV,) if inv.cluster.router.api_key and API_KEY_ENV not in names else ()
+    return (*names, *extra)
+
+
+def api_key(inv: Inventory) -> str | None:
+    """The API key's value (from the secret cluster.router.api_key names), or None."""
+    name = inv.cluster.router.api_key
+    return next((x.reveal() for x in inv.cluster.secrets if x.name == name), None) if name else None
+
+
+def secret_env_body(inv: Inventory, *, router: bool = False) -> str:
+    """The env file's text: every secret for a serve container; for the router only the API key
+    (its probe sends it; the router itself passes each client's header on)."""
+    secrets = {} if router else {x.name: x.reveal() for x in inv.cluster.secrets}
+    key = api_key(inv)
+    if key is not None:
+        secrets[API_KEY_ENV] = key
+    return "".join(f"{k}={v}\n" for k, v in secrets.items())
+
+
+def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = None,
+                    env_file: str | None = None) -> tuple[str, ...]:
     """vllm-router, detached with a restart policy, bound to the router host's data-plane IP."""
     r = inv.cluster.router
     h = router_host(inv)
+    key = ("--env-file", env_file or f"<0600 file with {API_KEY_ENV}>") if r.api_key else ()
     return ("docker", "run", "-d", "--name", router_name(inv), "--network", "host",
-            "--restart", "unless-stopped", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            "--restart", "unless-stopped", "--cap-drop", "ALL", "--security-opt", "no-new-privileges", *key,
             "--label", f"{PL.LABEL_CLUSTER}={inv.cluster.name}", "--label", f"{LABEL_KEEP}={inv.cluster.name}",
             "--entrypoint", "vllm-router", image or inv.cluster.image,
             "--host", h.ip, "--port", str(r.port), "--policy", r.policy,
@@ -225,7 +256,7 @@ def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice, *, nofile: dict
         replicas.append(ReplicaPlan(k, tuple(h.name for h in group), replica_url(inv, k), members))
     urls = [r.url for r in replicas]
     return FleetPlan(spec, split, tuple(replicas), router_host(inv).name, router_run_argv(inv, urls, spec.image),
-                     router_url(inv) + "/v1", keeper_create_argv(inv), tuple(notes))
+                     router_url(inv) + "/v1", keeper_create_argv(inv), tuple(notes), c.router.api_key)
 
 
 def rollout_order(current: Sequence[Spec | None], target: Spec) -> list[int]:

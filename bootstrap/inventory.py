@@ -1011,11 +1011,22 @@ _ROUTER_FIELDS: dict[str, Validator] = {
     "policy": _choice(*ROUTER_POLICIES),
     "metrics_port": _port,
     "health_interval": _int(1, 60),
+    "api_key": lambda v, loc: _secret_ref(v, loc),
 }
 
+_API_KEY_HINT = ("name the secret in cluster.secrets that holds the key; the key itself belongs in your "
+                 "environment, never in the inventory")
 
-def _router(value: Any, loc: _Loc, ports: Ports,
-            replicas: int = 1) -> tuple[Router, _Loc | None]:
+
+def _secret_ref(value: Any, loc: _Loc) -> str:
+    """The name of a secret; the value is never echoed (it may be the key itself, pasted)."""
+    if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
+        loc.fail(f"not a secret's name: {_API_KEY_HINT}")
+    return value
+
+
+def _router(value: Any, loc: _Loc, ports: Ports, replicas: int = 1,
+            secret_names: frozenset[str] | set[str] = frozenset()) -> tuple[Router, _Loc | None]:
     """The router's settings, and where its host was named (checked against the hosts later).
     With replicas and no `router` mapping the defaults run, so their ports are checked too."""
     if value is None and replicas == 1:
@@ -1031,6 +1042,8 @@ def _router(value: Any, loc: _Loc, ports: Ports,
             blame.fail(f"{port} is also {taken[port]}; the router's ports must differ"
                        + ("" if name in values else f" (set {loc.field}.{name})"))
         taken[port] = f"{loc.field}.{name}"
+    if router.api_key is not None and router.api_key not in secret_names:
+        locs["api_key"].fail(f"that name is not listed in cluster.secrets: {_API_KEY_HINT}")
     return router, locs.get("host")
 
 
@@ -1125,7 +1138,7 @@ def _cluster(
     kwargs["secrets"] = tuple(secrets)
     kwargs["env"] = tuple(sorted((k, v) for k, (v, _) in env.items()))
     kwargs["router"], router_host_loc = _router(values.get("router"), locs.get("router", loc.sub("router")),
-                                                kwargs["ports"], values.get("replicas", 1))
+                                                kwargs["ports"], values.get("replicas", 1), secret_names)
 
     cluster = Cluster(**kwargs)
     facts = {

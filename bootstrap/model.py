@@ -110,6 +110,9 @@ class Router:
     metrics_port: int = 29000
     #: seconds between its health checks of each replica (a dead replica is out within about this)
     health_interval: int = 2
+    #: the name of the secret (cluster.secrets) that holds the API key: the replicas get it as
+    #: VLLM_API_KEY and refuse /v1 requests without it; the router passes the client's header on
+    api_key: str | None = None
 
 
 @dataclass(frozen=True)

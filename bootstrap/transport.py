@@ -254,7 +254,11 @@ class SSHHost:
                 if not got and (chan.closed or not (chan.get_transport() and chan.get_transport().is_active())):
                     if chan.eof_received and chan.status_event.is_set():
                         continue  # it finished and closed between our checks: drain it above
-                    raise EOFError("the SSH connection was closed")  # close() from another thread
+                    # close() from another thread, or the server dropped the connection or the channel
+                    raise EOFError("the SSH connection was closed" if not chan.closed else
+                                   "the server closed the channel without an exit status"
+                                   + ("" if chan.get_transport() and chan.get_transport().is_active()
+                                      else " and the connection"))
                 if not got:
                     _wait_readable(chan, 0.02)
             code = chan.recv_exit_status()

@@ -10,6 +10,7 @@ with nothing but the standard library.
   remove ROUTER URL       take it out (checked)
 """
 import json
+import os
 import sys
 import time
 import urllib.parse
@@ -18,8 +19,10 @@ import urllib.request
 
 def http(method, url, body=None, timeout=5.0):
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"} if data else {})
+    headers = {"Content-Type": "application/json"} if data else {}
+    if os.environ.get("VLLM_API_KEY"):  # the container's env file (cluster.router.api_key)
+        headers["Authorization"] = "Bearer " + os.environ["VLLM_API_KEY"]
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read()

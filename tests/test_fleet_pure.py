@@ -491,6 +491,59 @@ def test_secrets_go_through_an_env_file_never_the_argv(tmp_path):
     assert value not in c
 
 
+KEY = "sk-Fleet-Key-0042"
+
+
+def test_api_key_reaches_replicas_and_router_probe_through_env_files_only(tmp_path):
+    inv = load(tmp_path, fleet_yaml(cluster="""
+        secrets: [FLEET_KEY]
+        router: {api_key: FLEET_KEY}
+        """), {"FLEET_KEY": KEY, "HF_TOKEN": TOKEN})
+    assert inv.cluster.router.api_key == "FLEET_KEY" and FP.api_key(inv) == KEY
+    plan = FP.plan_fleet(inv, FP.Spec("org/model"), CPU_SPLIT, nofile={})
+    for m in (m for r in plan.replicas for m in r.members):
+        assert "VLLM_API_KEY" in m.create[m.create.index("--env-file") + 1]
+    assert "VLLM_API_KEY" in plan.router[plan.router.index("--env-file") + 1]
+    assert plan.api_key_env == "FLEET_KEY" and plan.to_dict()["api_key_env"] == "FLEET_KEY"
+    assert KEY not in json.dumps(plan.to_dict()) + repr(plan)
+    # the members get every secret plus the key under vLLM's name; the router only the key
+    member = FP.secret_env_body(inv).splitlines()
+    assert sorted(member) == [f"FLEET_KEY={KEY}", f"VLLM_API_KEY={KEY}"]
+    assert FP.secret_env_body(inv, router=True) == f"VLLM_API_KEY={KEY}\n"
+
+
+def test_api_key_named_vllm_api_key_is_not_written_twice(tmp_path):
+    inv = load(tmp_path, fleet_yaml(cluster="""
+        secrets: [VLLM_API_KEY]
+        router: {api_key: VLLM_API_KEY}
+        """), {"VLLM_API_KEY": KEY})
+    assert FP.secret_env_body(inv).count("VLLM_API_KEY=") == 1
+    plan = FP.plan_fleet(inv, FP.Spec("org/model"), CPU_SPLIT, nofile={})
+    m = plan.replicas[0].members[0].create
+    assert m[m.index("--env-file") + 1].count("VLLM_API_KEY") == 1
+
+
+def test_without_api_key_the_router_gets_no_env_file(fleet):
+    plan = FP.plan_fleet(fleet, FP.Spec("org/model"), CPU_SPLIT, nofile={})
+    assert "--env-file" not in plan.router and FP.api_key(fleet) is None and FP.secret_env_body(fleet, router=True) == ""
+
+
+def test_api_key_must_name_a_listed_secret(tmp_path):
+    err = error(tmp_path, fleet_yaml(cluster="""
+        secrets: [FLEET_KEY]
+        router: {api_key: OTHER_KEY}
+        """), {"FLEET_KEY": KEY})
+    check(err, tmp_path / "inventory.yaml", 5, "cluster.router.api_key", "not listed in cluster.secrets")
+
+
+def test_a_key_pasted_into_the_inventory_is_refused_and_never_echoed(tmp_path):
+    err = error(tmp_path, fleet_yaml(cluster=f"""
+        router: {{api_key: {KEY}}}
+        """))
+    check(err, tmp_path / "inventory.yaml", 4, "cluster.router.api_key", "not a secret's name")
+    assert KEY not in str(err)
+
+
 def test_member_image_defaults_to_the_clusters(fleet):
     c = FP.member_create_argv(fleet, fleet.hosts[3], None, replica=1, rank=1, nodes=2, vllm=("vllm",),
                               spec=FP.Spec("m"))

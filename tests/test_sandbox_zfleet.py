@@ -6,9 +6,11 @@ What a user meets is real: sshd, Docker in each node, vLLM (CPU build) in each s
 vllm-router, `docker kill`.
 """
 import json
+import os
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -19,6 +21,8 @@ pytestmark = pytest.mark.sandbox
 MODEL = "/opt/models/tiny-llama"
 FLAGS = ["--enforce-eager", "--max-model-len", "256"]
 SERVE = "bootstrap-vllm-serve"
+#: the fleet's API key (cluster.router.api_key names the secret FLEET_KEY; set in the fixture)
+KEY = "sk-sandbox-" + os.urandom(6).hex()
 
 
 def status(inv):
@@ -45,7 +49,7 @@ class Load:
 
         self.B = B
         self.cfg = B.BenchConfig(url=endpoint.removesuffix("/v1"), model=MODEL, requests=1, concurrency=1,
-                                 max_tokens=max_tokens, timeout=120)
+                                 max_tokens=max_tokens, timeout=120, api_key=KEY)
         self.samples = []
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(concurrency)]
@@ -84,7 +88,9 @@ def fleet(_sandbox_session, tmp_path_factory):
 
     def mutate(doc):
         doc["cluster"]["replicas"] = 2
-        doc["cluster"]["router"] = {"policy": "round_robin", "health_interval": 2}
+        doc["cluster"]["router"] = {"policy": "round_robin", "health_interval": 2, "api_key": "FLEET_KEY"}
+        doc["cluster"]["secrets"] = [*doc["cluster"].get("secrets", []), "FLEET_KEY"]
+    os.environ["FLEET_KEY"] = KEY  # the CLI reads secrets from its environment
     inv = write_inventory(sb.inventory, tmp_path_factory.mktemp("fleet") / "fleet.yaml", mutate)
     r = cli("up", "-i", inv)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -96,6 +102,7 @@ def fleet(_sandbox_session, tmp_path_factory):
     for n in sb.nodes:  # down leaves nothing of the fleet behind
         left = on_node(n, "docker", "ps", "-a", "--format", "{{.Names}}").stdout.split()
         assert not [c for c in left if c.startswith("bootstrap-vllm")], (n.name, left)
+    os.environ.pop("FLEET_KEY", None)
 
 
 def endpoint_of(serve_out):
@@ -112,9 +119,22 @@ def test_serve_puts_both_replicas_behind_the_router_and_spreads_requests(fleet):
     endpoint = endpoint_of(served.stdout)
     assert endpoint == f"http://{sb.nodes[0].ip}:30000/v1"  # the router, on replica 0's head, data-plane IP
     body = json.dumps({"model": MODEL, "prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0})
-    req = urllib.request.Request(endpoint + "/completions", body.encode(), {"Content-Type": "application/json"})
+    # the API key: the curl shown names the variable, never the value; without the key the router's
+    # answer is the replica's 401, with it a completion
+    assert 'Authorization: Bearer $FLEET_KEY' in served.stdout and KEY not in served.stdout + served.stderr
+    for url, key in ((endpoint, None), ("http://" + sb.nodes[2].ip + ":8000/v1", "wrong-key")):
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+        req = urllib.request.Request(url + "/completions", body.encode(), headers)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=60)
+        assert refused.value.code == 401, url
+    req = urllib.request.Request(endpoint + "/completions", body.encode(),
+                                 {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
     with urllib.request.urlopen(req, timeout=120) as resp:
         assert json.loads(resp.read())["choices"][0]["text"]
+    for n in sb.nodes:  # the key reached the containers through env files, never a command line
+        cmdlines = on_node(n, "sh", "-c", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '", check=False).stdout
+        assert cmdlines and KEY not in cmdlines, n.name
     # both replicas answer: bench through the router reports the spread from their own counters
     r = cli("bench", "-i", inv, "-n", "20", "--concurrency", "4", "--max-tokens", "8", "--json")
     assert r.returncode == 0, r.stderr[-2000:]
