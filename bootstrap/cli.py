@@ -1194,6 +1194,83 @@ def rollout(inventory, parallel, extra, model, image, keep_flags, max_unavailabl
     _run(go)
 
 
+# -- top -----------------------------------------------------------------------------------------
+@main.command()
+@inventory_option
+@click.option("--interval", type=click.FloatRange(0.5, 60), default=2.0, show_default=True,
+              help="Seconds between looks.")
+@click.option("--once", is_flag=True, help="Take two looks --interval apart, print one frame and exit.")
+@json_option
+def top(inventory, interval, once, as_json):
+    """A live view of every replica and node: requests running/waiting, requests/s, output tokens/s,
+    TTFT and ITL p50/p95 over the last minute, KV cache use, CPU, memory and GPUs.
+
+    Each look runs a small probe in every host's container over SSH, in parallel; a host, container
+    or vLLM that does not answer is a red row (exit 1 with --once/--json). Ctrl-C stops it.
+
+    Example: bootstrap top -i hosts.yaml            (bootstrap top -i hosts.yaml --once --json: one sample)
+    """
+    from . import top as T
+
+    def go():
+        inv = _load(inventory, require_secrets=False)  # the probes read nothing secret
+        with T.Watcher(inv) as w:
+            if once or as_json:
+                w.sample()
+                time.sleep(interval)
+                w.sample()
+                frame = w.frame(interval)
+                if as_json:
+                    out.print_json(json.dumps(frame.to_dict()))
+                else:
+                    out.print(_top_table(inv, frame))
+                if frame.down:
+                    sys.exit(int(ExitStatus.ERROR))
+                return
+            from rich.live import Live
+
+            w.sample()
+            with Live(_top_table(inv, w.frame(interval)), console=out, auto_refresh=False,
+                      screen=False, transient=False) as live:
+                while True:
+                    t0 = time.monotonic()
+                    w.sample()
+                    live.update(_top_table(inv, w.frame(interval)), refresh=True)
+                    time.sleep(max(0.0, interval - (time.monotonic() - t0)))
+    _run(go)
+
+
+def _top_table(inv, frame) -> Table:
+    def f(v, fmt="{:.1f}", unit=""):
+        return "-" if v is None else fmt.format(v) + unit
+
+    def ms(v):
+        return "-" if v is None else f"{v * 1000:.0f}"
+
+    stamp = time.strftime("%H:%M:%S", time.localtime(frame.t))
+    t = Table(title=f"{_escape(inv.cluster.name)} at {stamp}, every {frame.interval:g}s; "
+                    f"latency over the last {frame.window:.0f}s", title_justify="left")
+    for col in ("replica", "running", "waiting", "req/s", "tok/s", "TTFT p50/p95 ms", "ITL p50/p95 ms",
+                "KV %", "hosts / why down"):
+        t.add_column(col, justify="left" if col in ("replica", "hosts / why down") else "right")
+    for r in (r for r in frame.rows if r.kind == "replica"):
+        style = None if r.up else "red"
+        t.add_row(_escape(r.name), f(r.running, "{:.0f}"), f(r.waiting, "{:.0f}"), f(r.req_s, "{:.2f}"),
+                  f(r.tok_s), f"{ms(r.ttft_p50)}/{ms(r.ttft_p95)}", f"{ms(r.itl_p50)}/{ms(r.itl_p95)}", f(r.kv),
+                  _escape(", ".join(r.hosts) if r.up else f"DOWN: {r.error}"), style=style)
+    n = Table(title_justify="left")
+    for col in ("node", "replica", "CPU %", "mem %", "GPU %", "GPU mem %", "why down"):
+        n.add_column(col, justify="left" if col in ("node", "why down") else "right")
+    for r in (r for r in frame.rows if r.kind == "node"):
+        n.add_row(_escape(r.name), "-" if r.replica is None else str(r.replica), f(r.cpu), f(r.mem),
+                  f(r.gpu_util), f(r.gpu_mem), "" if r.up else _escape(f"DOWN: {r.error}"),
+                  style=None if r.up else "red")
+    grid = Table.grid()
+    grid.add_row(t)
+    grid.add_row(n)
+    return grid
+
+
 # -- bench ---------------------------------------------------------------------------------------
 @main.command()
 @inventory_option

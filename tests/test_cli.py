@@ -43,7 +43,7 @@ def test_missing_inventory_is_one_line_exit_2(tmp_path):
 
 
 def test_example_inventories_validate_offline_in_plan():
-    for f in ("inventory/example.yaml", "inventory/ansible-hosts.yaml"):
+    for f in ("inventory/example.yaml", "inventory/ansible-hosts.yaml", "inventory/fleet.yaml"):
         r = run("plan", "-i", f, "--json")
         assert r.returncode == 0, r.stderr
         assert "VLLM_HOST_IP=10.10.0.11" in r.stdout

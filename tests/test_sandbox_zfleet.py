@@ -8,6 +8,7 @@ vllm-router, `docker kill`.
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -15,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from test_sandbox_cluster import cli, on_node, write_inventory
+from test_sandbox_cluster import ROOT, cli, on_node, write_inventory
 
 pytestmark = pytest.mark.sandbox
 MODEL = "/opt/models/tiny-llama"
@@ -148,6 +149,47 @@ def test_serve_puts_both_replicas_behind_the_router_and_spreads_requests(fleet):
     assert sorted(st["router_workers"]) == sorted(r["url"] for r in st["replicas"])  # the router's own order
 
 
+def top_once(inv):
+    r = cli("top", "-i", inv, "--once", "--json", "--interval", "2")
+    return r.returncode, json.loads(r.stdout)
+
+
+def test_top_shows_every_replica_and_node_under_load_and_in_a_terminal(fleet):
+    sb, inv, served = fleet
+    with Load(endpoint_of(served.stdout), concurrency=4):
+        time.sleep(4)
+        rc, doc = top_once(inv)
+        # as a person sees it: the live view in a real terminal (tmux), the pane captured
+        session = f"top-{os.getpid()}"
+        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "200", "-y", "40",
+                        f"cd {ROOT} && {sys.executable} -m bootstrap.cli top -i {inv} --interval 1"],
+                       check=True, env={**os.environ, "TERM": "xterm-256color"})
+        try:  # wait for a frame drawn from two looks (rates need two), bounded
+            for _ in range(60):
+                time.sleep(1)
+                pane = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                                      text=True, check=True).stdout
+                if "latency over the last" in pane and "latency over the last 0s" not in pane:
+                    break
+        finally:
+            subprocess.run(["tmux", "kill-session", "-t", session], check=False)
+    print(f"top --once --json: {json.dumps(doc)}\ntmux pane:\n{pane}")
+    assert rc == 0
+    reps = {r["name"]: r for r in doc["replicas"]}
+    assert set(reps) == {"replica 0", "replica 1"} and all(r["up"] for r in reps.values())
+    assert all(r["running"] is not None and r["waiting"] is not None and r["kv"] is not None for r in reps.values())
+    assert sum(r["running"] + r["waiting"] for r in reps.values()) >= 1
+    assert sum(r["tok_s"] or 0 for r in reps.values()) > 0
+    assert [n["name"] for n in doc["nodes"]] == [n.name for n in sb.nodes]
+    assert all(n["up"] and n["cpu"] is not None and 0 < n["mem"] < 100 for n in doc["nodes"])
+    lines = pane.splitlines()
+    for name in ("replica 0", "replica 1", *(n.name for n in sb.nodes)):
+        row = next((ln for ln in lines if ln.strip("│ ").startswith(name)), None)
+        assert row is not None and "DOWN" not in row, (name, pane)
+    rep0 = next(ln for ln in lines if ln.strip("│ ").startswith("replica 0"))
+    assert "node1, node2" in rep0 and any(c.isdigit() for c in rep0.split("│")[2]), rep0
+
+
 def test_a_killed_replica_is_contained_and_comes_back_without_a_command(fleet):
     """`docker kill` of replica 1's head: requests sent after it all succeed (the router sends
     them to replica 0), and the keeper + the member supervisor bring the whole group back."""
@@ -157,7 +199,11 @@ def test_a_killed_replica_is_contained_and_comes_back_without_a_command(fleet):
         time.sleep(8)
         killed_at = time.time()
         on_node(sb.nodes[2], "docker", "kill", SERVE)
-        time.sleep(20)
+        rc, doc = top_once(inv)  # the killed replica is a red row; the other serves on
+        time.sleep(max(0.0, 20 - (time.time() - killed_at)))
+    reps = {r["name"]: r for r in doc["replicas"]}
+    print(f"top after the kill: {reps}")
+    assert rc == 1 and reps["replica 0"]["up"] and not reps["replica 1"]["up"] and reps["replica 1"]["error"]
     lost = load.failed()
     after_kill = load.failed(after=killed_at)
     sent_after = [s for s in load.samples if s.started >= killed_at]

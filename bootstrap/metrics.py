@@ -1,0 +1,256 @@
+"""What `bootstrap top` shows, from raw samples (pure: no SSH, no clock of its own).
+
+A sample of a host is what `checks/top_probe.py` printed inside its container: the node's
+`/proc/stat` CPU line, `/proc/meminfo`, `nvidia-smi` rows, and the text of vLLM's `/metrics` on a
+replica's head. This module parses them (Prometheus' own parser, prometheus_client), turns two
+samples into rates, and a window of samples into latency percentiles the way PromQL's
+`histogram_quantile` does over `increase(..._bucket[1m])`.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+#: vLLM's metric names (v1 engine); counters are exported with a _total suffix.
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+SUCCESS = "vllm:request_success"
+GEN_TOKENS = "vllm:generation_tokens"
+TTFT = "vllm:time_to_first_token_seconds"
+ITL = "vllm:inter_token_latency_seconds"
+ITL_OLD = "vllm:time_per_output_token_seconds"  # before vLLM 0.11
+KV = "vllm:kv_cache_usage_perc"
+KV_OLD = "vllm:gpu_cache_usage_perc"
+
+#: seconds of history the latency percentiles cover
+WINDOW = 60.0
+
+Buckets = tuple[tuple[float, float], ...]  # (upper bound, cumulative count), sorted, +Inf last
+
+
+@dataclass(frozen=True)
+class VllmSample:
+    running: float | None = None
+    waiting: float | None = None
+    success: float | None = None
+    gen_tokens: float | None = None
+    kv: float | None = None
+    ttft: Buckets = ()
+    itl: Buckets = ()
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    util: float | None  # %
+    mem_used: float | None  # MiB
+    mem_total: float | None  # MiB
+
+
+@dataclass(frozen=True)
+class HostSample:
+    """One look at one host. `error` set: the host or its container did not answer."""
+    t: float
+    cpu: tuple[float, float] | None = None  # (busy, total) jiffies since boot
+    mem: tuple[float, float] | None = None  # (used, total) bytes
+    gpus: tuple[GpuSample, ...] = ()
+    vllm: VllmSample | None = None
+    vllm_error: str | None = None
+    error: str | None = None
+
+
+def parse_vllm(text: str) -> VllmSample:
+    """vLLM's /metrics text: each metric summed over its label sets (engines, models)."""
+    sums: dict[str, float] = {}
+    buckets: dict[str, dict[float, float]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if not s.name.startswith("vllm:") or math.isnan(s.value):
+                continue
+            if s.name.endswith("_bucket"):
+                le = float(s.labels.get("le", "nan"))
+                per = buckets.setdefault(s.name[:-len("_bucket")], {})
+                per[le] = per.get(le, 0.0) + s.value
+            else:
+                sums[s.name] = sums.get(s.name, 0.0) + s.value
+
+    def counter(name: str) -> float | None:
+        return sums.get(name + "_total", sums.get(name))
+
+    def hist(*names: str) -> Buckets:
+        for n in names:
+            if n in buckets:
+                return tuple(sorted(buckets[n].items()))
+        return ()
+
+    kv = sums.get(KV, sums.get(KV_OLD))
+    return VllmSample(running=sums.get(RUNNING), waiting=sums.get(WAITING), success=counter(SUCCESS),
+                      gen_tokens=counter(GEN_TOKENS), kv=kv, ttft=hist(TTFT), itl=hist(ITL, ITL_OLD))
+
+
+def parse_cpu(line: str) -> tuple[float, float] | None:
+    """`cpu  user nice system idle iowait irq softirq steal ...` -> (busy, total) jiffies."""
+    parts = line.split()
+    if len(parts) < 5 or parts[0] != "cpu":
+        return None
+    try:
+        vals = [float(x) for x in parts[1:9]]
+    except ValueError:
+        return None
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0.0)
+    total = sum(vals)
+    return total - idle, total
+
+
+def parse_meminfo(text: str) -> tuple[float, float] | None:
+    """(used, total) bytes; used = MemTotal - MemAvailable."""
+    kb: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("MemTotal", "MemAvailable") and rest.split():
+            try:
+                kb[name] = float(rest.split()[0])
+            except ValueError:
+                pass
+    if "MemTotal" not in kb or "MemAvailable" not in kb:
+        return None
+    return (kb["MemTotal"] - kb["MemAvailable"]) * 1024, kb["MemTotal"] * 1024
+
+
+def parse_gpus(csv: str) -> tuple[GpuSample, ...]:
+    """`nvidia-smi --query-gpu=utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits`."""
+    def num(x: str) -> float | None:
+        try:
+            return float(x.strip())
+        except ValueError:  # "[N/A]", "[Not Supported]"
+            return None
+
+    out = []
+    for line in csv.splitlines():
+        cols = line.split(",")
+        if len(cols) >= 3:
+            out.append(GpuSample(num(cols[0]), num(cols[1]), num(cols[2])))
+    return tuple(out)
+
+
+def parse_probe(doc: Mapping, t: float) -> HostSample:
+    """What checks/top_probe.py printed (one JSON object) -> a HostSample taken at `t`."""
+    vllm, verr = None, doc.get("metrics_error")
+    if isinstance(doc.get("metrics"), str):
+        try:
+            vllm = parse_vllm(doc["metrics"])
+        except ValueError as exc:  # not Prometheus text
+            verr = f"unreadable /metrics: {exc}"[:200]
+    return HostSample(t=t, cpu=parse_cpu(doc.get("stat") or ""), mem=parse_meminfo(doc.get("meminfo") or ""),
+                      gpus=parse_gpus(doc.get("gpus") or ""), vllm=vllm, vllm_error=verr)
+
+
+def histogram_quantile(q: float, old: Buckets, new: Buckets) -> float | None:
+    """The q-quantile of the observations between two cumulative histograms (PromQL's
+    histogram_quantile over the increase): linear inside the bucket it falls in; the highest
+    finite bound when it falls in +Inf. None when nothing was observed."""
+    before = dict(old)
+    inc = [(le, max(0.0, c - before.get(le, 0.0))) for le, c in new]
+    if not inc or inc[-1][1] <= 0:
+        return None
+    rank = q * inc[-1][1]
+    lower, below = 0.0, 0.0
+    for le, c in inc:
+        if c >= rank:
+            if math.isinf(le):
+                return lower
+            if c == below:
+                return le
+            return lower + (le - lower) * (rank - below) / (c - below)
+        lower, below = le, c
+    return lower
+
+
+def _rate(old: float | None, new: float | None, dt: float) -> float | None:
+    if old is None or new is None or dt <= 0:
+        return None
+    return max(0.0, new - old) / dt  # a restarted server starts its counters again: not negative
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of `top`: a replica's vLLM (kind "replica") or a node (kind "node")."""
+    kind: str
+    name: str
+    replica: int | None
+    up: bool
+    error: str | None = None
+    running: float | None = None
+    waiting: float | None = None
+    req_s: float | None = None
+    tok_s: float | None = None
+    ttft_p50: float | None = None
+    ttft_p95: float | None = None
+    itl_p50: float | None = None
+    itl_p95: float | None = None
+    kv: float | None = None  # %
+    cpu: float | None = None  # %
+    mem: float | None = None  # %
+    gpu_util: float | None = None  # % (mean over the node's GPUs)
+    gpu_mem: float | None = None  # % of the node's GPU memory used
+    hosts: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["hosts"] = list(self.hosts)
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in d.items()}
+
+
+def _pair(history: Sequence[HostSample], window: float) -> tuple[HostSample | None, HostSample | None,
+                                                                 HostSample | None]:
+    """(previous, latest, oldest within the window) among the answered samples."""
+    ok = [s for s in history if s.error is None]
+    if not ok:
+        return None, None, None
+    latest = ok[-1]
+    prev = ok[-2] if len(ok) > 1 else None
+    inside = [s for s in ok if latest.t - s.t <= window]
+    return prev, latest, inside[0] if inside and inside[0] is not latest else prev
+
+
+def replica_row(name: str, replica: int | None, hosts: Sequence[str], history: Sequence[HostSample],
+                window: float = WINDOW) -> Row:
+    """A replica's vLLM from its head's samples: load now, rates over the last interval,
+    percentiles over the window (since the server started when there is one sample only)."""
+    last = history[-1] if history else None
+    if last is None:
+        return Row("replica", name, replica, False, "no sample yet", hosts=tuple(hosts))
+    if last.error or last.vllm is None:
+        return Row("replica", name, replica, False, last.error or last.vllm_error or "no /metrics",
+                   hosts=tuple(hosts))
+    prev, latest, oldest = _pair([s for s in history if s.vllm is not None], window)
+    v = latest.vllm
+    pv, ov = (prev.vllm if prev else None), (oldest.vllm if oldest else None)
+    dt = latest.t - prev.t if prev else 0.0
+    base_ttft, base_itl = (ov.ttft, ov.itl) if ov else ((), ())
+    return Row(
+        "replica", name, replica, True, None, v.running, v.waiting,
+        _rate(pv.success if pv else None, v.success, dt), _rate(pv.gen_tokens if pv else None, v.gen_tokens, dt),
+        histogram_quantile(0.5, base_ttft, v.ttft), histogram_quantile(0.95, base_ttft, v.ttft),
+        histogram_quantile(0.5, base_itl, v.itl), histogram_quantile(0.95, base_itl, v.itl),
+        None if v.kv is None else v.kv * 100, hosts=tuple(hosts))
+
+
+def node_row(name: str, replica: int | None, history: Sequence[HostSample]) -> Row:
+    """A node: CPU over the last interval, memory and GPUs now."""
+    last = history[-1] if history else None
+    if last is None or last.error:
+        return Row("node", name, replica, False, last.error if last else "no sample yet")
+    prev, latest, _ = _pair(history, WINDOW)
+    cpu = None
+    if prev and prev.cpu and latest.cpu and latest.cpu[1] > prev.cpu[1]:
+        cpu = 100 * (latest.cpu[0] - prev.cpu[0]) / (latest.cpu[1] - prev.cpu[1])
+    mem = 100 * latest.mem[0] / latest.mem[1] if latest.mem and latest.mem[1] else None
+    utils = [g.util for g in latest.gpus if g.util is not None]
+    used = sum(g.mem_used or 0 for g in latest.gpus)
+    total = sum(g.mem_total or 0 for g in latest.gpus)
+    return Row("node", name, replica, True, None, cpu=cpu, mem=mem,
+               gpu_util=sum(utils) / len(utils) if utils else None,
+               gpu_mem=100 * used / total if total else None)

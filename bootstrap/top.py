@@ -1,0 +1,117 @@
+"""`bootstrap top`: sample every host over SSH, keep a short history, make the rows.
+
+One remote step: `checks/top_probe.py` inside the host's container (the serve container of a
+replica, else the cluster container), given the vLLM /metrics URL on a replica's head. All hosts are
+sampled in parallel each frame; a host or container that does not answer is a row marked down (it
+is tried again next frame), never an abort. The arithmetic is in bootstrap.metrics.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from . import fleetplan as FP
+from . import metrics as M
+from .apply import Session, check_script, exec_python_argv
+from .model import Host, Inventory
+
+#: samples kept per host (enough for the percentile window at a 1 s interval)
+KEEP = 90
+
+
+@dataclass(frozen=True)
+class Target:
+    host: Host
+    container: str
+    replica: int | None  # None: one cluster (cluster.replicas = 1)
+    metrics_url: str | None  # set on a replica's head
+
+
+def targets(inv: Inventory) -> list[Target]:
+    """Every host once; the head of each replica also reads its vLLM's /metrics."""
+    if FP.is_fleet(inv):
+        heads = {group[0].name: k for k, group in enumerate(inv.replicas)}
+        replica_of = {h.name: k for k, group in enumerate(inv.replicas) for h in group}
+        return [Target(h, FP.serve_name(inv), replica_of[h.name],
+                       FP.replica_url(inv, heads[h.name]) + "/metrics" if h.name in heads else None)
+                for h in inv.hosts]
+    url = FP._url(inv.head.ip, inv.cluster.ports.vllm) + "/metrics"
+    return [Target(h, inv.cluster.container_name, None, url if h.name == inv.head.name else None)
+            for h in inv.hosts]
+
+
+@dataclass(frozen=True)
+class Frame:
+    t: float  # time.time() of the frame
+    interval: float
+    window: float  # seconds of history the percentiles cover
+    rows: tuple[M.Row, ...]
+
+    @property
+    def down(self) -> list[M.Row]:
+        return [r for r in self.rows if not r.up]
+
+    def to_dict(self) -> dict:
+        return {"time": round(self.t, 3), "interval": self.interval, "window_seconds": round(self.window, 1),
+                "replicas": [r.to_dict() for r in self.rows if r.kind == "replica"],
+                "nodes": [r.to_dict() for r in self.rows if r.kind == "node"]}
+
+
+class Watcher:
+    """Holds the SSH sessions and each host's recent samples."""
+
+    def __init__(self, inv: Inventory, *, clock: Callable[[], float] = time.time):
+        self.inv = inv
+        self.targets = targets(inv)
+        self.clock = clock
+        self.history: dict[str, deque[M.HostSample]] = {t.host.name: deque(maxlen=KEEP) for t in self.targets}
+        # a dead host costs one short try per frame, not the inventory's retries
+        ssh = replace(inv.cluster.ssh, connect_retries=0, connect_timeout=min(inv.cluster.ssh.connect_timeout, 5.0))
+        self.sess = Session(inv, parallel=max(1, len(self.targets)), settings=ssh)
+
+    def __enter__(self) -> "Watcher":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sess.close()
+
+    def _sample(self, t: Target) -> M.HostSample:
+        s = self.sess.ssh[t.host.name]
+        argv = exec_python_argv(t.container, [t.metrics_url] if t.metrics_url else [])
+        r = s.run_with_input(argv, [check_script("top_probe.py")], timeout=20, check=False)
+        now = self.clock()
+        line = next((ln for ln in reversed(r.stdout.splitlines()) if ln.startswith("{")), None)
+        if r.exit_code != 0 or line is None:
+            why = (r.stderr or r.stdout).strip().splitlines()
+            last = why[-1] if why else f"exit {r.exit_code}"
+            return M.HostSample(t=now, error=f"container {t.container}: {last}"[:200])
+        return M.parse_probe(json.loads(line), now)
+
+    def sample(self) -> None:
+        """One look at every host, in parallel; failures become samples with an error."""
+        res = self.sess.stage("top", [t.host for t in self.targets],
+                              lambda h: self._sample(next(t for t in self.targets if t.host is h)), strict=False)
+        now = self.clock()
+        for t in self.targets:
+            r = res.get(t.host.name)
+            if isinstance(r, BaseException):
+                if isinstance(r, KeyboardInterrupt):
+                    raise r
+                r = M.HostSample(t=now, error=str(r)[:200])
+            self.history[t.host.name].append(r)
+
+    def frame(self, interval: float) -> Frame:
+        rows: list[M.Row] = []
+        groups = self.inv.replicas if FP.is_fleet(self.inv) else [list(self.inv.hosts)]
+        for k, group in enumerate(groups):
+            head = next(t for t in self.targets if t.host.name == group[0].name)
+            name = f"replica {k}" if head.replica is not None else "vllm"
+            rows.append(M.replica_row(name, head.replica, [h.name for h in group], self.history[head.host.name]))
+        for t in self.targets:
+            rows.append(M.node_row(t.host.name, t.replica, self.history[t.host.name]))
+        spans = [h[-1].t - h[0].t for h in self.history.values() if len(h) > 1]
+        window = min(M.WINDOW, max(spans)) if spans else 0.0
+        return Frame(self.clock(), interval, window, tuple(rows))
