@@ -581,11 +581,15 @@ def _status_lines(inv, st) -> list[str]:
         host, _, port = st.dashboard.rpartition(":")
         line = f"Ray dashboard: http://{st.dashboard}"
         if host.startswith("127."):
-            ssh = inv.head.ssh
-            who = f"{ssh.user}@{ssh.address}" if ssh.user else ssh.address
-            line += f" on {inv.head.name} (from here: ssh -L {port}:{host}:{port} {who}, then http://localhost:{port})"
+            line += f" on {inv.head.name} ({_ssh_tunnel(inv.head, host, port)})"
         lines.append(_escape(line))
     return lines
+
+
+def _ssh_tunnel(h, ip: str, port) -> str:
+    """How to open a service on `h` listening on ip:port from this machine."""
+    who = f"{h.ssh.user}@{h.ssh.address}" if h.ssh.user else h.ssh.address
+    return f"from here: ssh -L {port}:{ip}:{port} {who}, then http://localhost:{port}"
 
 
 # -- exec ----------------------------------------------------------------------------------------
@@ -1357,6 +1361,110 @@ def _png(value: str | None) -> str | None:
     if importlib.util.find_spec("matplotlib") is None:
         raise click.BadParameter("writing a PNG needs matplotlib: pip install matplotlib")
     return value
+
+
+# -- monitor -------------------------------------------------------------------------------------
+@main.group()
+def monitor():
+    """Prometheus for the cluster: a node exporter on every host, Prometheus on one host
+    (cluster.monitor.host, default the head) scraping vLLM, the router, Ray and the exporters.
+
+    Example: bootstrap monitor up -i hosts.yaml
+    """
+
+
+def _monitor_session(inventory, reporter=None):
+    inv = _load(inventory, require_secrets=False)  # nothing secret goes to the monitoring containers
+    sess = A.Session(inv, reporter=reporter) if reporter else A.Session(inv)
+    sess.connect()
+    return inv, sess
+
+
+def _print_targets(res) -> None:
+    t = Table(title=f"Prometheus {_escape(res.url)} on {_escape(res.host)}: "
+                    f"{len(res.targets) - len(res.down)} of {len(res.targets)} target(s) up")
+    for col in ("job", "host", "replica", "url", "health", "error"):
+        t.add_column(col)
+    for x in res.targets:
+        color = "green" if x.health == "up" else "red"
+        t.add_row(_escape(x.job), _escape(x.host), x.replica or "-", _escape(x.url), f"[{color}]{x.health}[/]",
+                  _escape(x.error[:100]))
+    out.print(t)
+
+
+@monitor.command("up")
+@inventory_option
+@click.option("--wait", type=SECONDS, default=120.0, show_default=True,
+              help="Seconds to wait for every target to be up.")
+@json_option
+def monitor_up(inventory, wait, as_json):
+    """Start (or update) the exporters and Prometheus; the scrape configuration is generated from
+    the inventory on every run, and a running Prometheus reloads it. Exit 1 if an exporter, Ray or
+    Prometheus target is down (vLLM's and the router's come up when `serve` runs).
+
+    Example: bootstrap monitor up -i hosts.yaml
+    """
+    from . import monitor as MON
+
+    def go():
+        inv, sess = _monitor_session(inventory, LineReporter(quiet=as_json))
+        with sess:
+            res = MON.monitor_up(sess, wait=wait)
+        if as_json:
+            out.print_json(json.dumps(res.to_dict()))
+        else:
+            _print_targets(res)
+            when = (f"all up {res.all_up_after:.1f}s after the start" if res.all_up_after is not None
+                    else f"{len(res.down)} down")
+            mh = next(h for h in inv.hosts if h.name == res.host)
+            out.print(_escape(f"Prometheus: {res.url} ({when}; took {res.seconds:.1f}s); "
+                              f"{_ssh_tunnel(mh, mh.ip, inv.cluster.monitor.port)}"))
+            if res.down and not res.down_infrastructure:
+                out.print("note: vLLM's targets are up once `bootstrap serve` runs; Prometheus keeps trying")
+        if res.down_infrastructure:
+            sys.exit(int(ExitStatus.ERROR))
+    _run(go)
+
+
+@monitor.command("status")
+@inventory_option
+@json_option
+def monitor_status(inventory, as_json):
+    """List every scrape target up or down, as Prometheus sees it (exit 1 if one is down).
+
+    Example: bootstrap monitor status -i hosts.yaml
+    """
+    from . import monitor as MON
+
+    def go():
+        inv, sess = _monitor_session(inventory)
+        with sess:
+            res = MON.monitor_status(sess)
+        if as_json:
+            out.print_json(json.dumps(res.to_dict()))
+        else:
+            _print_targets(res)
+        if res.down:
+            sys.exit(int(ExitStatus.ERROR))
+    _run(go)
+
+
+@monitor.command("down")
+@inventory_option
+@click.option("--purge", is_flag=True, help="Also delete Prometheus' stored samples (its data volume).")
+def monitor_down(inventory, purge):
+    """Remove Prometheus and the exporters from every host.
+
+    Example: bootstrap monitor down -i hosts.yaml --purge
+    """
+    from . import monitor as MON
+
+    def go():
+        inv, sess = _monitor_session(inventory, LineReporter())
+        with sess:
+            res = MON.monitor_down(sess, purge=purge)
+        out.print(_escape(f"monitoring removed from {len(res)} host(s)" + (" (data purged)" if purge else "")))
+    _run(go)
 
 
 # -- sandbox -------------------------------------------------------------------------------------

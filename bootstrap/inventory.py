@@ -36,6 +36,7 @@ from .model import (
     Cluster,
     Host,
     Inventory,
+    Monitor,
     ROUTER_POLICIES,
     Ports,
     Router,
@@ -964,7 +965,7 @@ class _SSHDefaults:
     known_hosts_loc: _Loc | None = None
 
 
-_PORT_FIELDS: dict[str, Validator] = {"ray_gcs": _port, "dashboard": _port, "vllm": _port}
+_PORT_FIELDS: dict[str, Validator] = {"ray_gcs": _port, "dashboard": _port, "vllm": _port, "ray_metrics": _port}
 
 _SSH_FIELDS: dict[str, Validator] = {
     "user": _optional(_user),
@@ -1003,6 +1004,22 @@ _CLUSTER_FIELDS: dict[str, Validator] = {
     "ssh": lambda v, loc: v,  # checked in _ssh
     "replicas": _int(1, _MAX_HOSTS),
     "router": lambda v, loc: v,  # checked in _router (needs the ports and the secrets)
+    "monitor": lambda v, loc: v,  # checked in _monitor (needs the ports)
+}
+
+_RETENTION_RX = re.compile(r"[1-9][0-9]*(ms|s|m|h|d|w|y)")
+
+_MONITOR_FIELDS: dict[str, Validator] = {
+    "host": lambda v, loc: _host_name(v, loc),
+    "port": _port,
+    "node_exporter_port": _port,
+    "scrape_interval": _int(1, 3600),
+    "retention": _pattern(_RETENTION_RX, "a duration such as 15d, 12h or 2w"),
+    "image": _image,
+    "node_exporter_image": _image,
+    "dcgm": _bool,
+    "dcgm_image": _image,
+    "dcgm_port": _port,
 }
 
 _ROUTER_FIELDS: dict[str, Validator] = {
@@ -1033,8 +1050,7 @@ def _router(value: Any, loc: _Loc, ports: Ports, replicas: int = 1,
         return Router(), None
     values, locs = _check_mapping(value, loc, _ROUTER_FIELDS) if value is not None else ({}, {})
     router = Router(**values)
-    taken = {ports.vllm: "cluster.ports.vllm", ports.ray_gcs: "cluster.ports.ray_gcs",
-             ports.dashboard: "cluster.ports.dashboard"}
+    taken = {getattr(ports, name): f"cluster.ports.{name}" for name in _PORT_FIELDS}
     for name in ("port", "metrics_port"):
         port = getattr(router, name)
         if port in taken:
@@ -1045,6 +1061,23 @@ def _router(value: Any, loc: _Loc, ports: Ports, replicas: int = 1,
     if router.api_key is not None and router.api_key not in secret_names:
         locs["api_key"].fail(f"that name is not listed in cluster.secrets: {_API_KEY_HINT}")
     return router, locs.get("host")
+
+
+def _monitor(value: Any, loc: _Loc, ports: Ports, router: Router | None) -> tuple[Monitor, _Loc | None]:
+    """Prometheus' settings, and where its host was named (checked against the hosts later). Its
+    ports must differ from every other port a host of this cluster listens on."""
+    values, locs = _check_mapping(value, loc, _MONITOR_FIELDS) if value is not None else ({}, {})
+    mon = Monitor(**values)
+    taken = {getattr(ports, name): f"cluster.ports.{name}" for name in _PORT_FIELDS}
+    if router is not None:
+        taken.update({router.port: "cluster.router.port", router.metrics_port: "cluster.router.metrics_port"})
+    for name in ("port", "node_exporter_port", *(("dcgm_port",) if mon.dcgm else ())):
+        port = getattr(mon, name)
+        if port in taken:
+            locs.get(name, loc).fail(f"{port} is also {taken[port]}; the monitor's ports must differ"
+                                     + ("" if name in values else f" (set {loc.field}.{name})"))
+        taken[port] = f"{loc.field}.{name}"
+    return mon, locs.get("host")
 
 
 def _ports(value: Any, loc: _Loc) -> Ports:
@@ -1083,7 +1116,7 @@ def _cluster(
     kwargs = {
         k: v
         for k, v in values.items()
-        if k not in ("ports", "ssh", "env", "secrets", "gpus_per_node", "hf_cache", "router")
+        if k not in ("ports", "ssh", "env", "secrets", "gpus_per_node", "hf_cache", "router", "monitor")
     }
     kwargs["ports"] = _ports(values.get("ports"), locs.get("ports", loc.sub("ports")))
     settings, defaults = _ssh(values.get("ssh"), locs.get("ssh", loc.sub("ssh")))
@@ -1139,6 +1172,9 @@ def _cluster(
     kwargs["env"] = tuple(sorted((k, v) for k, (v, _) in env.items()))
     kwargs["router"], router_host_loc = _router(values.get("router"), locs.get("router", loc.sub("router")),
                                                 kwargs["ports"], values.get("replicas", 1), secret_names)
+    kwargs["monitor"], monitor_host_loc = _monitor(
+        values.get("monitor"), locs.get("monitor", loc.sub("monitor")), kwargs["ports"],
+        kwargs["router"] if values.get("replicas", 1) > 1 else None)
 
     cluster = Cluster(**kwargs)
     facts = {
@@ -1147,6 +1183,7 @@ def _cluster(
         "secret_names": secret_names,
         "replicas_loc": locs.get("replicas"),
         "router_host_loc": router_host_loc,
+        "monitor_host_loc": monitor_host_loc,
     }
     return cluster, defaults, facts
 
@@ -1230,6 +1267,9 @@ def _build_hosts(
     router_loc = facts["router_host_loc"]
     if router_loc is not None and cluster.router.host not in {s.values["name"] for s in specs}:
         router_loc.fail(f"{_quote(cluster.router.host)} is not a host of this inventory")
+    monitor_loc = facts["monitor_host_loc"]
+    if monitor_loc is not None and cluster.monitor.host not in {s.values["name"] for s in specs}:
+        monitor_loc.fail(f"{_quote(cluster.monitor.host)} is not a host of this inventory")
     keys_checked: set[str] = set()
     hosts = []
     for spec, n_gpus in zip(specs, gpus):

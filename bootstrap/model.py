@@ -78,6 +78,8 @@ class Ports:
     ray_gcs: int = 6379
     dashboard: int = 8265
     vllm: int = 8000
+    #: Ray's Prometheus metrics export on every node (`ray start --metrics-export-port`)
+    ray_metrics: int = 8080
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,26 @@ class Router:
 
 
 @dataclass(frozen=True)
+class Monitor:
+    """`bootstrap monitor`: Prometheus on one host, a node exporter on every host."""
+
+    #: the host that runs Prometheus (None: the head)
+    host: str | None = None
+    port: int = 9090
+    node_exporter_port: int = 9100
+    #: seconds between scrapes
+    scrape_interval: int = 5
+    #: how long Prometheus keeps samples (its --storage.tsdb.retention.time)
+    retention: str = "15d"
+    image: str = "prom/prometheus:v2.53.4"
+    node_exporter_image: str = "prom/node-exporter:v1.8.2"
+    #: NVIDIA's DCGM exporter on every host (GPU clusters)
+    dcgm: bool = False
+    dcgm_image: str = "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04"
+    dcgm_port: int = 9400
+
+
+@dataclass(frozen=True)
 class Cluster:
     name: str = "vllm"
     image: str = DEFAULT_IMAGE
@@ -151,6 +173,7 @@ class Cluster:
     #: Serving groups: the hosts split, in order, into this many equal groups, each its own head.
     replicas: int = 1
     router: Router = field(default_factory=Router)
+    monitor: Monitor = field(default_factory=Monitor)
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ def container_spec(inv: Inventory, host: Host, nofile: int | None) -> ContainerS
             cmd += [f"--dashboard-host={dash}"]
     else:
         cmd += [f"--address={_hostport(head.ip, gcs)}", f"--node-ip-address={host.ip}"]
-    cmd += ["--disable-usage-stats", *c.ray_args]
+    cmd += [f"--metrics-export-port={c.ports.ray_metrics}", "--disable-usage-stats", *c.ray_args]
     return ContainerSpec(host=host.name, role=host.role, name=c.container_name, image=c.image,
                          options=tuple(opts), command=tuple(cmd),
                          secret_names=tuple(s.name for s in c.secrets), cluster=c.name)

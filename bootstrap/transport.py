@@ -369,6 +369,33 @@ class SSHHost:
             chan.close()
             raise
 
+    def http_get(self, ip: str, port: int, path: str, *, timeout: float = 10.0) -> tuple[int, bytes]:
+        """GET http://ip:port/path as seen from this host, through an SSH direct-tcpip channel (what
+        `ssh -L` does): services bound to a data-plane IP this machine may not reach, no curl needed
+        on the host. OSError when the service refuses or does not answer."""
+        import http.client
+
+        try:
+            chan = self.conn.transport.open_channel("direct-tcpip", (ip, port), ("127.0.0.1", 0),
+                                                    timeout=timeout)
+        except paramiko.ChannelException as exc:
+            raise ConnectionRefusedError(f"{ip}:{port} from {self.name}: {exc.text or 'connect failed'}") from None
+        except (EOFError, paramiko.SSHException) as exc:
+            self.close()
+            raise HostUnreachable(self.name, f"connection lost before GET {path}: {exc}") from None
+        conn = http.client.HTTPConnection(ip, port, timeout=timeout)
+        try:
+            chan.settimeout(timeout)
+            conn.sock = chan  # a socket to http.client: sendall, makefile, close
+            conn.request("GET", path, headers={"Accept": "application/json"})
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        except (http.client.HTTPException, socket.timeout) as exc:
+            raise OSError(f"GET http://{ip}:{port}{path} from {self.name}: {exc or type(exc).__name__}") from None
+        finally:
+            conn.close()
+            chan.close()
+
     def put_private_file(self, content: bytes) -> str:
         """Write ``content`` to a new file only the login user can read (mode 0600); return its path."""
         sftp = self.conn.sftp()

@@ -11,6 +11,7 @@
 #   --cluster NAME      cluster label (default: vllm)
 #   --gpus all|none     pass --gpus all (default) or no GPUs (CPU nodes)
 #   --gcs-port PORT     Ray GCS port (default 6379); --dashboard-port PORT (default 8265)
+#   --metrics-port PORT Ray's Prometheus metrics export on this node (default 8080)
 #   --dashboard-host H  where the head's dashboard listens: localhost (default, 127.0.0.1),
 #                       data-plane (the node IP), all (0.0.0.0) or an IP address
 #   --nofile N          container nofile limit (default: this host's hard limit, at most 1048576)
@@ -26,10 +27,10 @@
 #   --dry-run           print the docker command (one NUL-terminated argument each) and exit
 set -euo pipefail
 
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "run_cluster.sh: $*" >&2; exit 2; }
 
-name=bootstrap-vllm cluster=vllm gpus=all gcs_port=6379 dash_port=8265 nofile="" shm=""
+name=bootstrap-vllm cluster=vllm gpus=all gcs_port=6379 dash_port=8265 metrics_port=8080 nofile="" shm=""
 infiniband=0 privileged=0 foreground=0 dry_run=0 node_ip="" env_file="" no_ray=0 dash_host=localhost
 declare -a mounts=() extra=() positional=()
 declare -A envs=()
@@ -42,6 +43,7 @@ while [[ $# -gt 0 ]]; do
     --gpus) gpus=${2:?}; shift 2 ;;
     --gcs-port) gcs_port=${2:?}; shift 2 ;;
     --dashboard-port) dash_port=${2:?}; shift 2 ;;
+    --metrics-port) metrics_port=${2:?}; shift 2 ;;
     --dashboard-host) dash_host=${2:?}; shift 2 ;;
     --nofile) nofile=${2:?}; shift 2 ;;
     --shm-size) shm=${2:?}; shift 2 ;;
@@ -113,7 +115,7 @@ else
   else
     args+=("--address=$(hostport "$head_ip" "$gcs_port")" "--node-ip-address=$node_ip")
   fi
-  args+=(--disable-usage-stats)
+  args+=("--metrics-export-port=$metrics_port" --disable-usage-stats)
 fi
 
 if [[ $dry_run == 1 ]]; then

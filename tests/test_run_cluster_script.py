@@ -32,7 +32,8 @@ def script_args_for(inv, h, nofile):
     c = inv.cluster
     args = ["--node-ip", h.ip, "--name", c.container_name, "--cluster", c.name,
             "--gpus", "all" if c.accelerator == "gpu" else "none", "--nofile", str(nofile),
-            "--gcs-port", str(c.ports.ray_gcs), "--dashboard-port", str(c.ports.dashboard)]
+            "--gcs-port", str(c.ports.ray_gcs), "--dashboard-port", str(c.ports.dashboard),
+            "--metrics-port", str(c.ports.ray_metrics)]
     if not c.ipc_host:
         args += ["--shm-size", c.shm_size]
     if c.infiniband:

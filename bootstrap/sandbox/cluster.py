@@ -516,6 +516,8 @@ def _write_inventory(info: SandboxInfo, iface: str) -> None:
             "ipc_host": False,
             "shm_size": "1g",
             "env": {"GLOO_SOCKET_IFNAME": iface},
+            # `bootstrap monitor`: the sandbox image carries Debian's Prometheus and node exporter
+            "monitor": {"image": info.image, "node_exporter_image": info.image},
             "ssh": {
                 "user": "root",
                 "key": str(info.key),

@@ -205,6 +205,18 @@ rm -rf /root/.cache /tmp/*
 vllm-router --help | head -1
 """
 
+#: Prometheus and its node exporter from Debian (`bootstrap monitor` on the sandbox), named as in
+#: the upstream images (prometheus, node_exporter) with /prometheus owned by nobody as there.
+MONITOR_PACKAGES = "prometheus prometheus-node-exporter"
+VLLM_MONITOR_SCRIPT = f"""\
+{APT_PROLOGUE}
+apt-get install -y -qq --no-install-recommends {MONITOR_PACKAGES}
+{APT_EPILOGUE}
+ln -sf /usr/bin/prometheus-node-exporter /usr/local/bin/node_exporter
+install -d -o nobody -g nogroup -m 755 /prometheus
+prometheus --version 2>&1 | head -1
+node_exporter --version 2>&1 | head -1
+"""
 
 #: Bumped when the way stages are run and committed changes (part of every stage's hash).
 BUILDER_VERSION = "stage-builder/2"
@@ -316,11 +328,15 @@ def vllm_stages(wheels: Path) -> list[Stage]:
         changes=(f"LABEL bootstrap.sandbox.model={TINY_MODEL_DIR}",),
     )
     router = Stage(
-        name="vllm-router", repo=VLLM_REPO,
+        name="vllm-router", repo=STAGE_REPO, tag_prefix="vllm-router-",
         parent=model.ref, script=VLLM_ROUTER_SCRIPT, inputs=(ROUTER_REQ,),
         mounts=((str(wheels.parent / "router-wheels"), "/router-wheels"),),
     )
-    return [apt, torch, pip, model, router]
+    monitor = Stage(
+        name="vllm-monitor", repo=VLLM_REPO,
+        parent=router.ref, script=VLLM_MONITOR_SCRIPT, inputs=(MONITOR_PACKAGES,),
+    )
+    return [apt, torch, pip, model, router, monitor]
 
 
 # --- building --------------------------------------------------------------------------------------

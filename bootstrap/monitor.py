@@ -1,0 +1,207 @@
+"""`bootstrap monitor up|down|status`: Prometheus and the exporters over SSH.
+
+The decisions (names, argv, the scrape configuration) are in bootstrap.monitorplan; this module
+applies them. Prometheus itself is asked through an SSH channel from its host (SSHHost.http_get),
+so it answers here even when this machine cannot reach the data-plane IP.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+
+from . import fleet as FL
+from . import monitorplan as MP
+from .apply import Session
+from .errors import CommandFailed, PreflightFailed
+from .model import Host, Inventory
+
+LABEL_SPEC = "bootstrap.monitor.spec"
+#: targets that only answer while a model is served
+SERVING_JOBS = ("vllm", "vllm-router")
+
+
+@dataclass(frozen=True)
+class TargetState:
+    job: str
+    host: str
+    url: str
+    health: str  # up, down, unknown
+    error: str = ""
+    replica: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"job": self.job, "host": self.host, "replica": self.replica, "url": self.url,
+                "health": self.health, "error": self.error}
+
+
+@dataclass
+class MonitorResult:
+    url: str
+    host: str
+    targets: list[TargetState]
+    #: what `up` did per container: started, replaced, kept, reloaded
+    actions: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    #: seconds from the start of `up` until every target was up (None: not all up in time)
+    all_up_after: float | None = None
+
+    @property
+    def down(self) -> list[TargetState]:
+        return [t for t in self.targets if t.health != "up"]
+
+    @property
+    def down_infrastructure(self) -> list[TargetState]:
+        """Down targets other than the serving ones (vLLM and the router answer once `serve` ran)."""
+        return [t for t in self.down if t.job not in SERVING_JOBS]
+
+    def to_dict(self) -> dict:
+        return {"prometheus": self.url, "host": self.host, "targets": [t.to_dict() for t in self.targets],
+                "actions": self.actions, "seconds": round(self.seconds, 1),
+                "all_up_after": None if self.all_up_after is None else round(self.all_up_after, 1)}
+
+
+def parse_targets(body: bytes) -> list[TargetState]:
+    """Prometheus' /api/v1/targets -> the active targets (pure)."""
+    doc = json.loads(body)
+    out = []
+    for t in doc.get("data", {}).get("activeTargets", []):
+        labels = t.get("labels", {})
+        out.append(TargetState(labels.get("job", t.get("scrapePool", "?")), labels.get("host", "?"),
+                               t.get("scrapeUrl", ""), t.get("health", "unknown"), t.get("lastError", ""),
+                               labels.get("replica")))
+    return sorted(out, key=lambda x: (x.job, x.host, x.url))
+
+
+def _spec(argv: tuple[str, ...], extra: str = "") -> str:
+    return hashlib.sha256(("\0".join(argv) + extra).encode()).hexdigest()[:16]
+
+
+def _with_spec(argv: tuple[str, ...], spec: str) -> tuple[str, ...]:
+    i = argv.index("--name")
+    return (*argv[:i], "--label", f"{LABEL_SPEC}={spec}", *argv[i:])
+
+
+def _ensure(sess: Session, host: Host, name: str, argv: tuple[str, ...], config: str | None) -> str:
+    """Start `name` from argv unless it already runs that very argv; return what was done. A
+    Prometheus whose argv is unchanged gets the new configuration and a reload (SIGHUP)."""
+    s = sess.ssh[host.name]
+    spec = _spec(argv)
+    cur = FL._inspect(sess, host, name)
+    if cur is not None and cur.labels.get(LABEL_SPEC) == spec:
+        if config is None:
+            if cur.running:
+                return "kept"
+            s.run(("docker", "start", name), timeout=60)
+            return "started"
+        s.run_with_input(("docker", "cp", "-", f"{name}:/"), [FL._tar(MP.CONFIG_PATH, config.encode())],
+                         timeout=60)
+        if cur.running:
+            s.run(("docker", "kill", "--signal", "HUP", name), timeout=60)
+            return "reloaded"
+        s.run(("docker", "start", name), timeout=60)
+        return "started"
+    s.run(("docker", "rm", "-f", name), timeout=60, check=False)
+    s.run(_with_spec(argv, spec), timeout=300)
+    if config is not None:  # created, not started: the configuration goes in first
+        s.run_with_input(("docker", "cp", "-", f"{name}:/"), [FL._tar(MP.CONFIG_PATH, config.encode())],
+                         timeout=60)
+        s.run(("docker", "start", name), timeout=60)
+    return "replaced" if cur is not None else "started"
+
+
+def _get(sess: Session, inv: Inventory, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
+    h = MP.monitor_host(inv)
+    return sess.ssh[h.name].http_get(h.ip, inv.cluster.monitor.port, path, timeout=timeout)
+
+
+def _targets(sess: Session, inv: Inventory) -> list[TargetState]:
+    code, body = _get(sess, inv, "/api/v1/targets?state=active")
+    if code != 200:
+        raise CommandFailed(MP.monitor_host(inv).name, "GET /api/v1/targets", code, body.decode(errors="replace")[:300])
+    return parse_targets(body)
+
+
+def monitor_up(sess: Session, *, wait: float = 120.0) -> MonitorResult:
+    """Exporters on every host, then Prometheus with the generated configuration; wait until it is
+    ready and (up to `wait` s) every target is up."""
+    inv = sess.inv
+    t0 = time.monotonic()
+    config = MP.scrape_config(inv)
+    plan = MP.containers(inv)
+    actions: dict[str, str] = {}
+    exporters = [(h, n, a) for h, n, a in plan if n != MP.prometheus_name(inv)]
+    by_host: dict[str, list] = {}
+    for h, n, a in exporters:
+        by_host.setdefault(h.name, []).append((n, a))
+    res = sess.stage("exporters", [h for h in inv.hosts if h.name in by_host],
+                     lambda h: {n: _ensure(sess, h, n, a, None) for n, a in by_host[h.name]})
+    for hname, done in res.items():
+        for n, what in done.items():
+            actions[f"{hname}/{n}"] = what
+    mh = MP.monitor_host(inv)
+    argv = MP.prometheus_create_argv(inv)
+    res = sess.stage("prometheus", [mh], lambda h: _ensure(sess, h, MP.prometheus_name(inv), argv, config))
+    actions[f"{mh.name}/{MP.prometheus_name(inv)}"] = res[mh.name]
+
+    deadline = time.monotonic() + max(wait, 30.0)
+    last = "no answer"
+    while True:  # ready: Prometheus answers /-/ready
+        try:
+            code, body = _get(sess, inv, "/-/ready", timeout=5)
+            if code == 200:
+                break
+            last = f"HTTP {code}: {body.decode(errors='replace')[:200]}"
+        except OSError as exc:
+            last = str(exc)
+        if time.monotonic() > deadline:
+            tail = FL._logs(sess, mh, MP.prometheus_name(inv), 20)
+            raise CommandFailed(mh.name, f"{MP.prometheus_name(inv)}: GET /-/ready ({last})", None, tail)
+        time.sleep(1)
+    targets = _targets(sess, inv)
+    expected = len(MP.scrape_targets(inv))
+    all_up, known_since = None, None
+    settle = 3 * inv.cluster.monitor.scrape_interval + 5
+    while True:
+        # done when every target is up; or when each was scraped and the ones down stayed down
+        # for three scrapes (vLLM before `serve`); or at the end of the wait
+        if len(targets) >= expected and all(t.health == "up" for t in targets):
+            all_up = time.monotonic() - t0
+            break
+        if len(targets) >= expected and all(t.health != "unknown" for t in targets):
+            known_since = known_since or time.monotonic()
+            if time.monotonic() - known_since > settle:
+                break
+        else:
+            known_since = None
+        if time.monotonic() > t0 + wait:
+            break
+        time.sleep(1)
+        targets = _targets(sess, inv)
+    return MonitorResult(MP.prometheus_url(inv), mh.name, targets, actions, time.monotonic() - t0, all_up)
+
+
+def monitor_status(sess: Session) -> MonitorResult:
+    inv = sess.inv
+    mh = MP.monitor_host(inv)
+    state = FL._inspect(sess, mh, MP.prometheus_name(inv))
+    if state is None or not state.running:
+        why = f"no container {MP.prometheus_name(inv)}" if state is None else f"it is {state.status}"
+        raise PreflightFailed(mh.name, f"Prometheus is not running ({why})", "run `bootstrap monitor up`")
+    return MonitorResult(MP.prometheus_url(inv), mh.name, _targets(sess, inv))
+
+
+def monitor_down(sess: Session, *, purge: bool = False) -> dict[str, str]:
+    """Remove every monitoring container (and with purge, Prometheus' data volume)."""
+    inv = sess.inv
+    names = (MP.node_exporter_name(inv), MP.dcgm_name(inv), MP.prometheus_name(inv))
+    res = sess.stage("remove", inv.hosts, lambda h: sess.ssh[h.name].run(("docker", "rm", "-f", *names),
+                                                                         timeout=120, check=False))
+    out = {h: "removed" for h in res}
+    if purge:
+        mh = MP.monitor_host(inv)
+        sess.stage("purge", [mh], lambda h: sess.ssh[h.name].run(("docker", "volume", "rm", "-f",
+                                                                    MP.volume_name(inv)), timeout=120, check=False))
+        out[mh.name] = "removed, data purged"
+    return out
