@@ -513,6 +513,7 @@ def status(inventory, parallel, as_json):
             out.print(t)
             for line in _status_lines(inv, st):
                 out.print(line)
+            _print_prometheus(inv)
         if not all(r.ray_alive for r in rows):
             sys.exit(int(ExitStatus.ERROR))
     _run(go)
@@ -552,6 +553,7 @@ def _status_fleet(inv, parallel: int, as_json: bool) -> None:
                       rot, num(r.running), num(r.waiting), num(r.succeeded), str(r.restarts), _escape(model))
         out.print(t)
         out.print(_escape(f"endpoint: {fs.endpoint} (router {fs.router})"))
+        _print_prometheus(inv)
     if not all(r.ray_alive for _, r in nodes) or not all(r.health == "healthy" for r in fs.replicas):
         sys.exit(int(ExitStatus.ERROR))
 
@@ -584,6 +586,18 @@ def _status_lines(inv, st) -> list[str]:
             line += f" on {inv.head.name} ({_ssh_tunnel(inv.head, host, port)})"
         lines.append(_escape(line))
     return lines
+
+
+def _print_prometheus(inv) -> None:
+    from . import monitor as MON
+    from . import monitorplan as MP
+
+    url = MON.running_url(inv)
+    if url:
+        mh = MP.monitor_host(inv)
+        out.print(_escape(f"Prometheus: {url} on {mh.name} ({_ssh_tunnel(mh, mh.ip, inv.cluster.monitor.port)})"))
+    else:
+        out.print("Prometheus: not running (bootstrap monitor up)")
 
 
 def _ssh_tunnel(h, ip: str, port) -> str:
@@ -1204,13 +1218,17 @@ def rollout(inventory, parallel, extra, model, image, keep_flags, max_unavailabl
 @click.option("--interval", type=click.FloatRange(0.5, 60), default=2.0, show_default=True,
               help="Seconds between looks.")
 @click.option("--once", is_flag=True, help="Take two looks --interval apart, print one frame and exit.")
+@click.option("--source", type=click.Choice(["auto", "prometheus", "probe"]), default="auto", show_default=True,
+              help="prometheus: the cluster's Prometheus (bootstrap monitor up); probe: ask every container; "
+                   "auto: Prometheus when it runs.")
 @json_option
-def top(inventory, interval, once, as_json):
+def top(inventory, interval, once, source, as_json):
     """A live view of every replica and node: requests running/waiting, requests/s, output tokens/s,
     TTFT and ITL p50/p95 over the last minute, KV cache use, CPU, memory and GPUs.
 
-    Each look runs a small probe in every host's container over SSH, in parallel; a host, container
-    or vLLM that does not answer is a red row (exit 1 with --once/--json). Ctrl-C stops it.
+    With `bootstrap monitor up` running it reads Prometheus (rates and percentiles over the last
+    minute); else each look runs a small probe in every host's container over SSH, in parallel. A
+    host, container or vLLM that does not answer is a red row (exit 1 with --once/--json).
 
     Example: bootstrap top -i hosts.yaml            (bootstrap top -i hosts.yaml --once --json: one sample)
     """
@@ -1218,12 +1236,26 @@ def top(inventory, interval, once, as_json):
 
     def go():
         inv = _load(inventory, require_secrets=False)  # the probes read nothing secret
+        prom = None
+        if source != "probe":
+            from . import monitor as MON
+
+            prom = MON.running_url(inv)
+            if prom is None and source == "prometheus":
+                raise UsageError("top --source prometheus: Prometheus is not running (bootstrap monitor up)")
         with T.Watcher(inv) as w:
+            if prom is not None:
+                def look():
+                    return w.prometheus_frame(lambda expr: MON.query(w.sess, expr), prom, interval)
+            else:
+                def look():
+                    w.sample()
+                    return w.frame(interval)
             if once or as_json:
-                w.sample()
-                time.sleep(interval)
-                w.sample()
-                frame = w.frame(interval)
+                if prom is None:
+                    w.sample()
+                    time.sleep(interval)
+                frame = look()
                 if as_json:
                     out.print_json(json.dumps(frame.to_dict()))
                 else:
@@ -1233,13 +1265,11 @@ def top(inventory, interval, once, as_json):
                 return
             from rich.live import Live
 
-            w.sample()
-            with Live(_top_table(inv, w.frame(interval)), console=out, auto_refresh=False,
+            with Live(_top_table(inv, look()), console=out, auto_refresh=False,
                       screen=False, transient=False) as live:
                 while True:
                     t0 = time.monotonic()
-                    w.sample()
-                    live.update(_top_table(inv, w.frame(interval)), refresh=True)
+                    live.update(_top_table(inv, look()), refresh=True)
                     time.sleep(max(0.0, interval - (time.monotonic() - t0)))
     _run(go)
 
@@ -1252,8 +1282,9 @@ def _top_table(inv, frame) -> Table:
         return "-" if v is None else f"{v * 1000:.0f}"
 
     stamp = time.strftime("%H:%M:%S", time.localtime(frame.t))
-    t = Table(title=f"{_escape(inv.cluster.name)} at {stamp}, every {frame.interval:g}s; "
-                    f"latency over the last {frame.window:.0f}s", title_justify="left")
+    src = "probes" if frame.source == "probe" else f"Prometheus {frame.source}"
+    t = Table(title=_escape(f"{inv.cluster.name} at {stamp}, every {frame.interval:g}s from {src}; "
+                            f"latency over the last {frame.window:.0f}s"), title_justify="left")
     for col in ("replica", "running", "waiting", "req/s", "tok/s", "TTFT p50/p95 ms", "ITL p50/p95 ms",
                 "KV %", "hosts / why down"):
         t.add_column(col, justify="left" if col in ("replica", "hosts / why down") else "right")

@@ -254,3 +254,69 @@ def node_row(name: str, replica: int | None, history: Sequence[HostSample]) -> R
     return Row("node", name, replica, True, None, cpu=cpu, mem=mem,
                gpu_util=sum(utils) / len(utils) if utils else None,
                gpu_mem=100 * used / total if total else None)
+
+
+# -- the same rows from Prometheus (when `bootstrap monitor` runs) ----------------------------------
+
+#: PromQL per column, by the `host` label bootstrap puts on every target; {q} is a quantile.
+PROMQL = {
+    "up_vllm": 'max by (host) (up{job="vllm"})',
+    "running": "sum by (host) (vllm:num_requests_running)",
+    "waiting": "sum by (host) (vllm:num_requests_waiting)",
+    "req_s": "sum by (host) (rate(vllm:request_success_total[1m]))",
+    "tok_s": "sum by (host) (rate(vllm:generation_tokens_total[1m]))",
+    "ttft_p50": "histogram_quantile(0.5, sum by (host, le) (rate(vllm:time_to_first_token_seconds_bucket[1m])))",
+    "ttft_p95": "histogram_quantile(0.95, sum by (host, le) (rate(vllm:time_to_first_token_seconds_bucket[1m])))",
+    "itl_p50": "histogram_quantile(0.5, sum by (host, le) (rate(vllm:inter_token_latency_seconds_bucket[1m])))",
+    "itl_p95": "histogram_quantile(0.95, sum by (host, le) (rate(vllm:inter_token_latency_seconds_bucket[1m])))",
+    "kv": "100 * max by (host) (vllm:kv_cache_usage_perc)",
+    "up_node": 'max by (host) (up{job="node"})',
+    "cpu": '100 * (1 - avg by (host) (rate(node_cpu_seconds_total{mode="idle"}[1m])))',
+    "mem": "100 * (1 - max by (host) (node_memory_MemAvailable_bytes) / max by (host) (node_memory_MemTotal_bytes))",
+    "gpu_util": "avg by (host) (DCGM_FI_DEV_GPU_UTIL)",
+    "gpu_mem": "100 * sum by (host) (DCGM_FI_DEV_FB_USED) / sum by (host) (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE)",
+}
+
+
+def by_host(result: Sequence[Mapping]) -> dict[str, float]:
+    """An instant vector (Prometheus' /api/v1/query result) -> host -> value; NaN left out."""
+    out = {}
+    for item in result:
+        host = item.get("metric", {}).get("host")
+        try:
+            v = float(item["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+        if host is not None and not math.isnan(v):
+            out[host] = v
+    return out
+
+
+def rows_from_prometheus(values: Mapping[str, Mapping[str, float]],
+                         groups: Sequence[tuple[str, int | None, Sequence[str]]],
+                         replica_of: Mapping[str, int | None]) -> tuple[Row, ...]:
+    """The rows of `top` from PROMQL's answers (`values[column][host]`). groups: (row name,
+    replica, hosts with the head first) per serving group."""
+    def get(col: str, host: str) -> float | None:
+        return values.get(col, {}).get(host)
+
+    rows = []
+    for name, replica, hosts in groups:
+        head = hosts[0]
+        up = get("up_vllm", head)
+        if up != 1.0:
+            why = "no vLLM target in Prometheus" if up is None else "Prometheus cannot scrape vLLM (up == 0)"
+            rows.append(Row("replica", name, replica, False, why, hosts=tuple(hosts)))
+            continue
+        rows.append(Row("replica", name, replica, True, None, *(get(c, head) for c in (
+            "running", "waiting", "req_s", "tok_s", "ttft_p50", "ttft_p95", "itl_p50", "itl_p95", "kv")),
+            hosts=tuple(hosts)))
+    for host, replica in replica_of.items():
+        up = get("up_node", host)
+        if up != 1.0:
+            why = "no node exporter target" if up is None else "Prometheus cannot scrape its node exporter (up == 0)"
+            rows.append(Row("node", host, replica, False, why))
+            continue
+        rows.append(Row("node", host, replica, True, None, cpu=get("cpu", host), mem=get("mem", host),
+                        gpu_util=get("gpu_util", host), gpu_mem=get("gpu_mem", host)))
+    return tuple(rows)

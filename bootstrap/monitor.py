@@ -123,6 +123,18 @@ def _targets(sess: Session, inv: Inventory) -> list[TargetState]:
     return parse_targets(body)
 
 
+def query(sess: Session, expr: str) -> list[dict]:
+    """An instant PromQL query on the cluster's Prometheus: its result vector."""
+    import urllib.parse
+
+    inv = sess.inv
+    code, body = _get(sess, inv, "/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+    doc = json.loads(body) if body.startswith(b"{") else {}
+    if code != 200 or doc.get("status") != "success":
+        raise CommandFailed(MP.monitor_host(inv).name, f"query {expr}", code, doc.get("error") or body[:300].decode())
+    return doc["data"]["result"]
+
+
 def monitor_up(sess: Session, *, wait: float = 120.0) -> MonitorResult:
     """Exporters on every host, then Prometheus with the generated configuration; wait until it is
     ready and (up to `wait` s) every target is up."""
@@ -180,6 +192,17 @@ def monitor_up(sess: Session, *, wait: float = 120.0) -> MonitorResult:
         time.sleep(1)
         targets = _targets(sess, inv)
     return MonitorResult(MP.prometheus_url(inv), mh.name, targets, actions, time.monotonic() - t0, all_up)
+
+
+def running_url(inv: Inventory) -> str | None:
+    """Prometheus' URL when its container runs on the monitor host (for `status`), else None."""
+    mh = MP.monitor_host(inv)
+    with Session(inv) as sess:
+        try:
+            state = FL._inspect(sess, mh, MP.prometheus_name(inv))
+        except (OSError, PreflightFailed):
+            return None
+    return MP.prometheus_url(inv) if state is not None and state.running else None
 
 
 def monitor_status(sess: Session) -> MonitorResult:

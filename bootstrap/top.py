@@ -49,6 +49,8 @@ class Frame:
     interval: float
     window: float  # seconds of history the percentiles cover
     rows: tuple[M.Row, ...]
+    #: "probe" (bootstrap's probe in each container) or the Prometheus URL the rows came from
+    source: str = "probe"
 
     @property
     def down(self) -> list[M.Row]:
@@ -56,6 +58,7 @@ class Frame:
 
     def to_dict(self) -> dict:
         return {"time": round(self.t, 3), "interval": self.interval, "window_seconds": round(self.window, 1),
+                "source": self.source,
                 "replicas": [r.to_dict() for r in self.rows if r.kind == "replica"],
                 "nodes": [r.to_dict() for r in self.rows if r.kind == "node"]}
 
@@ -103,13 +106,23 @@ class Watcher:
                 r = M.HostSample(t=now, error=str(r)[:200])
             self.history[t.host.name].append(r)
 
+    def groups(self) -> list[tuple[str, int | None, list[str]]]:
+        """(row name, replica, hosts with the head first) of each serving group."""
+        if FP.is_fleet(self.inv):
+            return [(f"replica {k}", k, [h.name for h in g]) for k, g in enumerate(self.inv.replicas)]
+        hosts = [self.inv.head.name] + [h.name for h in self.inv.hosts if h.name != self.inv.head.name]
+        return [("vllm", None, hosts)]
+
+    def prometheus_frame(self, sess_query: Callable[[str], list], url: str, interval: float) -> Frame:
+        """The rows from Prometheus (every column's PromQL over the last minute)."""
+        values = {col: M.by_host(sess_query(expr)) for col, expr in M.PROMQL.items()}
+        rows = M.rows_from_prometheus(values, self.groups(), {t.host.name: t.replica for t in self.targets})
+        return Frame(self.clock(), interval, M.WINDOW, rows, url)
+
     def frame(self, interval: float) -> Frame:
         rows: list[M.Row] = []
-        groups = self.inv.replicas if FP.is_fleet(self.inv) else [list(self.inv.hosts)]
-        for k, group in enumerate(groups):
-            head = next(t for t in self.targets if t.host.name == group[0].name)
-            name = f"replica {k}" if head.replica is not None else "vllm"
-            rows.append(M.replica_row(name, head.replica, [h.name for h in group], self.history[head.host.name]))
+        for name, replica, hosts in self.groups():
+            rows.append(M.replica_row(name, replica, hosts, self.history[hosts[0]]))
         for t in self.targets:
             rows.append(M.node_row(t.host.name, t.replica, self.history[t.host.name]))
         spans = [h[-1].t - h[0].t for h in self.history.values() if len(h) > 1]

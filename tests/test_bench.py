@@ -382,6 +382,7 @@ class FakeHandler(BaseHTTPRequestHandler):
             srv.bodies.append(req)
             srv.active += 1
             srv.max_active = max(srv.max_active, srv.active)
+        counted = True
         try:
             prompt = req["prompt"]
             if prompt == "fail" and n % 2 == 0:
@@ -405,10 +406,14 @@ class FakeHandler(BaseHTTPRequestHandler):
             usage = {"id": "cmpl-x", "object": "text_completion", "created": 0, "model": req["model"],
                      "choices": [], "usage": {"prompt_tokens": 3, "total_tokens": 3 + req["max_tokens"],
                                               "completion_tokens": req["max_tokens"]}}
+            with srv.lock:  # done before the client can see [DONE] and send its next request
+                srv.active -= 1
+                counted = False
             self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
         finally:
             with srv.lock:
-                srv.active -= 1
+                if counted:
+                    srv.active -= 1
 
 
 @pytest.fixture

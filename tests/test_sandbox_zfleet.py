@@ -174,7 +174,7 @@ def test_top_shows_every_replica_and_node_under_load_and_in_a_terminal(fleet):
         finally:
             subprocess.run(["tmux", "kill-session", "-t", session], check=False)
     print(f"top --once --json: {json.dumps(doc)}\ntmux pane:\n{pane}")
-    assert rc == 0
+    assert rc == 0 and doc["source"] == "probe"
     reps = {r["name"]: r for r in doc["replicas"]}
     assert set(reps) == {"replica 0", "replica 1"} and all(r["up"] for r in reps.values())
     assert all(r["running"] is not None and r["waiting"] is not None and r["kv"] is not None for r in reps.values())
@@ -188,6 +188,72 @@ def test_top_shows_every_replica_and_node_under_load_and_in_a_terminal(fleet):
         assert row is not None and "DOWN" not in row, (name, pane)
     rep0 = next(ln for ln in lines if ln.strip("│ ").startswith("replica 0"))
     assert "node1, node2" in rep0 and any(c.isdigit() for c in rep0.split("│")[2]), rep0
+
+
+def test_monitor_scrapes_every_target_counts_every_request_and_feeds_every_panel(fleet):
+    """`monitor up` on the fleet: Prometheus and node exporters, every target up; vLLM's request
+    counter in Prometheus grows by exactly the requests `bench` sent; every dashboard panel's
+    query returns data (GPU panels excepted: no GPU here); `monitor down` leaves nothing."""
+    from bootstrap import monitor as MON
+    from bootstrap import monitorplan as MP
+    from bootstrap.apply import Session
+    from bootstrap.inventory import load_inventory
+
+    sb, inv, served = fleet
+    r = cli("monitor", "up", "-i", inv, "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    up = json.loads(r.stdout)
+    print(f"monitor up: {up['seconds']}s, all targets up after {up['all_up_after']}s")
+    jobs = sorted((t["job"], t["host"]) for t in up["targets"])
+    names = [n.name for n in sb.nodes]
+    assert jobs == sorted([("vllm", "node1"), ("vllm", "node3"), ("vllm-router", "node1"),
+                           *[("ray", n) for n in names], *[("node", n) for n in names]]), jobs
+    assert all(t["health"] == "up" for t in up["targets"]) and up["all_up_after"] is not None
+    assert cli("monitor", "status", "-i", inv).returncode == 0
+
+    interval = 5  # cluster.monitor.scrape_interval's default
+    with Session(load_inventory(inv, require_secrets=False)) as sess:
+        def total():
+            res = MON.query(sess, "sum(vllm:request_success_total)")
+            return float(res[0]["value"][1]) if res else 0.0
+
+        time.sleep(2 * interval)
+        before = total()
+        r = cli("bench", "-i", inv, "-n", "24", "--concurrency", "4", "--max-tokens", "8", "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)["ok"] == 24, r.stderr[-2000:]
+        deadline = time.monotonic() + 6 * interval
+        while total() < before + 24 and time.monotonic() < deadline:
+            time.sleep(1)
+        time.sleep(interval)  # one more scrape: nothing beyond the 24
+        assert total() - before == 24
+
+        doc = json.loads((ROOT / MP.DASHBOARD).read_text())
+        empty = []
+        for q in MP.dashboard_queries(doc):
+            values = [v["value"][1] for v in MON.query(sess, q.expr)]
+            if q.gpu:
+                assert values == [], (q.panel, values)  # no DCGM exporter off GPU: named, not faked
+                continue
+            if not [v for v in values if v not in ("NaN", "+Inf", "-Inf")]:
+                empty.append((q.panel, q.expr))
+        assert empty == [], empty
+
+    # top reads Prometheus while it runs: the last minute's rates include the bench above
+    rc, doc = top_once(inv)
+    print(f"top from Prometheus: {json.dumps(doc)}")
+    assert rc == 0 and doc["source"].startswith("http://") and doc["window_seconds"] == 60
+    assert all(r["up"] for r in doc["replicas"]) and sum(r["req_s"] for r in doc["replicas"]) > 0
+    assert all(n["up"] and n["cpu"] is not None and n["mem"] is not None for n in doc["nodes"])
+
+    r = cli("monitor", "down", "-i", inv, "--purge")
+    assert r.returncode == 0, r.stderr[-2000:]
+    for n in sb.nodes:
+        left = on_node(n, "docker", "ps", "-a", "--format", "{{.Names}}").stdout.split()
+        assert not [c for c in left if "prometheus" in c or "exporter" in c], (n.name, left)
+    vols = on_node(sb.nodes[0], "docker", "volume", "ls", "--format", "{{.Name}}").stdout.split()
+    assert "bootstrap-vllm-prometheus-data" not in vols
+    r = cli("monitor", "status", "-i", inv)
+    assert r.returncode == 3 and "monitor up" in r.stderr, r.stderr
 
 
 def test_a_killed_replica_is_contained_and_comes_back_without_a_command(fleet):

@@ -139,3 +139,28 @@ def test_row_to_dict_is_json():
     r = M.replica_row("replica 0", 0, ["a"], [sample(0, 0, 0, ()), sample(2, 4, 40, B)])
     doc = json.loads(json.dumps(r.to_dict()))
     assert doc["req_s"] == 2 and doc["hosts"] == ["a"] and doc["kind"] == "replica"
+
+
+def test_by_host_reads_an_instant_vector_and_drops_nan():
+    res = [{"metric": {"host": "a"}, "value": [1.0, "2.5"]}, {"metric": {"host": "b"}, "value": [1.0, "NaN"]},
+           {"metric": {}, "value": [1.0, "1"]}]
+    assert M.by_host(res) == {"a": 2.5}
+
+
+def test_rows_from_prometheus():
+    values = {"up_vllm": {"h0": 1.0, "h2": 0.0}, "running": {"h0": 3.0}, "waiting": {"h0": 1.0},
+              "req_s": {"h0": 0.5}, "tok_s": {"h0": 12.0}, "ttft_p50": {"h0": 0.2}, "kv": {"h0": 4.0},
+              "up_node": {"h0": 1.0, "h1": 1.0, "h2": 1.0}, "cpu": {"h0": 50.0, "h1": 10.0}, "mem": {"h0": 30.0}}
+    rows = M.rows_from_prometheus(values, [("replica 0", 0, ["h0", "h1"]), ("replica 1", 1, ["h2", "h3"])],
+                                  {"h0": 0, "h1": 0, "h2": 1, "h3": 1})
+    r0, r1, *nodes = rows
+    assert r0.up and (r0.running, r0.waiting, r0.req_s, r0.tok_s, r0.ttft_p50, r0.kv) == (3, 1, 0.5, 12, 0.2, 4)
+    assert r0.hosts == ("h0", "h1") and r0.itl_p95 is None
+    assert not r1.up and "up == 0" in r1.error
+    assert [(n.name, n.up) for n in nodes] == [("h0", True), ("h1", True), ("h2", True), ("h3", False)]
+    assert nodes[0].cpu == 50 and nodes[0].mem == 30 and "no node exporter" in nodes[3].error
+
+
+def test_every_promql_column_is_a_row_field():
+    fields = set(M.Row.__dataclass_fields__) | {"up_vllm", "up_node"}
+    assert set(M.PROMQL) <= fields
