@@ -1452,6 +1452,8 @@ def monitor_up(inventory, wait, as_json):
                               f"{_ssh_tunnel(mh, mh.ip, inv.cluster.monitor.port)}"))
             if res.down and not res.down_infrastructure:
                 out.print("note: vLLM's targets are up once `bootstrap serve` runs; Prometheus keeps trying")
+            for w in res.warnings:
+                out.print(f"[yellow]warning:[/] {_escape(w)}")
         if res.down_infrastructure:
             sys.exit(int(ExitStatus.ERROR))
     _run(go)

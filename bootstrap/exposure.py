@@ -145,3 +145,28 @@ def warnings(inv: Inventory, addrs_by_host: Mapping[str, Sequence[str]], *,
             out.append(_warning(head.name, f"the vLLM API (port {c.ports.vllm})", vllm_listen, pub,
                                 fix_all, fix_ip))
     return out
+
+
+def monitor_warnings(inv: Inventory, addrs_by_host: Mapping[str, Sequence[str]],
+                     prometheus_host: str) -> list[str]:
+    """`bootstrap monitor`: Prometheus and the node exporters listen on their host's data-plane
+    IP (a warning when that IP is public); Ray's metrics agent listens on every interface whatever
+    bootstrap asks (a warning when the host has a public address)."""
+    c = inv.cluster
+    out: list[str] = []
+    for h in inv.hosts:
+        addrs = addrs_by_host.get(h.name, ())
+        services = [(f"the node exporter (port {c.monitor.node_exporter_port})", h.ip)]
+        if h.name == prometheus_host:
+            services.append((f"Prometheus (port {c.monitor.port})", h.ip))
+        for what, bind in services:
+            pub = _reachable(bind, addrs)
+            if pub:
+                out.append(_warning(h.name, what, bind, pub, "",
+                                    "give the host a private data-plane ip in the inventory, or firewall the port"))
+        if c.runtime == "ray":
+            pub = _reachable("0.0.0.0", addrs)
+            if pub:
+                out.append(_warning(h.name, f"Ray's metrics export (port {c.ports.ray_metrics}, Ray binds every "
+                                    "interface)", "0.0.0.0", pub, f"firewall port {c.ports.ray_metrics}", ""))
+    return out

@@ -46,6 +46,8 @@ class MonitorResult:
     seconds: float = 0.0
     #: seconds from the start of `up` until every target was up (None: not all up in time)
     all_up_after: float | None = None
+    #: services a public address would reach (bootstrap.exposure.monitor_warnings)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def down(self) -> list[TargetState]:
@@ -59,7 +61,8 @@ class MonitorResult:
     def to_dict(self) -> dict:
         return {"prometheus": self.url, "host": self.host, "targets": [t.to_dict() for t in self.targets],
                 "actions": self.actions, "seconds": round(self.seconds, 1),
-                "all_up_after": None if self.all_up_after is None else round(self.all_up_after, 1)}
+                "all_up_after": None if self.all_up_after is None else round(self.all_up_after, 1),
+                "warnings": self.warnings}
 
 
 def parse_targets(body: bytes) -> list[TargetState]:
@@ -138,8 +141,16 @@ def query(sess: Session, expr: str) -> list[dict]:
 def monitor_up(sess: Session, *, wait: float = 120.0) -> MonitorResult:
     """Exporters on every host, then Prometheus with the generated configuration; wait until it is
     ready and (up to `wait` s) every target is up."""
+    from . import exposure
+    from . import facts as F
+
     inv = sess.inv
     t0 = time.monotonic()
+    addrs = sess.stage("addresses", inv.hosts,
+                       lambda h: F.parse_addresses(sess.ssh[h.name].run(F.addresses_cmd(), timeout=30).stdout))
+    warnings = exposure.monitor_warnings(inv, addrs, MP.monitor_host(inv).name)
+    for w in warnings:
+        sess.reporter.event(w.split(":", 1)[0], "exposure", "warning", w)
     config = MP.scrape_config(inv)
     plan = MP.containers(inv)
     actions: dict[str, str] = {}
@@ -191,7 +202,7 @@ def monitor_up(sess: Session, *, wait: float = 120.0) -> MonitorResult:
             break
         time.sleep(1)
         targets = _targets(sess, inv)
-    return MonitorResult(MP.prometheus_url(inv), mh.name, targets, actions, time.monotonic() - t0, all_up)
+    return MonitorResult(MP.prometheus_url(inv), mh.name, targets, actions, time.monotonic() - t0, all_up, warnings)
 
 
 def running_url(inv: Inventory) -> str | None:

@@ -132,3 +132,21 @@ def test_dashboard_queries_cover_what_users_ask():
     assert {q.panel for q in qs if q.gpu} == {"GPU utilisation", "GPU memory used"}
     assert all(p["datasource"]["uid"] == "${datasource}" for p in doc["panels"])
     assert len({p["id"] for p in doc["panels"]}) == len(doc["panels"])
+
+
+def test_exposure_warnings_for_the_monitoring_ports(tmp_path):
+    from bootstrap import exposure
+
+    inv = load(tmp_path, "cluster: {accelerator: none}\nhosts:\n  - {name: a, address: 10.0.0.1}\n"
+                         "  - {name: b, address: 34.90.0.7}\n")
+    addrs = {"a": ("10.0.0.1", "34.90.0.3"), "b": ("34.90.0.7",)}
+    w = exposure.monitor_warnings(inv, addrs, "a")
+    # a: private data-plane ip, but a public address reaches Ray's metrics agent (every interface)
+    assert any(x.startswith("a: Ray's metrics export (port 8080") and "34.90.0.3" in x for x in w)
+    assert not any(x.startswith("a: the node exporter") or x.startswith("a: Prometheus") for x in w)
+    # b: its data-plane ip is public: the node exporter would answer there
+    assert any(x.startswith("b: the node exporter (port 9100) would listen on public address 34.90.0.7")
+               for x in w)
+    # no public address on the hosts: only b's public data-plane ip itself is named
+    quiet = exposure.monitor_warnings(inv, {"a": ("10.0.0.1",), "b": ()}, "a")
+    assert [x.split(" (")[0] for x in quiet] == ["b: the node exporter"]
