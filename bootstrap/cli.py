@@ -553,6 +553,14 @@ def _status_fleet(inv, parallel: int, as_json: bool) -> None:
                       rot, num(r.running), num(r.waiting), num(r.succeeded), str(r.restarts), _escape(model))
         out.print(t)
         out.print(_escape(f"endpoint: {fs.endpoint} (router {fs.router})"))
+        for k, g in enumerate(groups):
+            if g.dashboard:
+                head = inv.replicas[k][0]
+                host, _, port = g.dashboard.rpartition(":")
+                line = f"Ray dashboard of replica {k}: http://{g.dashboard} on {head.name}"
+                if host.startswith("127."):
+                    line += f" ({_ssh_tunnel(head, host, port)})"
+                out.print(_escape(line))
         _print_prometheus(inv)
     if not all(r.ray_alive for _, r in nodes) or not all(r.health == "healthy" for r in fs.replicas):
         sys.exit(int(ExitStatus.ERROR))
