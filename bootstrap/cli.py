@@ -541,16 +541,17 @@ def _status_fleet(inv, parallel: int, as_json: bool) -> None:
                       "[green]alive[/]" if r.ray_alive else "[red]no[/]", _escape(r.error[:120]))
         out.print(t)
         t = Table(title=f"serving through the router on {_escape(fs.router_host)} ({_escape(fs.router)})")
-        for col in ("replica", "hosts", "url", "health", "in router", "running", "waiting", "served", "restarts",
-                    "model"):
+        for col in ("replica", "hosts", "url", "health", "in router", "router says", "running", "waiting", "served",
+                    "restarts", "model"):
             t.add_column(col)
         for r in fs.replicas:
             color = "green" if r.health == "healthy" else ("yellow" if r.health.startswith("starting") else "red")
             rot = "-" if r.in_rotation is None else ("[green]yes[/]" if r.in_rotation else "[yellow]no[/]")
             num = (lambda v: "-" if v is None else f"{v:g}")
             model = f"{r.spec.model} {' '.join(r.spec.extra)}".strip() if r.spec else "-"
+            says = "-" if r.router_healthy is None else ("[green]healthy[/]" if r.router_healthy else "[red]unhealthy[/]")
             t.add_row(str(r.index), _escape(", ".join(r.hosts)), _escape(r.url), f"[{color}]{_escape(r.health)}[/]",
-                      rot, num(r.running), num(r.waiting), num(r.succeeded), str(r.restarts), _escape(model))
+                      rot, says, num(r.running), num(r.waiting), num(r.succeeded), str(r.restarts), _escape(model))
         out.print(t)
         out.print(_escape(f"endpoint: {fs.endpoint} (router {fs.router})"))
         for k, g in enumerate(groups):

@@ -55,13 +55,15 @@ class ReplicaState:
     running: float | None = None
     waiting: float | None = None
     succeeded: float | None = None
+    #: the router's own health view of it (vllm_router_worker_health; None: not known)
+    router_healthy: bool | None = None
 
     def to_dict(self) -> dict:
         return {"replica": self.index, "hosts": self.hosts, "url": self.url, "containers": self.containers,
                 "restarts": self.restarts, "model": self.spec.model if self.spec else None,
                 "extra": list(self.spec.extra) if self.spec else None, "health": self.health,
                 "in_rotation": self.in_rotation, "running": self.running, "waiting": self.waiting,
-                "succeeded": self.succeeded}
+                "succeeded": self.succeeded, "router_healthy": self.router_healthy}
 
 
 @dataclass
@@ -316,13 +318,15 @@ def fleet_state(sess: Session) -> FleetState:
     router = _inspect(sess, rh, FP.router_name(inv))
     urls = [FP.replica_url(inv, k) for k in range(inv.cluster.replicas)]
     if router is not None and router.running:
-        view = _probe(sess, rh, FP.router_name(inv), ["status", FP.router_url(inv), *urls], timeout=60)
+        metrics = FP._url(rh.ip, inv.cluster.router.metrics_port) + "/metrics"
+        view = _probe(sess, rh, FP.router_name(inv), ["status", FP.router_url(inv), metrics, *urls], timeout=60)
     else:
         some = next((h for h in inv.hosts if not isinstance(inspected.get(h.name), BaseException)
                      and inspected[h.name][0] is not None and inspected[h.name][0].running), None)
-        view = (_probe(sess, some, sname, ["status", "-", *urls], timeout=60) if some else {})
+        view = (_probe(sess, some, sname, ["status", "-", "-", *urls], timeout=60) if some else {})
     rview = view.get("router") or {}
     workers = rview.get("workers") if isinstance(rview, dict) and "workers" in rview else None
+    healthy = rview.get("healthy") if isinstance(rview, dict) else None
     replicas = []
     for k, group in enumerate(inv.replicas):
         containers, restarts, spec = {}, 0, None
@@ -344,7 +348,8 @@ def fleet_state(sess: Session) -> FleetState:
             health = "down"
         replicas.append(ReplicaState(k, [h.name for h in group], urls[k], containers, restarts, spec, health,
                                      (urls[k] in workers) if workers is not None else None,
-                                     row.get("running"), row.get("waiting"), row.get("succeeded")))
+                                     row.get("running"), row.get("waiting"), row.get("succeeded"),
+                                     healthy.get(urls[k]) if isinstance(healthy, dict) else None))
     rstate = router.status if router else "absent"
     return FleetState(FP.router_url(inv) + "/v1", rh.name, rstate, workers, replicas)
 

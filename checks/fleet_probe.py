@@ -5,7 +5,9 @@ with nothing but the standard library.
 
   ready URL DEADLINE      /health, /v1/models, then a real one-token completion (the gate)
   drain URL DEADLINE      wait until the replica has no running or waiting request
-  status ROUTER URL...    each replica's health and load, and the router's list ("-": no router)
+  status ROUTER METRICS URL...
+                          each replica's health and load, the router's list and its health view
+                          (from METRICS, its Prometheus endpoint; "-": no router / no metrics)
   add ROUTER URL          put a replica in the router's rotation (checked in its list)
   remove ROUTER URL       take it out (checked)
 """
@@ -98,7 +100,20 @@ def workers(router):
     return [u if isinstance(u, str) else u.get("url") for u in urls or []]
 
 
-def status(router, urls):
+def router_health(text):
+    """The router's own health view from its /metrics: worker URL -> healthy (its last checks)."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith('vllm_router_worker_health{') and 'worker="' in line:
+            url = line.split('worker="', 1)[1].split('"', 1)[0]
+            try:
+                out[url.rstrip("/")] = float(line.rsplit(" ", 1)[1]) >= 1.0
+            except ValueError:
+                pass
+    return out
+
+
+def status(router, metrics, urls):
     out = {"router": None, "replicas": {}}
     if router != "-":
         try:
@@ -106,6 +121,13 @@ def status(router, urls):
             out["router"] = {"health": code, "workers": workers(router)}
         except Exception as exc:
             out["router"] = {"error": f"{type(exc).__name__}: {exc}"}
+        if metrics != "-" and isinstance(out["router"], dict) and "workers" in out["router"]:
+            try:
+                code, body = http("GET", metrics, timeout=3)
+                if code == 200:
+                    out["router"]["healthy"] = router_health(body.decode(errors="replace"))
+            except Exception:  # an older router without the metric: the view is simply absent
+                pass
     for url in urls:
         row = {}
         try:
@@ -133,7 +155,7 @@ def main(argv):
     elif cmd == "drain":
         doc = drain(argv[1].rstrip("/"), float(argv[2]))
     elif cmd == "status":
-        doc = status(argv[1].rstrip("/"), [u.rstrip("/") for u in argv[2:]])
+        doc = status(argv[1].rstrip("/"), argv[2], [u.rstrip("/") for u in argv[3:]])
     elif cmd in ("add", "remove"):
         doc = change(argv[1].rstrip("/"), argv[2].rstrip("/"), cmd == "add")
     else:

@@ -657,3 +657,18 @@ def test_cli_rollout_needs_replicas(tmp_path, monkeypatch, no_hosts):
     assert len(lines) == 1 and lines[0].startswith("error: ") and "cluster.replicas" in lines[0]
     assert "Traceback" not in r.output
     assert called == []
+
+
+def test_router_health_view_from_its_real_metrics():
+    """checks/fleet_probe.py reads the router's own health view from its Prometheus endpoint.
+    Captured from vllm-router 0.1.17 on loopback with one answering worker (18101) and one with
+    nothing listening (18102): `curl http://127.0.0.1:18109/metrics`."""
+    import importlib.util
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("fleet_probe", root / "checks" / "fleet_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    text = (root / "tests" / "data" / "vllm-router-metrics.txt").read_text()
+    assert probe.router_health(text) == {"http://127.0.0.1:18101": True, "http://127.0.0.1:18102": False}
+    assert probe.router_health("vllm_router_active_workers 1\n") == {}

@@ -146,6 +146,7 @@ def test_serve_puts_both_replicas_behind_the_router_and_spreads_requests(fleet):
     st = status(inv)
     assert [r["health"] for r in st["replicas"]] == ["healthy", "healthy"]
     assert all(r["in_rotation"] for r in st["replicas"])
+    assert [r["router_healthy"] for r in st["replicas"]] == [True, True]  # the router's own health view
     assert sorted(st["router_workers"]) == sorted(r["url"] for r in st["replicas"])  # the router's own order
 
 
