@@ -556,12 +556,7 @@ def _status_fleet(inv, parallel: int, as_json: bool) -> None:
         out.print(_escape(f"endpoint: {fs.endpoint} (router {fs.router})"))
         for k, g in enumerate(groups):
             if g.dashboard:
-                head = inv.replicas[k][0]
-                host, _, port = g.dashboard.rpartition(":")
-                line = f"Ray dashboard of replica {k}: http://{g.dashboard} on {head.name}"
-                if host.startswith("127."):
-                    line += f" ({_ssh_tunnel(head, host, port)})"
-                out.print(_escape(line))
+                out.print(_dashboard_line(f"Ray dashboard of replica {k}", g.dashboard, inv.replicas[k][0]))
         _print_prometheus(inv)
     if not all(r.ray_alive for _, r in nodes) or not all(r.health == "healthy" for r in fs.replicas):
         sys.exit(int(ExitStatus.ERROR))
@@ -589,12 +584,17 @@ def _status_lines(inv, st) -> list[str]:
         if v.kv is not None:
             lines.append(f"KV cache: {v.kv.tokens:,} tokens")
     if st.dashboard:
-        host, _, port = st.dashboard.rpartition(":")
-        line = f"Ray dashboard: http://{st.dashboard}"
-        if host.startswith("127."):
-            line += f" on {inv.head.name} ({_ssh_tunnel(inv.head, host, port)})"
-        lines.append(_escape(line))
+        lines.append(_dashboard_line("Ray dashboard", st.dashboard, inv.head))
     return lines
+
+
+def _dashboard_line(label: str, address: str, head) -> str:
+    """The Ray dashboard's address, with the `ssh -L` line when it listens on localhost."""
+    host, _, port = address.rpartition(":")
+    line = f"{label}: http://{address}"
+    if host.startswith("127."):
+        line += f" on {head.name} ({_ssh_tunnel(head, host, port)})"
+    return _escape(line)
 
 
 def _print_prometheus(inv) -> None:
@@ -1415,7 +1415,7 @@ def monitor():
 
 def _monitor_session(inventory, reporter=None):
     inv = _load(inventory, require_secrets=False)  # nothing secret goes to the monitoring containers
-    sess = A.Session(inv, reporter=reporter) if reporter else A.Session(inv)
+    sess = A.Session(inv, reporter=reporter)
     sess.connect()
     return inv, sess
 

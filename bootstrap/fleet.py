@@ -318,7 +318,7 @@ def fleet_state(sess: Session) -> FleetState:
     router = _inspect(sess, rh, FP.router_name(inv))
     urls = [FP.replica_url(inv, k) for k in range(inv.cluster.replicas)]
     if router is not None and router.running:
-        metrics = FP._url(rh.ip, inv.cluster.router.metrics_port) + "/metrics"
+        metrics = FP.http_url(rh.ip, inv.cluster.router.metrics_port) + "/metrics"
         view = _probe(sess, rh, FP.router_name(inv), ["status", FP.router_url(inv), metrics, *urls], timeout=60)
     else:
         some = next((h for h in inv.hosts if not isinstance(inspected.get(h.name), BaseException)

@@ -75,17 +75,17 @@ def router_host(inv: Inventory) -> Host:
     return inv.host(name) if name else inv.replicas[0][0]
 
 
-def _url(ip: str, port: int) -> str:
-    return f"http://[{ip}]:{port}" if ":" in ip else f"http://{ip}:{port}"
+def http_url(ip: str, port: int) -> str:
+    return "http://" + PL.hostport(ip, port)
 
 
 def replica_url(inv: Inventory, k: int) -> str:
     """Replica k's API server (its head, on the data plane): the router's worker URL."""
-    return _url(inv.replicas[k][0].ip, inv.cluster.ports.vllm)
+    return http_url(inv.replicas[k][0].ip, inv.cluster.ports.vllm)
 
 
 def router_url(inv: Inventory) -> str:
-    return _url(router_host(inv).ip, inv.cluster.router.port)
+    return http_url(router_host(inv).ip, inv.cluster.router.port)
 
 
 @dataclass(frozen=True)

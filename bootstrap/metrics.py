@@ -308,9 +308,8 @@ def rows_from_prometheus(values: Mapping[str, Mapping[str, float]],
             why = "no vLLM target in Prometheus" if up is None else "Prometheus cannot scrape vLLM (up == 0)"
             rows.append(Row("replica", name, replica, False, why, hosts=tuple(hosts)))
             continue
-        rows.append(Row("replica", name, replica, True, None, *(get(c, head) for c in (
-            "running", "waiting", "req_s", "tok_s", "ttft_p50", "ttft_p95", "itl_p50", "itl_p95", "kv")),
-            hosts=tuple(hosts)))
+        cols = ("running", "waiting", "req_s", "tok_s", "ttft_p50", "ttft_p95", "itl_p50", "itl_p95", "kv")
+        rows.append(Row("replica", name, replica, True, None, hosts=tuple(hosts), **{c: get(c, head) for c in cols}))
     for host, replica in replica_of.items():
         up = get("up_node", host)
         if up != 1.0:

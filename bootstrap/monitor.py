@@ -77,8 +77,8 @@ def parse_targets(body: bytes) -> list[TargetState]:
     return sorted(out, key=lambda x: (x.job, x.host, x.url))
 
 
-def _spec(argv: tuple[str, ...], extra: str = "") -> str:
-    return hashlib.sha256(("\0".join(argv) + extra).encode()).hexdigest()[:16]
+def _spec(argv: tuple[str, ...]) -> str:
+    return hashlib.sha256("\0".join(argv).encode()).hexdigest()[:16]
 
 
 def _with_spec(argv: tuple[str, ...], spec: str) -> tuple[str, ...]:
@@ -90,6 +90,11 @@ def _ensure(sess: Session, host: Host, name: str, argv: tuple[str, ...], config:
     """Start `name` from argv unless it already runs that very argv; return what was done. A
     Prometheus whose argv is unchanged gets the new configuration and a reload (SIGHUP)."""
     s = sess.ssh[host.name]
+
+    def copy_config() -> None:
+        s.run_with_input(("docker", "cp", "-", f"{name}:/"), [FL._tar(MP.CONFIG_PATH, config.encode())],
+                         timeout=60)
+
     spec = _spec(argv)
     cur = FL._inspect(sess, host, name)
     if cur is not None and cur.labels.get(LABEL_SPEC) == spec:
@@ -98,8 +103,7 @@ def _ensure(sess: Session, host: Host, name: str, argv: tuple[str, ...], config:
                 return "kept"
             s.run(("docker", "start", name), timeout=60)
             return "started"
-        s.run_with_input(("docker", "cp", "-", f"{name}:/"), [FL._tar(MP.CONFIG_PATH, config.encode())],
-                         timeout=60)
+        copy_config()
         if cur.running:
             s.run(("docker", "kill", "--signal", "HUP", name), timeout=60)
             return "reloaded"
@@ -108,8 +112,7 @@ def _ensure(sess: Session, host: Host, name: str, argv: tuple[str, ...], config:
     s.run(("docker", "rm", "-f", name), timeout=60, check=False)
     s.run(_with_spec(argv, spec), timeout=300)
     if config is not None:  # created, not started: the configuration goes in first
-        s.run_with_input(("docker", "cp", "-", f"{name}:/"), [FL._tar(MP.CONFIG_PATH, config.encode())],
-                         timeout=60)
+        copy_config()
         s.run(("docker", "start", name), timeout=60)
     return "replaced" if cur is not None else "started"
 

@@ -116,14 +116,15 @@ def container_spec(inv: Inventory, host: Host, nofile: int | None) -> ContainerS
         if dash != RAY_DASHBOARD_DEFAULT:
             cmd += [f"--dashboard-host={dash}"]
     else:
-        cmd += [f"--address={_hostport(head.ip, gcs)}", f"--node-ip-address={host.ip}"]
+        cmd += [f"--address={hostport(head.ip, gcs)}", f"--node-ip-address={host.ip}"]
     cmd += [f"--metrics-export-port={c.ports.ray_metrics}", "--disable-usage-stats", *c.ray_args]
     return ContainerSpec(host=host.name, role=host.role, name=c.container_name, image=c.image,
                          options=tuple(opts), command=tuple(cmd),
                          secret_names=tuple(s.name for s in c.secrets), cluster=c.name)
 
 
-def _hostport(ip: str, port: int) -> str:
+def hostport(ip: str, port: int) -> str:
+    """ip:port, an IPv6 address in brackets."""
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 

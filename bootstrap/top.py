@@ -38,7 +38,7 @@ def targets(inv: Inventory) -> list[Target]:
         return [Target(h, FP.serve_name(inv), replica_of[h.name],
                        FP.replica_url(inv, heads[h.name]) + "/metrics" if h.name in heads else None)
                 for h in inv.hosts]
-    url = FP._url(inv.head.ip, inv.cluster.ports.vllm) + "/metrics"
+    url = FP.http_url(inv.head.ip, inv.cluster.ports.vllm) + "/metrics"
     return [Target(h, inv.cluster.container_name, None, url if h.name == inv.head.name else None)
             for h in inv.hosts]
 
