@@ -155,24 +155,3 @@ def containers(inv: Inventory) -> list[tuple[Host, str, tuple[str, ...]]]:
     out.append((monitor_host(inv), prometheus_name(inv), prometheus_create_argv(inv)))
     return out
 
-
-#: the Grafana dashboard shipped with bootstrap
-DASHBOARD = "dashboards/bootstrap-vllm.json"
-
-
-@dataclass(frozen=True)
-class PanelQuery:
-    panel: str
-    expr: str
-    gpu: bool  # needs the DCGM exporter (no data off GPU)
-
-
-def dashboard_queries(doc: dict) -> list[PanelQuery]:
-    """Every PromQL expression of a Grafana dashboard, with its panel's title."""
-    out = []
-    for p in doc.get("panels", []):
-        gpu = "DCGM_" in "".join(t.get("expr", "") for t in p.get("targets", []))
-        for t in p.get("targets", []):
-            if t.get("expr"):
-                out.append(PanelQuery(p.get("title", "?"), t["expr"], gpu))
-    return out

@@ -16,6 +16,7 @@ import urllib.request
 
 import pytest
 
+from test_monitor_pure import DASHBOARD, dashboard_queries
 from test_sandbox_cluster import ROOT, cli, on_node, write_inventory
 
 pytestmark = pytest.mark.sandbox
@@ -196,7 +197,6 @@ def test_monitor_scrapes_every_target_counts_every_request_and_feeds_every_panel
     counter in Prometheus grows by exactly the requests `bench` sent; every dashboard panel's
     query returns data (GPU panels excepted: no GPU here); `monitor down` leaves nothing."""
     from bootstrap import monitor as MON
-    from bootstrap import monitorplan as MP
     from bootstrap.apply import Session
     from bootstrap.inventory import load_inventory
 
@@ -228,9 +228,9 @@ def test_monitor_scrapes_every_target_counts_every_request_and_feeds_every_panel
         time.sleep(interval)  # one more scrape: nothing beyond the 24
         assert total() - before == 24
 
-        doc = json.loads((ROOT / MP.DASHBOARD).read_text())
+        doc = json.loads(DASHBOARD.read_text())
         empty = []
-        for q in MP.dashboard_queries(doc):
+        for q in dashboard_queries(doc):
             values = [v["value"][1] for v in MON.query(sess, q.expr)]
             if q.gpu:
                 assert values == [], (q.panel, values)  # no DCGM exporter off GPU: named, not faked
