@@ -110,6 +110,11 @@ class HostUnreachable(PreflightFailed):
 
 
 @dataclass
+class ConnectionLost(HostUnreachable):
+    """An open SSH connection dropped under a command (the host answered a moment before)."""
+
+
+@dataclass
 class DeadlineExceeded(BootstrapError):
     what: str
     missing: tuple[str, ...] = ()

@@ -18,7 +18,7 @@ class Runner(Protocol):
     name: str
 
     def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True,
-            display: str | None = None): ...
+            display: str | None = None, query: bool = False): ...
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ def parse_container_inspect(out: str) -> ContainerState | None:
 # -- gathering (I/O through the runner) ------------------------------------------------------
 def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool) -> HostFacts:
     try:
-        version, runtimes = parse_docker_info(ssh.run(DOCKER_INFO, timeout=30).stdout)
+        version, runtimes = parse_docker_info(ssh.run(DOCKER_INFO, timeout=30, query=True).stdout)
         if not version:
             raise CommandFailed(ssh.name, shlex.join(DOCKER_INFO), 0, "no server version")
     except CommandFailed as exc:
@@ -199,7 +199,7 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool) -> HostF
     if want_gpus:
         cmds["gpus"] = NVIDIA_SMI
     with ThreadPoolExecutor(max_workers=FACT_CHANNELS) as pool:
-        futs = {k: pool.submit(ssh.run, argv, timeout=60 if k == "gpus" else 30, check=False)
+        futs = {k: pool.submit(ssh.run, argv, timeout=60 if k == "gpus" else 30, check=False, query=True)
                 for k, argv in cmds.items()}
         got = {k: f.result() for k, f in futs.items()}
     gpus = None
@@ -211,8 +211,8 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool) -> HostF
         gpus = parse_nvidia_smi(r.stdout)
     both = parse_inspect_both(got["inspect"].stdout, container, image)
     if both is None:
-        ci = ssh.run(container_inspect_cmd(container), timeout=30, check=False)
-        ii = ssh.run(image_id_cmd(image), timeout=30, check=False)
+        ci = ssh.run(container_inspect_cmd(container), timeout=30, check=False, query=True)
+        ii = ssh.run(image_id_cmd(image), timeout=30, check=False, query=True)
         both = (parse_container_inspect(ci.stdout) if ci.ok else None, ii.stdout.strip() if ii.ok else None)
     cstate, image_id = both
     return HostFacts(docker_version=version, runtimes=runtimes, gpus=gpus,

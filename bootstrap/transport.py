@@ -22,7 +22,7 @@ from typing import BinaryIO, Callable, Iterable, Sequence
 import paramiko
 from fabric import Config, Connection
 
-from .errors import BootstrapError, CommandFailed, ExitStatus, HostUnreachable
+from .errors import BootstrapError, CommandFailed, ConnectionLost, ExitStatus, HostUnreachable
 from .model import Host, SSHSettings
 
 Argv = Sequence[str]
@@ -196,21 +196,36 @@ class SSHHost:
         return self._conn
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def _drop(self, conn: Connection) -> None:
+        """Forget ``conn`` after it failed under us, unless another thread already replaced it."""
+        with self._lock:
+            if self._conn is conn:
+                self._conn = None
+        conn.close()
 
     # -- commands ---------------------------------------------------------------------------
     def run(self, argv: Argv, *, timeout: float | None = None, check: bool = True,
-            display: str | None = None, hangup: bool = False) -> Result:
+            display: str | None = None, hangup: bool = False, query: bool = False) -> Result:
         """Run one command (stdin at EOF). ``display`` replaces the command line in errors.
 
         ``hangup``: the remote command is killed (SIGTERM) as soon as this channel closes, e.g.
         when we are interrupted or the connection drops; use it for long work such as a pull.
+        ``query``: the command only reads; when the connection drops under it, connect again
+        once and ask again (an sshd that drops a session must not fail a whole `up`).
         """
         if hangup:
             return self._exec(("sh", "-c", _HANGUP, "sh", *argv), (), timeout=timeout, check=check,
                               display=display or shlex.join(argv), keep_stdin=True)
+        try:
+            return self._exec(argv, (), timeout=timeout, check=check, display=display)
+        except ConnectionLost:
+            if not query:
+                raise
         return self._exec(argv, (), timeout=timeout, check=check, display=display)
 
     def run_with_input(self, argv: Argv, chunks: Iterable[bytes], *, timeout: float | None = None,
@@ -225,11 +240,12 @@ class SSHHost:
         timeout = self.settings.command_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         out, err = bytearray(), bytearray()
+        conn = self.conn
         try:
-            chan = self.conn.transport.open_session(timeout=self.settings.connect_timeout)
+            chan = conn.transport.open_session(timeout=self.settings.connect_timeout)
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            self.close()
-            raise HostUnreachable(self.name, f"connection lost before `{shown}`: {exc}") from None
+            self._drop(conn)
+            raise ConnectionLost(self.name, f"connection lost before `{shown}`: {exc}") from None
         try:
             chan.settimeout(max(0.1, timeout))
             chan.exec_command(cmd)
@@ -265,8 +281,8 @@ class SSHHost:
         except socket.timeout:
             raise CommandFailed(self.name, shown, None, out.decode(errors="replace")[-2000:]) from None
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            self.close()
-            raise HostUnreachable(self.name, f"connection lost while running `{shown}`: {exc}") from None
+            self._drop(conn)
+            raise ConnectionLost(self.name, f"connection lost while running `{shown}`: {exc}") from None
         finally:
             chan.close()
         res = Result(self.name, shown, code, out.decode(errors="replace"), err.decode(errors="replace"))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.errors import CommandFailed, HostUnreachable
+from bootstrap.errors import CommandFailed, ConnectionLost, HostUnreachable
 from bootstrap.model import Host, SSHSettings, SSHTarget
 from bootstrap.transport import LockBusy, SSHHost
 from sshd import SSHD, keygen, start_sshd
@@ -236,3 +236,23 @@ def test_refused_connection_is_retried(tmp_path):
     with pytest.raises(HostUnreachable, match=r"3 attempts"):
         s.connect()
     assert slept == [0.5, 1.0]
+
+
+def _drops_its_connection_once(flag):
+    """A command that kills the sshd process serving its connection the first time it runs."""
+    return ("sh", "-c", f"if [ -e {flag} ]; then echo second; else touch {flag}; kill -9 $PPID; sleep 5; fi")
+
+
+def test_a_query_is_asked_again_on_a_new_connection_when_the_server_drops_it(sshd, tmp_path):
+    s = make(sshd, known(tmp_path, sshd))
+    first = s.conn
+    r = s.run(_drops_its_connection_once(tmp_path / "dropped"), query=True, timeout=20)
+    assert r.stdout == "second\n" and (tmp_path / "dropped").exists()
+    assert s.conn is not first
+
+
+def test_a_command_that_changes_things_is_not_run_twice_when_the_server_drops_it(sshd, tmp_path):
+    s = make(sshd, known(tmp_path, sshd))
+    with pytest.raises(ConnectionLost, match="connection lost while running"):
+        s.run(_drops_its_connection_once(tmp_path / "dropped"), timeout=20)
+    assert s.run(("echo", "again")).stdout == "again\n"  # the next command connects again
