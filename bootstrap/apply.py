@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Protocol, Sequence
 
 from . import facts as F
+from . import imagecopy as IC
 from .errors import (BootstrapError, CommandFailed, DeadlineExceeded, GroupError, HostUnreachable,
                      Interrupted, PreflightFailed)
 from .fanout import DEFAULT_PARALLEL, fan_out, run_all
 from .model import Host, Inventory, SSHSettings  # noqa: F401 - Session(settings=)
+from . import plan as PL
 from .plan import HostAction, container_spec, nofile_for, plan_up
 from .transport import HeldLock, SSHHost, stream_file
 
@@ -136,6 +138,8 @@ class UpResult:
     warnings: list[str] = field(default_factory=list)
     #: Per host: when its `docker run` started/ended and Ray first listed it (see HostTiming).
     host_timings: Mapping[str, HostTiming] = field(default_factory=dict)
+    #: Hosts that got the image in this run: "registry", "this machine" or the peer that sent it.
+    image_from: Mapping[str, str] = field(default_factory=dict)
     #: time.time() when the cluster was known ready (the ray-ready stage ended); None if not waited.
     ready_at: float | None = None
     #: The head's clock minus ours, as seen when the last Ray poll returned (includes the latency
@@ -402,19 +406,8 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
         return UpResult(plan_up(inv, facts), None, sess.timings, changed=False, dry_run=True,
                         skipped=_reasons(skipped), warnings=warns)
 
-    # Image distribution: only where the image is missing (or --pull / a different local ID).
-    if load:
-        want_id = local_image_id(image)
-        if want_id is None:
-            raise PreflightFailed("localhost", f"image {image} is not in this machine's Docker",
-                                  f"docker pull {image} (or build it) here before --load-image")
-        todo = [h for h in inv.hosts if facts[h.name].image_id != want_id]
-        if todo:
-            _load_image(sess, todo, image)
-    else:
-        todo = [h for h in inv.hosts if pull or facts[h.name].image_id is None]
-        if todo:
-            sess.stage("pull", todo, lambda h: _pull(sess.ssh[h.name], image))
+    image_from = _distribute_image(sess, facts, image, load=load, pull=pull)
+    todo = [h for h in inv.hosts if h.name in image_from]
     if todo:
         ids = sess.stage("image-id", todo, lambda h: sess.ssh[h.name].run(F.image_id_cmd(image)).stdout.strip())
         from dataclasses import replace
@@ -462,7 +455,7 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
     if not ray:
         sess.stage("running", inv.hosts, lambda h: _running(sess, h))
         return UpResult(actions, None, sess.timings, changed=bool(changing), skipped=_reasons(skipped),
-                        warnings=warns, host_timings=_host_timings(sess))
+                        warnings=warns, host_timings=_host_timings(sess), image_from=image_from)
     # Poll Ray again only when what we already saw does not prove the cluster ready: a lone head
     # that head-ready saw, or a cluster where nothing changed and every node (with its GPUs) was
     # alive in the ray-members view a moment ago.
@@ -476,7 +469,7 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
     ready_at = time.time()
     return UpResult(actions, view, sess.timings, changed=bool(changing), skipped=_reasons(skipped),
                     warnings=warns, host_timings=_host_timings(sess), ready_at=ready_at,
-                    head_clock_offset=sess.head_clock_offset)
+                    head_clock_offset=sess.head_clock_offset, image_from=image_from)
 
 
 def stale_registrations(inv: Inventory, actions: Sequence[HostAction], members: RayView | None) -> set[str]:
@@ -612,6 +605,154 @@ def _load_image(sess: Session, hosts: Sequence[Host], image: str) -> None:
                 sess.ssh[h.name].run_with_input(("docker", "load", "--quiet"), stream_file(fh))
 
         sess.stage("load-image", hosts, load)
+
+
+def _distribute_image(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, load: bool,
+                      pull: bool) -> dict[str, str]:
+    """Get the image onto every host that lacks it (or all, with --pull); return where each of
+    those hosts got it: "registry", "this machine" or the name of the peer that sent it.
+
+    The registry (or this machine, with --load-image) sends it to one host; the others get it
+    from hosts that have it, over the data plane (bootstrap.imagecopy). A host whose copy fails
+    falls back to the registry (or this machine), and the event says so."""
+    inv = sess.inv
+    if load:
+        want_id = local_image_id(image)
+        if want_id is None:
+            raise PreflightFailed("localhost", f"image {image} is not in this machine's Docker",
+                                  f"docker pull {image} (or build it) here before --load-image")
+        todo = [h for h in inv.hosts if facts[h.name].image_id != want_id]
+        origin = "this machine"
+        source: Callable[[list[Host]], object] = lambda hosts: _load_image(sess, hosts, image)
+    else:
+        todo = [h for h in inv.hosts if pull or facts[h.name].image_id is None]
+        want_id = None
+        origin = "registry"
+        source = lambda hosts: sess.stage("pull", hosts, lambda h: _pull(sess.ssh[h.name], image))
+    if not todo:
+        return {}
+    if not inv.cluster.peer_copy or len(inv.hosts) == 1:
+        source(todo)
+        return {h.name: origin for h in todo}
+    got_from: dict[str, str] = {}
+    have = [h for h in inv.hosts if h not in todo]
+    if want_id is None and have:
+        # the tag on hosts that have it: the head's if it has it, else the first one's
+        first = next((h for h in have if h.is_head), have[0])
+        want_id = facts[first.name].image_id
+    seeds = [h for h in have if facts[h.name].image_id == want_id]
+    rest = list(todo)
+    if not seeds:
+        first = next((h for h in todo if h.is_head), todo[0])
+        source([first])
+        got_from[first.name] = origin
+        seeds, rest = [first], [h for h in todo if h is not first]
+        got = sess.ssh[first.name].run(F.image_id_cmd(image), timeout=30).stdout.strip()
+        if want_id is None:
+            want_id = got
+        if pull:  # hosts that already had what the registry just sent need nothing
+            rest = [h for h in rest if facts[h.name].image_id != want_id]
+    failed = _copy_image(sess, seeds, rest, image, want_id or "", got_from)
+    if failed:
+        for h, why in failed.items():
+            sess.reporter.event(h.name, "copy-image", "warning",
+                                f"{why}; {'streaming it from here' if load else 'pulling from the registry'} instead")
+        source(list(failed))
+        got_from.update({h.name: origin for h in failed})
+    return got_from
+
+
+def _copy_image(sess: Session, seeds: Sequence[Host], receivers: Sequence[Host], image: str,
+                want_id: str, got_from: dict[str, str]) -> dict[Host, str]:
+    """Rounds of peer copies (IC.copy_rounds), recording each receiver's sender in ``got_from``;
+    return the hosts that did not get the image, and why."""
+    inv = sess.inv
+    port = inv.cluster.ports.image_copy
+    script = check_script("image_seed.py").decode()
+    by_name = {h.name: h for h in inv.hosts}
+    failed: dict[Host, str] = {}
+    have = [h.name for h in seeds]
+    todo = [h.name for h in receivers]
+    while todo:
+        transfers = IC.copy_rounds(have, todo)[0]
+        sent_by = {r: t.sender for t in transfers for r in t.receivers}
+        seeds_out: dict[str, object] = {}
+
+        def seed(t: IC.Transfer) -> None:
+            h = by_name[t.sender]
+            ips = [by_name[r].ip for r in t.receivers]
+            try:
+                r = sess.ssh[h.name].run(IC.seed_argv(image, h.ip, port, ips, script), check=False,
+                                         hangup=True, timeout=sess.ssh[h.name].settings.command_timeout,
+                                         display=f"docker save {image} | image_seed.py {h.ip}:{port}")
+                seeds_out[h.name] = _last_json(r.stdout) or (r.stderr or r.stdout).strip()[-300:]
+            except BootstrapError as exc:
+                seeds_out[h.name] = str(exc)
+
+        threads = [threading.Thread(target=seed, args=(t,), daemon=True) for t in transfers]
+        for th in threads:
+            th.start()
+
+        def receive(h: Host) -> str:
+            src = by_name[sent_by[h.name]]
+            return receive_image(sess.ssh[h.name], image, want_id, src.name, src.ip, port)
+
+        res = sess.stage("copy-image", [by_name[n] for n in sent_by], receive, strict=False)
+        for th in threads:
+            th.join()
+        for t in transfers:
+            out = seeds_out.get(t.sender)
+            if isinstance(out, dict) and out.get("bytes"):
+                secs = max(out.get("seconds") or 0.0, 1e-3)
+                sess.reporter.event(t.sender, "seed-image", "done",
+                                    f"{IC.human_bytes(out['bytes'])} to {', '.join(t.receivers)} in {secs:.1f}s "
+                                    f"({IC.human_bytes(out['bytes'] / secs)}/s)")
+        for n, v in res.items():
+            if isinstance(v, BaseException):
+                why = str(v)
+                out = seeds_out.get(sent_by[n])
+                if isinstance(out, str) and out:
+                    why += f" (sender: {out})"
+                failed[by_name[n]] = why
+            else:
+                have.append(n)
+                got_from[n] = sent_by[n]
+        todo = [n for n in todo if n not in sent_by]
+    return failed
+
+
+def receive_image(ssh: SSHHost, image: str, want_id: str, src_name: str, src_ip: str, port: int) -> str:
+    """Load the image streamed by ``src`` (see IC.seed_argv) and check that it is ``want_id``;
+    PreflightFailed when the stream never came, `docker load` refused it, or the ID differs (then
+    the tag is removed: a wrong image is never left under the inventory's name)."""
+    t0 = time.monotonic()
+    r = ssh.run(IC.receive_argv(src_ip, port), check=False, hangup=True, timeout=ssh.settings.command_timeout)
+    took = time.monotonic() - t0
+    if r.exit_code == IC.NO_SENDER:
+        raise PreflightFailed(ssh.name, f"cannot reach {src_name} ({PL.hostport(src_ip, port)}) over the data "
+                                        "network for the image copy")
+    if not r.ok:
+        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.exit_code}"]
+        raise PreflightFailed(ssh.name, f"the image stream from {src_name} was refused by docker load: "
+                                        f"{tail[0][:300]}")
+    got = ssh.run(F.image_id_cmd(image), timeout=30, check=False).stdout.strip()
+    if got != want_id:
+        if got:
+            ssh.run(("docker", "image", "rm", image), timeout=60, check=False)
+        raise PreflightFailed(ssh.name, f"the image from {src_name} loaded as {got[:19] or 'nothing'}, not "
+                                        f"{want_id[:19]}: refused")
+    return f"from {src_name} in {took:.1f}s"
+
+
+def _last_json(text: str) -> dict | None:
+    for line in reversed(text.strip().splitlines()):
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            return doc
+    return None
 
 
 def _check_ray(ssh: SSHHost, image: str, image_id: str | None = None) -> None:

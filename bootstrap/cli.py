@@ -32,7 +32,7 @@ out = Console(highlight=False, emoji=False, soft_wrap=True, width=None if sys.st
 class LineReporter:
     """A line per host and stage on stderr (safe from many threads)."""
 
-    SHOW_START = {"pull", "load-image", "start-head", "start-workers", "down"}
+    SHOW_START = {"pull", "load-image", "copy-image", "start-head", "start-workers", "down"}
 
     def __init__(self, console: Console = err, quiet: bool = False):
         self.console = console
@@ -457,6 +457,7 @@ def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_key
                 "hosts": [{"host": a.host, "ip": inv.host(a.host).ip, "role": a.spec.role,
                            "action": a.action, "reason": a.reason, "ray_alive": inv.host(a.host).ip in alive,
                            "gpus": alive[inv.host(a.host).ip].gpus if inv.host(a.host).ip in alive else 0,
+                           "image_from": res.image_from.get(a.host),
                            **(res.host_timings[a.host].as_dict() if a.host in res.host_timings else no_time)}
                           for a in res.actions],
                 "started_at": round(started_at, 3),
@@ -473,6 +474,12 @@ def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_key
             t.add_row(_escape(a.host), _escape(ip), _escape(a.spec.role), _escape(f"{a.action} ({a.reason})"),
                       "[green]alive[/]" if n else "[red]missing[/]", f"{n.gpus:g}" if n else "-")
         out.print(t)
+        if res.image_from:
+            by_src: dict[str, list[str]] = {}
+            for host, src in res.image_from.items():
+                by_src.setdefault(src, []).append(host)
+            out.print(_escape("image: " + "; ".join(
+                f"{', '.join(hs)} from {'the registry' if src == 'registry' else src}" for src, hs in by_src.items())))
         verb = "ready" if res.changed else "already up: nothing changed"
         gpus = sum(n.gpus for n in alive.values())
         part = f" ({len(res.skipped)} host(s) left out: {', '.join(res.skipped)})" if res.skipped else ""

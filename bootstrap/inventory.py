@@ -965,7 +965,8 @@ class _SSHDefaults:
     known_hosts_loc: _Loc | None = None
 
 
-_PORT_FIELDS: dict[str, Validator] = {"ray_gcs": _port, "dashboard": _port, "vllm": _port, "ray_metrics": _port}
+_PORT_FIELDS: dict[str, Validator] = {"ray_gcs": _port, "dashboard": _port, "vllm": _port, "ray_metrics": _port,
+                                       "image_copy": _port}
 
 _SSH_FIELDS: dict[str, Validator] = {
     "user": _optional(_user),
@@ -999,6 +1000,7 @@ _CLUSTER_FIELDS: dict[str, Validator] = {
     "privileged": _bool,
     "nofile": _optional(_nofile),
     "load_image": _bool,
+    "peer_copy": _bool,
     "ray_args": _list(_string),
     "dashboard_host": _dashboard_host,
     "ssh": lambda v, loc: v,  # checked in _ssh

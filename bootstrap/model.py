@@ -80,6 +80,8 @@ class Ports:
     vllm: int = 8000
     #: Ray's Prometheus metrics export on every node (`ray start --metrics-export-port`)
     ray_metrics: int = 8080
+    #: where a node that has the image serves it to its peers during `up` (data-plane IP only)
+    image_copy: int = 8476
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,9 @@ class Cluster:
     nofile: int | None = None
     #: Stream the image from this machine (docker save | ssh docker load) instead of pulling.
     load_image: bool = False
+    #: Nodes lacking the image get it from a node that has it, over the data plane, so that the
+    #: registry (or this machine, with load_image) sends it once; false: every node pulls.
+    peer_copy: bool = True
     #: Extra arguments for `ray start` on every node.
     ray_args: tuple[str, ...] = ()
     #: Where the head's Ray dashboard listens: ``localhost`` (Ray's default, 127.0.0.1),

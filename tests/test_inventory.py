@@ -202,10 +202,10 @@ def test_ansible_example():
     assert (c.container_name, c.mounts, c.ipc_host, c.shm_size) == (
         "bootstrap-vllm", (), True, "10.24g"
     )
-    assert (c.infiniband, c.privileged, c.nofile, c.load_image, c.ray_args) == (
-        False, False, None, False, ()
+    assert (c.infiniband, c.privileged, c.nofile, c.load_image, c.ray_args, c.peer_copy) == (
+        False, False, None, False, (), True
     )
-    assert c.ports == Ports(6379, 8265, 8000)
+    assert c.ports == Ports(6379, 8265, 8000) and c.ports.image_copy == 8476
     assert c.ssh == SSHSettings(None, False, 10.0, 600.0, 3)
 
 
@@ -1136,3 +1136,11 @@ def test_mutated_inventories_fail_cleanly(tmp_path):
             load_inventory(path, ENVIRON, check_files=False)
         except InventoryError as e:
             assert "\n" not in str(e) and TOKEN not in str(e)
+
+
+def test_image_copy_port_clash_and_peer_copy_type_are_located(tmp_path):
+    err = error(tmp_path, one_cpu_host("ports: {image_copy: 6379}"))
+    assert err.field == "cluster.ports.image_copy"
+    assert "6379 is also the default ray_gcs port" in str(err)
+    err = error(tmp_path, one_cpu_host("peer_copy: sometimes"))
+    assert err.field == "cluster.peer_copy"

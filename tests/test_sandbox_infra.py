@@ -167,18 +167,6 @@ def test_up_again_with_same_shape_is_a_fast_noop(sandbox):
 
 
 @pytest.mark.sandbox
-def test_node_pulls_inventory_image_from_registry(sandbox):
-    client = _connect(sandbox, sandbox.nodes[1].ip)
-    try:
-        rc, out = _run(client, f"docker pull -q {sandbox.image}", timeout=1200)
-        assert rc == 0, out
-        rc, out = _run(client, f"docker run --rm --network host {sandbox.image} ray --version", timeout=300)
-        assert rc == 0 and "2.60.0" in out, out
-    finally:
-        client.close()
-
-
-@pytest.mark.sandbox
 def test_down_removes_everything(sandbox):
     sandbox_down(DEFAULT_WORKDIR)
     sandbox_down(DEFAULT_WORKDIR)  # idempotent
