@@ -242,9 +242,10 @@ def test_a_corrupted_stream_is_refused_and_load_image_sends_the_image_once_for_t
     assert cli("down", "-i", str(cluster.inventory)).returncode == 0
     for n in cluster.nodes:
         on_node(n, "docker", "rmi", "-f", image)
+    peers = write_inventory(cluster.inventory, tmp_path / "peers.yaml", lambda d: d["cluster"].update(peer_copy=True))
     subprocess.run(["docker", "stop", "bootstrap-sandbox-registry"], check=True, capture_output=True)
     try:
-        r = cli("up", "-i", str(cluster.inventory), "--load-image", "--json")
+        r = cli("up", "-i", peers, "--load-image", "--json")
     finally:
         subprocess.run(["docker", "start", "bootstrap-sandbox-registry"], check=True, capture_output=True)
     assert r.returncode == 0, r.stderr

@@ -518,6 +518,10 @@ def _write_inventory(info: SandboxInfo, iface: str) -> None:
             "env": {"GLOO_SOCKET_IFNAME": iface},
             # `bootstrap monitor`: the sandbox image carries Debian's Prometheus and node exporter
             "monitor": {"image": info.image, "node_exporter_image": info.image},
+            # The sandbox registry runs on the same machine as the nodes: pulling costs no network
+            # there, and a peer copy (uncompressed docker save | docker load on the same 2 cores)
+            # is slower than N pulls (bench/cold_up.py). On a real cluster leave it on.
+            "peer_copy": False,
             "ssh": {
                 "user": "root",
                 "key": str(info.key),
