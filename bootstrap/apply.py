@@ -685,7 +685,7 @@ def _copy_image(sess: Session, seeds: Sequence[Host], receivers: Sequence[Host],
                 r = sess.ssh[h.name].run(IC.seed_argv(image, h.ip, port, ips, script), check=False,
                                          hangup=True, timeout=sess.ssh[h.name].settings.command_timeout,
                                          display=f"docker save {image} | image_seed.py {h.ip}:{port}")
-                seeds_out[h.name] = _last_json(r.stdout) or (r.stderr or r.stdout).strip()[-300:]
+                seeds_out[h.name] = last_json(r.stdout) or (r.stderr or r.stdout).strip()[-300:]
             except BootstrapError as exc:
                 seeds_out[h.name] = str(exc)
 
@@ -744,7 +744,8 @@ def receive_image(ssh: SSHHost, image: str, want_id: str, src_name: str, src_ip:
     return f"from {src_name} in {took:.1f}s"
 
 
-def _last_json(text: str) -> dict | None:
+def last_json(text: str) -> dict | None:
+    """The last line of a command's output that is a JSON object (what the checks print)."""
     for line in reversed(text.strip().splitlines()):
         try:
             doc = json.loads(line)

@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Sequence
 from . import diagnose as D
 from . import facts as F
 from . import serveplan as P
-from .apply import Reporter, Session, check_script, exec_python_argv
+from .apply import Reporter, Session, check_script, exec_python_argv, last_json
 from .errors import BootstrapError, CommandFailed, PreflightFailed, UsageError
 from .fanout import DEFAULT_PARALLEL
 from .model import Host, Inventory
@@ -307,13 +307,7 @@ def _in_i(container: str, *argv: str) -> tuple[str, ...]:
 
 
 def _last_json(out: str) -> dict:
-    for line in reversed(out.strip().splitlines()):
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except ValueError:
-                continue
-    return {"ready": False, "error": out.strip()[-300:]}
+    return last_json(out) or {"ready": False, "error": out.strip()[-300:]}
 
 
 def _fit(sess: Session, inv: Inventory, config: dict | None, index: dict | None, manifest: dict):
