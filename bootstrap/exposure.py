@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Iterable, Mapping, Sequence
 
-from .model import Cluster, Host, Inventory
+from bootstrap.model import Cluster, Host, Inventory
 
 #: Where `ray start --head` binds the dashboard without --dashboard-host (Ray 2.x: localhost).
 RAY_DASHBOARD_DEFAULT = "127.0.0.1"

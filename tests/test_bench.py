@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bootstrap import bench as B
+from bootstrap.serve import bench as B
 from bootstrap.errors import UsageError
 
 # -- real vLLM stream lines ----------------------------------------------------------------------

@@ -1,7 +1,7 @@
-"""bench/bringup.py's arithmetic: floor, convergence, docker log times, targets."""
+"""perf/bringup.py's arithmetic: floor, convergence, docker log times, targets."""
 from datetime import datetime, timezone
 
-from bench import bringup as B
+from perf import bringup as B
 
 
 def test_docker_time_nanoseconds_utc():

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from bootstrap import bench as B
+from bootstrap.serve import bench as B
 
 pytestmark = pytest.mark.sandbox
 

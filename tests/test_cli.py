@@ -32,7 +32,7 @@ def test_every_command_has_help_with_an_example_and_is_in_the_readme(path, cmd):
 
 
 def run(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "bootstrap.cli", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "bootstrap", *args], cwd=ROOT, capture_output=True,
                           text=True, env=env, timeout=60)
 
 
@@ -57,7 +57,7 @@ def test_every_malformed_inventory_is_one_line_exit_2_through_the_cli(source, tm
     from click.testing import CliRunner
 
     touched = []
-    monkeypatch.setattr("bootstrap.transport.SSHHost.connect", lambda self: touched.append(self.name))
+    monkeypatch.setattr("bootstrap.remote.ssh.SSHHost.connect", lambda self: touched.append(self.name))
 
     key = tmp_path / "id_0644"
     key.write_text("not really a key\n")
@@ -95,7 +95,7 @@ def test_control_a_valid_inventory_does_reach_the_hosts(tmp_path, monkeypatch):
     def connect(self):
         touched.append(self.name)
         raise HostUnreachable(self.name, "probe")
-    monkeypatch.setattr("bootstrap.transport.SSHHost.connect", connect)
+    monkeypatch.setattr("bootstrap.remote.ssh.SSHHost.connect", connect)
     inv = tmp_path / "ok.yaml"
     inv.write_text("cluster: {accelerator: none}\nhosts: [{name: a, address: 192.0.2.1}, {name: b, address: 192.0.2.2}]\n")
     r = CliRunner().invoke(main, ["up", "-i", str(inv)])
@@ -191,14 +191,14 @@ def test_remote_text_in_the_status_table_is_literal(tmp_path, monkeypatch):
     """Container states and errors come from the hosts: shown as they are, a newline as \\n."""
     from click.testing import CliRunner
 
-    from bootstrap.apply import ClusterStatus, NodeStatus
+    from bootstrap.cluster.run import ClusterStatus, NodeStatus
 
     inv = tmp_path / "ok.yaml"
     inv.write_text("cluster: {accelerator: none}\n"
                    "hosts: [{name: a, address: 192.0.2.1}, {name: b, address: 192.0.2.2}]\n")
     rows = [NodeStatus("a", "192.0.2.1", "head", True, "[bold]running[/]", False, 0.0, "x[/]\n\x1b[2Jcleared"),
             NodeStatus("b", "192.0.2.2", "worker", False, "unknown", False, 0.0, "\\[red]down")]
-    monkeypatch.setattr("bootstrap.apply.cluster_status", lambda inv, parallel: ClusterStatus(rows, None, None))
+    monkeypatch.setattr("bootstrap.cluster.run.cluster_status", lambda inv, parallel: ClusterStatus(rows, None, None))
     r = CliRunner().invoke(main, ["status", "-i", str(inv)])
     assert r.exit_code == 1 and (r.exception is None or isinstance(r.exception, SystemExit)), r.output
     assert "[bold]running[/]" in r.stdout and "x[/]\\n\\x1b[2Jcleared" in r.stdout and "\\[red]down" in r.stdout

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bootstrap import serve as V
-from bootstrap.serveplan import Parallelism, ServePlanError, check_model_ref, native_serve_argvs, ray_serve_argv
+from bootstrap.serve import run as V
+from bootstrap.serve.plan import Parallelism, ServePlanError, check_model_ref, native_serve_argvs, ray_serve_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = yaml.safe_load((ROOT / "tests" / "args_corpus.yaml").read_text())
@@ -55,7 +55,7 @@ def subst(tmp_path):
 
 def cli(*args, timeout=60, env=None):
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "bootstrap.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "bootstrap", *args], cwd=ROOT, capture_output=True, text=True,
                        timeout=timeout, env=env)
     return r, time.monotonic() - t0
 
@@ -93,7 +93,7 @@ def test_an_inventory_named_by_the_environment_is_named_in_the_error(value, mess
 def test_no_inventory_at_all_names_the_command(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "BOOTSTRAP_INVENTORY"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    r = subprocess.run([sys.executable, "-m", "bootstrap.cli", "down"], cwd=tmp_path, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "bootstrap", "down"], cwd=tmp_path, capture_output=True, text=True,
                        timeout=60, env=env)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip() == ("error: down: no inventory: pass -i FILE, set BOOTSTRAP_INVENTORY, or create "

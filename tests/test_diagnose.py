@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.diagnose import (GIB, MAX_EVIDENCE, SEVERITIES, SIGNATURES, Finding, HostReport,
+from bootstrap.doctor.signatures import (GIB, MAX_EVIDENCE, SEVERITIES, SIGNATURES, Finding, HostReport,
                                 Interface, check_cluster, mask_secrets, parse_ip_addr, root_cause,
                                 scan_log, scan_logs, signature, sort_findings)
 

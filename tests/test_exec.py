@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.fanout import Row, commands, loopback_hosts, subset, table, verdict
-from bootstrap.fanexec import ExecResult, exec_all, remote_argv
+from perf.fanout import Row, commands, loopback_hosts, subset, table, verdict
+from bootstrap.cluster.exec import ExecResult, exec_all, remote_argv
 from bootstrap.inventory import load_inventory
-from sshd import SSHD
+from bootstrap.sandbox.sshd import SSHD
 
 pytestmark = pytest.mark.skipif(not os.path.exists(SSHD), reason="needs openssh-server (scripts/dev-setup.sh installs it)")
 
@@ -47,7 +47,7 @@ def hosts(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path, monkeypatch):
     # ~/.ssh/known_hosts of the person running the tests must not decide the outcome.
-    monkeypatch.setattr("bootstrap.transport.KNOWN_HOSTS", str(tmp_path / "home_known_hosts"))
+    monkeypatch.setattr("bootstrap.remote.ssh.KNOWN_HOSTS", str(tmp_path / "home_known_hosts"))
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def with_unreachable(hosts, tmp_path):
 
 def cli(inventory, *args, timeout=60):
     env = dict(os.environ, HOME=str(Path(inventory).parent))  # no ~/.ssh/known_hosts of the caller
-    return subprocess.run([sys.executable, "-m", "bootstrap.cli", "exec", "-i", str(inventory), *args],
+    return subprocess.run([sys.executable, "-m", "bootstrap", "exec", "-i", str(inventory), *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
 
 

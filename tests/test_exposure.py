@@ -5,7 +5,7 @@ import pytest
 
 from bootstrap.exposure import (dashboard_address, dashboard_bind, is_public, public_addresses,
                                 ray_args_dashboard_host, warnings)
-from bootstrap.facts import addresses_cmd, parse_addresses
+from bootstrap.cluster.facts import addresses_cmd, parse_addresses
 from plan_fixtures import cpu_inventory, gpu_inventory
 
 # `ip -o addr show` on a cloud GPU box: loopback, a public NIC (v4 + v6 + link-local), a private

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from bootstrap.errors import PreflightFailed
-from bootstrap.facts import (GPU, HostFacts, check_preflight, parse_container_inspect, parse_nofile,
+from bootstrap.cluster.facts import (GPU, HostFacts, check_preflight, parse_container_inspect, parse_nofile,
                              parse_nvidia_smi, parse_runtimes)
 
 DATA = Path(__file__).parent / "data"
@@ -46,7 +46,7 @@ def test_preflight_gpu_count_and_runtime():
 
 
 def test_docker_info_and_inspect_both():
-    from bootstrap.facts import parse_docker_info, parse_inspect_both
+    from bootstrap.cluster.facts import parse_docker_info, parse_inspect_both
     assert parse_docker_info('20.10.24 {"nvidia":{"path":"x"},"runc":{"path":"runc"}}\n') == ("20.10.24", ("nvidia", "runc"))
     assert parse_docker_info("") == ("", ())
     img = "reg:5000/vllm:v1"

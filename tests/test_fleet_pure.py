@@ -10,12 +10,12 @@ import textwrap
 import pytest
 from click.testing import CliRunner
 
-from bootstrap import fleetplan as FP
+from bootstrap.fleet import plan as FP
 from bootstrap.cli import main
 from bootstrap.errors import InventoryError, UsageError
 from bootstrap.inventory import load_inventory
 from bootstrap.model import Inventory, Router
-from bootstrap.serveplan import Parallelism, SplitChoice
+from bootstrap.serve.plan import Parallelism, SplitChoice
 
 TOKEN = "hf_TopSecretValue123"
 ENVIRON = {"HF_TOKEN": TOKEN}
@@ -594,7 +594,7 @@ def invoke(*args, env=None):
 def no_hosts(monkeypatch):
     """Fails a test that would contact a host."""
     touched = []
-    monkeypatch.setattr("bootstrap.transport.SSHHost.connect", lambda self: touched.append(self.name))
+    monkeypatch.setattr("bootstrap.remote.ssh.SSHHost.connect", lambda self: touched.append(self.name))
     yield touched
     assert touched == []
 
@@ -649,7 +649,7 @@ def test_cli_validate_accepts_a_fleet(tmp_path, no_hosts):
 
 def test_cli_rollout_needs_replicas(tmp_path, monkeypatch, no_hosts):
     called = []
-    monkeypatch.setattr("bootstrap.fleet.rollout", lambda *a, **kw: called.append((a, kw)))
+    monkeypatch.setattr("bootstrap.fleet.run.rollout", lambda *a, **kw: called.append((a, kw)))
     path = write(tmp_path, "cluster: {accelerator: none}\n" + hosts_yaml(2))
     r = invoke("rollout", "-i", str(path), "--", "--max-model-len", "4096")
     assert r.exit_code == 2, r.output

@@ -122,7 +122,7 @@ def probe(monkeypatch):
     def connect(self):
         touched.append(self.name)
         raise HostUnreachable(self.name, "fuzz probe")
-    monkeypatch.setattr("bootstrap.transport.SSHHost.connect", connect)
+    monkeypatch.setattr("bootstrap.remote.ssh.SSHHost.connect", connect)
     return touched
 
 

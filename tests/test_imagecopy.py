@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap import imagecopy as IC
+from bootstrap.cluster import imagecopy as IC
 
 SEED = Path(__file__).resolve().parent.parent / "checks" / "image_seed.py"
 

@@ -824,7 +824,7 @@ def test_cli_refuses_a_device_or_a_fifo_in_one_line(tmp_path, where, kind):
     if where == "fifo":
         where = str(tmp_path / "fifo")
         os.mkfifo(where)
-    r = subprocess.run([sys.executable, "-m", "bootstrap.cli", "validate", "-i", where], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "bootstrap", "validate", "-i", where], cwd=ROOT,
                        capture_output=True, text=True, timeout=30)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and r.stdout == "" and len(lines) == 1 and lines[0].startswith("error: ")

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
-from bootstrap import monitorplan as MP
-from bootstrap.monitor import MonitorResult, TargetState, parse_targets
+from bootstrap.monitor import plan as MP
+from bootstrap.monitor.run import MonitorResult, TargetState, parse_targets
 from test_fleet_pure import check, error, fleet_yaml, load
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap import nccl as N
+from bootstrap.nccl import parse as N
 from checks import nccl_check as C
 
 ROOT = Path(__file__).resolve().parent.parent

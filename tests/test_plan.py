@@ -3,8 +3,8 @@ from dataclasses import replace
 
 import pytest
 
-from bootstrap.facts import ContainerState, HostFacts
-from bootstrap.plan import LABEL_SPEC, container_spec, plan_up
+from bootstrap.cluster.facts import ContainerState, HostFacts
+from bootstrap.cluster.plan import LABEL_SPEC, container_spec, plan_up
 from plan_fixtures import SECRET, cpu_inventory, gpu_inventory
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.plan import container_spec
+from bootstrap.cluster.plan import container_spec
 from plan_fixtures import cpu_inventory, gpu_inventory
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "run_cluster.sh"

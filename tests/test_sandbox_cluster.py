@@ -21,7 +21,7 @@ pytestmark = pytest.mark.sandbox
 
 def cli(*args, timeout=900):
     t = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "bootstrap.cli", *args], cwd=ROOT, capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "bootstrap", *args], cwd=ROOT, capture_output=True,
                        text=True, timeout=timeout)
     r.seconds = time.monotonic() - t
     print(f"$ bootstrap {' '.join(args)}  -> {r.returncode} in {r.seconds:.1f}s\n{r.stdout}\n{r.stderr}")
@@ -204,10 +204,10 @@ def test_a_corrupted_stream_is_refused_and_load_image_sends_the_image_once_for_t
     """No node has the image and the registry is stopped. A stream with one flipped byte is refused
     and leaves nothing behind; then `up --load-image` streams the image from this machine to the
     head alone, and node2 and node3 get it from the head over the data network, ID checked."""
-    from bootstrap.apply import receive_image
+    from bootstrap.cluster.run import receive_image
     from bootstrap.errors import PreflightFailed
     from bootstrap.inventory import load_inventory
-    from bootstrap.transport import SSHHost
+    from bootstrap.remote.ssh import SSHHost
 
     n1, n2, n3 = cluster.nodes
     inv = load_inventory(str(cluster.inventory))
@@ -289,7 +289,7 @@ def test_jump_host_and_ssh_config_alias(cluster, tmp_path):
     inv = write_inventory(cluster.inventory, tmp_path / "jump.yaml", mutate)
     import os
     env = dict(os.environ, HOME=str(home))
-    r = subprocess.run([sys.executable, "-m", "bootstrap.cli", "status", "-i", inv, "--json"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "bootstrap", "status", "-i", inv, "--json"], cwd=ROOT,
                        capture_output=True, text=True, env=env, timeout=120)
     print(r.stdout, r.stderr)
     rows = json.loads(r.stdout)["nodes"]

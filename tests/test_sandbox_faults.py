@@ -224,7 +224,7 @@ def test_killed_head_is_restarted_and_every_worker_rejoins(clean):
 
 # -- Ctrl-C / SIGTERM ---------------------------------------------------------------------------
 def popen_cli(*args):
-    return subprocess.Popen([sys.executable, "-m", "bootstrap.cli", *args], cwd=ROOT, text=True,
+    return subprocess.Popen([sys.executable, "-m", "bootstrap", *args], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 

@@ -275,7 +275,7 @@ def test_secrets_stay_off_argv_logs_plan_and_errors(two, tmp_path):
     outputs = []
 
     def run(*args):
-        r = subprocess.run([sys.executable, "-m", "bootstrap.cli", *args], cwd=ROOT, env=env, capture_output=True,
+        r = subprocess.run([sys.executable, "-m", "bootstrap", *args], cwd=ROOT, env=env, capture_output=True,
                            text=True, timeout=900)
         outputs.extend([r.stdout, r.stderr])
         print(f"$ bootstrap {' '.join(args)} -> {r.returncode}")

@@ -47,7 +47,7 @@ class Load:
     request's send time (time.time()) and outcome are kept."""
 
     def __init__(self, endpoint, concurrency=3, max_tokens=16):
-        from bootstrap import bench as B
+        from bootstrap.serve import bench as B
 
         self.B = B
         self.cfg = B.BenchConfig(url=endpoint.removesuffix("/v1"), model=MODEL, requests=1, concurrency=1,
@@ -164,7 +164,7 @@ def test_top_shows_every_replica_and_node_under_load_and_in_a_terminal(fleet):
         # as a person sees it: the live view in a real terminal (tmux), the pane captured
         session = f"top-{os.getpid()}"
         subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "200", "-y", "40",
-                        f"cd {ROOT} && {sys.executable} -m bootstrap.cli top -i {inv} --interval 1"],
+                        f"cd {ROOT} && {sys.executable} -m bootstrap top -i {inv} --interval 1"],
                        check=True, env={**os.environ, "TERM": "xterm-256color"})
         try:  # wait for a frame drawn from two looks (rates need two), bounded
             for _ in range(60):
@@ -196,8 +196,8 @@ def test_monitor_scrapes_every_target_counts_every_request_and_feeds_every_panel
     """`monitor up` on the fleet: Prometheus and node exporters, every target up; vLLM's request
     counter in Prometheus grows by exactly the requests `bench` sent; every dashboard panel's
     query returns data (GPU panels excepted: no GPU here); `monitor down` leaves nothing."""
-    from bootstrap import monitor as MON
-    from bootstrap.apply import Session
+    from bootstrap.monitor import run as MON
+    from bootstrap.cluster.run import Session
     from bootstrap.inventory import load_inventory
 
     sb, inv, served = fleet

@@ -1,7 +1,7 @@
 """Pure parts of serve: which variables must not be copied from the head, how commands are launched."""
 import subprocess
 
-from bootstrap.serve import LOG, PIDFILE, _DETACH, _detached, per_node_env_names
+from bootstrap.serve.run import LOG, PIDFILE, _DETACH, _detached, per_node_env_names
 from plan_fixtures import gpu_inventory
 
 
@@ -27,7 +27,7 @@ def test_backend_follows_the_cluster_and_impossible_pairs_are_refused():
     import pytest
 
     from bootstrap.errors import UsageError
-    from bootstrap.serve import choose_backend
+    from bootstrap.serve.run import choose_backend
 
     assert choose_backend("gpu", "ray", None) == ("ray", "GPU cluster running Ray")
     assert choose_backend("none", "ray", None) == ("native", "CPU cluster: vLLM's Ray executor needs GPUs")
@@ -40,7 +40,7 @@ def test_backend_follows_the_cluster_and_impossible_pairs_are_refused():
 
 
 def test_serving_state_from_the_head_probe():
-    from bootstrap.serve import parse_serving
+    from bootstrap.serve.run import parse_serving
 
     assert parse_serving({"serving": False, "state": None}) is None
     probe = {"serving": True, "uptime_s": 207.5, "process": True, "health": "ok", "models": ["m"],

@@ -2,7 +2,7 @@
 import pytest
 
 from bootstrap.errors import BootstrapError, UsageError
-from bootstrap.serveplan import (
+from bootstrap.serve.plan import (
     Fit, ManifestDiff, ModelSize, Parallelism, ServePlanError, compare_manifests, describe, dtype_of, fit,
     kv_cache_bytes, kv_capacity, model_manifest, model_size_from_config, model_shape, native_serve_argvs, parallelism, params_from_name, ray_serve_argv, split_problems)
 

@@ -6,7 +6,7 @@ that limit a split. Each case states the exact split and the exact one-line reas
 import pytest
 
 from bootstrap.errors import UsageError
-from bootstrap.serveplan import ModelShape, ModelSplitError, Parallelism, choose_split, model_shape, split_problems
+from bootstrap.serve.plan import ModelShape, ModelSplitError, Parallelism, choose_split, model_shape, split_problems
 from test_serveplan import LLAMA_31_8B, LLAMA_31_70B, LLAMA_31_405B, MIXTRAL_8X7B
 
 # Qwen/Qwen2.5-14B config.json (40 query heads, 8 KV heads: GQA, per its model card).
@@ -137,7 +137,7 @@ def test_nothing_fits():
 
 @pytest.mark.parametrize("extra", [["--enforce-eager"], ["--max-model-len", "256", "-O0"], ["-O", "0"]])
 def test_eager_mode_with_pipeline_stages_on_cpu_is_refused(extra):
-    from bootstrap.serveplan import check_engine_flags
+    from bootstrap.serve.plan import check_engine_flags
 
     with pytest.raises(ModelSplitError) as e:
         check_engine_flags("none", Parallelism(1, 3, 3), extra)

@@ -9,7 +9,7 @@ import pathlib
 import pytest
 from click.testing import CliRunner
 
-from bootstrap import metrics as M
+from bootstrap.monitor import metrics as M
 from bootstrap.cli import main
 
 DATA = pathlib.Path(__file__).parent / "data"

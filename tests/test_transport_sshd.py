@@ -9,8 +9,8 @@ import pytest
 
 from bootstrap.errors import CommandFailed, ConnectionLost, HostUnreachable
 from bootstrap.model import Host, SSHSettings, SSHTarget
-from bootstrap.transport import LockBusy, SSHHost
-from sshd import SSHD, keygen, start_sshd
+from bootstrap.remote.ssh import LockBusy, SSHHost
+from bootstrap.sandbox.sshd import SSHD, keygen, start_sshd
 
 pytestmark = pytest.mark.skipif(not os.path.exists(SSHD), reason="needs openssh-server (scripts/dev-setup.sh installs it)")
 
@@ -25,7 +25,7 @@ def sshd(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path, monkeypatch):
     # ~/.ssh/known_hosts of the person running the tests must not decide the outcome.
-    monkeypatch.setattr("bootstrap.transport.KNOWN_HOSTS", str(tmp_path / "home_known_hosts"))
+    monkeypatch.setattr("bootstrap.remote.ssh.KNOWN_HOSTS", str(tmp_path / "home_known_hosts"))
 
 
 def make(sshd, known_hosts=None, **settings):
@@ -109,7 +109,7 @@ def test_stream_stdin_and_private_file(sshd, tmp_path):
 
 
 def test_unreachable_port_fails_after_retries(tmp_path, sshd):
-    from sshd import free_port
+    from bootstrap.sandbox.sshd import free_port
     host = Host("gone", SSHTarget("127.0.0.1", user="root", port=free_port(), key=str(sshd.client_key)),
                 ip="127.0.0.1", role="head")
     sleeps = []

@@ -11,20 +11,20 @@ Prints one table:
   3. spread: requests each replica served under the full-rotation load (from their own
      vllm:request_success_total), max/min.
 
-The load is `bootstrap bench`'s (bootstrap.bench.run_bench), run from this machine, which must
+The load is `bootstrap bench`'s (bootstrap.serve.bench.run_bench), run from this machine, which must
 reach the data-plane IPs (the sandbox's do).
 
-Example: python bench/fleet.py -i fleet.yaml --requests 48 --concurrency 8
+Example: python -m perf.fleet -i fleet.yaml --requests 48 --concurrency 8
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from bootstrap import bench as B
-from bootstrap import fleet as FL
-from bootstrap import fleetplan as FP
-from bootstrap.apply import Session
+from bootstrap.serve import bench as B
+from bootstrap.fleet import run as FL
+from bootstrap.fleet import plan as FP
+from bootstrap.cluster.run import Session
 from bootstrap.inventory import load_inventory
 
 
@@ -51,7 +51,7 @@ def main(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     inv = load_inventory(a.inventory)
     if inv.cluster.replicas < 2:
-        print("bench/fleet.py needs cluster.replicas >= 2 in the inventory", file=sys.stderr)
+        print("perf/fleet.py needs cluster.replicas >= 2 in the inventory", file=sys.stderr)
         return 2
     router = FP.router_url(inv)
     direct = FP.replica_url(inv, 0)

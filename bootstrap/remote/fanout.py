@@ -4,7 +4,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 from typing import Callable, Iterable, TypeVar
 
-from .errors import GroupError
+from bootstrap.errors import GroupError
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -15,7 +15,7 @@ Configurations are `NODES:TP:PP[:EXTRA VLLM FLAGS]` (TP/PP `-` for the planner's
 Hosts: --inventory (default: the sandbox's, ~/.cache/bootstrap-sandbox/inventory.yaml, with the
 cluster already up); a row with N nodes uses its first N hosts.
 
-Example: python bench/splits.py --config 2:2:1 --config 2:1:2 --config 3:-:- --requests 24
+Example: python -m perf.splits --config 2:2:1 --config 2:1:2 --config 3:-:- --requests 24
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ class Row:
 
 
 def bootstrap(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bootstrap.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "bootstrap", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 

@@ -13,13 +13,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from . import diagnose as D
-from . import facts as F
-from . import nccl as N
-from .apply import PYTHON, Reporter, Session, check_script, exec_python_argv
-from .errors import BootstrapError, CommandFailed, HostUnreachable, PreflightFailed
-from .fanout import DEFAULT_PARALLEL, fan_out
-from .model import Host, Inventory
+from bootstrap.doctor import signatures as D
+from bootstrap.cluster import facts as F
+from bootstrap.nccl import parse as N
+from bootstrap.cluster.run import PYTHON, Reporter, Session, check_script, exec_python_argv
+from bootstrap.errors import BootstrapError, CommandFailed, HostUnreachable, PreflightFailed
+from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out
+from bootstrap.model import Host, Inventory
 
 CHECK_PATH = "/tmp/bootstrap_nccl_check.py"
 CHECK_TAG = "bootstrap_nccl_check"

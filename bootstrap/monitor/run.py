@@ -11,13 +11,13 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from . import fleet as FL
-from . import monitorplan as MP
-from .apply import Session
-from .errors import CommandFailed, PreflightFailed
-from .model import Host, Inventory
+from bootstrap.fleet import run as FL
+from bootstrap.monitor import plan as MP
+from bootstrap.cluster.run import Session
+from bootstrap.errors import CommandFailed, PreflightFailed
+from bootstrap.model import Host, Inventory
 
-LABEL_SPEC = "bootstrap.monitor.spec"
+LABEL_SPEC = "bootstrap.monitor.run.spec"
 #: targets that only answer while a model is served
 SERVING_JOBS = ("vllm", "vllm-router")
 
@@ -144,8 +144,8 @@ def query(sess: Session, expr: str) -> list[dict]:
 def monitor_up(sess: Session, *, wait: float = 120.0) -> MonitorResult:
     """Exporters on every host, then Prometheus with the generated configuration; wait until it is
     ready and (up to `wait` s) every target is up."""
-    from . import exposure
-    from . import facts as F
+    from bootstrap import exposure
+    from bootstrap.cluster import facts as F
 
     inv = sess.inv
     t0 = time.monotonic()

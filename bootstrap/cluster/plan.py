@@ -12,9 +12,9 @@ import json
 from dataclasses import dataclass
 from typing import Literal, Mapping
 
-from .exposure import RAY_DASHBOARD_DEFAULT, dashboard_address
-from .facts import HostFacts
-from .model import HF_CACHE_IN_CONTAINER, NOFILE_MAX, Host, Inventory
+from bootstrap.exposure import RAY_DASHBOARD_DEFAULT, dashboard_address
+from bootstrap.cluster.facts import HostFacts
+from bootstrap.model import HF_CACHE_IN_CONTAINER, NOFILE_MAX, Host, Inventory
 
 #: nofile limit used when neither the inventory nor the host says otherwise.
 NOFILE_CAP = NOFILE_MAX

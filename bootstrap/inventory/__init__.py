@@ -29,8 +29,8 @@ from typing import Any, Callable, Mapping, NoReturn
 
 import yaml
 
-from .errors import InventoryError
-from .model import (
+from bootstrap.errors import InventoryError
+from bootstrap.model import (
     HF_CACHE_IN_CONTAINER,
     NOFILE_MAX,
     Cluster,
@@ -908,7 +908,7 @@ def _env_name(value: Any, loc: _Loc) -> str:
     return value
 
 
-#: The variables the plan sets in every container itself (bootstrap.plan.container_spec): neither
+#: The variables the plan sets in every container itself (bootstrap.cluster.plan.container_spec): neither
 #: env nor secrets may set them.
 _PLAN_ENV = {
     "VLLM_HOST_IP": "VLLM_HOST_IP is set by bootstrap from each host's ip; set the host's ip instead",

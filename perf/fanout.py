@@ -16,7 +16,7 @@ Hosts come from (one of):
 
 Exit status 1 when a target is missed: exec(Nmax)/exec(1) <= 3 and exec(Nmax)/pssh(Nmax) <= 1.0.
 
-Example: python bench/fanout.py --nodes 1,16,64 --reps 3 --png fanout.png
+Example: python -m perf.fanout --nodes 1,16,64 --reps 3 --png fanout.png
 """
 from __future__ import annotations
 
@@ -38,14 +38,10 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-sys.path.insert(0, str(ROOT / "tests"))
-
-from bench.plot import line_plot  # noqa: E402
-from bootstrap.fanout import DEFAULT_PARALLEL  # noqa: E402
-from bootstrap.inventory import load_inventory  # noqa: E402
-from sshd import SSHD, free_port, keygen  # noqa: E402  (the test suite's loopback sshd helpers)
+from perf.plot import line_plot
+from bootstrap.remote.fanout import DEFAULT_PARALLEL
+from bootstrap.inventory import load_inventory
+from bootstrap.sandbox.sshd import SSHD, free_port, keygen  # the loopback sshd the tests use too
 
 PSSH = "/usr/bin/parallel-ssh"
 TOOLS = ("exec", "status", "pssh")
@@ -60,7 +56,7 @@ def log(msg: str) -> None:
 
 
 def bootstrap_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "bootstrap.cli", *args]
+    return [sys.executable, "-m", "bootstrap", *args]
 
 
 # -- hosts -----------------------------------------------------------------------------------------

@@ -22,8 +22,8 @@ from typing import BinaryIO, Callable, Iterable, Sequence
 import paramiko
 from fabric import Config, Connection
 
-from .errors import BootstrapError, CommandFailed, ConnectionLost, ExitStatus, HostUnreachable
-from .model import Host, SSHSettings
+from bootstrap.errors import BootstrapError, CommandFailed, ConnectionLost, ExitStatus, HostUnreachable
+from bootstrap.model import Host, SSHSettings
 
 Argv = Sequence[str]
 

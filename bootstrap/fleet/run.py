@@ -11,19 +11,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from . import diagnose as D
-from . import facts as F
-from . import fleetplan as FP
-from . import plan as PL
-from . import serveplan as P
-from .apply import Reporter, Session, check_script, exec_python_argv
-from .errors import BootstrapError, Interrupted, PreflightFailed, UsageError
-from .fanout import DEFAULT_PARALLEL, fan_out
-from .model import Host, Inventory
-from .serve import ServeFailed, _last_json, _root_cause, read_model_info
+from bootstrap.doctor import signatures as D
+from bootstrap.cluster import facts as F
+from bootstrap.fleet import plan as FP
+from bootstrap.cluster import plan as PL
+from bootstrap.serve import plan as P
+from bootstrap.cluster.run import Reporter, Session, check_script, exec_python_argv
+from bootstrap.errors import BootstrapError, Interrupted, PreflightFailed, UsageError
+from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out
+from bootstrap.model import Host, Inventory
+from bootstrap.serve.run import ServeFailed, _last_json, _root_cause, read_model_info
 
 #: serve's processes inside the node containers (a single-replica serve) hold the vLLM port.
-from .serve import _STOP as _STOP_SINGLE  # noqa: E402
+from bootstrap.serve.run import _STOP as _STOP_SINGLE  # noqa: E402
 
 
 class _ReplicaFailed(BootstrapError):

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import yaml
 
-from . import fleetplan as FP
-from . import plan as PL
-from .model import Host, Inventory
+from bootstrap.fleet import plan as FP
+from bootstrap.cluster import plan as PL
+from bootstrap.model import Host, Inventory
 
 #: where the generated configuration sits inside the Prometheus container
 CONFIG_PATH = "/etc/bootstrap-prometheus/prometheus.yml"

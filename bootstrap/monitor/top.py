@@ -13,10 +13,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from . import fleetplan as FP
-from . import metrics as M
-from .apply import Session, check_script, exec_python_argv
-from .model import Host, Inventory
+from bootstrap.fleet import plan as FP
+from bootstrap.monitor import metrics as M
+from bootstrap.cluster.run import Session, check_script, exec_python_argv
+from bootstrap.model import Host, Inventory
 
 #: samples kept per host (enough for the percentile window at a 1 s interval)
 KEEP = 90

@@ -10,10 +10,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .apply import Session
-from .errors import CommandFailed, PreflightFailed, UsageError
-from .fanout import DEFAULT_PARALLEL
-from .model import Host, Inventory
+from bootstrap.cluster.run import Session
+from bootstrap.errors import CommandFailed, PreflightFailed, UsageError
+from bootstrap.remote.fanout import DEFAULT_PARALLEL
+from bootstrap.model import Host, Inventory
 
 
 @dataclass(frozen=True)

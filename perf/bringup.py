@@ -40,7 +40,7 @@ Targets (exit status 1 when one is missed, or a run fails):
     up(Nmax)/up(1) <= 1.3     overhead < 2 s at every N     convergence < 1 s at every N
     re-run up <= 20% of the first up (at Nmax)
 
-Example: python bench/bringup.py --nodes 1,2,4,8 --reps 3 --png bringup.png
+Example: python -m perf.bringup --nodes 1,2,4,8 --reps 3 --png bringup.png
 """
 from __future__ import annotations
 
@@ -61,10 +61,8 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.plot import line_plot  # noqa: E402
-from bootstrap.inventory import load_inventory  # noqa: E402
+from perf.plot import line_plot
+from bootstrap.inventory import load_inventory
 
 TARGET_SCALING = 1.3  # up(Nmax) / up(1)
 TARGET_OVERHEAD = 2.0  # seconds, up - floor, every N
@@ -78,7 +76,7 @@ def log(msg: str) -> None:
 
 
 def bootstrap_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "bootstrap.cli", *args]
+    return [sys.executable, "-m", "bootstrap", *args]
 
 
 # -- hosts -----------------------------------------------------------------------------------------

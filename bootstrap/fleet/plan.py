@@ -16,10 +16,10 @@ import json
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from . import plan as PL
-from . import serveplan as P
-from .errors import UsageError
-from .model import Host, Inventory
+from bootstrap.cluster import plan as PL
+from bootstrap.serve import plan as P
+from bootstrap.errors import UsageError
+from bootstrap.model import Host, Inventory
 
 LABEL_KEEP = "bootstrap.keep"
 LABEL_REPLICA = "bootstrap.replica"

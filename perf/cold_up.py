@@ -21,7 +21,7 @@ The sandbox is one per machine (fixed names): this removes the image from its no
 it while tests use the sandbox. It is left up (with the image on every node) at the end unless the
 benchmark created it and --keep is not given.
 
-Example: python bench/cold_up.py --nodes 1,2,3
+Example: python -m perf.cold_up --nodes 1,2,3
 """
 from __future__ import annotations
 
@@ -34,8 +34,7 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bringup import ROOT, bootstrap_cmd, down, first_hosts, must, render, sandbox_up, up  # noqa: E402
+from perf.bringup import ROOT, bootstrap_cmd, down, first_hosts, must, render, sandbox_up, up
 
 REGISTRY = "bootstrap-sandbox-registry"
 TARGET_BYTES = 1.2

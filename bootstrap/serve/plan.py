@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from .errors import UsageError
+from bootstrap.errors import UsageError
 
 
 class ServePlanError(UsageError):

@@ -11,13 +11,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
-from . import diagnose as D
-from . import facts as F
-from . import serveplan as P
-from .apply import Reporter, Session, check_script, exec_python_argv, last_json
-from .errors import BootstrapError, CommandFailed, PreflightFailed, UsageError
-from .fanout import DEFAULT_PARALLEL
-from .model import Host, Inventory
+from bootstrap.doctor import signatures as D
+from bootstrap.cluster import facts as F
+from bootstrap.serve import plan as P
+from bootstrap.cluster.run import Reporter, Session, check_script, exec_python_argv, last_json
+from bootstrap.errors import BootstrapError, CommandFailed, PreflightFailed, UsageError
+from bootstrap.remote.fanout import DEFAULT_PARALLEL
+from bootstrap.model import Host, Inventory
 
 LOG = "/tmp/bootstrap-vllm-serve.log"
 PIDFILE = "/tmp/bootstrap-vllm-serve.pid"
@@ -261,7 +261,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             # A worker cut off from the head shows up as a hang on every node alike: name it.
             cut = {}
             if len(order) > 1 and not ready.get("exited"):
-                from .diagnostics import workers_cut_off
+                from bootstrap.doctor.run import workers_cut_off
                 cut = workers_cut_off(sess, master_port if backend == "native" else c.ports.ray_gcs)
             tails = {inv.head.name: log}
             if backend == "native":

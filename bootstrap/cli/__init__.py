@@ -18,10 +18,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from . import apply as A
-from . import serveplan as P
-from .errors import BootstrapError, ExitStatus, GroupError, Interrupted, UsageError
-from .fanout import DEFAULT_PARALLEL
+from bootstrap.cluster import run as A
+from bootstrap.serve import plan as P
+from bootstrap.errors import BootstrapError, ExitStatus, GroupError, Interrupted, UsageError
+from bootstrap.remote.fanout import DEFAULT_PARALLEL
 
 # Wide when not on a terminal, so tables in logs and CI output do not wrap evidence mid-word.
 # No emoji codes: a `:name:` in a value is printed as it is.
@@ -95,7 +95,7 @@ def _escape(text: object, *, lines: bool = False, markup: bool = True) -> str:
 
 
 def _load(path: str | None, check_files: bool = True, require_secrets: bool = True):
-    from .inventory import load_inventory
+    from bootstrap.inventory import load_inventory
 
     given = "--inventory"
     if path is None:
@@ -371,7 +371,7 @@ def plan(inventory, as_json):
             return
         import shlex
 
-        from . import fleetplan as FP
+        from bootstrap.fleet import plan as FP
         groups = [A.plan_offline(FP.replica_inventory(inv, k)) for k in range(inv.cluster.replicas)]
         router = FP.router_run_argv(inv, [FP.replica_url(inv, k) for k in range(inv.cluster.replicas)])
         if as_json:
@@ -425,7 +425,7 @@ def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_key
         inv = _load(inventory)
         if inv.cluster.replicas > 1:
             # Each replica is a serving group of its own: its own head and Ray cluster.
-            from . import fleetplan as FP
+            from bootstrap.fleet import plan as FP
             for k in range(inv.cluster.replicas):
                 if not as_json:
                     err.print(_escape(f"replica {k}: {', '.join(h.name for h in inv.replicas[k])}"))
@@ -529,8 +529,8 @@ def status(inventory, parallel, as_json):
 def _status_fleet(inv, parallel: int, as_json: bool) -> None:
     """status with replicas: each group's nodes (its own Ray cluster), then each replica as the
     router sees it. Exit 1 when a node is not alive or a replica does not serve."""
-    from . import fleet as FL
-    from . import fleetplan as FP
+    from bootstrap.fleet import run as FL
+    from bootstrap.fleet import plan as FP
 
     groups = [A.cluster_status(FP.replica_inventory(inv, k), parallel=parallel) for k in range(inv.cluster.replicas)]
     fs = FL.status(inv, parallel=parallel)
@@ -605,8 +605,8 @@ def _dashboard_line(label: str, address: str, head) -> str:
 
 
 def _print_prometheus(inv) -> None:
-    from . import monitor as MON
-    from . import monitorplan as MP
+    from bootstrap.monitor import run as MON
+    from bootstrap.monitor import plan as MP
 
     url = MON.running_url(inv)
     if url:
@@ -646,7 +646,7 @@ def exec_(inventory, container, only, parallel, timeout, accept_new_host_keys, a
 
     Example: bootstrap exec -i hosts.yaml -- nvidia-smi -L
     """
-    from . import fanexec as E
+    from bootstrap.cluster import exec as E
 
     def go():
         inv = _load(inventory)
@@ -726,8 +726,8 @@ def down(inventory, parallel, lock_wait):
     def go():
         inv = _load(inventory)
         if inv.cluster.replicas > 1:
-            from . import fleet as FL
-            from . import fleetplan as FP
+            from bootstrap.fleet import run as FL
+            from bootstrap.fleet import plan as FP
             FL.stop_fleet(inv, parallel=parallel, reporter=LineReporter())
             out.print(_escape(f"removed the serve containers, the router and the keepers of {inv.cluster.replicas} "
                               "replicas"))
@@ -766,8 +766,8 @@ def check_nccl(inventory, parallel, deadline, sizes, iters, backend, as_json):
 
     Example: bootstrap check-nccl -i hosts.yaml
     """
-    from . import diagnostics as X
-    from . import nccl as N
+    from bootstrap.doctor import run as X
+    from bootstrap.nccl import parse as N
 
     def go():
         inv = _load(inventory)
@@ -869,7 +869,7 @@ def doctor(inventory, parallel, as_json):
 
     Example: bootstrap doctor -i hosts.yaml
     """
-    from . import diagnostics as X
+    from bootstrap.doctor import run as X
 
     def go():
         inv = _load(inventory)
@@ -897,7 +897,7 @@ def logs(inventory, hosts, follow, tail):
 
     Example: bootstrap logs -i hosts.yaml node2 --follow
     """
-    from . import diagnostics as X
+    from bootstrap.doctor import run as X
 
     def go():
         inv = _load(inventory)
@@ -955,7 +955,7 @@ def serve(inventory, parallel, model, extra, tp, pp, backend, sync_model, wait, 
 
     Example: bootstrap serve -i hosts.yaml meta-llama/Llama-3.1-405B-Instruct -- --max-model-len 8192
     """
-    from . import serve as V
+    from bootstrap.serve import run as V
 
     _serve_args(click.get_current_context(), model, extra, stop)
     if stop and dry_run:
@@ -1017,9 +1017,9 @@ def serve(inventory, parallel, model, extra, tp, pp, backend, sync_model, wait, 
 def _serve_fleet(inv, model, extra, tp, pp, backend, sync_model, wait, listen, served_name, stop, dry_run,
                  as_json, parallel) -> None:
     """serve with cluster.replicas > 1: every replica, then the router in front."""
-    from . import fleet as FL
-    from . import fleetplan as FP
-    from . import serve as V
+    from bootstrap.fleet import run as FL
+    from bootstrap.fleet import plan as FP
+    from bootstrap.serve import run as V
 
     if sync_model:
         raise click.UsageError("--sync-model copies from one head: with replicas, put the model on every host "
@@ -1174,8 +1174,8 @@ def rollout(inventory, parallel, extra, model, image, keep_flags, max_unavailabl
 
     Example: bootstrap rollout -i hosts.yaml -- --max-model-len 4096
     """
-    from . import fleet as FL
-    from . import serve as V
+    from bootstrap.fleet import run as FL
+    from bootstrap.serve import run as V
 
     if keep_flags and extra:
         raise click.UsageError("--keep-flags keeps the flags served now: give no vLLM flags with it")
@@ -1248,13 +1248,13 @@ def top(inventory, interval, once, source, as_json):
 
     Example: bootstrap top -i hosts.yaml            (bootstrap top -i hosts.yaml --once --json: one sample)
     """
-    from . import top as T
+    from bootstrap.monitor import top as T
 
     def go():
         inv = _load(inventory, require_secrets=False)  # the probes read nothing secret
         prom = None
         if source != "probe":
-            from . import monitor as MON
+            from bootstrap.monitor import run as MON
 
             prom = MON.running_url(inv)
             if prom is None and source == "prometheus":
@@ -1347,7 +1347,7 @@ def bench(inventory, url, model, n_requests, concurrency, max_tokens, prompt, ig
 
     Example: bootstrap bench -i hosts.yaml --requests 200 --concurrency 16 --png latency.png
     """
-    from . import bench as B
+    from bootstrap.serve import bench as B
 
     def go():
         target = url
@@ -1356,7 +1356,7 @@ def bench(inventory, url, model, n_requests, concurrency, max_tokens, prompt, ig
             inv = _load(inventory, check_files=False)
             target = f"http://{inv.head.ip}:{inv.cluster.ports.vllm}"
             if inv.cluster.replicas > 1:
-                from . import fleetplan as FP
+                from bootstrap.fleet import plan as FP
                 target, fleet_inv = FP.router_url(inv), _load(inventory)
         kw = {"prompt": prompt} if prompt else {}
         if fleet_inv is not None:
@@ -1364,7 +1364,7 @@ def bench(inventory, url, model, n_requests, concurrency, max_tokens, prompt, ig
         cfg = B.BenchConfig(url=target, model=model, requests=n_requests, concurrency=concurrency,
                             max_tokens=max_tokens, timeout=timeout, ignore_eos=ignore_eos, **kw)
         if fleet_inv is not None:
-            from . import fleet as FL
+            from bootstrap.fleet import run as FL
             before = FL.status(fleet_inv)
         res = B.run_bench(cfg)
         spread = None
@@ -1386,7 +1386,7 @@ def bench(inventory, url, model, n_requests, concurrency, max_tokens, prompt, ig
 
 
 def _url(value: str | None) -> str | None:
-    from . import bench as B
+    from bootstrap.serve import bench as B
 
     if value is not None:
         try:
@@ -1451,7 +1451,7 @@ def monitor_up(inventory, wait, as_json):
 
     Example: bootstrap monitor up -i hosts.yaml
     """
-    from . import monitor as MON
+    from bootstrap.monitor import run as MON
 
     def go():
         inv, sess = _monitor_session(inventory, LineReporter(quiet=as_json))
@@ -1483,7 +1483,7 @@ def monitor_status(inventory, as_json):
 
     Example: bootstrap monitor status -i hosts.yaml
     """
-    from . import monitor as MON
+    from bootstrap.monitor import run as MON
 
     def go():
         inv, sess = _monitor_session(inventory)
@@ -1506,7 +1506,7 @@ def monitor_down(inventory, purge):
 
     Example: bootstrap monitor down -i hosts.yaml --purge
     """
-    from . import monitor as MON
+    from bootstrap.monitor import run as MON
 
     def go():
         inv, sess = _monitor_session(inventory, LineReporter())
@@ -1534,7 +1534,7 @@ def sandbox_up(nodes, kind):
 
     Example: bootstrap sandbox up --nodes 3
     """
-    from . import sandbox as S
+    from bootstrap import sandbox as S
 
     def go():
         try:
@@ -1553,7 +1553,7 @@ def sandbox_down():
 
     Example: bootstrap sandbox down
     """
-    from . import sandbox as S
+    from bootstrap import sandbox as S
 
     def go():
         try:

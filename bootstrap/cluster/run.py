@@ -20,15 +20,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Protocol, Sequence
 
-from . import facts as F
-from . import imagecopy as IC
-from .errors import (BootstrapError, CommandFailed, DeadlineExceeded, GroupError, HostUnreachable,
+from bootstrap.cluster import facts as F
+from bootstrap.cluster import imagecopy as IC
+from bootstrap.errors import (BootstrapError, CommandFailed, DeadlineExceeded, GroupError, HostUnreachable,
                      Interrupted, PreflightFailed)
-from .fanout import DEFAULT_PARALLEL, fan_out, run_all
-from .model import Host, Inventory, SSHSettings  # noqa: F401 - Session(settings=)
-from . import plan as PL
-from .plan import HostAction, container_spec, nofile_for, plan_up
-from .transport import HeldLock, SSHHost, stream_file
+from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out, run_all
+from bootstrap.model import Host, Inventory, SSHSettings  # noqa: F401 - Session(settings=)
+from bootstrap.cluster import plan as PL
+from bootstrap.cluster.plan import HostAction, container_spec, nofile_for, plan_up
+from bootstrap.remote.ssh import HeldLock, SSHHost, stream_file
 
 
 class Reporter(Protocol):
@@ -45,7 +45,7 @@ def check_script(name: str) -> bytes:
     try:
         return (resources.files("bootstrap.checks") / name).read_bytes()
     except (ModuleNotFoundError, FileNotFoundError):
-        return (Path(__file__).resolve().parent.parent / "checks" / name).read_bytes()
+        return (Path(__file__).resolve().parents[2] / "checks" / name).read_bytes()
 
 
 # Run a piped script with the interpreter that runs `ray` in the image (its shebang), so a check
@@ -240,7 +240,7 @@ class Session:
 
     def exposure_warnings(self, *, vllm_listen: str | None = None) -> list[str]:
         """Services on the head a public address would reach (the dashboard; vLLM when given)."""
-        from . import exposure
+        from bootstrap import exposure
 
         head = self.inv.head
         r = self.ssh[head.name].run(F.addresses_cmd(), timeout=30, check=False)
@@ -847,7 +847,7 @@ def cluster_status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter
             rows.append(NodeStatus(h.name, h.ip, h.role, True, cstate, live, node.gpus if live else 0.0, err))
         served = None
         if serving and isinstance(head_state, F.ContainerState) and head_state.running:
-            from .serve import serving_state  # serve builds on this module
+            from bootstrap.serve.run import serving_state  # serve builds on this module
 
             try:
                 served = serving_state(sess)

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from .errors import CommandFailed, PreflightFailed
+from bootstrap.errors import CommandFailed, PreflightFailed
 
 
 class Runner(Protocol):

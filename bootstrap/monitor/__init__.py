@@ -1,0 +1,1 @@
+"""Prometheus/Grafana on the head, the metrics parser and the live `top`."""

@@ -1,0 +1,1 @@
+"""check-nccl: the pure parser and verdicts (parse.py) and the run over SSH (run.py)."""
