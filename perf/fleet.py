@@ -24,7 +24,7 @@ import sys
 from bootstrap.serve import bench as B
 from bootstrap.fleet import run as FL
 from bootstrap.fleet import plan as FP
-from bootstrap.cluster.run import Session
+from bootstrap.remote.session import Session
 from bootstrap.inventory import load_inventory
 
 

@@ -1,7 +1,7 @@
 """Pure parts of apply: Ray membership folded into the plan, the readiness check's output."""
 from dataclasses import replace
 
-from bootstrap.cluster.run import parse_ray_nodes, ray_checks_needed, with_ray_members
+from bootstrap.cluster.plan import parse_ray_nodes, ray_checks_needed, with_ray_members
 from bootstrap.cluster.facts import ContainerState, HostFacts, parse_ray_ok, ray_ok_marker, write_ray_ok_cmd
 from bootstrap.cluster.plan import LABEL_SPEC, container_spec, plan_up
 from plan_fixtures import cpu_inventory
@@ -72,7 +72,7 @@ def test_ray_ok_markers():
 
 
 def test_all_alive_needs_every_host_with_its_gpus():
-    from bootstrap.cluster.run import RayNode, RayView, all_alive
+    from bootstrap.cluster.plan import RayNode, RayView, all_alive
     inv = cpu_inventory(2)
     ips = [h.ip for h in inv.hosts]
     view = RayView(True, (RayNode(ips[0], True, 8, 4), RayNode(ips[1], True, 8, 4)), ())
@@ -82,7 +82,7 @@ def test_all_alive_needs_every_host_with_its_gpus():
 
 
 def test_replaced_workers_old_ray_registrations_do_not_count():
-    from bootstrap.cluster.run import RayNode, RayView, stale_registrations
+    from bootstrap.cluster.plan import RayNode, RayView, stale_registrations
     from bootstrap.cluster.plan import HostAction
 
     from plan_fixtures import cpu_inventory

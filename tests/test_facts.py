@@ -1,5 +1,4 @@
 """Fact parsers on real command output (captured from Docker 20.10 and nvidia-smi's CSV format)."""
-import json
 from pathlib import Path
 
 import pytest

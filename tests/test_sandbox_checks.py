@@ -9,9 +9,8 @@ import subprocess
 import time
 
 import pytest
-import yaml
 
-from test_sandbox_cluster import CONTAINER, cli, container_id, on_node, write_inventory
+from test_sandbox_cluster import CONTAINER, cli, on_node, write_inventory
 
 pytestmark = pytest.mark.sandbox
 SIZES = "1024,65536,1048576"

@@ -204,7 +204,7 @@ def test_a_corrupted_stream_is_refused_and_load_image_sends_the_image_once_for_t
     """No node has the image and the registry is stopped. A stream with one flipped byte is refused
     and leaves nothing behind; then `up --load-image` streams the image from this machine to the
     head alone, and node2 and node3 get it from the head over the data network, ID checked."""
-    from bootstrap.cluster.run import receive_image
+    from bootstrap.cluster.image import receive_image
     from bootstrap.errors import PreflightFailed
     from bootstrap.inventory import load_inventory
     from bootstrap.remote.ssh import SSHHost

@@ -197,7 +197,7 @@ def test_monitor_scrapes_every_target_counts_every_request_and_feeds_every_panel
     counter in Prometheus grows by exactly the requests `bench` sent; every dashboard panel's
     query returns data (GPU panels excepted: no GPU here); `monitor down` leaves nothing."""
     from bootstrap.monitor import run as MON
-    from bootstrap.cluster.run import Session
+    from bootstrap.remote.session import Session
     from bootstrap.inventory import load_inventory
 
     sb, inv, served = fleet

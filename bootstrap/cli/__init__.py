@@ -19,6 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from bootstrap.cluster import run as A
+from bootstrap.cluster import plan as PL
+from bootstrap.remote.session import Session
 from bootstrap.serve import plan as P
 from bootstrap.errors import BootstrapError, ExitStatus, GroupError, Interrupted, UsageError
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
@@ -367,12 +369,12 @@ def plan(inventory, as_json):
     def go():
         inv = _load(inventory, check_files=False)
         if inv.cluster.replicas == 1:
-            _plan_rows(A.plan_offline(inv), as_json, live=False)
+            _plan_rows(PL.plan_offline(inv), as_json, live=False)
             return
         import shlex
 
         from bootstrap.fleet import plan as FP
-        groups = [A.plan_offline(FP.replica_inventory(inv, k)) for k in range(inv.cluster.replicas)]
+        groups = [PL.plan_offline(FP.replica_inventory(inv, k)) for k in range(inv.cluster.replicas)]
         router = FP.router_run_argv(inv, [FP.replica_url(inv, k) for k in range(inv.cluster.replicas)])
         if as_json:
             out.print_json(json.dumps({
@@ -766,7 +768,7 @@ def check_nccl(inventory, parallel, deadline, sizes, iters, backend, as_json):
 
     Example: bootstrap check-nccl -i hosts.yaml
     """
-    from bootstrap.doctor import run as X
+    from bootstrap.nccl import run as X
     from bootstrap.nccl import parse as N
 
     def go():
@@ -1422,7 +1424,7 @@ def monitor():
 
 def _monitor_session(inventory, reporter=None):
     inv = _load(inventory, require_secrets=False)  # nothing secret goes to the monitoring containers
-    sess = A.Session(inv, reporter=reporter)
+    sess = Session(inv, reporter=reporter)
     sess.connect()
     return inv, sess
 

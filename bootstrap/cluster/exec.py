@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from bootstrap.cluster.run import Session
+from bootstrap.remote.session import Session
 from bootstrap.errors import CommandFailed, PreflightFailed, UsageError
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
 from bootstrap.model import Host, Inventory

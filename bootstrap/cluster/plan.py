@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
-from typing import Literal, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Mapping, Sequence
 
 from bootstrap.exposure import RAY_DASHBOARD_DEFAULT, dashboard_address
+from bootstrap.cluster import facts as F
 from bootstrap.cluster.facts import HostFacts
 from bootstrap.model import HF_CACHE_IN_CONTAINER, NOFILE_MAX, Host, Inventory
 
@@ -164,3 +165,94 @@ def _decide(spec: ContainerSpec, f: HostFacts | None) -> tuple[Action, str]:
 
 def expected_gpus(inv: Inventory) -> int:
     return inv.gpus_per_node
+
+
+@dataclass(frozen=True)
+class RayNode:
+    ip: str
+    alive: bool
+    gpus: float
+    cpus: float
+    node_id: str = ""
+
+
+@dataclass(frozen=True)
+class RayView:
+    ready: bool
+    nodes: tuple[RayNode, ...]
+    missing: tuple[str, ...]
+    error: str = ""
+    elapsed: float = 0.0
+    #: When the poller first saw each node IP alive: time.time() on the head's clock.
+    first_seen: Mapping[str, float] = field(default_factory=dict)
+    #: The head's time.time() when the poller finished (compare with ours for the clock skew).
+    head_now: float | None = None
+
+
+def parse_ray_nodes(out: str) -> RayView:
+    done = None
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if obj.get("event") == "done":
+                done = obj
+    if done is None:
+        return RayView(False, (), (), error=(out.strip().splitlines() or ["no output"])[-1])
+    nodes = tuple(RayNode(n["ip"], bool(n["alive"]), float(n.get("gpus", 0)), float(n.get("cpus", 0)),
+                          str(n.get("node_id") or ""))
+                  for n in done.get("nodes", []))
+    seen = done.get("first_seen") or {}
+    first_seen = {str(ip): float(t) for ip, t in seen.items()} if isinstance(seen, dict) else {}
+    now = done.get("now")
+    return RayView(bool(done.get("ready")), nodes, tuple(done.get("missing", [])), done.get("error", ""),
+                   float(done.get("t", 0.0)), first_seen, float(now) if isinstance(now, (int, float)) else None)
+
+
+def stale_registrations(inv: Inventory, actions: Sequence[HostAction], members: RayView | None) -> set[str]:
+    """Ray node IDs of the containers we just replaced on a kept head's GCS. Ray lists a dead node
+    as alive until its heartbeats time out (tens of seconds), so the old registration of a
+    recreated worker must not count as that worker having rejoined."""
+    if members is None:
+        return set()
+    replaced = {inv.host(a.host).ip for a in actions if a.action != "keep"}
+    return {n.node_id for n in members.nodes if n.alive and n.ip in replaced and n.node_id}
+
+
+def all_alive(view: RayView, hosts: Sequence[Host], gpus: float) -> bool:
+    """Every host's IP alive in the view, with at least ``gpus`` GPUs."""
+    alive = {n.ip: n for n in view.nodes if n.alive}
+    return all(h.ip in alive and alive[h.ip].gpus >= gpus for h in hosts)
+
+
+def ray_checks_needed(changing: Sequence[HostAction], facts: Mapping[str, F.HostFacts]) -> dict[str, str]:
+    """Image ID -> the host to run the `ray`-in-image check on: one per distinct ID among the
+    hosts that change, except IDs some host has a marker for (checked there before)."""
+    proven = {m for f in facts.values() for m in f.ray_ok}
+    by_id: dict[str, str] = {}
+    for a in changing:
+        iid = facts[a.host].image_id or ""
+        if not (iid and F.ray_ok_marker(iid) in proven):
+            by_id.setdefault(iid, a.host)
+    return by_id
+
+
+def with_ray_members(inv: Inventory, actions: Sequence[HostAction], missing_ips: set[str]) -> tuple[HostAction, ...]:
+    """Recreate kept containers whose node Ray does not list alive (all of them if it is the head)."""
+    from dataclasses import replace
+
+    if inv.head.ip in missing_ips:
+        return tuple(replace(a, action="recreate", reason="head not alive in Ray") if a.host == inv.head.name
+                     else (replace(a, action="recreate", reason="the head is (re)started") if a.action == "keep" else a)
+                     for a in actions)
+    return tuple(replace(a, action="recreate", reason="not alive in Ray")
+                 if a.action == "keep" and inv.host(a.host).ip in missing_ips else a for a in actions)
+
+
+def plan_offline(inv: Inventory) -> tuple[HostAction, ...]:
+    """The containers each host would get, from the inventory alone (no host contacted)."""
+    return tuple(HostAction(h.name, "create", "offline plan", container_spec(inv, h, nofile_for(inv, None)))
+                 for h in (inv.head, *inv.workers))

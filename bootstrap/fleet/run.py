@@ -11,12 +11,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from bootstrap.cluster import probe
 from bootstrap.doctor import signatures as D
 from bootstrap.cluster import facts as F
 from bootstrap.fleet import plan as FP
 from bootstrap.cluster import plan as PL
 from bootstrap.serve import plan as P
-from bootstrap.cluster.run import Reporter, Session, check_script, exec_python_argv
+from bootstrap.remote.session import Reporter, Session, check_script, exec_python_argv
 from bootstrap.errors import BootstrapError, Interrupted, PreflightFailed, UsageError
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out
 from bootstrap.model import Host, Inventory
@@ -218,7 +219,7 @@ def _split(sess: Session, inv: Inventory, model: str, tp: int | None, pp: int | 
 
 
 def _nofiles(sess: Session, inv: Inventory) -> dict[str, int | None]:
-    facts = sess.gather(inv.hosts)
+    facts = probe.gather_hosts(sess, inv.hosts)
     return {h.name: PL.nofile_for(inv, facts.get(h.name)) for h in inv.hosts}
 
 

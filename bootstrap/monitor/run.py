@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from bootstrap.fleet import run as FL
 from bootstrap.monitor import plan as MP
-from bootstrap.cluster.run import Session
+from bootstrap.remote.session import Session
 from bootstrap.errors import CommandFailed, PreflightFailed
 from bootstrap.model import Host, Inventory
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from bootstrap.fleet import plan as FP
 from bootstrap.monitor import metrics as M
-from bootstrap.cluster.run import Session, check_script, exec_python_argv
+from bootstrap.remote.session import Session, check_script, exec_python_argv
 from bootstrap.model import Host, Inventory
 
 #: samples kept per host (enough for the percentile window at a 1 s interval)

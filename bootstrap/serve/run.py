@@ -11,11 +11,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
+from bootstrap.cluster import probe
+from bootstrap.cluster import ray as R
 from bootstrap.doctor import signatures as D
 from bootstrap.cluster import facts as F
 from bootstrap.serve import plan as P
-from bootstrap.cluster.run import Reporter, Session, check_script, exec_python_argv, last_json
-from bootstrap.errors import BootstrapError, CommandFailed, PreflightFailed, UsageError
+from bootstrap.remote.session import Reporter, Session, check_script, exec_python_argv, last_json
+from bootstrap.errors import BootstrapError, PreflightFailed, UsageError
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
 from bootstrap.model import Host, Inventory
 
@@ -164,7 +166,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
     notes: list[str] = []
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         sess.connect()
-        notes += [w for w in sess.exposure_warnings(vllm_listen=host_bind) if "vLLM" in w]
+        notes += [w for w in probe.exposure_warnings(sess, vllm_listen=host_bind) if "vLLM" in w]
         states = sess.stage("inspect", order, lambda h: F.parse_container_inspect(
             sess.ssh[h.name].run(F.container_inspect_cmd(name), timeout=30, check=False).stdout))
         down = [h.name for h in order if not (states.get(h.name) and states[h.name].running)]
@@ -182,7 +184,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
                          "the split is not checked against the model")
 
         if backend == "ray":
-            view = sess.ray_view(order, deadline=10)
+            view = R.ray_view(sess, order, deadline=10)
             if not view.ready:
                 by_ip = {h.ip: h.name for h in order}
                 raise PreflightFailed(", ".join(by_ip.get(i, i) for i in view.missing),
@@ -261,7 +263,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             # A worker cut off from the head shows up as a hang on every node alike: name it.
             cut = {}
             if len(order) > 1 and not ready.get("exited"):
-                from bootstrap.doctor.run import workers_cut_off
+                from bootstrap.cluster.probe import workers_cut_off
                 cut = workers_cut_off(sess, master_port if backend == "native" else c.ports.ray_gcs)
             tails = {inv.head.name: log}
             if backend == "native":

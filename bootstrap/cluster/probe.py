@@ -1,0 +1,74 @@
+"""Read-only looks at the hosts over a Session, shared by every command: each host's facts and
+what a public address would reach on the head."""
+from __future__ import annotations
+
+import json
+from typing import Iterable
+
+from bootstrap import exposure
+from bootstrap.cluster import facts as F
+from bootstrap.doctor import rules as DR
+from bootstrap.doctor import signatures as D
+from bootstrap.model import Host
+from bootstrap.remote.session import Session, check_script, exec_python_argv
+
+def host_facts(sess: Session, h: Host) -> F.HostFacts:
+    c = sess.inv.cluster
+    return F.gather(sess.ssh[h.name], container=c.container_name, image=c.image,
+                    want_gpus=c.accelerator == "gpu")
+
+
+def gather_hosts(sess: Session, hosts: Iterable[Host] | None = None) -> dict[str, F.HostFacts]:
+    return sess.stage("facts", hosts or sess.inv.hosts, lambda h: host_facts(sess, h))
+
+
+def exposure_warnings(sess: Session, *, vllm_listen: str | None = None) -> list[str]:
+    """Services on the head a public address would reach (the dashboard; vLLM when given)."""
+    head = sess.inv.head
+    r = sess.ssh[head.name].run(F.addresses_cmd(), timeout=30, check=False)
+    found = exposure.warnings(sess.inv, {head.name: F.parse_addresses(r.stdout)}, vllm_listen=vllm_listen)
+    for w in found:
+        sess.reporter.event(head.name, "exposure", "warning", w)
+    return found
+
+
+# -- the network, as each node sees it -----------------------------------------------------
+IP_ADDR = ("ip", "-o", "addr", "show")
+
+
+# -- per-node network facts ----------------------------------------------------------------------
+def node_net(sess: Session, h: Host) -> DR.NodeNet:
+    s = sess.ssh[h.name]
+    name = sess.inv.cluster.container_name
+    ci = s.run(F.container_inspect_cmd(name), timeout=30, check=False)
+    st = F.parse_container_inspect(ci.stdout) if ci.ok else None
+    env, args = DR.parse_container_env_args(ci.stdout) if ci.ok else ({}, ())
+    ifs = s.run(IP_ADDR, timeout=30, check=False)
+    socket_env = tuple(sorted((k, v) for k, v in (env or dict(h.env)).items() if k.endswith("_SOCKET_IFNAME")))
+    return DR.NodeNet(h.name, h.ip, st.status if st else "absent", env.get("VLLM_HOST_IP"),
+                   DR.ray_ip_from_args(args), D.parse_ip_addr(ifs.stdout) if ifs.ok else (), socket_env)
+
+
+def workers_cut_off(sess, port: int, *, timeout: float = 3.0) -> dict[str, str]:
+    """Workers whose container cannot open a TCP connection to the head's data-plane IP:PORT
+    (checks/reach.py inside each worker container), with the reason; {} when all can."""
+    inv = sess.inv
+    name = inv.cluster.container_name
+    reach = sess.stage("reach-head", inv.workers, lambda h: sess.ssh[h.name].run_with_input(
+        exec_python_argv(name, [inv.head.ip, str(port), f"{timeout:g}"]), [check_script("reach.py")],
+        timeout=30 + timeout, check=False), strict=False)
+    return {n: _reach_error(r, inv.head.ip, port) for n, r in reach.items()
+            if isinstance(r, BaseException) or not r.ok}
+
+
+def _reach_error(r, head_ip: str, port: int) -> str:
+    if isinstance(r, BaseException):
+        return str(r)
+    if "is not running" in r.stderr:
+        return (f"its container has stopped, so the check could not run there (a Ray worker exits when it "
+                f"loses the head: likely cut off from {head_ip}:{port}; `bootstrap logs` shows why)")
+    try:
+        detail = json.loads(r.stdout.strip().splitlines()[-1]).get("error")
+    except (ValueError, IndexError):
+        detail = (r.stderr or r.stdout).strip()[-200:]
+    return f"cannot reach the head {head_ip}:{port} from this node over the data network ({detail})"

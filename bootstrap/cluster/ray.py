@@ -1,0 +1,92 @@
+"""Ray membership, read from inside the head container (checks/ray_nodes.py), and the `ray`-in-image check."""
+from __future__ import annotations
+
+import time
+from typing import Iterable, Sequence
+
+from bootstrap.cluster import facts as F
+from bootstrap.cluster.plan import RayView, parse_ray_nodes
+from bootstrap.errors import DeadlineExceeded, PreflightFailed
+from bootstrap.model import Host
+from bootstrap.remote.fanout import fan_out
+from bootstrap.remote.session import Session, check_script, exec_python_argv
+from bootstrap.remote.ssh import SSHHost
+
+
+#: Seconds a kept head container gets to appear in Ray before it is recreated.
+HEAD_GRACE = 30.0
+
+
+#: Marks the Ray membership poller in the head container (killed when we are interrupted).
+RAY_WAIT_TAG = "bootstrap-ray-wait"
+
+
+def check_ray(ssh: SSHHost, image: str, image_id: str | None = None) -> None:
+    r = ssh.run(F.ray_in_image_cmd(image), timeout=120, check=False)
+    if not r.ok:
+        raise PreflightFailed(
+            ssh.name, f"`ray` is not in the image {image} (ray: command not found)",
+            "recent vllm/vllm-openai images no longer ship Ray: build an image FROM it with "
+            "`RUN pip install 'ray[default]'`, or pick an image that has it")
+    if image_id:
+        # remembered for the next `up` (read back by F.gather); a marker we cannot write only
+        # means the check runs again next time
+        ssh.run(F.write_ray_ok_cmd(image_id), timeout=30, check=False)
+
+
+def ray_view(sess: Session, expect: Sequence[Host], *, deadline: float, gpus: float = 0.0,
+             stale: Iterable[str] = ()) -> RayView:
+    head = sess.inv.head
+    c = sess.inv.cluster
+    args = ["--address", f"{head.ip}:{c.ports.ray_gcs}", "--expect", ",".join(h.ip for h in expect),
+            "--gpus", str(gpus), "--deadline", str(deadline), "--tag", RAY_WAIT_TAG]
+    if stale:
+        args += ["--stale", ",".join(sorted(stale))]
+    r = sess.ssh[head.name].run_with_input(exec_python_argv(c.container_name, args),
+                                           [check_script("ray_nodes.py")],
+                                           timeout=deadline + 60, check=False)
+    view = parse_ray_nodes(r.stdout)
+    if view.head_now is not None:
+        sess.head_clock_offset = view.head_now - time.time()
+    for ip, t in view.first_seen.items():
+        sess.ray_seen[ip] = min(t, sess.ray_seen.get(ip, t))
+    if not view.nodes and not view.ready and not view.error:
+        view = RayView(False, (), tuple(h.ip for h in expect), (r.stderr or r.stdout).strip()[-300:])
+    return view
+
+
+def wait_for_ray(sess: Session, expect: Sequence[Host], *, deadline: float, stage: str,
+                 stale: Iterable[str] = ()) -> RayView:
+    t0 = sess.clock()
+    sess.current_stage = stage
+    gpus = float(sess.inv.gpus_per_node)
+    view = ray_view(sess, expect, deadline=deadline, gpus=gpus, stale=stale)
+    sess.timings.add(stage, sess.clock() - t0)
+    if not view.ready:
+        by_ip = {h.ip: h.name for h in sess.inv.hosts}
+        missing = tuple(f"{by_ip.get(ip, ip)} ({ip})" for ip in view.missing)
+        detail = why_missing(sess, [h for h in expect if h.ip in view.missing])
+        what = f"Ray did not report every node within {deadline:g}s"
+        if view.error:
+            what += f": {view.error}"
+        if detail:
+            what += f" [{detail}]"
+        raise DeadlineExceeded(what, missing)
+    return view
+
+
+def why_missing(sess: Session, hosts: Sequence[Host]) -> str:
+    """For nodes Ray did not see: their container state and the last log line."""
+    name = sess.inv.cluster.container_name
+
+    def one(h: Host) -> str:
+        s = sess.ssh[h.name]
+        ci = s.run(F.container_inspect_cmd(name), timeout=20, check=False)
+        st = F.parse_container_inspect(ci.stdout) if ci.ok else None
+        logs = s.run(("docker", "logs", "--tail", "5", name), timeout=20, check=False)
+        last = [ln for ln in (logs.stdout + logs.stderr).splitlines() if ln.strip()][-1:]
+        state = st.status if st else "no container"
+        return f"{h.name}: container {state}" + (f", last log: {last[0][:200]}" if last else "")
+
+    res = fan_out(hosts, one, key=lambda h: h.name, parallel=sess.parallel)
+    return "; ".join(str(v) for v in res.values())

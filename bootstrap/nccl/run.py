@@ -1,0 +1,176 @@
+"""check-nccl over SSH: the all-reduce check (checks/nccl_check.py) on every node at once, every
+phase with a deadline. The output is read by the pure parse.py."""
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+
+from bootstrap.cluster import probe
+from bootstrap.doctor import rules as DR
+from bootstrap.doctor import signatures as D
+from bootstrap.errors import CommandFailed, PreflightFailed
+from bootstrap.model import Host, Inventory
+from bootstrap.nccl import parse as N
+from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out
+from bootstrap.remote.session import PYTHON, Reporter, Session, check_script
+
+
+CHECK_PATH = "/tmp/bootstrap_nccl_check.py"
+
+
+CHECK_TAG = "bootstrap_nccl_check"
+
+
+# The interpreter that runs `ray` in the image (its shebang) runs torch.distributed.run.
+_TORCHRUN = PYTHON + '; exec $PY -m torch.distributed.run "$@"'
+
+
+# Kill whatever the check left in a container, with nothing but sh and /proc.
+_KILL_CHECK = (f'for p in /proc/[0-9]*; do [ "${{p#/proc/}}" = "$$" ] && continue; '
+               f'case "$(tr "\\0" " " < $p/cmdline 2>/dev/null)" in '
+               f'*{CHECK_TAG}*) kill -9 "${{p#/proc/}}" 2>/dev/null;; esac; done; rm -f {CHECK_PATH}')
+
+
+# -- check-nccl ----------------------------------------------------------------------------------
+@dataclass
+class NcclNode:
+    host: str
+    ip: str
+    node_rank: int
+    ranks: int = 0
+    last_phase: str | None = None
+    ok: bool = False
+    error: str = ""
+
+
+@dataclass
+class NcclRun:
+    ok: bool
+    verdict: str
+    backend: str | None
+    world_size: int | None
+    nodes: list[NcclNode]
+    bandwidth: list[N.BandwidthRow]
+    transport: N.NcclTransport | None
+    findings: list[D.Finding]
+    timed_out: tuple[str, ...] = ()
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+
+def torchrun_argv(inv: Inventory, h: Host, node_rank: int, *, port: int, timeout: float,
+                  sizes: str | None, iters: int, backend: str) -> tuple[str, ...]:
+    c = inv.cluster
+    nproc = inv.gpus_per_node or 1
+    args = ["--nnodes", str(len(inv.hosts)), "--nproc-per-node", str(nproc), "--node-rank", str(node_rank),
+            "--master-addr", inv.head.ip, "--master-port", str(port), "--max-restarts", "0",
+            "--rdzv-conf", f"timeout={int(timeout)}",
+            CHECK_PATH, "--backend", backend, "--timeout", str(int(timeout)), "--iters", str(iters),
+            "--warmup", str(max(1, iters // 4))]
+    if sizes:
+        args += ["--sizes", sizes]
+    # NCCL_DEBUG=INFO makes NCCL say which transport it chose (NET/IB vs NET/Socket).
+    return ("docker", "exec", "-e", "NCCL_DEBUG=INFO", "-e", f"BOOTSTRAP_TAG={CHECK_TAG}", c.container_name,
+            "sh", "-c", _TORCHRUN, "sh", *args)
+
+
+def check_nccl(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None,
+               deadline: float = 180.0, sizes: str | None = None, iters: int = 10,
+               backend: str = "auto") -> NcclRun:
+    """Run the all-reduce check on every node at once; every phase has a deadline."""
+    t0 = time.monotonic()
+    name = inv.cluster.container_name
+    order = [inv.head, *inv.workers]
+    with Session(inv, parallel=parallel, reporter=reporter) as sess:
+        sess.connect()
+        nets = sess.stage("network", order, lambda h: probe.node_net(sess, h))
+        not_running = [n.host for n in nets.values() if n.container != "running"]
+        if not_running:
+            raise PreflightFailed(", ".join(not_running), "the cluster container is not running",
+                                  "run `bootstrap up` first")
+        findings = DR.network_findings([nets[h.name] for h in order])
+        # Data plane first: every worker must reach the head. A node cut off is named at once
+        # instead of after a rendezvous timeout that every node reports alike.
+        cut = probe.workers_cut_off(sess, inv.cluster.ports.ray_gcs)
+        if cut:
+            nodes = [NcclNode(h.name, h.ip, i, 0, None, h.name not in cut, cut.get(h.name, ""))
+                     for i, h in enumerate(order)]
+            verdict = f"FAIL on {', '.join(cut)}: " + nodes[[h.name for h in order].index(next(iter(cut)))].error
+            return NcclRun(False, verdict, None, None, nodes, [], None, findings, (), time.monotonic() - t0)
+        # Per-phase deadline inside the check; the whole run gets the overall deadline.
+        phase_timeout = max(10.0, min(60.0, deadline / 3))
+        port = 29600 + random.randrange(300)
+        sess.stage("copy-check", order, lambda h: sess.ssh[h.name].run_with_input(
+            ("docker", "exec", "-i", name, "sh", "-c", f"cat > {CHECK_PATH}"), [check_script("nccl_check.py")]))
+        outputs: dict[str, str] = {}
+        lock = threading.Lock()
+
+        def run_one(h: Host) -> int:
+            rank = order.index(h)
+            argv = torchrun_argv(inv, h, rank, port=port, timeout=phase_timeout, sizes=sizes, iters=iters,
+                                 backend=backend)
+            try:
+                r = sess.ssh[h.name].run(argv, timeout=deadline, check=False)
+                text = r.stdout + "\n" + r.stderr
+                code = r.exit_code
+            except CommandFailed as exc:  # our deadline passed: the node hung
+                text, code = exc.output_tail, -1
+            with lock:
+                outputs[h.name] = text
+            return code
+
+        try:
+            codes = sess.stage("check", order, run_one, strict=False)
+        finally:
+            fan_out(order, lambda h: sess.ssh[h.name].run(("docker", "exec", name, "sh", "-c", _KILL_CHECK),
+                                                          timeout=30, check=False),
+                    key=lambda h: h.name, parallel=parallel)
+        report = N.parse_events("\n".join(outputs.get(h.name, "") for h in order))
+        transport = N.parse_nccl_transport("\n".join(outputs.values())) if report.result and \
+            report.result.backend == "nccl" else None
+        nodes = []
+        expected = list(range(len(order)))
+        missing_done = set(N.nodes_missing_phase(report, "done", expected, ranks_per_node=inv.gpus_per_node or 1))
+        timed_out = tuple(h.name for h in order if codes.get(h.name) == -1)
+        for i, h in enumerate(order):
+            ranks = report.ranks_on_node(i)
+            last = None
+            errs = []
+            for r in ranks:
+                st = report.ranks[r]
+                last = st.last_phase if last is None else last
+                errs += [f"{e.phase}: {e.error}" for e in st.failed if e.error]
+            code = codes.get(h.name)
+            err = errs[0] if errs else ""
+            if isinstance(code, BaseException):
+                err = str(code)
+            elif h.name in timed_out and not err:
+                err = f"no answer within {deadline:g}s"
+            elif i in missing_done and not err:
+                err = "did not reach the end of the check" + (f" ({report.errors[0]})" if report.errors else "")
+            nodes.append(NcclNode(h.name, h.ip, i, len(ranks), last, i not in missing_done and not errs, err))
+        warnings = []
+        if transport is not None:
+            w = N.fallback_to_socket(transport, inv.cluster.infiniband)
+            if w:
+                warnings.append(w)
+        ok = report.ok and all(n.ok for n in nodes)
+        errors = [f for f in findings if f.severity == "error"]
+        if ok and not errors:
+            best = max((b.busbw_GBps for b in report.bandwidth), default=0.0)
+            note = N.bandwidth_note(report.world_size, report.bandwidth, report.bandwidth_skipped)
+            bw = f"bandwidth: {note}" if note else f"peak busbw {best:.3f} GB/s"
+            verdict = (f"PASS: all-reduce verified on {report.world_size} rank(s) over {len(order)} node(s) "
+                       f"({report.result.backend}); {bw}")
+        else:
+            # Name the culprits: hosts with an error finding, then nodes that hung, then any failure.
+            bad = [f.host for f in errors if f.host] or list(timed_out) or [n.host for n in nodes if not n.ok]
+            why = f"{errors[0].title} ({errors[0].evidence})" if errors else \
+                next((n.error for n in nodes if n.host in bad and n.error), "") or \
+                next((n.error for n in nodes if n.error), "")
+            verdict = f"FAIL on {', '.join(dict.fromkeys(b for b in bad if b)) or 'the cluster'}: {why}"
+            ok = False
+        return NcclRun(ok, verdict, report.result.backend if report.result else None, report.world_size,
+                       nodes, report.bandwidth, transport, findings, timed_out, time.monotonic() - t0, warnings)

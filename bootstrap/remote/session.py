@@ -1,0 +1,168 @@
+"""The session every command runs in: SSH connections to the inventory's hosts, opened once and
+reused; stages fanned out over hosts with events and timings; the cluster lock; cancellation; and
+the way a piped script (`checks/`) runs inside a node container.
+"""
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Iterable, Protocol, Sequence
+
+from bootstrap.model import Host, Inventory, SSHSettings
+from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out, run_all
+from bootstrap.remote.ssh import HeldLock, SSHHost
+
+
+class Reporter(Protocol):
+    def event(self, host: str, stage: str, status: str, detail: str = "") -> None: ...
+
+
+class NullReporter:
+    def event(self, host: str, stage: str, status: str, detail: str = "") -> None:
+        pass
+
+
+def check_script(name: str) -> bytes:
+    """The source of a check from `checks/` (installed as bootstrap.checks)."""
+    try:
+        return (resources.files("bootstrap.checks") / name).read_bytes()
+    except (ModuleNotFoundError, FileNotFoundError):
+        return (Path(__file__).resolve().parents[2] / "checks" / name).read_bytes()
+
+
+# Run a piped script with the interpreter that runs `ray` in the image (its shebang), so a check
+# needs nothing but Ray itself; python3 in images without Ray.
+PYTHON = ('R=$(command -v ray); if [ -n "$R" ]; then PY=$(head -n1 "$R" | sed "s/^#!//"); '
+          'else PY=python3; fi')
+
+
+_PY_OF_RAY = PYTHON + '; exec $PY - "$@"'
+
+
+def exec_python_argv(container: str, args: Sequence[str]) -> tuple[str, ...]:
+    return ("docker", "exec", "-i", container, "sh", "-c", _PY_OF_RAY, "sh", *args)
+
+
+@dataclass
+class Timings:
+    stages: dict[str, float] = field(default_factory=dict)
+
+    def add(self, stage: str, seconds: float) -> None:
+        self.stages[stage] = self.stages.get(stage, 0.0) + seconds
+
+
+def lock_path(inv: Inventory) -> str:
+    """The cluster lock on the head host (cluster names are [a-z0-9-])."""
+    return f"/tmp/bootstrap-{inv.cluster.name}.lock"
+
+
+#: `sh -c KILL_TAGGED sh TAG`: kill every process whose command line contains TAG (but itself);
+#: /proc only, images need not have pkill.
+KILL_TAGGED = ('for p in /proc/[0-9]*; do [ "${p#/proc/}" = "$$" ] && continue; '
+               'case "$(tr "\\0" " " < "$p/cmdline" 2>/dev/null)" in *"$1"*) kill -9 "${p#/proc/}" 2>/dev/null;; esac; '
+               'done; exit 0')
+
+
+class Session:
+    """SSH sessions to every host of an inventory, opened once and reused across stages."""
+
+    def __init__(self, inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
+                 reporter: Reporter | None = None, clock: Callable[[], float] = time.monotonic,
+                 accept_new_host_keys: bool | None = None, settings: SSHSettings | None = None):
+        self.inv = inv
+        self.parallel = parallel
+        self.reporter = reporter or NullReporter()
+        self.clock = clock
+        settings = settings or inv.cluster.ssh
+        if accept_new_host_keys is not None:
+            from dataclasses import replace
+            settings = replace(settings, accept_new_host_keys=accept_new_host_keys)
+        self.settings = settings
+        self.ssh = {h.name: SSHHost(h, settings) for h in inv.hosts}
+        self.timings = Timings()
+        #: Set on Ctrl-C / SIGTERM: no new per-host work starts.
+        self.cancel = threading.Event()
+        self.current_stage = ""
+        self._lock: HeldLock | None = None
+        #: host name -> (start, end) of its `docker run`, time.time() here.
+        self.run_times: dict[str, tuple[float, float]] = {}
+        #: node IP -> earliest time.time() (head clock) a Ray poll saw it alive.
+        self.ray_seen: dict[str, float] = {}
+        self.head_clock_offset: float | None = None
+
+    # -- helpers ----------------------------------------------------------------------------
+    def stage(self, stage: str, hosts: Iterable[Host], fn: Callable[[Host], object], *,
+              strict: bool = True) -> dict:
+        hosts = list(hosts)
+        t0 = self.clock()
+        self.current_stage = stage
+
+        def wrapped(h: Host):
+            if self.cancel.is_set():
+                raise KeyboardInterrupt
+            self.reporter.event(h.name, stage, "start")
+            t = self.clock()
+            try:
+                r = fn(h)
+            except BaseException as exc:
+                self.reporter.event(h.name, stage, "failed", str(exc))
+                raise
+            self.reporter.event(h.name, stage, "done", f"{self.clock() - t:.1f}s")
+            return r
+
+        try:
+            if strict:
+                return run_all(stage, hosts, wrapped, key=lambda h: h.name, parallel=self.parallel)
+            return fan_out(hosts, wrapped, key=lambda h: h.name, parallel=self.parallel)
+        finally:
+            self.timings.add(stage, self.clock() - t0)
+
+    def close(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+        for s in self.ssh.values():
+            s.close()
+
+    def lock(self, command: str, *, wait: float = 0.0) -> None:
+        """Take the cluster lock on the head host for this session (see SSHHost.acquire_lock)."""
+        head = self.inv.head
+        holder = (f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()} "
+                  f"`bootstrap {command}` since {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
+        t0 = self.clock()
+        self.current_stage = "lock"
+        self.reporter.event(head.name, "lock", "start")
+        self._lock = self.ssh[head.name].acquire_lock(
+            lock_path(self.inv), holder, wait=wait,
+            on_wait=lambda who: self.reporter.event(head.name, "lock", "waiting", f"held by {who}"))
+        self.reporter.event(head.name, "lock", "done", f"{self.clock() - t0:.1f}s")
+        self.timings.add("lock", self.clock() - t0)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def connect(self, hosts: Iterable[Host] | None = None, *, strict: bool = True) -> dict:
+        return self.stage("connect", hosts or self.inv.hosts, lambda h: self.ssh[h.name].connect(),
+                          strict=strict)
+
+
+def last_json(text: str) -> dict | None:
+    """The last line of a command's output that is a JSON object (what the checks print)."""
+    for line in reversed(text.strip().splitlines()):
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            return doc
+    return None
