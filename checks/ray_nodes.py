@@ -79,7 +79,6 @@ def main(argv=None):
     stale = {x for x in a.stale.split(",") if x}
     start = time.monotonic()
     fetch = None
-    last_err = None
     while fetch is None:
         # Wait for the GCS port first: connecting Ray's client to a GCS that is not up yet
         # blocks for many seconds per attempt.
@@ -97,10 +96,10 @@ def main(argv=None):
             except (ImportError, AttributeError):
                 fetch = _fallback(a.address)
         except Exception as exc:  # GCS not up yet
-            fetch, last_err = None, exc
+            fetch = None
             if time.monotonic() - start > a.deadline:
-                print(json.dumps({"event": "done", "ready": False, "error": f"cannot reach the Ray GCS at {a.address}: {exc}",
-                                  "nodes": [], "missing": expect}), flush=True)
+                print(json.dumps({"event": "done", "ready": False, "nodes": [], "missing": expect,
+                                  "error": f"cannot reach the Ray GCS at {a.address}: {exc}"}), flush=True)
                 return 2
             time.sleep(min(1.0, a.interval * 5))
     seen = None
@@ -108,8 +107,8 @@ def main(argv=None):
     while True:
         try:
             nodes = fetch()
-        except Exception as exc:  # transient GCS error
-            nodes, last_err = [], exc
+        except Exception:  # transient GCS error
+            nodes = []
         alive = {n["ip"]: n for n in nodes if n["alive"] and n.get("node_id") not in stale}
         now = time.time()
         for ip in alive:

@@ -18,7 +18,8 @@ start, SSH, lock, facts, preflight, the checks, gaps between stages, the final r
 
 CONVERGENCE: from the last node's `ray start` (its container's "Ray runtime started" log line,
 `docker logs --timestamps` read over SSH after the run, or ray_seen when that is earlier: the line
-comes a little after the raylet registered) to `up` knowing the cluster ready (`ready_at` in its JSON, when the ray-ready stage ended). The last
+comes a little after the raylet registered) to `up` knowing the cluster ready (`ready_at` in its JSON,
+when the ray-ready stage ended). The last
 node is the last worker to start, or the head when N = 1.
 
 RE-RUN: at the largest N, after each measured `up`, a second `up` on the unchanged cluster (it
@@ -47,8 +48,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -60,9 +61,10 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-from perf.plot import line_plot
 from bootstrap.inventory import load_inventory
+from perf.plot import line_plot
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TARGET_SCALING = 1.3  # up(Nmax) / up(1)
 TARGET_OVERHEAD = 2.0  # seconds, up - floor, every N

@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     for m in missed:
         print(f"target missed: {m}")
     if not missed:
-        print(f"targets met: the registry sent one image's bytes at every N; peers up(Nmax)/up(1) <= {TARGET_SCALING:g}")
+        print("targets met: the registry sent one image's bytes at every N; "
+              f"peers up(Nmax)/up(1) <= {TARGET_SCALING:g}")
     return 1 if missed else 0
 
 

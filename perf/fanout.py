@@ -37,11 +37,12 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-from perf.plot import line_plot
-from bootstrap.remote.fanout import DEFAULT_PARALLEL
 from bootstrap.inventory import load_inventory
+from bootstrap.remote.fanout import DEFAULT_PARALLEL
 from bootstrap.sandbox.sshd import SSHD, free_port, keygen  # the loopback sshd the tests use too
+from perf.plot import line_plot
+
+ROOT = Path(__file__).resolve().parent.parent
 
 PSSH = "/usr/bin/parallel-ssh"
 TOOLS = ("exec", "status", "pssh")
@@ -278,7 +279,7 @@ def table(rows: list[Row]) -> str:
             st += f" (exit {','.join(map(str, sorted(r.codes['status'])))})"
         ex = f"{r.median('exec'):.3f}" + ("" if r.codes["exec"] == {0} else " (FAILED)")
         ps = f"{r.median('pssh'):.3f}" + ("" if r.codes["pssh"] == {0} else " (FAILED)")
-        def cpu(t: str) -> str:
+        def cpu(t: str, r: Row = r) -> str:
             if not r.cpu.get(t):
                 return "-"
             if not r.hosts_cpu.get(t):

@@ -21,12 +21,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bootstrap.serve import bench as B
-from bootstrap.fleet import run as FL
 from bootstrap.fleet import plan as FP
-from bootstrap.remote.session import Session
+from bootstrap.fleet import run as FL
 from bootstrap.inventory import load_inventory
-
+from bootstrap.remote.session import Session
+from bootstrap.serve import bench as B
 
 KEY: str | None = None  # the fleet's API key (cluster.router.api_key), set in main
 

@@ -124,7 +124,8 @@ def main(argv=None) -> int:
             row = run_row(str(args.inventory), inv, tp, pp, extra, args)
             row.nodes = nodes
             rows.append(row)
-            print(f"# {nodes} node(s) {row.label}: {time.monotonic() - t:.0f}s {row.error}", file=sys.stderr, flush=True)
+            print(f"# {nodes} node(s) {row.label}: {time.monotonic() - t:.0f}s {row.error}",
+                  file=sys.stderr, flush=True)
         bootstrap("serve", "-i", str(args.inventory), "--stop")
     base = next((r for r in rows if r.itl_p50), None)
     print(f"load: {args.requests} requests, concurrency {args.concurrency}, {args.max_tokens} tokens each "

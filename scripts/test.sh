@@ -7,4 +7,6 @@ bash scripts/dev-setup.sh
 python3 -c "import torch" 2>/dev/null || python3 -m pip install -q torch==2.13.0
 # In CI the sandbox tests must run, never skip.
 export BOOTSTRAP_REQUIRE_SANDBOX=${BOOTSTRAP_REQUIRE_SANDBOX:-1}
+# Lint first (pyproject.toml [tool.ruff]): a finding fails the run like a failing test.
+ruff check --no-cache .
 exec python3 -m pytest -v -rs --durations=15 "$@"

@@ -733,7 +733,7 @@ def test_unreadable_file_reported(tmp_path, monkeypatch):
         raise PermissionError(13, "Permission denied")
 
     write(tmp_path, "hosts: []\n", "x.yaml")
-    monkeypatch.setattr("bootstrap.inventory.open", refuse, raising=False)
+    monkeypatch.setattr("bootstrap.inventory.yamlfile.open", refuse, raising=False)
     with pytest.raises(InventoryError) as info:
         load_inventory(tmp_path / "x.yaml", {})
     assert str(info.value) == f"{tmp_path / 'x.yaml'}: cannot read the file: permission denied"

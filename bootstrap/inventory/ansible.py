@@ -1,0 +1,201 @@
+"""The Ansible YAML inventory format: an `all:` group, the cluster settings in all.vars.bootstrap."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from bootstrap.inventory.fields import (
+    _HOST_FIELDS,
+    _TOO_MANY_HOSTS,
+    _address,
+    _cluster,
+    _expect_mapping,
+    _host_name,
+    _HostSpec,
+)
+from bootstrap.inventory.yamlfile import _MAX_HOSTS, _describe, _join, _Loc, _quote, _unknown_key
+
+#: The most host entries visited in Ansible groups (a host may be listed in a few groups;
+#: aliases can repeat a group many times).
+_MAX_HOST_OCCURRENCES = 8 * _MAX_HOSTS
+
+#: logical host field -> the Ansible variables that set it (first wins within one place).
+_ANSIBLE_VARS: dict[str, tuple[str, ...]] = {
+    "address": ("ansible_host", "ansible_ssh_host"),
+    "user": ("ansible_user", "ansible_ssh_user"),
+    "port": ("ansible_port", "ansible_ssh_port"),
+    "key": ("ansible_ssh_private_key_file", "ansible_private_key_file"),
+    "ip": ("vllm_host_ip",),
+    "role": ("bootstrap_role",),
+    "gpus": ("bootstrap_gpus",),
+    "replica": ("bootstrap_replica",),
+    "env": ("bootstrap_env",),
+}
+_ANSIBLE_KEYS = {logical: names[0] for logical, names in _ANSIBLE_VARS.items()}
+#: The variables of bootstrap's own: any other bootstrap_* is a typo, not a variable to ignore.
+_BOOTSTRAP_VARS = [n for names in _ANSIBLE_VARS.values() for n in names if n.startswith("bootstrap_")]
+_GROUP_KEYS = ["hosts", "vars", "children"]
+
+_Layer = tuple[Mapping[str, Any], _Loc]  # variables, and where that mapping is
+
+
+def _ansible(root: dict, top: _Loc, environ: Mapping[str, str]):  # type: ignore[no-untyped-def]
+    for key in root:
+        if key != "all":
+            top.keyname(root, key).fail(
+                f"unknown top-level key {_quote(key)} next to 'all': in the Ansible format,"
+                " put groups under all.children"
+            )
+    all_loc = top.key(root, "all")
+    group = _expect_mapping(root["all"], all_loc, "a group with hosts, vars or children")
+    all_vars = _expect_mapping(group.get("vars"), all_loc.key(group, "vars"))
+    vars_loc = all_loc.key(group, "vars")
+    bootstrap = all_vars.get("bootstrap")
+    bootstrap_loc = vars_loc.key(all_vars, "bootstrap")
+    _reject_jinja(bootstrap, bootstrap_loc)
+    cluster, defaults, facts = _cluster(bootstrap, bootstrap_loc, environ)
+
+    walked: list[Any] = [0]  # the number of groups visited, then the host occurrences
+    _walk_group(group, all_loc, [], walked, set(), top=True)
+    occurrences: list[tuple[str, _Loc, list[_Layer], _Layer]] = walked[1:]
+    if not occurrences:
+        top.keyname(root, "all").at(field="all").fail(
+            "no hosts: list them under all.hosts or all.children.<group>.hosts"
+        )
+
+    # A host listed in several groups is one host: group variables (outer groups first, in
+    # file order), then its host variables (in file order); the last one set wins.
+    order: list[str] = []
+    group_layers: dict[str, list[_Layer]] = {}
+    host_layers: dict[str, list[_Layer]] = {}
+    first_loc: dict[str, _Loc] = {}
+    layers_seen: dict[str, set[int]] = {}
+    for name, name_loc, layers, host_layer in occurrences:
+        if name not in first_loc:
+            if len(order) == _MAX_HOSTS:
+                name_loc.fail(_TOO_MANY_HOSTS)
+            order.append(name)
+            first_loc[name] = name_loc
+            group_layers[name] = []
+            host_layers[name] = []
+            layers_seen[name] = set()
+        for layer in layers:
+            if id(layer[0]) not in layers_seen[name]:
+                layers_seen[name].add(id(layer[0]))
+                group_layers[name].append(layer)
+        host_layers[name].append(host_layer)
+
+    specs = []
+    for name in order:
+        loc = first_loc[name]
+        values: dict[str, Any] = {"name": _host_name(name, loc)}
+        locs: dict[str, _Loc] = {"name": loc}
+        layers = group_layers[name] + host_layers[name]
+        for logical, var_names in _ANSIBLE_VARS.items():
+            found = _lookup(layers, var_names)
+            if found is None:
+                continue
+            raw, var_loc = found
+            _reject_jinja(raw, var_loc)
+            locs[logical] = var_loc
+            values[logical] = _HOST_FIELDS[logical](raw, var_loc)
+        if "address" not in values:
+            values["address"] = _address(name, loc)
+            locs["address"] = loc
+        specs.append(_HostSpec(loc, values, locs, _ANSIBLE_KEYS))
+    return (cluster, facts), defaults, specs
+
+
+_MAX_GROUP_VISITS = 10_000
+
+
+def _walk_group(
+    group: dict,
+    loc: _Loc,
+    layers: list[_Layer],
+    out: list,
+    active: set[int],
+    top: bool = False,
+) -> None:
+    """Collect (name, where, group variable layers, host variables) for every host listed.
+
+    `active` holds the groups being walked (a group inside itself is an error); out[0] counts the
+    groups visited and len(out) - 1 the hosts listed, so YAML aliases cannot make the walk explode.
+    """
+    out[0] += 1
+    if len(active) > 100 or out[0] > _MAX_GROUP_VISITS:
+        loc.fail("the groups are nested too deeply or repeated too often (YAML aliases?)")
+    for key in group:
+        if not isinstance(key, str) or key not in _GROUP_KEYS:
+            shown = key if isinstance(key, str) else str(key)
+            loc.keyname(group, key).fail(_unknown_key(shown, _GROUP_KEYS, "group key"))
+    vars_loc = loc.key(group, "vars")
+    group_vars = _expect_mapping(group.get("vars"), vars_loc, "a mapping of variables")
+    _check_bootstrap_vars(group_vars, vars_loc, top)
+    layers = layers + [(group_vars, vars_loc)]
+
+    hosts_loc = loc.key(group, "hosts")
+    hosts = _expect_mapping(group.get("hosts"), hosts_loc, "a mapping of host names")
+    if len(out) - 1 + len(hosts) > _MAX_HOST_OCCURRENCES:
+        hosts_loc.fail(
+            f"the groups list hosts more than {_MAX_HOST_OCCURRENCES} times (YAML aliases"
+            " repeating a group?); list each host in a few groups"
+        )
+    for name, host_vars in hosts.items():
+        name_loc = hosts_loc.keyname(hosts, name).at(field=_join(hosts_loc.field, name))
+        if not isinstance(name, str):
+            name_loc.fail(f"a host name must be a string, got {_describe(name)}")
+        var_loc = hosts_loc.key(hosts, name)
+        host_vars = _expect_mapping(host_vars, var_loc, "a mapping of host variables")
+        _check_bootstrap_vars(host_vars, var_loc, False)
+        out.append((name, name_loc, layers, (host_vars, var_loc)))
+
+    children_loc = loc.key(group, "children")
+    children = _expect_mapping(group.get("children"), children_loc, "a mapping of groups")
+    for child_name, child in children.items():
+        child_loc = children_loc.key(children, child_name)
+        if not isinstance(child_name, str):
+            children_loc.keyname(children, child_name).fail(
+                f"a group name must be a string, got {_describe(child_name)}"
+            )
+        if child is not None and id(child) in active | {id(group)}:
+            child_loc.fail("this group contains itself")
+        child = _expect_mapping(child, child_loc, "a group with hosts, vars or children")
+        _walk_group(child, child_loc, layers, out, active | {id(group)})
+
+
+def _check_bootstrap_vars(variables: Mapping[Any, Any], loc: _Loc, top: bool) -> None:
+    """Ansible ignores variables it does not know; bootstrap_* ones are ours, so a misspelt one
+    would silently do nothing."""
+    for name in variables:
+        if not isinstance(name, str) or not name.startswith("bootstrap"):
+            continue
+        if name == "bootstrap" and not top:
+            loc.keyname(variables, name).fail("cluster settings are read only from all.vars.bootstrap")
+        if name.startswith("bootstrap_") and name not in _BOOTSTRAP_VARS:
+            loc.keyname(variables, name).fail(_unknown_key(name, _BOOTSTRAP_VARS, "variable"))
+
+
+def _lookup(layers: list[_Layer], names: tuple[str, ...]) -> tuple[Any, _Loc] | None:
+    for variables, loc in reversed(layers):
+        for name in names:
+            if name in variables:
+                return variables[name], loc.key(variables, name)
+    return None
+
+
+def _reject_jinja(value: Any, loc: _Loc, seen: set[int] | None = None) -> None:
+    """Ansible would render "{{ ... }}"; we cannot, and must not pass it on literally."""
+    if isinstance(value, str):
+        if "{{" in value or "{%" in value:
+            loc.fail("Jinja templates are not supported in what bootstrap reads; write the value")
+        return
+    seen = set() if seen is None else seen
+    if id(value) in seen:  # a YAML alias seen before (or a recursive one)
+        return
+    seen.add(id(value))
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _reject_jinja(v, loc.key(value, k), seen)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _reject_jinja(v, loc.item(value, i), seen)

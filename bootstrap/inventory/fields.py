@@ -1,0 +1,748 @@
+"""The validators of single values and of the cluster settings: (value, loc) -> converted value.
+
+Each field of the file is checked by a small table (field -> validator, e.g. `_CLUSTER_FIELDS`,
+`_HOST_FIELDS`); `_cluster` builds the `Cluster` and checks the rules within it (ports, mounts,
+secrets, router, monitor). `_HostSpec` is what both formats make of a host entry.
+"""
+from __future__ import annotations
+
+import ipaddress
+import math
+import os
+import posixpath
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from bootstrap.inventory.yamlfile import (
+    _MAX_HOSTS,
+    _describe,
+    _int_text,
+    _Loc,
+    _Map,
+    _quote,
+    _unknown_key,
+)
+from bootstrap.model import (
+    HF_CACHE_IN_CONTAINER,
+    NOFILE_MAX,
+    ROUTER_POLICIES,
+    Cluster,
+    Monitor,
+    Ports,
+    Router,
+    Secret,
+    SSHSettings,
+)
+
+# --------------------------------------------------------------------------------------------
+# Validators: (value, loc) -> converted value; they raise through loc.fail.
+
+Validator = Callable[[Any, _Loc], Any]
+
+
+def _expect_mapping(value: Any, loc: _Loc, what: str = "a mapping") -> dict:
+    if value is None:
+        return _Map()
+    if not isinstance(value, dict):
+        loc.fail(f"expected {what}, got {_describe(value)}")
+    return value
+
+
+def _expect_str(value: Any, loc: _Loc) -> str:
+    if not isinstance(value, str):
+        loc.fail(f"expected a string, got {_describe(value)}")
+    if "\x00" in value:
+        loc.fail("must not contain a NUL character")
+    return value
+
+
+def _string(value: Any, loc: _Loc) -> str:
+    value = _expect_str(value, loc)
+    if not value:
+        loc.fail("must not be empty")
+    return value
+
+
+def _pattern(rx: str, hint: str) -> Validator:
+    compiled = re.compile(rx)
+
+    def check(value: Any, loc: _Loc) -> str:
+        value = _string(value, loc)
+        if not compiled.fullmatch(value):
+            loc.fail(f"{_quote(value)} is not valid: {hint}")
+        return value
+
+    return check
+
+
+def _int(lo: int | None = None, hi: int | None = None) -> Validator:
+    def check(value: Any, loc: _Loc) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            loc.fail(f"expected an integer, got {_describe(value)}")
+        if lo is not None and hi is not None and not lo <= value <= hi:
+            loc.fail(f"must be between {lo} and {hi}, got {_int_text(value)}")
+        if lo is not None and value < lo:
+            loc.fail(f"must be at least {lo}, got {_int_text(value)}")
+        if hi is not None and value > hi:
+            loc.fail(f"must be at most {hi}, got {_int_text(value)}")
+        return value
+
+    return check
+
+
+_port = _int(1, 65535)
+
+
+def _nofile(value: Any, loc: _Loc) -> int:
+    value = _int(1024)(value, loc)
+    if value > NOFILE_MAX:
+        loc.fail(
+            f"must be at most {NOFILE_MAX} (the kernel's default fs.nr_open: docker cannot set a"
+            f" higher limit), got {_int_text(value)}"
+        )
+    return value
+
+
+#: The longest timeout: a week. More is a typo (and would overflow the clocks it is given to).
+_MAX_SECONDS = 7 * 24 * 3600
+
+
+def _positive_number(value: Any, loc: _Loc) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        loc.fail(f"expected a number of seconds, got {_describe(value)}")
+    shown = _int_text(value) if isinstance(value, int) else value
+    if (isinstance(value, float) and not math.isfinite(value)) or value <= 0:
+        loc.fail(f"must be a positive number of seconds, got {shown}")
+    if value > _MAX_SECONDS:
+        loc.fail(f"must be at most {_MAX_SECONDS} seconds (a week), got {shown}")
+    return float(value)
+
+
+def _bool(value: Any, loc: _Loc) -> bool:
+    if not isinstance(value, bool):
+        loc.fail(f"expected true or false, got {_describe(value)}")
+    return value
+
+
+def _choice(*options: str) -> Validator:
+    def check(value: Any, loc: _Loc) -> str:
+        if value not in options or not isinstance(value, str):
+            loc.fail(f"expected {' or '.join(options)}, got {_describe(value)}")
+        return value
+
+    return check
+
+
+def _optional(inner: Validator) -> Validator:
+    def check(value: Any, loc: _Loc) -> Any:
+        return None if value is None else inner(value, loc)
+
+    return check
+
+
+def _list(inner: Validator) -> Validator:
+    def check(value: Any, loc: _Loc) -> tuple:
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            loc.fail(f"expected a list, got {_describe(value)}")
+        return tuple(inner(item, loc.item(value, i)) for i, item in enumerate(value))
+
+    return check
+
+
+def _path(value: Any, loc: _Loc) -> str:
+    value = _string(value, loc)
+    if value.startswith("-"):
+        loc.fail(f"{_quote(value)} must not start with '-'")
+    return os.path.expanduser(value)
+
+
+class _Offline(dict):
+    """The caller's environment when nothing will be applied (plan): listed secrets may be unset."""
+
+
+def _remote_abs_path(value: Any, loc: _Loc) -> str:
+    """A path on the hosts: absolute, and never expanded with this machine's home directory. It
+    becomes the source of a docker mount, so it holds none of the separators of one."""
+    value = _string(value, loc)
+    if not value.startswith("/"):
+        loc.fail(f"{_quote(value)} must be an absolute path on the hosts (~ would be this machine's home)")
+    for sep in ":,":
+        if sep in value:
+            loc.fail(f"{_quote(value)} must not contain {sep!r}: it separates the parts of a docker mount")
+    return value
+
+
+def _abs_path(value: Any, loc: _Loc) -> str:
+    path = _path(value, loc)
+    if not path.startswith("/"):
+        loc.fail(f"{_quote(value)} must be an absolute path")
+    if ":" in path:
+        loc.fail(f"{_quote(value)} must not contain ':' (it separates the parts of a docker mount)")
+    return path
+
+
+_NAME_RX = r"[a-z0-9][a-z0-9-]*"
+_CONTAINER_RX = r"[a-zA-Z0-9][a-zA-Z0-9_.-]*"
+_HOST_NAME_RX = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_USER_RX = r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?"
+_HOSTNAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?")
+_VOLUME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+# Docker image references (github.com/distribution/reference): [registry[:port]/]path[:tag][@digest]
+_DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]+)?)"
+_PATH_PART = r"(?:[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)"
+_IMAGE = re.compile(
+    rf"(?:{_DOMAIN}/)?{_PATH_PART}(?:/{_PATH_PART})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
+_SHELL_CHARS = set(";|&$`()<>'\"\\*?!{}[]#~")
+
+
+def _image(value: Any, loc: _Loc) -> str:
+    value = _string(value, loc)
+    for ch in value:
+        if ch.isspace():
+            loc.fail(f"{_quote(value)} is not a valid image reference: it contains whitespace")
+        if ch in _SHELL_CHARS:
+            loc.fail(f"{_quote(value)} is not a valid image reference: it contains {ch!r}")
+    name = value.split("@", 1)[0]
+    if not _IMAGE.fullmatch(value) or len(name) > 255:
+        hint = " (repository names are lowercase)" if any(c.isupper() for c in name) else ""
+        loc.fail(
+            f"{_quote(value)} is not a valid image reference{hint}: expected "
+            "[registry[:port]/]name[:tag][@digest], e.g. vllm/vllm-openai:v0.8.5"
+        )
+    return value
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def _shm_size(value: Any, loc: _Loc) -> str:
+    """A size docker takes: bytes, or a number with a unit; positive and below 2**63 bytes."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value <= 0 or value >= 1 << 63:
+            loc.fail(f"must be a positive size below 2**63 bytes, got {_int_text(value)}")
+        return str(value)
+    if not isinstance(value, str):
+        loc.fail(f"expected a size like '10.24g', '512m' or 1073741824, got {_describe(value)}")
+    m = re.fullmatch(r"([0-9]+|[0-9]+\.[0-9]+(?=[bkmgBKMG])|[0-9]+)([bkmgBKMG]?)", value)
+    size = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()] if m else 0
+    if not m or not 0 < size < 1 << 63:
+        loc.fail(f"{_quote(value)} is not a size: expected e.g. '10.24g', '512m' or 1073741824")
+    return value
+
+
+def _mount(value: Any, loc: _Loc) -> str:
+    value = _string(value, loc)
+    parts = value.split(":")
+    usage = "expected SRC:DST[:ro|rw] with an absolute DST, e.g. /data/models:/models:ro"
+    if len(parts) not in (2, 3) or not all(parts):
+        loc.fail(f"{_quote(value)} is not a mount: {usage}")
+    src, dst = parts[0], parts[1]
+    if not (src.startswith("/") or _VOLUME.fullmatch(src)):
+        loc.fail(f"{_quote(value)}: the source must be an absolute path or a volume name")
+    if not dst.startswith("/"):
+        loc.fail(f"{_quote(value)}: the destination {_quote(dst)} must be an absolute path")
+    system = _system_path(dst)
+    if system:
+        loc.fail(f"{_quote(value)}: the destination {_quote(dst)} is {system}; mount under another"
+                 " directory, e.g. /data")
+    if len(parts) == 3 and parts[2] not in ("ro", "rw"):
+        loc.fail(f"{_quote(value)}: the mode must be ro or rw, got {_quote(parts[2])}")
+    return value
+
+
+#: Where docker puts the kernel's file systems (a mount there hides them) and the directories of
+#: the image's own system (a mount on one replaces it).
+_KERNEL_MOUNTS = ("/proc", "/sys", "/dev")
+_SYSTEM_DIRS = ("/bin", "/boot", "/etc", "/lib", "/lib32", "/lib64", "/sbin", "/usr")
+
+
+def _system_path(path: str) -> str | None:
+    """What a mount destination would hide, when it is / or a system path, else None."""
+    norm = posixpath.normpath("/" + path.lstrip("/"))  # "//", "/a/../proc" ...
+    if norm == "/":
+        return "the container's root directory"
+    for top in _KERNEL_MOUNTS:
+        if norm == top or norm.startswith(top + "/"):
+            return f"under {top}, which docker sets up for the container"
+    if norm in _SYSTEM_DIRS:
+        return "a system directory of the image"
+    return None
+
+
+_user = _pattern(_USER_RX, "a user name is letters, digits, '_', '.', '-'")
+
+
+def _address(value: Any, loc: _Loc) -> str:
+    value = _string(value, loc)
+    if _parse_ip(value, loc) is not None:
+        return value  # unspecified, broadcast and multicast: in _identities, after the ip
+    if "@" in value:
+        loc.fail(f"{_quote(value)} is not a host: give the user in 'user', not in the address")
+    if ":" in value:
+        loc.fail(f"{_quote(value)} is not a host: give the port in 'port', not in the address")
+    if not _HOSTNAME.fullmatch(value):
+        loc.fail(f"{_quote(value)} is not a host name, an IP address or an ssh config alias")
+    return value
+
+
+def _jump(value: Any, loc: _Loc) -> str:
+    value = _string(value, loc)
+    m = re.fullmatch(r"(?:([^@\s]+)@)?(\[[0-9A-Za-z:.%_]+\]|[^:@\s\[\]]+)(?::([0-9]+))?", value)
+    ok = bool(m)
+    if m:
+        user, host, port = m.groups()
+        ok = (user is None or re.fullmatch(_USER_RX, user) is not None) and (
+            (host.startswith("[") and _parse_ip(host[1:-1], loc) is not None)
+            or _HOSTNAME.fullmatch(host) is not None
+            or _parse_ip(host, loc) is not None
+        )
+        ok = ok and (port is None or 1 <= int(port) <= 65535)
+    if not ok:
+        loc.fail(f"{_quote(value)} is not a jump host: expected [user@]host[:port]")
+    return value
+
+
+_IP = ipaddress.IPv4Address | ipaddress.IPv6Address
+#: An IPv6 zone (the part after '%' in fe80::1%eth0) is an interface name (IFNAMSIZ - 1 long).
+_ZONE = re.compile(r"[A-Za-z0-9_.:-]{1,15}")
+_BROADCAST = ipaddress.IPv4Address("255.255.255.255")
+
+
+def _parse_ip(text: str, loc: _Loc | None = None) -> _IP | None:
+    """The IP address `text` is, else None. Python takes anything after '%' as an IPv6 zone, and
+    it would reach ssh and docker command lines as it is: it must be an interface name (with loc,
+    another zone is an error there; without, the text is not an address)."""
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    zone = getattr(ip, "scope_id", None)
+    if zone is not None and not _ZONE.fullmatch(zone):
+        if loc is not None:
+            loc.fail(
+                f"{_quote(text)} has the zone {_quote(zone)}: after '%' comes an interface name"
+                " (letters, digits, '_', '.', ':', '-'; at most 15)"
+            )
+        return None
+    return ip
+
+
+def _canonical_ip(ip: _IP) -> _IP:
+    """The address to compare: an IPv4-mapped IPv6 address (::ffff:10.0.0.1) is the IPv4 one."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def _not_one_host(ip: _IP) -> str | None:
+    """Why `ip` cannot be the address of one host (it is every host's or a group's), or None."""
+    plain = _canonical_ip(ip)
+    if plain.is_unspecified:
+        return "the unspecified address"
+    if plain == _BROADCAST:
+        return "the broadcast address"
+    if plain.is_multicast:
+        return "a multicast address"
+    return None
+
+
+def _ip(value: Any, loc: _Loc) -> str:
+    """A host's data-plane IP, canonical: compressed IPv6, IPv4 for an IPv4-mapped address."""
+    value = _string(value, loc)
+    ip = _parse_ip(value, loc)
+    if ip is None:
+        loc.fail(f"{_quote(value)} is not an IPv4 or IPv6 address")
+    plain = _canonical_ip(ip)
+    if plain.is_loopback:
+        loc.fail(
+            f"{value} is a loopback address: Ray and NCCL would advertise it to the other nodes;"
+            " give the address the other nodes reach this host on"
+        )
+    why = _not_one_host(ip)
+    if why:
+        loc.fail(f"{value} is {why}; give the address of this host")
+    return str(plain)
+
+
+_DASHBOARD_HOSTS = ("data-plane", "localhost", "all")
+
+
+def _dashboard_host(value: Any, loc: _Loc) -> str:
+    """data-plane, localhost, all, or a literal IP (normalised) the head's dashboard binds."""
+    value = _string(value, loc)
+    if value in _DASHBOARD_HOSTS:
+        return value
+    ip = _parse_ip(value, loc)
+    if ip is None:
+        loc.fail(
+            f"expected {', '.join(_DASHBOARD_HOSTS[:-1])} or {_DASHBOARD_HOSTS[-1]}"
+            f" or an IP address, got {_quote(value)}"
+        )
+    why = _not_one_host(ip)
+    if why and not ip.is_unspecified:  # 0.0.0.0 / :: bind every address of the head
+        loc.fail(f"{value} is {why}; give an address of the head")
+    return str(ip)
+
+
+def _env_name(value: Any, loc: _Loc) -> str:
+    if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
+        shown = _quote(value) if isinstance(value, str) else _describe(value)
+        loc.fail(
+            f"{shown} is not a valid environment variable name "
+            "(letters, digits and '_', not starting with a digit)"
+        )
+    return value
+
+
+#: The variables the plan sets in every container itself (bootstrap.cluster.plan.container_spec): neither
+#: env nor secrets may set them.
+_PLAN_ENV = {
+    "VLLM_HOST_IP": "VLLM_HOST_IP is set by bootstrap from each host's ip; set the host's ip instead",
+}
+
+
+def _env(value: Any, loc: _Loc) -> dict[str, tuple[str, _Loc]]:
+    """NAME -> (value, loc). Values are strings or integers; never echoed in errors."""
+    mapping = _expect_mapping(value, loc, "a mapping of NAME: value")
+    out: dict[str, tuple[str, _Loc]] = {}
+    for name, raw in mapping.items():
+        _env_name(name, loc.keyname(mapping, name))
+        vloc = loc.key(mapping, name)
+        if name in _PLAN_ENV:
+            loc.keyname(mapping, name).fail(_PLAN_ENV[name])
+        if isinstance(raw, bool) or not isinstance(raw, (str, int)):
+            hint = " (quote it)" if isinstance(raw, (bool, float)) or raw is None else ""
+            vloc.fail(f"expected a string or an integer, got {_describe(raw, show=False)}{hint}")
+        text = str(raw)
+        if "\x00" in text:
+            vloc.fail("must not contain a NUL character")
+        out[name] = (text, vloc)
+    return out
+
+
+def _check_mapping(
+    value: Any, loc: _Loc, fields: Mapping[str, Validator], what: str = "a mapping"
+) -> tuple[dict[str, Any], dict[str, _Loc]]:
+    """Validate a mapping against a table; returns the converted values and their locations."""
+    mapping = _expect_mapping(value, loc, what)
+    values: dict[str, Any] = {}
+    locs: dict[str, _Loc] = {}
+    for key, raw in mapping.items():
+        kloc = loc.keyname(mapping, key)
+        if not isinstance(key, str):
+            kloc.fail(f"keys must be strings, got {_describe(key)}")
+        if key not in fields:
+            kloc.fail(_unknown_key(key, list(fields)))
+        locs[key] = loc.key(mapping, key)
+        values[key] = fields[key](raw, locs[key])
+    return values, locs
+
+
+# --------------------------------------------------------------------------------------------
+# Cluster
+
+
+@dataclass
+class _SSHDefaults:
+    """cluster.ssh user/port/key/jump: defaults for every host, with where they were set."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    locs: dict[str, _Loc] = field(default_factory=dict)
+    known_hosts_loc: _Loc | None = None
+
+
+_PORT_FIELDS: dict[str, Validator] = {"ray_gcs": _port, "dashboard": _port, "vllm": _port, "ray_metrics": _port,
+                                       "image_copy": _port}
+
+_SSH_FIELDS: dict[str, Validator] = {
+    "user": _optional(_user),
+    "port": _optional(_port),
+    "key": _optional(_path),
+    "jump": _optional(_jump),
+    "known_hosts": _optional(_path),
+    "accept_new_host_keys": _bool,
+    "connect_timeout": _positive_number,
+    "command_timeout": _positive_number,
+    "connect_retries": _int(0, 100),
+}
+
+_CLUSTER_FIELDS: dict[str, Validator] = {
+    "name": _pattern(_NAME_RX, "lowercase letters, digits and '-', e.g. llama-405b"),
+    "image": _image,
+    "container_name": _pattern(
+        _CONTAINER_RX, "letters, digits, '_', '.', '-', starting with a letter or digit"
+    ),
+    "accelerator": _choice("gpu", "none"),
+    "runtime": _choice("ray", "none"),
+    "gpus_per_node": _optional(_int(0)),
+    "hf_cache": _optional(_remote_abs_path),
+    "mounts": _list(_mount),
+    "ipc_host": _bool,
+    "shm_size": _shm_size,
+    "ports": lambda v, loc: v,  # checked in _ports (needs the locations of every port)
+    "env": _env,
+    "secrets": _list(_env_name),
+    "infiniband": _bool,
+    "privileged": _bool,
+    "nofile": _optional(_nofile),
+    "load_image": _bool,
+    "peer_copy": _bool,
+    "ray_args": _list(_string),
+    "dashboard_host": _dashboard_host,
+    "ssh": lambda v, loc: v,  # checked in _ssh
+    "replicas": _int(1, _MAX_HOSTS),
+    "router": lambda v, loc: v,  # checked in _router (needs the ports and the secrets)
+    "monitor": lambda v, loc: v,  # checked in _monitor (needs the ports)
+}
+
+_RETENTION_RX = re.compile(r"[1-9][0-9]*(ms|s|m|h|d|w|y)")
+
+_MONITOR_FIELDS: dict[str, Validator] = {
+    "host": lambda v, loc: _host_name(v, loc),
+    "port": _port,
+    "node_exporter_port": _port,
+    "scrape_interval": _int(1, 3600),
+    "retention": _pattern(_RETENTION_RX, "a duration such as 15d, 12h or 2w"),
+    "image": _image,
+    "node_exporter_image": _image,
+    "dcgm": _bool,
+    "dcgm_image": _image,
+    "dcgm_port": _port,
+}
+
+_ROUTER_FIELDS: dict[str, Validator] = {
+    "host": lambda v, loc: _host_name(v, loc),
+    "port": _port,
+    "policy": _choice(*ROUTER_POLICIES),
+    "metrics_port": _port,
+    "health_interval": _int(1, 60),
+    "api_key": lambda v, loc: _secret_ref(v, loc),
+}
+
+_API_KEY_HINT = ("name the secret in cluster.secrets that holds the key; the key itself belongs in your "
+                 "environment, never in the inventory")
+
+
+def _secret_ref(value: Any, loc: _Loc) -> str:
+    """The name of a secret; the value is never echoed (it may be the key itself, pasted)."""
+    if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
+        loc.fail(f"not a secret's name: {_API_KEY_HINT}")
+    return value
+
+
+def _router(value: Any, loc: _Loc, ports: Ports, replicas: int = 1,
+            secret_names: frozenset[str] | set[str] = frozenset()) -> tuple[Router, _Loc | None]:
+    """The router's settings, and where its host was named (checked against the hosts later).
+    With replicas and no `router` mapping the defaults run, so their ports are checked too."""
+    if value is None and replicas == 1:
+        return Router(), None
+    values, locs = _check_mapping(value, loc, _ROUTER_FIELDS) if value is not None else ({}, {})
+    router = Router(**values)
+    taken = {getattr(ports, name): f"cluster.ports.{name}" for name in _PORT_FIELDS}
+    for name in ("port", "metrics_port"):
+        port = getattr(router, name)
+        if port in taken:
+            blame = locs.get(name, loc)
+            blame.fail(f"{port} is also {taken[port]}; the router's ports must differ"
+                       + ("" if name in values else f" (set {loc.field}.{name})"))
+        taken[port] = f"{loc.field}.{name}"
+    if router.api_key is not None and router.api_key not in secret_names:
+        locs["api_key"].fail(f"that name is not listed in cluster.secrets: {_API_KEY_HINT}")
+    return router, locs.get("host")
+
+
+def _monitor(value: Any, loc: _Loc, ports: Ports, router: Router | None) -> tuple[Monitor, _Loc | None]:
+    """Prometheus' settings, and where its host was named (checked against the hosts later). Its
+    ports must differ from every other port a host of this cluster listens on."""
+    values, locs = _check_mapping(value, loc, _MONITOR_FIELDS) if value is not None else ({}, {})
+    mon = Monitor(**values)
+    taken = {getattr(ports, name): f"cluster.ports.{name}" for name in _PORT_FIELDS}
+    if router is not None:
+        taken.update({router.port: "cluster.router.port", router.metrics_port: "cluster.router.metrics_port"})
+    for name in ("port", "node_exporter_port", *(("dcgm_port",) if mon.dcgm else ())):
+        port = getattr(mon, name)
+        if port in taken:
+            locs.get(name, loc).fail(f"{port} is also {taken[port]}; the monitor's ports must differ"
+                                     + ("" if name in values else f" (set {loc.field}.{name})"))
+        taken[port] = f"{loc.field}.{name}"
+    return mon, locs.get("host")
+
+
+def _ports(value: Any, loc: _Loc) -> Ports:
+    values, locs = _check_mapping(value, loc, _PORT_FIELDS)
+    ports = Ports(**values)
+    seen: dict[int, str] = {}
+    for name in _PORT_FIELDS:
+        port = getattr(ports, name)
+        if port in seen:
+            other = seen[port]
+            blame, then = (name, other) if name in values else (other, name)
+            where = f"cluster.ports.{then}" if then in values else f"the default {then} port"
+            locs[blame].fail(f"{port} is also {where}; every port must be different")
+        seen[port] = name
+    return ports
+
+
+def _ssh(value: Any, loc: _Loc) -> tuple[SSHSettings, _SSHDefaults]:
+    values, locs = _check_mapping(value, loc, _SSH_FIELDS)
+    defaults = _SSHDefaults(
+        values={k: values[k] for k in ("user", "port", "key", "jump") if values.get(k) is not None},
+        locs=locs,
+        known_hosts_loc=locs.get("known_hosts"),
+    )
+    settings = SSHSettings(
+        **{k: v for k, v in values.items() if k not in ("user", "port", "key", "jump")}
+    )
+    return settings, defaults
+
+
+def _cluster(
+    value: Any, loc: _Loc, environ: Mapping[str, str]
+) -> tuple[Cluster, _SSHDefaults, dict[str, Any]]:
+    """The Cluster, the ssh defaults for hosts, and facts the hosts need (gpus, env, secrets)."""
+    values, locs = _check_mapping(value, loc, _CLUSTER_FIELDS)
+    kwargs = {
+        k: v
+        for k, v in values.items()
+        if k not in ("ports", "ssh", "env", "secrets", "gpus_per_node", "hf_cache", "router", "monitor")
+    }
+    kwargs["ports"] = _ports(values.get("ports"), locs.get("ports", loc.sub("ports")))
+    settings, defaults = _ssh(values.get("ssh"), locs.get("ssh", loc.sub("ssh")))
+    kwargs["ssh"] = settings
+    kwargs["hf_cache"] = values.get("hf_cache")
+
+    # Mounts: one destination once; the HF cache has its own.
+    taken = {HF_CACHE_IN_CONTAINER: f"{loc.field}.hf_cache"} if kwargs["hf_cache"] else {}
+    mounts = values.get("mounts", ())
+    for i, mount in enumerate(mounts):
+        dst = posixpath.normpath(mount.split(":")[1])
+        if dst in taken:
+            locs["mounts"].item(_raw(value, "mounts"), i).fail(
+                f"{dst} is already mounted by {taken[dst]}"
+            )
+        taken[dst] = f"{loc.field}.mounts[{i}]"
+
+    # The dashboard's address is set in one place.
+    if "dashboard_host" in values:
+        for i, arg in enumerate(values.get("ray_args", ())):
+            if arg == "--dashboard-host" or arg.startswith("--dashboard-host="):
+                locs["ray_args"].item(_raw(value, "ray_args"), i).fail(
+                    f"{_quote(arg)} conflicts with {loc.field}.dashboard_host:"
+                    " set the dashboard's address only with dashboard_host"
+                )
+
+    # Secrets: listed names must be set; by default HF_TOKEN when it is set.
+    env = values.get("env", {})
+    secrets: list[Secret] = []
+    if "secrets" in values:
+        seq = _raw(value, "secrets")
+        for i, name in enumerate(values["secrets"]):
+            item_loc = locs["secrets"].item(seq, i).at(field=locs["secrets"].field)
+            if name in _PLAN_ENV:
+                item_loc.fail(_PLAN_ENV[name])
+            if name in values["secrets"][:i]:
+                item_loc.fail(f"{name} is listed twice")
+            if name not in environ and isinstance(environ, _Offline):
+                secrets.append(Secret(name, ""))  # offline plan: shown by name only
+                continue
+            if name not in environ:
+                item_loc.fail(f"{name} is not set in your environment")
+            if not environ[name]:
+                item_loc.fail(f"{name} is set but empty in your environment")
+            secrets.append(Secret(name, environ[name]))
+    elif environ.get("HF_TOKEN") and "HF_TOKEN" not in env:
+        secrets.append(Secret("HF_TOKEN", environ["HF_TOKEN"]))
+    secret_names = {s.name for s in secrets}
+    for name, (_, vloc) in env.items():
+        if name in secret_names:
+            vloc.fail(_SECRET_IN_ENV.format(name=name))
+    kwargs["secrets"] = tuple(secrets)
+    kwargs["env"] = tuple(sorted((k, v) for k, (v, _) in env.items()))
+    kwargs["router"], router_host_loc = _router(values.get("router"), locs.get("router", loc.sub("router")),
+                                                kwargs["ports"], values.get("replicas", 1), secret_names)
+    kwargs["monitor"], monitor_host_loc = _monitor(
+        values.get("monitor"), locs.get("monitor", loc.sub("monitor")), kwargs["ports"],
+        kwargs["router"] if values.get("replicas", 1) > 1 else None)
+
+    cluster = Cluster(**kwargs)
+    facts = {
+        "gpus_per_node": (values.get("gpus_per_node"), locs.get("gpus_per_node")),
+        "env": {k: v for k, (v, _) in env.items()},
+        "secret_names": secret_names,
+        "replicas_loc": locs.get("replicas"),
+        "router_host_loc": router_host_loc,
+        "monitor_host_loc": monitor_host_loc,
+    }
+    return cluster, defaults, facts
+
+
+_SECRET_IN_ENV = (
+    "{name} is a secret (cluster.secrets): its value comes from your environment,"
+    " not from the inventory"
+)
+
+
+def _raw(mapping: Any, key: str) -> Any:
+    return mapping.get(key) if isinstance(mapping, dict) else None
+
+
+# --------------------------------------------------------------------------------------------
+# Hosts (both formats produce _HostSpecs)
+
+
+def _host_name(value: Any, loc: _Loc) -> str:
+    value = _string(value, loc)
+    if not re.fullmatch(_HOST_NAME_RX, value):
+        why = "letters, digits, '_', '.', '-', starting with a letter or digit"
+        if not value.isprintable():
+            why = "it contains a control character"
+        elif "[" in value:
+            why = "host ranges like gpu-[01:04] are not supported; list each host"
+        elif ":" in value:
+            why = "give the port as a variable, not in the host name"
+        loc.fail(f"{_quote(value)} is not a valid host name: {why}")
+    return value
+
+
+_HOST_FIELDS: dict[str, Validator] = {
+    "name": _host_name,
+    "address": _address,
+    "ip": _optional(_ip),
+    "role": _optional(_choice("head", "worker")),
+    "gpus": _optional(_int(0)),
+    "replica": _optional(_int(0, _MAX_HOSTS - 1)),
+    "env": _env,
+    "user": _optional(_user),
+    "port": _optional(_port),
+    "key": _optional(_path),
+    "jump": _optional(_jump),
+}
+
+
+@dataclass
+class _HostSpec:
+    loc: _Loc  # the host entry (hosts[1] / all.hosts.gpu-b)
+    values: dict[str, Any]  # logical field -> validated value (None or absent: not given)
+    locs: dict[str, _Loc]  # logical field -> where it was given
+    keys: Mapping[str, str]  # logical field -> the key in this format (for "required" errors)
+
+    def given(self, name: str) -> bool:
+        return self.values.get(name) is not None
+
+    def where(self, name: str) -> _Loc:
+        return self.locs.get(name) or self.loc.sub(self.keys[name])
+
+
+_TOO_MANY_HOSTS = (
+    f"more than {_MAX_HOSTS} hosts: bootstrap makes one Ray cluster, and Ray supports"
+    f" {_MAX_HOSTS} nodes in one; split the machines into several clusters"
+)
