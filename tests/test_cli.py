@@ -161,7 +161,7 @@ NASTY = ["[bold]x[/]", "[/]", "\\[red]", "\\\\[red]", "a\\", "a\\\\", "a\\\\\\",
 
 @pytest.mark.parametrize("value", NASTY)
 def test_escape_prints_any_value_literally_in_any_markup(value):
-    from bootstrap.cli import _escape
+    from bootstrap.cli.render import _escape
 
     con = Console(file=io.StringIO(), highlight=False, emoji=False, width=300, soft_wrap=True)
     shown = value.encode("unicode_escape").decode("ascii") if not value.isprintable() else value
@@ -180,7 +180,7 @@ def test_escape_prints_any_value_literally_in_any_markup(value):
 
 
 def test_escape_keeps_the_lines_of_a_report_and_nothing_else():
-    from bootstrap.cli import _escape
+    from bootstrap.cli.render import _escape
 
     assert _escape("a\tb\r\nc\x1b[0m[/]", lines=True, markup=False) == "a\tb\nc\\x1b[0m[/]"
     assert _escape("a\tb\nc[/]", markup=False) == "a\\tb\\nc[/]"

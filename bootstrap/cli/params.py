@@ -1,0 +1,274 @@
+"""The command line's values: click option types, the options every command shares, and the checks
+that refuse a bad value with one line (exit 2) before any host is contacted.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+
+import click
+
+from bootstrap.errors import UsageError
+from bootstrap.remote.fanout import DEFAULT_PARALLEL
+from bootstrap.serve import plan as P
+
+
+def read_inventory(path: str | None, check_files: bool = True, require_secrets: bool = True):
+    """The inventory that --inventory names, else $BOOTSTRAP_INVENTORY, else ./hosts.yaml, loaded."""
+    from bootstrap.inventory import load_inventory
+
+    given = "--inventory"
+    if path is None:
+        path, given = os.environ.get("BOOTSTRAP_INVENTORY"), "$BOOTSTRAP_INVENTORY"
+        if not path:
+            if not Path("hosts.yaml").exists():
+                raise click.UsageError("no inventory: pass -i FILE, set BOOTSTRAP_INVENTORY, or create ./hosts.yaml")
+            path, given = "hosts.yaml", None
+    if given is not None:  # named by the user: a path that cannot be an inventory is a bad argument
+        why = ("is empty" if not path.strip() else "no such file" if not os.path.lexists(path)
+               else "is a directory, not an inventory file" if os.path.isdir(path) else None)
+        if why is not None:
+            raise click.BadParameter(f"{path if path.strip() else repr(path)}: {why}", param_hint=given)
+    return load_inventory(path, check_files=check_files, require_secrets=require_secrets)
+
+
+def quote(value: str, limit: int = 60) -> str:
+    """repr of a value for a message, cut to `limit` characters (a 5000-digit number is not echoed whole)."""
+    return repr(value if len(value) <= limit else value[:limit - 3] + "...")
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds: above 0, or from `least` (inclusive); at most `most`. Every
+    option that takes seconds has this type: nan, inf and 1e999 are refused like any value out of
+    range, and only ASCII numbers are read."""
+
+    name = "seconds"
+
+    def __init__(self, least: float | None = None, most: float | None = None):
+        self.least, self.most = least, most
+        if least is None:
+            self.kind = "a positive number of seconds" + (f" up to {most:g}" if most is not None else "")
+        elif most is None:
+            self.kind = f"a number of seconds of {least:g} or more"
+        else:
+            self.kind = f"a number of seconds from {least:g} to {most:g}"
+
+    def convert(self, value, param, ctx):
+        try:
+            if isinstance(value, str) and not value.isascii():
+                raise ValueError(value)
+            v = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{quote(str(value))} is not a number of seconds", param, ctx)
+        if not (math.isfinite(v) and (v > 0 if self.least is None else v >= self.least)
+                and (self.most is None or v <= self.most)):
+            shown = str(value).strip()
+            self.fail(f"{shown if len(shown) <= 40 else quote(shown, 40)} is not {self.kind}", param, ctx)
+        return v
+
+
+SECONDS = Seconds()
+
+
+class FilePath(click.Path):
+    """A file to read or write: not blank, no NUL, not a folder (an existing one, or a name ending in /)."""
+
+    def __init__(self):
+        super().__init__(dir_okay=False)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            if not value.strip():
+                self.fail(f"{value!r} is empty", param, ctx)
+            if "\0" in value:
+                self.fail(f"{value!r} contains a NUL character", param, ctx)
+            if value.endswith("/"):
+                self.fail(f"{value!r} names a folder, not a file", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+inventory_option = click.option(
+    "-i", "--inventory", "inventory", type=FilePath(), default=None,
+    help="Inventory file (native or Ansible YAML). Default: $BOOTSTRAP_INVENTORY or ./hosts.yaml.")
+parallel_option = click.option(
+    "--parallel", type=click.IntRange(1, 1024), default=DEFAULT_PARALLEL, show_default=True,
+    help="How many hosts to work on at once.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON document on stdout.")
+lock_wait_option = click.option(
+    "--lock-wait", type=Seconds(0, 86400), default=0.0, show_default=True,
+    help="Seconds to wait for another `up`/`down` on this cluster to finish (0: refuse at once, exit 5).")
+
+
+# Option callbacks, click's (ctx, param, value): a bad value raises click.BadParameter, which click
+# completes with the option's name.
+
+def check_nonempty(ctx, param, value):
+    """An option that, when given, must not be blank."""
+    if value is not None and not value.strip():
+        raise click.BadParameter(f"{value!r} is empty", ctx, param)
+    return value
+
+
+def check_name(ctx, param, value):
+    """A name (a model's): not blank, on one line, no control characters."""
+    if check_nonempty(ctx, param, value) is not None and not value.isprintable():
+        raise click.BadParameter(f"{quote(value)} contains a control character", ctx, param)
+    return value
+
+
+def check_host_names(ctx, param, value: str | None) -> tuple[str, ...] | None:
+    """`--hosts a,b`: the names, checked against the inventory once it is read. Blank items are
+    skipped; a list with no name at all is refused (it would otherwise mean every host)."""
+    if value is None:
+        return None
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    if not names:
+        raise click.BadParameter(f"no host name in {quote(value)}")
+    return names
+
+
+def check_command_words(ctx, param, argv: tuple[str, ...]) -> tuple[str, ...]:
+    """exec's COMMAND: its first word names a program; no word can hold a NUL (argv cannot)."""
+    if argv and not argv[0].strip():
+        raise click.BadParameter(f"the command word is empty ({argv[0]!r}): the program to run comes first")
+    for word in argv:
+        if "\0" in word:
+            raise click.BadParameter(f"{quote(word)} contains a NUL character")
+    return argv
+
+
+MAX_SIZE = 1 << 34
+
+
+def check_sizes(ctx, param, value: str | None) -> str | None:
+    """`--sizes 1024,1048576`: whole numbers of bytes, multiples of 4 (float32), up to 16 GiB."""
+    if value is None:
+        return None
+    sizes = []
+    for part in value.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if not re.fullmatch(r"[0-9]+", part):  # ASCII digits: str.isdigit() also takes '²', int() does not
+            where = f" in {quote(value)}" if part != value.strip() else ""
+            raise click.BadParameter(f"{quote(part)}{where} is not a whole number of bytes")
+        if len(part.lstrip("0")) > len(str(MAX_SIZE)):  # too big, and int() refuses over 4300 digits
+            raise click.BadParameter(f"{quote(part, 24)} is not a positive multiple of 4 bytes (float32) up to "
+                                     f"{MAX_SIZE}")
+        n = int(part)
+        if n < 4 or n % 4 or n > MAX_SIZE:
+            raise click.BadParameter(f"{n} is not a positive multiple of 4 bytes (float32) up to {MAX_SIZE}")
+        sizes.append(n)
+    if not sizes:
+        raise click.BadParameter(f"no size in {quote(value)}")
+    return ",".join(map(str, sizes))
+
+
+def check_listen(ctx, param, value: str | None) -> str | None:
+    """serve's --listen: an IP address (an IPv6 one may name its interface) or a host name."""
+    import ipaddress
+
+    if value is None:
+        return None
+    try:
+        ipaddress.ip_address(value)
+        # ipaddress takes any text after % as an IPv6 scope: it must name an interface
+        ok = re.fullmatch(r"[^%]*(%[A-Za-z0-9_.-]+)?", value) is not None
+    except ValueError:
+        ok = re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?", value) is not None
+    if not ok:
+        raise click.BadParameter(f"{quote(value)} is not an IP address or host name")
+    return value
+
+
+def check_url(ctx, param, value: str | None) -> str | None:
+    """bench's --url: http://HOST:PORT, as the load generator reads it."""
+    from bootstrap.serve import bench as B
+
+    if value is not None:
+        try:
+            B.split_url(value)
+        except UsageError as exc:
+            raise click.BadParameter(str(exc).removeprefix("bench: ")) from None
+    return value
+
+
+def check_png(ctx, param, value: str | None) -> str | None:
+    """Checked before the load runs, not after it: the folder exists and matplotlib is there."""
+    import importlib.util
+
+    if value is None:
+        return None
+    parent = Path(value).expanduser().parent
+    if not parent.is_dir():
+        raise click.BadParameter(f"{value!r}: no folder {str(parent)!r}")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise click.BadParameter("writing a PNG needs matplotlib: pip install matplotlib")
+    return value
+
+
+# Checks of a command's values together, and against the inventory once it is read.
+
+def check_serve_args(ctx: click.Context, model: str | None, extra: tuple[str, ...], stop: bool,
+                     dry_run: bool) -> None:
+    """What serve can refuse from its arguments alone, before reading the inventory."""
+    if stop:
+        if model is not None or extra:
+            got = " ".join(a for a in (model, *extra) if a is not None)
+            raise click.UsageError(f"--stop takes no MODEL or vLLM arguments (got {got!r})")
+        if dry_run:
+            raise click.UsageError("--dry-run plans a serve; it cannot be combined with --stop")
+        return
+    if model is None:
+        raise click.UsageError("missing MODEL: a Hugging Face id (org/name) or an absolute path inside the "
+                               "containers, or --stop")
+    if model.startswith("-"):
+        raise click.UsageError(f"no such option: {model} (vLLM flags go after MODEL, or after --)")
+    try:
+        P.check_model_ref(model)
+    except P.ServePlanError as exc:
+        raise click.BadParameter(str(exc), ctx, param_hint="MODEL") from None
+    own = {o for p in ctx.command.params if isinstance(p, click.Option) for o in p.opts}
+    for arg in extra:
+        flag = arg.split("=", 1)[0]
+        if flag in own and flag != "--served-model-name":
+            raise click.UsageError(f"{flag} is an option of bootstrap serve, not of vLLM: put it before --")
+    try:
+        P.check_extra(extra)
+    except P.ServePlanError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def check_parallelism(inv, tp: int | None, pp: int | None) -> None:
+    """serve's --tp/--pp, when given: a split the cluster (its first replica) can hold."""
+    if tp is not None or pp is not None:
+        try:
+            P.parallelism(len(inv.replicas[0]), inv.gpus_per_node, tp, pp, accelerator=inv.cluster.accelerator)
+        except P.ServePlanError as exc:
+            raise click.UsageError(f"--tp/--pp: {exc}") from None
+
+
+def check_rollout_args(model: str | None, extra: tuple[str, ...], keep_flags: bool) -> None:
+    """What rollout can refuse from its arguments alone, before reading the inventory."""
+    if keep_flags and extra:
+        raise click.UsageError("--keep-flags keeps the flags served now: give no vLLM flags with it")
+    if model is not None:
+        try:
+            P.check_model_ref(model)
+        except P.ServePlanError as exc:
+            raise click.BadParameter(str(exc), param_hint="--model") from None
+    try:
+        P.check_extra(extra)
+    except P.ServePlanError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def check_hosts(inv, hosts: tuple[str, ...]) -> None:
+    """logs' HOSTS: each one a host of the inventory."""
+    names = {h.name for h in inv.hosts}
+    for h in hosts:
+        if h not in names:
+            raise click.BadParameter(f"no host {h!r} in {inv.path} (hosts: {', '.join(sorted(names))})",
+                                     param_hint="HOSTS")
