@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
 
 class ExitStatus(enum.IntEnum):
@@ -38,6 +38,18 @@ class BootstrapError(Exception):
 
 class UsageError(BootstrapError):
     exit_status = ExitStatus.BAD_INPUT
+
+
+class ServePlanError(UsageError):
+    """Bad input for a serve plan (sizes, flags, manifests). One line, nothing touched."""
+
+
+class ModelSplitError(ServePlanError):
+    """The model cannot be split this way (vLLM would refuse it after loading): exit 2, nothing started."""
+
+
+class FleetError(UsageError):
+    """A fleet request that cannot work (exit 2), refused before anything changes."""
 
 
 @dataclass
@@ -158,6 +170,49 @@ class GroupError(BootstrapError):
         first = "; ".join(str(e) for _, e in sorted(fails.items())[:3])
         more = f" (+{len(fails) - 3} more)" if len(fails) > 3 else ""
         return f"{self.stage} failed on {len(fails)} of {len(self.results)} host(s) [{names}]: {first}{more}"
+
+
+class LockBusy(BootstrapError):
+    """Another `up`/`down` holds the cluster lock on the head host."""
+
+    exit_status = ExitStatus.LOCKED
+
+    def __init__(self, host: str, path: str, holder: str, waited: float) -> None:
+        self.host, self.path, self.holder = host, path, holder
+        who = f"held by {holder}" if holder else "held by another run"
+        waited_s = f" after waiting {waited:g}s" if waited else ""
+        super().__init__(f"{host}: the cluster lock {path} is {who}{waited_s}; nothing was changed -- "
+                         "wait for that run to finish, or pass --lock-wait SECONDS to queue behind it")
+
+
+class ServeFailed(BootstrapError):
+    """vLLM (or a replica, or the router) did not serve: the log tail and the findings in it."""
+
+    def __init__(self, message: str, log_tail: str = "", findings: Sequence[object] = ()):
+        super().__init__(message)
+        self.log_tail = log_tail
+        self.findings = list(findings)
+
+
+class ReplicaFailed(BootstrapError):
+    """One replica's new spec did not serve during a rollout; `state` is where the rollback left it."""
+
+    def __init__(self, cause: str, state: str, log_tail: str = ""):
+        super().__init__(f"{cause} ({state})")
+        self.cause, self.state, self.log_tail = cause, state, log_tail
+
+
+class RolloutFailed(BootstrapError):
+    """A rollout stopped: `states` says which spec each replica serves now."""
+
+    def __init__(self, message: str, states: dict[int, str], log_tail: str = ""):
+        super().__init__(message)
+        self.states = states
+        self.log_tail = log_tail
+
+
+class BenchError(BootstrapError):
+    """The benchmark could not start (models endpoint unreachable, no model served) or write its PNG."""
 
 
 @dataclass

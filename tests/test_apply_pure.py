@@ -1,10 +1,17 @@
 """Pure parts of apply: Ray membership folded into the plan, the readiness check's output."""
 from dataclasses import replace
 
-from bootstrap.cluster.plan import parse_ray_nodes, ray_checks_needed, with_ray_members
-from bootstrap.cluster.facts import ContainerState, HostFacts, parse_ray_ok, ray_ok_marker, write_ray_ok_cmd
-from bootstrap.cluster.plan import LABEL_SPEC, container_spec, plan_up
 from plan_fixtures import cpu_inventory
+
+from bootstrap.cluster.facts import ContainerState, HostFacts, parse_ray_ok, ray_ok_marker, write_ray_ok_cmd
+from bootstrap.cluster.plan import (
+    LABEL_SPEC,
+    container_spec,
+    parse_ray_nodes,
+    plan_up,
+    ray_checks_needed,
+    with_ray_members,
+)
 
 
 def kept(inv):
@@ -82,10 +89,9 @@ def test_all_alive_needs_every_host_with_its_gpus():
 
 
 def test_replaced_workers_old_ray_registrations_do_not_count():
-    from bootstrap.cluster.plan import RayNode, RayView, stale_registrations
-    from bootstrap.cluster.plan import HostAction
-
     from plan_fixtures import cpu_inventory
+
+    from bootstrap.cluster.plan import HostAction, RayNode, RayView, stale_registrations
 
     inv = cpu_inventory(3)
     h = [x for x in inv.hosts]

@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bootstrap.serve import bench as B
 from bootstrap.errors import UsageError
+from bootstrap.serve import bench as B
 
 # -- real vLLM stream lines ----------------------------------------------------------------------
 # What vLLM's OpenAI server writes for POST /v1/completions with "stream": true and

@@ -9,9 +9,23 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.doctor.signatures import (GIB, MAX_EVIDENCE, SEVERITIES, SIGNATURES, Finding, HostReport,
-                                Interface, check_cluster, mask_secrets, parse_ip_addr, root_cause,
-                                scan_log, scan_logs, signature, sort_findings)
+from bootstrap.doctor.signatures import (
+    GIB,
+    MAX_EVIDENCE,
+    SEVERITIES,
+    SIGNATURES,
+    Finding,
+    HostReport,
+    Interface,
+    check_cluster,
+    mask_secrets,
+    parse_ip_addr,
+    root_cause,
+    scan_log,
+    scan_logs,
+    signature,
+    sort_findings,
+)
 
 LOGS = Path(__file__).parent / "data" / "logs"
 _META = re.compile(r"^# (source|context|note): ?(.*)$")

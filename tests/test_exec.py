@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from perf.fanout import Row, commands, loopback_hosts, subset, table, verdict
 from bootstrap.cluster.exec import ExecResult, exec_all, remote_argv
 from bootstrap.inventory import load_inventory
 from bootstrap.sandbox.sshd import SSHD
+from perf.fanout import Row, commands, loopback_hosts, subset, table, verdict
 
 pytestmark = pytest.mark.skipif(not os.path.exists(SSHD), reason="needs openssh-server (scripts/dev-setup.sh installs it)")
 

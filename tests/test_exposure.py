@@ -2,11 +2,17 @@
 from dataclasses import replace
 
 import pytest
-
-from bootstrap.exposure import (dashboard_address, dashboard_bind, is_public, public_addresses,
-                                ray_args_dashboard_host, warnings)
-from bootstrap.cluster.facts import addresses_cmd, parse_addresses
 from plan_fixtures import cpu_inventory, gpu_inventory
+
+from bootstrap.cluster.facts import addresses_cmd, parse_addresses
+from bootstrap.exposure import (
+    dashboard_address,
+    dashboard_bind,
+    is_public,
+    public_addresses,
+    ray_args_dashboard_host,
+    warnings,
+)
 
 # `ip -o addr show` on a cloud GPU box: loopback, a public NIC (v4 + v6 + link-local), a private
 # data-plane NIC, docker0 and an IPoIB interface.

@@ -3,9 +3,16 @@ from pathlib import Path
 
 import pytest
 
+from bootstrap.cluster.facts import (
+    GPU,
+    HostFacts,
+    check_preflight,
+    parse_container_inspect,
+    parse_nofile,
+    parse_nvidia_smi,
+    parse_runtimes,
+)
 from bootstrap.errors import PreflightFailed
-from bootstrap.cluster.facts import (GPU, HostFacts, check_preflight, parse_container_inspect, parse_nofile,
-                             parse_nvidia_smi, parse_runtimes)
 
 DATA = Path(__file__).parent / "data"
 

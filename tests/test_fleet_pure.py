@@ -10,9 +10,9 @@ import textwrap
 import pytest
 from click.testing import CliRunner
 
-from bootstrap.fleet import plan as FP
 from bootstrap.cli import main
 from bootstrap.errors import InventoryError, UsageError
+from bootstrap.fleet import plan as FP
 from bootstrap.inventory import load_inventory
 from bootstrap.model import Inventory, Router
 from bootstrap.serve.plan import Parallelism, SplitChoice

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import pytest
 import yaml
+from test_fleet_pure import check, error, fleet_yaml, load
 
 from bootstrap.monitor import plan as MP
 from bootstrap.monitor.run import MonitorResult, TargetState, parse_targets
-from test_fleet_pure import check, error, fleet_yaml, load
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = pathlib.Path(__file__).parent / "data"

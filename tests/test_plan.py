@@ -2,10 +2,10 @@
 from dataclasses import replace
 
 import pytest
+from plan_fixtures import SECRET, cpu_inventory, gpu_inventory
 
 from bootstrap.cluster.facts import ContainerState, HostFacts
 from bootstrap.cluster.plan import LABEL_SPEC, container_spec, plan_up
-from plan_fixtures import SECRET, cpu_inventory, gpu_inventory
 
 
 def test_head_and_worker_argv_exact():

@@ -3,9 +3,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from plan_fixtures import cpu_inventory, gpu_inventory
 
 from bootstrap.cluster.plan import container_spec
-from plan_fixtures import cpu_inventory, gpu_inventory
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "run_cluster.sh"
 

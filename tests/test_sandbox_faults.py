@@ -12,9 +12,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from test_sandbox_cluster import (CONTAINER, ROOT, cli, container_id, on_node, ray_alive_ids, ray_alive_ips,
-                                  write_inventory)
+from test_sandbox_cluster import (
+    CONTAINER,
+    ROOT,
+    cli,
+    container_id,
+    on_node,
+    ray_alive_ids,
+    ray_alive_ips,
+    write_inventory,
+)
 
 pytestmark = pytest.mark.sandbox
 

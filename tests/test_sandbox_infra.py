@@ -8,8 +8,11 @@ do not run them while you use a sandbox from that directory. Deselect with `-m "
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
+import os
 import subprocess
+import tarfile
 import time
 
 import paramiko
@@ -25,7 +28,9 @@ from bootstrap.sandbox import (
     sandbox_info,
     sandbox_up,
 )
+from bootstrap.sandbox import _util as sb_util
 from bootstrap.sandbox import images as sb_images
+from bootstrap.sandbox._util import RECIPE_LABEL, ROLE_LABEL
 
 # --- no Docker needed ------------------------------------------------------------------------------
 
@@ -167,6 +172,93 @@ def test_up_again_with_same_shape_is_a_fast_noop(sandbox):
 
 
 @pytest.mark.sandbox
+def test_a_stage_builds_commits_and_logs_through_the_docker_sdk(sandbox, tmp_path):
+    """The build path cached images skip: a stage's script runs in a container of its parent with
+    its files at /recipe (output into its log), the container is committed with the stage's
+    settings and removed; a failing script raises with the log's tail."""
+    (tmp_path / "tmp").mkdir()
+    base = f"{sb_images.BASE_REF}@{sb_images.BASE_RECIPE}"
+    stage = sb_images.Stage(
+        name="sdk-check", repo=sb_images.STAGE_REPO, tag_prefix=f"sdk-check-{os.getpid()}-", parent=base,
+        script="echo hello-from-stage > /hello; cat /recipe/note", files=(("note", b"recipe-file-here\n"),),
+        changes=('CMD ["/bin/true"]', "ENV SDK_CHECK=1"),
+    )
+    failing = dataclasses.replace(stage, script="echo about-to-fail; exit 3")
+    try:
+        ref = sb_images._build_stage(stage, tmp_path, log=lambda _m: None)
+        data = json.loads(_docker("image", "inspect", ref))[0]["Config"]
+        assert data["Labels"][RECIPE_LABEL] == stage.recipe and data["Labels"][ROLE_LABEL] == "image"
+        assert "SDK_CHECK=1" in data["Env"] and data["Cmd"] == ["/bin/true"]
+        assert _docker("run", "--rm", ref, "cat", "/hello").strip() == "hello-from-stage"
+        log = (tmp_path / "logs" / "build-sdk-check.log").read_text()
+        assert "recipe-file-here" in log and "+ echo hello-from-stage" in log and "docker commit" in log
+        with pytest.raises(SandboxError, match=r"building .* failed \(exit 3\); log: ") as err:
+            sb_images._build_stage(failing, tmp_path, log=lambda _m: None)
+        assert "about-to-fail" in str(err.value)
+        assert _docker("ps", "-a", "-q", "--filter", "name=bootstrap-sandbox-build-sdk-check").strip() == ""
+    finally:
+        subprocess.run(["docker", "rmi", "-f", stage.ref, failing.ref], capture_output=True)
+
+
+@pytest.mark.sandbox
+def test_base_import_and_push_go_through_the_docker_sdk(sandbox, tmp_path, monkeypatch):
+    """`docker import` of the cached rootfs tarball with the recipe's settings, and `docker push` of
+    a small image into the sandbox registry with its progress in the log (a failing push raises)."""
+    from bootstrap.sandbox import cluster as sb_cluster
+
+    cached = DEFAULT_WORKDIR / "base" / f"{sb_images.SUITE}-minbase-{sb_images.ROOTFS_RECIPE}.tar"
+    if not cached.exists():
+        pytest.skip(f"no cached rootfs tarball {cached}")
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / cached.name).symlink_to(cached)
+    ref = f"bootstrap-test/base:sdk-{os.getpid()}"
+    monkeypatch.setattr(sb_images, "BASE_REF", ref)
+    port = sb_cluster.registry_host_port()
+    small = f"localhost:{port}/bootstrap-test/sdk-push:{os.getpid()}"
+    try:
+        assert sb_images._ensure_base(tmp_path, log=lambda _m: None) == ref
+        data = json.loads(_docker("image", "inspect", ref))[0]["Config"]
+        assert data["Labels"][RECIPE_LABEL] == sb_images.BASE_RECIPE and data["Cmd"] == ["/bin/bash"]
+        assert f"PATH={sb_images.STD_PATH}" in data["Env"]
+
+        layer = tmp_path / "layer.tar"
+        with tarfile.open(layer, "w") as tar:
+            info = tarfile.TarInfo("blob")
+            info.size = 4096
+            tar.addfile(info, io.BytesIO(os.urandom(info.size)))
+        subprocess.run(["docker", "import", str(layer), small], check=True, capture_output=True)
+        logfile = tmp_path / "logs" / "push.log"
+        sb_util.push_logged(small, logfile, what=f"docker push {small}", timeout=300)
+        repo, tag = small.split("/", 1)[1].rsplit(":", 1)
+        assert sb_cluster.registry_has(port, repo, tag)
+        assert "Pushed" in logfile.read_text() or "already exists" in logfile.read_text()
+        nowhere = f"127.0.0.1:1/bootstrap-test/sdk-push:{os.getpid()}"
+        subprocess.run(["docker", "tag", small, nowhere], check=True)
+        with pytest.raises(SandboxError, match=f"docker push {nowhere} failed"):
+            sb_util.push_logged(nowhere, logfile, what=f"docker push {nowhere}", timeout=120)
+    finally:
+        subprocess.run(["docker", "rmi", "-f", ref, small, f"127.0.0.1:1/bootstrap-test/sdk-push:{os.getpid()}"],
+                       capture_output=True)
+        # leave nothing in the registry's storage (a 4 KiB blob stays until its next garbage-collect)
+        dig = sb_cluster._registry_request(port, f"bootstrap-test/sdk-push/manifests/{os.getpid()}", "HEAD")[1]
+        dig = {k.lower(): v for k, v in dig.items()}.get("docker-content-digest")
+        if dig:
+            sb_cluster._registry_request(port, f"bootstrap-test/sdk-push/manifests/{dig}", "DELETE")
+
+
+@pytest.mark.sandbox
+def test_docker_errors_are_sandbox_errors_naming_what_failed(sandbox):
+    """A refused Docker call is one SandboxError with the daemon's reason (the CLI catches those)."""
+    assert sb_util.inspect("container", "bootstrap-sandbox-no-such") is None
+    assert sb_util.image_label("bootstrap-sandbox/no-such:image", RECIPE_LABEL) is None
+    sb_util.remove_containers(["bootstrap-sandbox-no-such"])  # already gone: fine, like rm -f
+    with pytest.raises(SandboxError, match="docker tag .* failed: .*(No such image|does not exist)"):
+        sb_util.tag_image("bootstrap-sandbox/no-such:image", "bootstrap-sandbox/no-such:other")
+    names = sb_util.labelled("container", LABEL_KV, running_only=True)
+    assert {n.container for n in sandbox.nodes} <= set(names)
+
+
+@pytest.mark.sandbox
 def test_down_removes_everything(sandbox):
     sandbox_down(DEFAULT_WORKDIR)
     sandbox_down(DEFAULT_WORKDIR)  # idempotent
@@ -176,5 +268,5 @@ def test_down_removes_everything(sandbox):
     assert sandbox_info(DEFAULT_WORKDIR) is None
     assert not (DEFAULT_WORKDIR / "nodes").exists()
     assert not sandbox.inventory.exists()
-    with pytest.raises(Exception):
+    with pytest.raises((OSError, paramiko.SSHException)):
         _connect(sandbox, sandbox.nodes[0].ip)

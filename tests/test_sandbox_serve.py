@@ -9,7 +9,6 @@ import time
 import urllib.request
 
 import pytest
-
 from test_sandbox_cluster import CONTAINER, cli, on_node, write_inventory
 
 pytestmark = pytest.mark.sandbox

@@ -15,7 +15,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from test_monitor_pure import DASHBOARD, dashboard_queries
 from test_sandbox_cluster import ROOT, cli, on_node, write_inventory
 
@@ -196,9 +195,9 @@ def test_monitor_scrapes_every_target_counts_every_request_and_feeds_every_panel
     """`monitor up` on the fleet: Prometheus and node exporters, every target up; vLLM's request
     counter in Prometheus grows by exactly the requests `bench` sent; every dashboard panel's
     query returns data (GPU panels excepted: no GPU here); `monitor down` leaves nothing."""
+    from bootstrap.inventory import load_inventory
     from bootstrap.monitor import run as MON
     from bootstrap.remote.session import Session
-    from bootstrap.inventory import load_inventory
 
     sb, inv, served = fleet
     r = cli("monitor", "up", "-i", inv, "--json")

@@ -1,8 +1,10 @@
 """Pure parts of serve: which variables must not be copied from the head, how commands are launched."""
 import subprocess
 
-from bootstrap.serve.run import LOG, PIDFILE, _DETACH, _detached, per_node_env_names
 from plan_fixtures import gpu_inventory
+
+from bootstrap.serve.plan import per_node_env_names
+from bootstrap.serve.run import _DETACH, LOG, PIDFILE, _detached
 
 
 def test_per_node_nccl_variables_are_kept_from_the_head():
@@ -40,7 +42,7 @@ def test_backend_follows_the_cluster_and_impossible_pairs_are_refused():
 
 
 def test_serving_state_from_the_head_probe():
-    from bootstrap.serve.run import parse_serving
+    from bootstrap.serve.state import parse_serving
 
     assert parse_serving({"serving": False, "state": None}) is None
     probe = {"serving": True, "uptime_s": 207.5, "process": True, "health": "ok", "models": ["m"],

@@ -3,8 +3,26 @@ import pytest
 
 from bootstrap.errors import BootstrapError, UsageError
 from bootstrap.serve.plan import (
-    Fit, ManifestDiff, ModelSize, Parallelism, ServePlanError, compare_manifests, describe, dtype_of, fit,
-    kv_cache_bytes, kv_capacity, model_manifest, model_size_from_config, model_shape, native_serve_argvs, parallelism, params_from_name, ray_serve_argv, split_problems)
+    Fit,
+    ManifestDiff,
+    ModelSize,
+    Parallelism,
+    ServePlanError,
+    compare_manifests,
+    describe,
+    dtype_of,
+    fit,
+    kv_cache_bytes,
+    kv_capacity,
+    model_manifest,
+    model_shape,
+    model_size_from_config,
+    native_serve_argvs,
+    parallelism,
+    params_from_name,
+    ray_serve_argv,
+    split_problems,
+)
 
 GB = 10**9
 

@@ -4,10 +4,10 @@ Configs are the size fields of the models' published config.json files (Hugging 
 that limit a split. Each case states the exact split and the exact one-line reason.
 """
 import pytest
+from test_serveplan import LLAMA_31_8B, LLAMA_31_70B, LLAMA_31_405B, MIXTRAL_8X7B
 
 from bootstrap.errors import UsageError
 from bootstrap.serve.plan import ModelShape, ModelSplitError, Parallelism, choose_split, model_shape, split_problems
-from test_serveplan import LLAMA_31_8B, LLAMA_31_70B, LLAMA_31_405B, MIXTRAL_8X7B
 
 # Qwen/Qwen2.5-14B config.json (40 query heads, 8 KV heads: GQA, per its model card).
 QWEN25_14B = {"architectures": ["Qwen2ForCausalLM"], "hidden_size": 5120, "intermediate_size": 13824,

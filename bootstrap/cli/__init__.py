@@ -15,15 +15,33 @@ import click
 
 from bootstrap.cli import render
 from bootstrap.cli.params import (
-    SECONDS, FilePath, Seconds, check_command_words, check_host_names, check_hosts, check_listen, check_name,
-    check_nonempty, check_parallelism, check_png, check_rollout_args, check_serve_args, check_sizes, check_url,
-    inventory_option, json_option, lock_wait_option, parallel_option, read_inventory)
+    SECONDS,
+    FilePath,
+    Seconds,
+    check_command_words,
+    check_host_names,
+    check_hosts,
+    check_listen,
+    check_name,
+    check_nonempty,
+    check_parallelism,
+    check_png,
+    check_rollout_args,
+    check_serve_args,
+    check_sizes,
+    check_url,
+    inventory_option,
+    json_option,
+    lock_wait_option,
+    parallel_option,
+    read_inventory,
+)
 from bootstrap.cli.render import LineReporter
-from bootstrap.cluster import run as A
 from bootstrap.cluster import plan as PL
+from bootstrap.cluster import run as A
+from bootstrap.errors import BootstrapError, ExitStatus, UsageError
 from bootstrap.remote.session import Session
 from bootstrap.serve import plan as P
-from bootstrap.errors import BootstrapError, ExitStatus, UsageError
 
 
 def _fail(exc: BootstrapError) -> "NoReturn":  # noqa: F821
@@ -231,8 +249,8 @@ def status(inventory, parallel, as_json):
 def _status_fleet(inv, parallel: int, as_json: bool) -> None:
     """status with replicas: each group's nodes (its own Ray cluster), then each replica as the
     router sees it. Exit 1 when a node is not alive or a replica does not serve."""
-    from bootstrap.fleet import run as FL
     from bootstrap.fleet import plan as FP
+    from bootstrap.fleet import run as FL
 
     groups = [A.cluster_status(FP.replica_inventory(inv, k), parallel=parallel) for k in range(inv.cluster.replicas)]
     fs = FL.status(inv, parallel=parallel)
@@ -245,8 +263,8 @@ def _status_fleet(inv, parallel: int, as_json: bool) -> None:
 
 def _prometheus(inv) -> None:
     """The Prometheus line under status: whether it runs, and where."""
-    from bootstrap.monitor import run as MON
     from bootstrap.monitor import plan as MP
+    from bootstrap.monitor import run as MON
 
     url = MON.running_url(inv)
     render.prometheus(url, MP.monitor_host(inv) if url else None, inv.cluster.monitor.port)
@@ -304,8 +322,8 @@ def down(inventory, parallel, lock_wait):
     def go():
         inv = read_inventory(inventory)
         if inv.cluster.replicas > 1:
-            from bootstrap.fleet import run as FL
             from bootstrap.fleet import plan as FP
+            from bootstrap.fleet import run as FL
             FL.stop_fleet(inv, parallel=parallel, reporter=LineReporter())
             render.fleet_down(inv.cluster.replicas)
             for k in range(inv.cluster.replicas):
@@ -472,8 +490,8 @@ def serve(inventory, parallel, model, extra, tp, pp, backend, sync_model, wait, 
 def _serve_fleet(inv, model, extra, tp, pp, backend, sync_model, wait, listen, served_name, stop, dry_run,
                  as_json, parallel) -> None:
     """serve with cluster.replicas > 1: every replica, then the router in front."""
-    from bootstrap.fleet import run as FL
     from bootstrap.fleet import plan as FP
+    from bootstrap.fleet import run as FL
     from bootstrap.serve import run as V
 
     if sync_model:

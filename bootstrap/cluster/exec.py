@@ -10,10 +10,11 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from bootstrap.remote.session import Session
 from bootstrap.errors import CommandFailed, PreflightFailed, UsageError
-from bootstrap.remote.fanout import DEFAULT_PARALLEL
 from bootstrap.model import Host, Inventory
+from bootstrap.remote import docker as DK
+from bootstrap.remote.fanout import DEFAULT_PARALLEL
+from bootstrap.remote.session import Session
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ def remote_argv(inv: Inventory, argv: Sequence[str], *, container: bool = False)
     argv = tuple(argv)
     if not argv[0].strip():
         raise UsageError(f"the command word is empty ({argv[0]!r}): the program to run comes first")
-    return ("docker", "exec", inv.cluster.container_name, *argv) if container else argv
+    return DK.exec_argv(inv.cluster.container_name, *argv) if container else argv
 
 
 def select_hosts(inv: Inventory, names: Sequence[str] | None) -> list[Host]:
@@ -93,5 +94,6 @@ def exec_all(inv: Inventory, argv: Sequence[str], *, container: bool = False,
             return res
 
         got = sess.stage("exec", targets, one, strict=False)
-    return [r if isinstance(r, ExecResult) else ExecResult(n, None, "", "", 0.0, f"{type(r).__name__}: {r}")
+    failed = got.failed
+    return [ExecResult(n, None, "", "", 0.0, f"{type(r).__name__}: {r}") if n in failed else r
             for n, r in got.items()]

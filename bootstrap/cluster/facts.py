@@ -6,6 +6,7 @@ real command output.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -34,6 +35,9 @@ class ContainerState:
     image_id: str
     labels: dict = field(default_factory=dict)
     started_at: str = ""
+    #: Config.Env as a dict (it can hold secrets: never shown) and the command's Args.
+    env: dict = field(default_factory=dict, repr=False, compare=False)
+    args: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def running(self) -> bool:
@@ -54,11 +58,9 @@ class HostFacts:
 
 
 # -- commands --------------------------------------------------------------------------------
-DOCKER_VERSION = ("docker", "version", "--format", "{{.Server.Version}}")
-DOCKER_RUNTIMES = ("docker", "info", "--format", "{{json .Runtimes}}")
 NVIDIA_SMI = ("nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits")
 NOFILE_HARD = ("sh", "-c", "ulimit -Hn")
-#: DOCKER_VERSION and DOCKER_RUNTIMES in one Docker CLI start (each costs ~40 ms of a host's CPU).
+#: The server version and the runtimes in one Docker CLI start (each start costs ~40 ms of a host's CPU).
 DOCKER_INFO = ("docker", "info", "--format", "{{.ServerVersion}} {{json .Runtimes}}")
 #: Fact commands in flight at once on one host (sshd's MaxSessions is 10 by default; the cluster
 #: lock holds one more channel on the head).
@@ -172,9 +174,11 @@ def parse_container_inspect(out: str) -> ContainerState | None:
         return None
     d = data[0]
     state = d.get("State") or {}
+    config = d.get("Config") or {}
     return ContainerState(status=state.get("Status", "unknown"), image_id=d.get("Image", ""),
-                          labels=dict((d.get("Config") or {}).get("Labels") or {}),
-                          started_at=state.get("StartedAt", ""))
+                          labels=dict(config.get("Labels") or {}), started_at=state.get("StartedAt", ""),
+                          env=dict(e.split("=", 1) for e in config.get("Env") or [] if "=" in e),
+                          args=tuple(d.get("Args") or ()))
 
 
 # -- gathering (I/O through the runner) ------------------------------------------------------
@@ -238,30 +242,33 @@ def addresses_cmd() -> tuple[str, ...]:
     return ("sh", "-c", "ip -o addr show 2>/dev/null || hostname -I")
 
 
-def parse_addresses(out: str) -> tuple[str, ...]:
-    """Addresses from `ip -o addr show` lines (``2: eth0    inet 10.0.0.5/24 ...``) or from
-    `hostname -I` (``10.0.0.5 2001:db8::5``); normalised, without prefix length or zone, in the
-    order given, each once. Anything else is skipped."""
+#: The interface an `ip -o addr show` line is about: ``2: eth0    inet ...``, ``3: eth1@if12    inet ...``.
+_IP_O_NAME = re.compile(r"^\s*\d+:\s+(?P<name>[^\s@:]+)(?:@\S+)?:?\s")
+
+
+def parse_ip_addrs(out: str) -> tuple[tuple[str, str], ...]:
+    """(interface, address) for each address in `ip -o addr show` lines (``2: eth0    inet 10.0.0.5/24 ...``);
+    interface "" for the words of `hostname -I` (``10.0.0.5 2001:db8::5``). Addresses normalised,
+    without prefix length or zone, in the order given; anything else is skipped."""
     import ipaddress
 
-    found: list[str] = []
-
-    def add(token: str) -> None:
-        text = token.split("/", 1)[0].split("%", 1)[0]
-        try:
-            ip = str(ipaddress.ip_address(text))
-        except ValueError:
-            return
-        if ip not in found:
-            found.append(ip)
-
+    found: list[tuple[str, str]] = []
     for line in out.splitlines():
         words = line.split()
         if "inet" in words or "inet6" in words:
-            for i, w in enumerate(words[:-1]):
-                if w in ("inet", "inet6"):
-                    add(words[i + 1])
+            m = _IP_O_NAME.match(line)
+            name = m["name"] if m else ""
+            tokens = [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("inet", "inet6")]
         else:
-            for w in words:
-                add(w)
+            name, tokens = "", words
+        for token in tokens:
+            try:
+                found.append((name, str(ipaddress.ip_address(token.split("/", 1)[0].split("%", 1)[0]))))
+            except ValueError:
+                continue
     return tuple(found)
+
+
+def parse_addresses(out: str) -> tuple[str, ...]:
+    """The host's addresses (see parse_ip_addrs), each once, in the order given."""
+    return tuple(dict.fromkeys(ip for _, ip in parse_ip_addrs(out)))

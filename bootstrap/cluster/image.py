@@ -2,11 +2,8 @@
 between nodes in rounds (the pure rounds are in imagecopy.py). See docs/image-distribution.md."""
 from __future__ import annotations
 
-import subprocess
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from bootstrap.cluster import facts as F
@@ -15,16 +12,22 @@ from bootstrap.cluster import plan as PL
 from bootstrap.errors import BootstrapError, CommandFailed, PreflightFailed
 from bootstrap.model import Host
 from bootstrap.remote.session import Session, check_script, last_json
-from bootstrap.remote.ssh import SSHHost, stream_file
+from bootstrap.remote.ssh import SSHHost
 
 
 def local_image_id(image: str) -> str | None:
-    r = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", image],
-                       capture_output=True, text=True)
-    return r.stdout.strip() if r.returncode == 0 else None
+    """The ID of ``image`` in this machine's Docker (the Docker SDK), None when it has no such image;
+    PreflightFailed (localhost) when the daemon does not answer."""
+    from bootstrap.remote import localdocker as LD
+
+    try:
+        return LD.image_id(image)
+    except LD.ERRORS as exc:
+        raise PreflightFailed("localhost", f"cannot inspect image {image} in this machine's Docker: "
+                                           f"{LD.explain(exc)}") from None
 
 
-def pull(ssh: SSHHost, image: str) -> None:
+def pull_image(ssh: SSHHost, image: str) -> None:
     try:
         ssh.run(("docker", "pull", "--quiet", image), timeout=ssh.settings.command_timeout, hangup=True)
     except CommandFailed as exc:
@@ -38,21 +41,106 @@ def pull(ssh: SSHHost, image: str) -> None:
         raise
 
 
-def load_image(sess: Session, hosts: Sequence[Host], image: str) -> None:
-    """`docker save` once on this machine, then stream the tarball to every host's `docker load`."""
-    with tempfile.TemporaryDirectory(prefix="bootstrap-image-") as tmp:
-        tar = Path(tmp) / "image.tar"
+def load_image(sess: Session, hosts: Sequence[Host], image: str, *, queue_chunks: int = 8) -> None:
+    """Stream this machine's image into every host's `docker load`, nothing written here: `docker
+    save` through the Docker SDK is read once and each chunk goes to every host, through a bounded
+    queue per host (the reader waits for the slowest host; a host that fails drops out and its queue
+    is discarded, the others go on). ``queue_chunks``: chunks (LD.SAVE_CHUNK, 1 MiB) waiting per
+    host, what it holds in memory per host. "save" times the daemon's wait before its first chunk."""
+    import queue
+
+    from bootstrap.errors import GroupError
+    from bootstrap.remote import localdocker as LD
+
+    end = object()  # after the last chunk
+
+    def stream_to(group: list[Host]) -> dict[str, object]:
         t0 = sess.clock()
-        r = subprocess.run(["docker", "save", "-o", str(tar), image], capture_output=True, text=True)
-        if r.returncode != 0:
-            raise CommandFailed("localhost", f"docker save {image}", r.returncode, r.stderr)
+        saved = LD.save(image)
+        try:
+            first = next(saved, b"")  # CommandFailed naming localhost: no such image, or refused
+        except LD.DockerUnavailable as exc:
+            raise CommandFailed("localhost", f"docker save {image}", 1, str(exc)) from None
         sess.timings.add("save", sess.clock() - t0)
+        queues: dict[str, queue.Queue] = {h.name: queue.Queue(queue_chunks) for h in group}
+        gone: set[str] = set()  # hosts that read no more: loaded, failed, or never started
+        stop = threading.Event()
+
+        def halted() -> bool:
+            return stop.is_set() or sess.cancel.is_set()
+
+        def put(name: str, item: object) -> None:
+            q = queues[name]
+            while name not in gone and not halted():
+                try:
+                    q.put(item, timeout=0.1)
+                    return
+                except queue.Full:
+                    pass
+
+        def read() -> None:
+            last: object = end
+            try:
+                if first:
+                    for name in queues:
+                        put(name, first)
+                for chunk in saved:
+                    if halted() or len(gone) == len(queues):
+                        return  # nobody reads on: closing the stream ends the daemon's export
+                    for name in queues:
+                        put(name, chunk)
+            except BaseException as exc:  # noqa: BLE001 - the stream broke: every load fails with it
+                last = exc
+            finally:
+                for name in queues:
+                    put(name, last)
+                saved.close()
+
+        def chunks(name: str):
+            q = queues[name]
+            while True:
+                try:
+                    item = q.get(timeout=0.1)
+                except queue.Empty:
+                    if halted():
+                        raise BootstrapError(f"the stream of {image} from this machine stopped") from None
+                    continue
+                if item is end:
+                    return
+                if isinstance(item, CommandFailed):  # a copy: each host's thread raises its own
+                    raise CommandFailed(item.host, item.command, item.exit_code, item.output_tail)
+                if isinstance(item, BaseException):
+                    raise CommandFailed("localhost", f"docker save {image}", 1, f"{type(item).__name__}: {item}")
+                yield item
 
         def load(h: Host) -> None:
-            with open(tar, "rb") as fh:
-                sess.ssh[h.name].run_with_input(("docker", "load", "--quiet"), stream_file(fh))
+            try:
+                sess.ssh[h.name].run_with_input(("docker", "load", "--quiet"), chunks(h.name))
+            finally:
+                gone.add(h.name)
+                try:  # what the reader queued for it: free it, and unblock the reader
+                    while True:
+                        queues[h.name].get_nowait()
+                except queue.Empty:
+                    pass
 
-        sess.stage("load-image", hosts, load)
+        reader = threading.Thread(target=read, name="load-image-save", daemon=True)
+        reader.start()
+        try:
+            return sess.stage("load-image", group, load, strict=False)
+        finally:
+            stop.set()
+            reader.join(timeout=10)
+
+    hosts = list(hosts)
+    # Every host of a group loads at once (one left waiting for a worker of sess.stage would stop
+    # the reader): at most sess.parallel hosts read one save stream.
+    size = max(1, sess.parallel)
+    results: dict[str, object] = {}
+    for i in range(0, len(hosts), size):
+        results.update(stream_to(hosts[i:i + size]))
+    if any(isinstance(r, BaseException) for r in results.values()):
+        raise GroupError("load-image", results)
 
 
 def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, load: bool,
@@ -76,7 +164,7 @@ def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, l
         todo = [h for h in inv.hosts if pull or facts[h.name].image_id is None]
         want_id = None
         origin = "registry"
-        source = lambda hosts: sess.stage("pull", hosts, lambda h: pull(sess.ssh[h.name], image))
+        source = lambda hosts: sess.stage("pull", hosts, lambda h: pull_image(sess.ssh[h.name], image))
     if not todo:
         return {}
     if not inv.cluster.peer_copy or len(inv.hosts) == 1:
@@ -155,16 +243,15 @@ def _copy_image(sess: Session, seeds: Sequence[Host], receivers: Sequence[Host],
                 sess.reporter.event(t.sender, "seed-image", "done",
                                     f"{IC.human_bytes(out['bytes'])} to {', '.join(t.receivers)} in {secs:.1f}s "
                                     f"({IC.human_bytes(out['bytes'] / secs)}/s)")
-        for n, v in res.items():
-            if isinstance(v, BaseException):
-                why = str(v)
-                out = seeds_out.get(sent_by[n])
-                if isinstance(out, str) and out:
-                    why += f" (sender: {out})"
-                failed[by_name[n]] = why
-            else:
-                have.append(n)
-                got_from[n] = sent_by[n]
+        for n, v in res.failed.items():
+            why = str(v)
+            out = seeds_out.get(sent_by[n])
+            if isinstance(out, str) and out:
+                why += f" (sender: {out})"
+            failed[by_name[n]] = why
+        for n in res.succeeded:
+            have.append(n)
+            got_from[n] = sent_by[n]
         todo = [n for n in todo if n not in sent_by]
     return failed
 

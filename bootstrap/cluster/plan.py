@@ -12,9 +12,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
 
-from bootstrap.exposure import RAY_DASHBOARD_DEFAULT, dashboard_address
 from bootstrap.cluster import facts as F
 from bootstrap.cluster.facts import HostFacts
+from bootstrap.exposure import RAY_DASHBOARD_DEFAULT, dashboard_address
 from bootstrap.model import HF_CACHE_IN_CONTAINER, NOFILE_MAX, Host, Inventory
 
 #: nofile limit used when neither the inventory nor the host says otherwise.
@@ -81,6 +81,14 @@ def nofile_for(inv: Inventory, facts: HostFacts | None) -> int | None:
     return None
 
 
+def node_env(host: Host) -> dict[str, str]:
+    """The environment of a host's node container: its env (the cluster's with the host's over it)
+    and VLLM_HOST_IP, its data-plane IP."""
+    env = dict(host.env)
+    env["VLLM_HOST_IP"] = host.ip
+    return env
+
+
 def container_spec(inv: Inventory, host: Host, nofile: int | None) -> ContainerSpec:
     c = inv.cluster
     head = inv.head
@@ -98,8 +106,7 @@ def container_spec(inv: Inventory, host: Host, nofile: int | None) -> ContainerS
         opts += ["-v", f"{c.hf_cache}:{HF_CACHE_IN_CONTAINER}"]
     for m in c.mounts:
         opts += ["-v", m]
-    env = dict(host.env)
-    env["VLLM_HOST_IP"] = host.ip
+    env = node_env(host)
     for k in sorted(env):
         opts += ["-e", f"{k}={env[k]}"]
 
@@ -161,10 +168,6 @@ def _decide(spec: ContainerSpec, f: HostFacts | None) -> tuple[Action, str]:
     if f is not None and f.image_id and cur.image_id and f.image_id != cur.image_id:
         return "recreate", "image updated"
     return "keep", "up to date"
-
-
-def expected_gpus(inv: Inventory) -> int:
-    return inv.gpus_per_node
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ from bootstrap.cluster import facts as F
 from bootstrap.doctor import rules as DR
 from bootstrap.doctor import signatures as D
 from bootstrap.model import Host
-from bootstrap.remote.session import Session, check_script, exec_python_argv
+from bootstrap.remote import docker as DK
+from bootstrap.remote.session import Session, check_script
+
 
 def host_facts(sess: Session, h: Host) -> F.HostFacts:
     c = sess.inv.cluster
@@ -39,14 +41,13 @@ IP_ADDR = ("ip", "-o", "addr", "show")
 # -- per-node network facts ----------------------------------------------------------------------
 def node_net(sess: Session, h: Host) -> DR.NodeNet:
     s = sess.ssh[h.name]
-    name = sess.inv.cluster.container_name
-    ci = s.run(F.container_inspect_cmd(name), timeout=30, check=False)
-    st = F.parse_container_inspect(ci.stdout) if ci.ok else None
-    env, args = DR.parse_container_env_args(ci.stdout) if ci.ok else ({}, ())
+    st = DK.inspect(s, sess.inv.cluster.container_name)
+    env = st.env if st else {}
     ifs = s.run(IP_ADDR, timeout=30, check=False)
     socket_env = tuple(sorted((k, v) for k, v in (env or dict(h.env)).items() if k.endswith("_SOCKET_IFNAME")))
     return DR.NodeNet(h.name, h.ip, st.status if st else "absent", env.get("VLLM_HOST_IP"),
-                   DR.ray_ip_from_args(args), D.parse_ip_addr(ifs.stdout) if ifs.ok else (), socket_env)
+                      DR.ray_ip_from_args(st.args if st else ()), D.parse_ip_addr(ifs.stdout) if ifs.ok else (),
+                      socket_env)
 
 
 def workers_cut_off(sess, port: int, *, timeout: float = 3.0) -> dict[str, str]:
@@ -55,15 +56,14 @@ def workers_cut_off(sess, port: int, *, timeout: float = 3.0) -> dict[str, str]:
     inv = sess.inv
     name = inv.cluster.container_name
     reach = sess.stage("reach-head", inv.workers, lambda h: sess.ssh[h.name].run_with_input(
-        exec_python_argv(name, [inv.head.ip, str(port), f"{timeout:g}"]), [check_script("reach.py")],
+        DK.exec_python_argv(name, [inv.head.ip, str(port), f"{timeout:g}"]), [check_script("reach.py")],
         timeout=30 + timeout, check=False), strict=False)
-    return {n: _reach_error(r, inv.head.ip, port) for n, r in reach.items()
-            if isinstance(r, BaseException) or not r.ok}
+    failed = reach.failed
+    return {n: str(failed[n]) if n in failed else _reach_error(r, inv.head.ip, port) for n, r in reach.items()
+            if n in failed or not r.ok}
 
 
 def _reach_error(r, head_ip: str, port: int) -> str:
-    if isinstance(r, BaseException):
-        return str(r)
     if "is not running" in r.stderr:
         return (f"its container has stopped, so the check could not run there (a Ray worker exits when it "
                 f"loses the head: likely cut off from {head_ip}:{port}; `bootstrap logs` shows why)")

@@ -8,10 +8,10 @@ from bootstrap.cluster import facts as F
 from bootstrap.cluster.plan import RayView, parse_ray_nodes
 from bootstrap.errors import DeadlineExceeded, PreflightFailed
 from bootstrap.model import Host
+from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import fan_out
-from bootstrap.remote.session import Session, check_script, exec_python_argv
+from bootstrap.remote.session import Session, check_script
 from bootstrap.remote.ssh import SSHHost
-
 
 #: Seconds a kept head container gets to appear in Ray before it is recreated.
 HEAD_GRACE = 30.0
@@ -42,7 +42,7 @@ def ray_view(sess: Session, expect: Sequence[Host], *, deadline: float, gpus: fl
             "--gpus", str(gpus), "--deadline", str(deadline), "--tag", RAY_WAIT_TAG]
     if stale:
         args += ["--stale", ",".join(sorted(stale))]
-    r = sess.ssh[head.name].run_with_input(exec_python_argv(c.container_name, args),
+    r = sess.ssh[head.name].run_with_input(DK.exec_python_argv(c.container_name, args),
                                            [check_script("ray_nodes.py")],
                                            timeout=deadline + 60, check=False)
     view = parse_ray_nodes(r.stdout)
@@ -81,10 +81,8 @@ def why_missing(sess: Session, hosts: Sequence[Host]) -> str:
 
     def one(h: Host) -> str:
         s = sess.ssh[h.name]
-        ci = s.run(F.container_inspect_cmd(name), timeout=20, check=False)
-        st = F.parse_container_inspect(ci.stdout) if ci.ok else None
-        logs = s.run(("docker", "logs", "--tail", "5", name), timeout=20, check=False)
-        last = [ln for ln in (logs.stdout + logs.stderr).splitlines() if ln.strip()][-1:]
+        st = DK.inspect(s, name, timeout=20)
+        last = [ln for ln in DK.logs(s, name, 5, timeout=20).splitlines() if ln.strip()][-1:]
         state = st.status if st else "no container"
         return f"{h.name}: container {state}" + (f", last log: {last[0][:200]}" if last else "")
 

@@ -15,13 +15,22 @@ from bootstrap.cluster import facts as F
 from bootstrap.cluster import image as IM
 from bootstrap.cluster import probe
 from bootstrap.cluster import ray as R
-from bootstrap.cluster.plan import (HostAction, RayView, all_alive, plan_up, ray_checks_needed,
-                                    stale_registrations, with_ray_members)
+from bootstrap.cluster.plan import (
+    HostAction,
+    RayView,
+    all_alive,
+    plan_up,
+    ray_checks_needed,
+    stale_registrations,
+    with_ray_members,
+)
 from bootstrap.cluster.ray import HEAD_GRACE, RAY_WAIT_TAG
-from bootstrap.errors import (BootstrapError, CommandFailed, GroupError, Interrupted)
+from bootstrap.errors import BootstrapError, CommandFailed, GroupError, Interrupted
 from bootstrap.model import Host, Inventory
-from bootstrap.remote.fanout import DEFAULT_PARALLEL
-from bootstrap.remote.session import KILL_TAGGED, Reporter, Session, Timings
+from bootstrap.remote import docker as DK
+from bootstrap.remote.fanout import DEFAULT_PARALLEL, GroupResult
+from bootstrap.remote.session import Reporter, Session, Timings
+from bootstrap.serve.state import serving_state
 
 
 @dataclass(frozen=True)
@@ -74,10 +83,10 @@ def up(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter |
             raise interrupted(sess, "up") from None
 
 
-def _usable(sess: Session, stage: str, results: Mapping[str, object], allow_partial: bool,
+def _usable(sess: Session, stage: str, results: GroupResult, allow_partial: bool,
             skipped: dict[str, BaseException]) -> None:
     """--allow-partial: set failed workers aside (named in the result); the head is never optional."""
-    failed = {n: r for n, r in results.items() if isinstance(r, BaseException)}
+    failed = results.failed
     if not failed:
         return
     if not allow_partial or sess.inv.head.name in failed:
@@ -210,18 +219,19 @@ def interrupted(sess: Session, command: str) -> Interrupted:
     states: dict[str, str] = {}
     with Session(inv, parallel=sess.parallel, settings=quick) as look:
         conn = look.connect(strict=False)
-        ok = [h for h in inv.hosts if not isinstance(conn.get(h.name), BaseException)]
+        unreachable = conn.failed
+        ok = [h for h in inv.hosts if h.name not in unreachable]
         if inv.head in ok and inv.cluster.runtime == "ray":
             # the Ray poller we piped into the head container would otherwise run to its deadline
-            look.ssh[inv.head.name].run(("docker", "exec", inv.cluster.container_name, "sh", "-c", KILL_TAGGED,
-                                         "sh", RAY_WAIT_TAG), timeout=10, check=False)
+            look.ssh[inv.head.name].run(DK.kill_tagged_argv(inv.cluster.container_name, RAY_WAIT_TAG),
+                                        timeout=10, check=False)
         got = look.stage("facts", ok, lambda h: probe.host_facts(look, h), strict=False)
-        facts = {n: f for n, f in got.items() if isinstance(f, F.HostFacts)}
+        facts = got.succeeded
         actions = {a.host: a for a in plan_up(inv, facts)}
         for h in inv.hosts:
             f = facts.get(h.name)
             if f is None:
-                why = conn.get(h.name) if isinstance(conn.get(h.name), BaseException) else got.get(h.name)
+                why = unreachable.get(h.name) or got.get(h.name)
                 states[h.name] = f"unknown: {why}"
                 continue
             a = actions[h.name]
@@ -239,11 +249,11 @@ def interrupted(sess: Session, command: str) -> Interrupted:
 def _running(sess: Session, h: Host) -> None:
     """runtime none: the node container must be (and stay) running."""
     name = sess.inv.cluster.container_name
-    st = F.parse_container_inspect(sess.ssh[h.name].run(F.container_inspect_cmd(name), timeout=30).stdout)
+    st = DK.inspect(sess.ssh[h.name], name, check=True)
     if not st or not st.running:
-        logs = sess.ssh[h.name].run(("docker", "logs", "--tail", "5", name), timeout=30, check=False)
         raise CommandFailed(h.name, f"docker run {name}", None if not st else 1,
-                            logs.stdout + logs.stderr, f"container is {st.status if st else 'absent'}")
+                            DK.logs(sess.ssh[h.name], name, 5, timeout=30),
+                            f"container is {st.status if st else 'absent'}")
 
 
 # -- status ------------------------------------------------------------------------------------
@@ -287,13 +297,10 @@ def cluster_status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter
     name = inv.cluster.container_name
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         conn = sess.connect(strict=False)
-
-        def inspect(h: Host) -> F.ContainerState | None:
-            r = sess.ssh[h.name].run(F.container_inspect_cmd(name), timeout=20, check=False)
-            return F.parse_container_inspect(r.stdout) if r.ok else None
-
-        ok_hosts = [h for h in inv.hosts if not isinstance(conn.get(h.name), BaseException)]
-        states = sess.stage("inspect", ok_hosts, inspect, strict=False)
+        unreachable = conn.failed
+        ok_hosts = [h for h in inv.hosts if h.name not in unreachable]
+        states = sess.stage("inspect", ok_hosts, lambda h: DK.inspect(sess.ssh[h.name], name, timeout=20),
+                            strict=False)
         view = None
         head_state = states.get(inv.head.name)
         if inv.cluster.runtime == "ray" and isinstance(head_state, F.ContainerState) and head_state.running:
@@ -303,15 +310,16 @@ def cluster_status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter
                 view = None
         alive = {n.ip: n for n in (view.nodes if view else ()) if n.alive}
         rows = []
+        errors = states.failed
         for h in inv.hosts:
-            c = conn.get(h.name)
-            if isinstance(c, BaseException):
+            c = unreachable.get(h.name)
+            if c is not None:
                 rows.append(NodeStatus(h.name, h.ip, h.role, False, "unknown", False, 0.0, str(c)))
                 continue
             st = states.get(h.name)
             cstate = "absent" if st is None else (st.status if isinstance(st, F.ContainerState) else "unknown")
             node = alive.get(h.ip)
-            err = str(st) if isinstance(st, BaseException) else ""
+            err = str(errors.get(h.name) or "")
             if inv.cluster.runtime == "none":  # no Ray: a running container is a live node
                 rows.append(NodeStatus(h.name, h.ip, h.role, True, cstate, cstate == "running",
                                        float(inv.gpus_per_node), err))
@@ -324,8 +332,6 @@ def cluster_status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter
             rows.append(NodeStatus(h.name, h.ip, h.role, True, cstate, live, node.gpus if live else 0.0, err))
         served = None
         if serving and isinstance(head_state, F.ContainerState) and head_state.running:
-            from bootstrap.serve.run import serving_state  # serve builds on this module
-
             try:
                 served = serving_state(sess)
             except BootstrapError:
@@ -350,7 +356,8 @@ def down(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
     name = inv.cluster.container_name
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         conn = sess.connect(strict=False)
-        reachable = [h for h in inv.hosts if not isinstance(conn.get(h.name), BaseException)]
+        unreachable = conn.failed
+        reachable = [h for h in inv.hosts if h.name not in unreachable]
         if inv.head in reachable:
             sess.lock("down", wait=lock_wait)
         else:
@@ -358,20 +365,19 @@ def down(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
 
         def teardown(h: Host) -> bool:
             s = sess.ssh[h.name]
-            ci = s.run(F.container_inspect_cmd(name), timeout=20, check=False)
-            st = F.parse_container_inspect(ci.stdout) if ci.ok else None
+            st = DK.inspect(s, name, timeout=20)
             if st is None:
                 return False
             if st.running and inv.cluster.runtime == "ray":
-                s.run(("docker", "exec", name, "ray", "stop"), timeout=60, check=False)
-            s.run(("docker", "rm", "-f", name), timeout=60)
+                s.run(DK.exec_argv(name, "ray", "stop"), timeout=60, check=False)
+            DK.rm(s, name, check=True)
             return True
 
         workers = [h for h in reachable if not h.is_head]
         heads = [h for h in reachable if h.is_head]
-        res = dict(sess.stage("down", workers, teardown, strict=False))
+        res = sess.stage("down", workers, teardown, strict=False)
         res.update(sess.stage("down", heads, teardown, strict=False))
-        failures = {n: r for n, r in {**conn, **res}.items() if isinstance(r, BaseException)}
+        failures = {**unreachable, **res.failed}
         if failures:
             raise GroupError("down", {**{h.name: res.get(h.name) for h in inv.hosts}, **failures})
         removed = tuple(n for n, r in res.items() if r is True)
@@ -383,7 +389,7 @@ def start_container(sess: Session, action: HostAction) -> None:
     s = sess.ssh[action.host]
     spec = action.spec
     if action.action != "create":  # "create": the facts (read under the lock) found none
-        s.run(("docker", "rm", "-f", spec.name), timeout=60, check=False)
+        DK.rm(s, spec.name)
     env_file = None
     secrets = {x.name: x for x in sess.inv.cluster.secrets}
     try:

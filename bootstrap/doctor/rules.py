@@ -1,8 +1,7 @@
-"""Pure rules over what doctor gathered: a container's env and args, the network picture across
-nodes, free disk. No I/O."""
+"""Pure rules over what doctor gathered: a container's args, the network picture across nodes, free
+disk. No I/O."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -18,15 +17,6 @@ class NodeNet:
     ray_node_ip: str | None  # the --node-ip-address the node's `ray start` was given
     interfaces: tuple[D.Interface, ...]
     socket_env: tuple[tuple[str, str], ...]
-
-
-def parse_container_env_args(inspect_json: str) -> tuple[dict[str, str], tuple[str, ...]]:
-    try:
-        d = json.loads(inspect_json)[0]
-    except (ValueError, IndexError, KeyError):
-        return {}, ()
-    env = dict(e.split("=", 1) for e in (d.get("Config") or {}).get("Env") or [] if "=" in e)
-    return env, tuple(d.get("Args") or ())
 
 
 def ray_ip_from_args(args: Sequence[str]) -> str | None:

@@ -7,21 +7,19 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from bootstrap.cluster import probe
-from bootstrap.doctor import rules as DR
-from bootstrap.cluster import ray as R
-from bootstrap.doctor import signatures as D
 from bootstrap.cluster import facts as F
-from bootstrap.remote.session import Reporter, Session
+from bootstrap.cluster import probe
+from bootstrap.cluster import ray as R
+from bootstrap.doctor import rules as DR
+from bootstrap.doctor import signatures as D
 from bootstrap.errors import PreflightFailed
-from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out
 from bootstrap.model import Host, Inventory
+from bootstrap.remote import docker as DK
+from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out
+from bootstrap.remote.session import Reporter, Session
 
 
 # -- doctor --------------------------------------------------------------------------------------
-DOCKER_ROOT = ("docker", "info", "--format", "{{.DockerRootDir}}")
-
-
 @dataclass
 class DoctorReport:
     findings: list[D.Finding]
@@ -40,10 +38,11 @@ def doctor(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
     order = [inv.head, *inv.workers]
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         conn = sess.connect(strict=False)
-        up = [h for h in order if not isinstance(conn.get(h.name), BaseException)]
+        unreachable = conn.failed
+        up = [h for h in order if h.name not in unreachable]
         for h in order:
-            exc = conn.get(h.name)
-            if isinstance(exc, BaseException):
+            exc = unreachable.get(h.name)
+            if exc is not None:
                 findings.append(D.Finding("host-unreachable", "error", h.name, "cannot connect over SSH",
                                           D.mask_secrets(str(exc))[:300],
                                           getattr(exc, "hint", "") or "check that the host is up and sshd listens"))
@@ -63,10 +62,10 @@ def doctor(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
                 skew_clock = float(remote) - (after - before) / 2 + (clock() - after)
             except ValueError:
                 skew_clock = None
-            root = s.run(DOCKER_ROOT, timeout=20, check=False).stdout.strip() or "/var/lib/docker"
+            root = DK.root_dir(s)
             df = s.run(("df", "-P", "-B1", root), timeout=20, check=False)
             net = probe.node_net(sess, h)
-            logs = s.run(("docker", "logs", "--tail", str(log_lines), name), timeout=60, check=False)
+            logs = DK.logs(s, name, log_lines)
             if f is not None and f.image_id and net.container != "running" and inv.cluster.runtime == "ray":
                 r = s.run(F.ray_in_image_cmd(inv.cluster.image), timeout=120, check=False)
                 if not r.ok:
@@ -77,14 +76,16 @@ def doctor(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
             return f, skew_clock, DR.parse_df_avail(df.stdout) if df.ok else None, net, logs
 
         got = sess.stage("doctor", up, gather, strict=False)
+        failed = got.failed
         reports, texts = [], {}
         image_size = None
         for h in order:
             g = got.get(h.name)
-            if g is None or isinstance(g, BaseException):
-                if isinstance(g, BaseException):
-                    findings.append(D.Finding("doctor-failed", "warning", h.name, "could not gather facts",
-                                              D.mask_secrets(str(g))[:300], "run again; see the error"))
+            if h.name in failed:
+                findings.append(D.Finding("doctor-failed", "warning", h.name, "could not gather facts",
+                                          D.mask_secrets(str(g))[:300], "run again; see the error"))
+                continue
+            if g is None:
                 continue
             f, clk, free, net, logs = g
             gpus = f.gpus if f else None
@@ -104,11 +105,9 @@ def doctor(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
                                           f"the cluster container is {net.container}",
                                           f"container {name}: {net.container}",
                                           "read `bootstrap logs " + h.name + "`; then `bootstrap up` restarts it"))
-            texts[h.name] = logs.stdout + logs.stderr
+            texts[h.name] = logs
             if image_size is None and f and f.image_id:
-                sz = sess.ssh[h.name].run(("docker", "image", "inspect", "--format", "{{.Size}}", inv.cluster.image),
-                                          timeout=20, check=False).stdout.strip()
-                image_size = int(sz) if sz.isdigit() else None
+                image_size = DK.image_size(sess.ssh[h.name], inv.cluster.image)
         findings += D.check_cluster(reports, image_size_bytes=image_size)
         findings += D.scan_logs(texts, infiniband=inv.cluster.infiniband)
         # Ray's own view: every inventory IP alive?
@@ -140,7 +139,7 @@ def logs(inv: Inventory, emit: Callable[[str, str], None], *, hosts: Sequence[st
     """Stream each node's container log, line by line, to emit(host, line)."""
     chosen = [inv.host(n) for n in hosts] if hosts else list(inv.hosts)
     name = inv.cluster.container_name
-    argv = ["docker", "logs", "--tail", str(tail), *(["--follow"] if follow else []), name]
+    argv = DK.logs_argv(name, tail, follow=follow)
     with Session(inv, parallel=parallel) as sess:
         sess.connect(chosen)
 

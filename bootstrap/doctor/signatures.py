@@ -22,6 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
+from bootstrap.cluster.facts import parse_ip_addrs
+
 SEVERITIES = ("error", "warning", "info")
 _RANK = {s: i for i, s in enumerate(SEVERITIES)}
 #: Longest evidence string; longer lines are cut to a window around the match.
@@ -706,6 +708,16 @@ def root_cause(log_text: str) -> str | None:
 _USAGE_ERROR = re.compile(r"^vllm(?: serve)?: error: \S")
 
 
+def root_cause_of(tails: Mapping[str, str]) -> str | None:
+    """vLLM's root-cause line (root_cause) in several nodes' logs, host -> text, the head's first:
+    the first found, with the node named when it came from another node than the first."""
+    for host, text in tails.items():
+        found = root_cause(text)
+        if found:
+            return found if host == next(iter(tails)) else f"{host}: {found}"
+    return None
+
+
 # -- cluster checks --------------------------------------------------------------------------
 
 
@@ -745,16 +757,12 @@ class HostReport:
         return self.ip or self.ray_node_ip or self.vllm_host_ip
 
 
-_IP_O_ADDR = re.compile(r"^\s*\d+:\s+(?P<name>[^\s@:]+)(?:@\S+)?:?\s+inet6?\s+(?P<addr>[0-9A-Fa-f:.]+)")
-
-
 def parse_ip_addr(text: str) -> tuple[Interface, ...]:
-    """Interfaces and their addresses from `ip -o addr show` output."""
+    """Interfaces and their addresses from `ip -o addr show` output (read by facts.parse_ip_addrs)."""
     addrs: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        m = _IP_O_ADDR.match(line)
-        if m:
-            addrs.setdefault(m["name"], []).append(m["addr"])
+    for name, addr in parse_ip_addrs(text):
+        if name:
+            addrs.setdefault(name, []).append(addr)
     return tuple(Interface(n, tuple(a)) for n, a in addrs.items())
 
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from bootstrap.cluster import plan as PL
-from bootstrap.serve import plan as P
-from bootstrap.errors import UsageError
+from bootstrap.errors import FleetError
 from bootstrap.model import Host, Inventory
+from bootstrap.serve import plan as P
 
 LABEL_KEEP = "bootstrap.keep"
 LABEL_REPLICA = "bootstrap.replica"
@@ -35,10 +35,6 @@ MEMBER_PATH = "/opt/bootstrap/member.py"
 KEEPER_PATH = "/opt/bootstrap/keeper.py"
 #: what vLLM reads its API key from (the value comes from the secret cluster.router.api_key names)
 API_KEY_ENV = "VLLM_API_KEY"
-
-
-class FleetError(UsageError):
-    """A fleet request that cannot work (exit 2), refused before anything changes."""
 
 
 def serve_name(inv: Inventory) -> str:

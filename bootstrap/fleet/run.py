@@ -1,45 +1,37 @@
 """Replicas behind one endpoint: serve, status, rollout and stop over SSH.
 
-The decisions (names, argv, order) are in fleetplan.py; this module runs them on the hosts.
+The decisions (names, argv, order) are in fleet/plan.py; this module runs them on the hosts.
 """
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from bootstrap.cluster import facts as F
+from bootstrap.cluster import plan as PL
 from bootstrap.cluster import probe
 from bootstrap.doctor import signatures as D
-from bootstrap.cluster import facts as F
+from bootstrap.errors import (
+    BootstrapError,
+    Interrupted,
+    PreflightFailed,
+    ReplicaFailed,
+    RolloutFailed,
+    ServeFailed,
+    UsageError,
+)
 from bootstrap.fleet import plan as FP
-from bootstrap.cluster import plan as PL
-from bootstrap.serve import plan as P
-from bootstrap.remote.session import Reporter, Session, check_script, exec_python_argv
-from bootstrap.errors import BootstrapError, Interrupted, PreflightFailed, UsageError
-from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out
 from bootstrap.model import Host, Inventory
-from bootstrap.serve.run import ServeFailed, _last_json, _root_cause, read_model_info
+from bootstrap.remote import docker as DK
+from bootstrap.remote.fanout import DEFAULT_PARALLEL, GroupResult, fan_out
+from bootstrap.remote.session import Reporter, Session, check_script, last_json_or_error
+from bootstrap.serve import plan as P
 
 #: serve's processes inside the node containers (a single-replica serve) hold the vLLM port.
-from bootstrap.serve.run import _STOP as _STOP_SINGLE  # noqa: E402
-
-
-class _ReplicaFailed(BootstrapError):
-    """One replica's new spec did not serve; `state` is where the rollback left it."""
-
-    def __init__(self, cause: str, state: str, log_tail: str = ""):
-        super().__init__(f"{cause} ({state})")
-        self.cause, self.state, self.log_tail = cause, state, log_tail
-
-
-class RolloutFailed(BootstrapError):
-    def __init__(self, message: str, states: dict[int, str], log_tail: str = ""):
-        super().__init__(message)
-        self.states = states
-        self.log_tail = log_tail
+from bootstrap.serve.state import STOP as STOP_SINGLE
+from bootstrap.serve.state import read_model_info
 
 
 @dataclass
@@ -112,15 +104,6 @@ class RolloutResult:
 # -- remote steps (each written once) -------------------------------------------------------------
 
 
-def _tar(path: str, data: bytes) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        info = tarfile.TarInfo(path.lstrip("/"))
-        info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
-        tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def _run_with_env_file(sess: Session, host: Host, argv: Sequence[str], body: str) -> None:
     """Run a `docker create/run` whose `--env-file` placeholder becomes a 0600 file holding `body`,
     removed at once: the secrets never appear on a command line."""
@@ -141,48 +124,36 @@ def _create_started(sess: Session, host: Host, create: Sequence[str], name: str,
     """`docker create`, copy a payload in (it stays across restarts), `docker start`. Secrets go
     through a 0600 env file that is removed at once."""
     s = sess.ssh[host.name]
-    s.run(("docker", "rm", "-f", name), timeout=60, check=False)
+    DK.rm(s, name)
     _run_with_env_file(sess, host, create, FP.secret_env_body(sess.inv))
-    s.run_with_input(("docker", "cp", "-", f"{name}:/"), [_tar(path, check_script(script))], timeout=60)
-    s.run(("docker", "start", name), timeout=60)
+    DK.copy_file_in(s, name, path, check_script(script))
+    DK.start(s, name)
 
 
 def _probe(sess: Session, host: Host, container: str, args: Sequence[str], timeout: float) -> dict:
-    r = sess.ssh[host.name].run_with_input(exec_python_argv(container, list(args)), [check_script("fleet_probe.py")],
-                                           timeout=timeout, check=False)
-    doc = _last_json(r.stdout)
+    r = sess.ssh[host.name].run_with_input(DK.exec_python_argv(container, list(args)),
+                                           [check_script("fleet_probe.py")], timeout=timeout, check=False)
+    doc = last_json_or_error(r.stdout)
     if doc.get("ready") is False and "error" in doc and not r.stdout.strip():
         doc["error"] = (r.stderr or "no answer").strip()[-300:]
     return doc
 
 
 def _inspect(sess: Session, host: Host, name: str) -> F.ContainerState | None:
-    r = sess.ssh[host.name].run(F.container_inspect_cmd(name), timeout=30, check=False)
-    return F.parse_container_inspect(r.stdout) if r.ok else None
-
-
-def _restart_count(sess: Session, host: Host, name: str) -> int:
-    r = sess.ssh[host.name].run(("docker", "inspect", "--format", "{{.RestartCount}}", name), timeout=30, check=False)
-    try:
-        return int(r.stdout.strip())
-    except ValueError:
-        return 0
+    return DK.inspect(sess.ssh[host.name], name)
 
 
 def _logs(sess: Session, host: Host, name: str, tail: int = 200) -> str:
-    r = sess.ssh[host.name].run(("docker", "logs", "--tail", str(tail), name), timeout=60, check=False)
-    return r.stdout + r.stderr
+    return DK.logs(sess.ssh[host.name], name, tail)
 
 
 def _rm(sess: Session, hosts: Sequence[Host], *names: str, stage: str = "remove") -> None:
-    sess.stage(stage, hosts, lambda h: sess.ssh[h.name].run(("docker", "rm", "-f", *names), timeout=120,
-                                                            check=False))
+    sess.stage(stage, hosts, lambda h: DK.rm(sess.ssh[h.name], *names, timeout=120))
 
 
 def _stop(sess: Session, host: Host, name: str) -> None:
     """Stop on purpose: SIGTERM (vLLM finishes in-flight work), kill after the grace."""
-    sess.ssh[host.name].run(("docker", "stop", "-t", str(FP.STOP_GRACE + 10), name),
-                            timeout=FP.STOP_GRACE + 60, check=False)
+    DK.stop(sess.ssh[host.name], name, FP.STOP_GRACE + 10, timeout=FP.STOP_GRACE + 60)
 
 
 def _router_call(sess: Session, inv: Inventory, verb: str, url: str) -> dict:
@@ -244,7 +215,7 @@ def _gate(sess: Session, inv: Inventory, k: int, wait: float) -> dict:
 def _replica_failure(sess: Session, inv: Inventory, k: int, ready: dict) -> tuple[str, str]:
     """Why replica k did not serve: vLLM's own root cause from its members' logs, and the tail."""
     tails = {h.name: _logs(sess, h, FP.serve_name(inv)) for h in inv.replicas[k]}
-    root = _root_cause(tails)
+    root = D.root_cause_of(tails)
     findings = D.scan_logs(tails, infiniband=inv.cluster.infiniband)
     cause = root or (findings[0].title if findings else ready.get("error") or "no answer")
     head_log = tails[inv.replicas[k][0].name]
@@ -272,14 +243,14 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
             return plan
         name = inv.cluster.container_name
         sess.stage("stop-old", inv.hosts, lambda h: sess.ssh[h.name].run(
-            ("docker", "exec", name, "sh", "-c", _STOP_SINGLE), timeout=60, check=False))
+            DK.exec_argv(name, "sh", "-c", STOP_SINGLE), timeout=60, check=False))
         _rm(sess, inv.hosts, FP.serve_name(inv), FP.old_name(inv), FP.router_name(inv), stage="remove-old")
         _ensure_keeper(sess, inv)
         for rp in plan.replicas:
             _start_replica(sess, inv, rp)
         ready = fan_out(range(len(plan.replicas)), lambda k: _gate(sess, inv, k, wait), key=lambda k: k,
                         parallel=len(plan.replicas))
-        bad = {k: r for k, r in ready.items() if isinstance(r, BaseException) or not r.get("ready")}
+        bad = {**ready.failed, **{k: r for k, r in ready.succeeded.items() if not r.get("ready")}}
         if bad:
             k = min(bad)
             r = bad[k]
@@ -315,14 +286,15 @@ def fleet_state(sess: Session) -> FleetState:
     sname = FP.serve_name(inv)
     rh = FP.router_host(inv)
     inspected = sess.stage("inspect-serve", inv.hosts, lambda h: (_inspect(sess, h, sname),
-                                                                  _restart_count(sess, h, sname)), strict=False)
+                                                                  DK.restart_count(sess.ssh[h.name], sname)),
+                           strict=False).succeeded
     router = _inspect(sess, rh, FP.router_name(inv))
     urls = [FP.replica_url(inv, k) for k in range(inv.cluster.replicas)]
     if router is not None and router.running:
         metrics = FP.http_url(rh.ip, inv.cluster.router.metrics_port) + "/metrics"
         view = _probe(sess, rh, FP.router_name(inv), ["status", FP.router_url(inv), metrics, *urls], timeout=60)
     else:
-        some = next((h for h in inv.hosts if not isinstance(inspected.get(h.name), BaseException)
+        some = next((h for h in inv.hosts if h.name in inspected
                      and inspected[h.name][0] is not None and inspected[h.name][0].running), None)
         view = (_probe(sess, some, sname, ["status", "-", "-", *urls], timeout=60) if some else {})
     rview = view.get("router") or {}
@@ -333,7 +305,7 @@ def fleet_state(sess: Session) -> FleetState:
         containers, restarts, spec = {}, 0, None
         for h in group:
             got = inspected.get(h.name)
-            st, n = (None, 0) if isinstance(got, BaseException) or got is None else got
+            st, n = (None, 0) if got is None else got
             containers[h.name] = st.status if st else "absent"
             restarts += n
             if st and h is group[0]:
@@ -443,7 +415,7 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
                     states[k] = _roll_back(sess, inv, k, wait, step)
                 raise Interrupted("rollout", "replace",
                                   {f"replica {k}": v for k, v in states.items()}) from None
-            failed = {k: r for k, r in res.items() if isinstance(r, BaseException)}
+            failed = res.failed
             for k in batch:
                 err = failed.get(k)
                 states[k] = "new" if err is None else getattr(err, "state", f"unknown ({err})")
@@ -458,15 +430,15 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
 
 
 def _replace_batch(sess: Session, inv: Inventory, rps: list[FP.ReplicaPlan], drain: float, wait: float,
-                   step: Callable[[int, str], None], steps: dict) -> dict:
+                   step: Callable[[int, str], None], steps: dict) -> GroupResult:
     """Replace these replicas; {index: None or the error}. One replica runs in this thread, so that
     Ctrl-C stops it where it is and the caller rolls it back."""
     if len(rps) == 1:
         try:
             _replace(sess, inv, rps[0], drain, wait, step, steps)
-            return {rps[0].index: None}
+            return GroupResult({rps[0].index: None})
         except BootstrapError as exc:
-            return {rps[0].index: exc}
+            return GroupResult({rps[0].index: exc})
     return fan_out(rps, lambda rp: _replace(sess, inv, rp, drain, wait, step, steps), key=lambda rp: rp.index,
                    parallel=len(rps))
 
@@ -494,9 +466,8 @@ def _replace(sess: Session, inv: Inventory, rp: FP.ReplicaPlan, drain: float, wa
     t = time.monotonic()
     sname, oname = FP.serve_name(inv), FP.old_name(inv)
     # Renamed first: the keeper restarts only containers under the serving name.
-    sess.stage(f"stop-r{k}", hosts, lambda h: (sess.ssh[h.name].run(("docker", "rm", "-f", oname), timeout=60,
-                                                                   check=False),
-                                              sess.ssh[h.name].run(("docker", "rename", sname, oname), timeout=60),
+    sess.stage(f"stop-r{k}", hosts, lambda h: (DK.rm(sess.ssh[h.name], oname),
+                                              DK.rename(sess.ssh[h.name], sname, oname),
                                               _stop(sess, h, oname)))
     timing["stop"] = time.monotonic() - t
     t = time.monotonic()
@@ -506,7 +477,7 @@ def _replace(sess: Session, inv: Inventory, rp: FP.ReplicaPlan, drain: float, wa
     timing["start"] = time.monotonic() - t
     if not ready.get("ready"):
         cause, tail = _replica_failure(sess, inv, k, ready)
-        raise _ReplicaFailed(cause, _roll_back(sess, inv, k, wait, step), tail)
+        raise ReplicaFailed(cause, _roll_back(sess, inv, k, wait, step), tail)
     back = _router_call(sess, inv, "add", rp.url)
     if not back.get("ok"):
         raise RolloutFailed(f"the router did not take replica {k} back: {back}", {})
@@ -524,10 +495,9 @@ def _roll_back(sess: Session, inv: Inventory, k: int, wait: float, step: Callabl
         back = _router_call(sess, inv, "add", FP.replica_url(inv, k))  # it may have left the router already
         return "old (left as it was)" if back.get("ok") else "old (left as it was, not in the router)"
     step(k, "rolling back")
-    sess.stage(f"rollback-r{k}", hosts, lambda h: (sess.ssh[h.name].run(("docker", "rm", "-f", sname), timeout=60,
-                                                                        check=False),
-                                                  sess.ssh[h.name].run(("docker", "rename", oname, sname), timeout=60),
-                                                  sess.ssh[h.name].run(("docker", "start", sname), timeout=60)))
+    sess.stage(f"rollback-r{k}", hosts, lambda h: (DK.rm(sess.ssh[h.name], sname),
+                                                  DK.rename(sess.ssh[h.name], oname, sname),
+                                                  DK.start(sess.ssh[h.name], sname)))
     ready = _gate(sess, inv, k, wait)
     if not ready.get("ready"):
         return f"down: the old spec did not serve again ({ready.get('error')})"

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from bootstrap.fleet import plan as FP
 from bootstrap.cluster import plan as PL
+from bootstrap.fleet import plan as FP
 from bootstrap.model import Host, Inventory
 
 #: where the generated configuration sits inside the Prometheus container

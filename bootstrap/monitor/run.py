@@ -1,6 +1,6 @@
 """`bootstrap monitor up|down|status`: Prometheus and the exporters over SSH.
 
-The decisions (names, argv, the scrape configuration) are in bootstrap.monitorplan; this module
+The decisions (names, argv, the scrape configuration) are in bootstrap.monitor.plan; this module
 applies them. Prometheus itself is asked through an SSH channel from its host (SSHHost.http_get),
 so it answers here even when this machine cannot reach the data-plane IP.
 """
@@ -11,11 +11,11 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from bootstrap.fleet import run as FL
-from bootstrap.monitor import plan as MP
-from bootstrap.remote.session import Session
 from bootstrap.errors import CommandFailed, PreflightFailed
 from bootstrap.model import Host, Inventory
+from bootstrap.monitor import plan as MP
+from bootstrap.remote import docker as DK
+from bootstrap.remote.session import Session
 
 LABEL_SPEC = "bootstrap.monitor.run.spec"
 #: targets that only answer while a model is served
@@ -92,28 +92,27 @@ def _ensure(sess: Session, host: Host, name: str, argv: tuple[str, ...], config:
     s = sess.ssh[host.name]
 
     def copy_config() -> None:
-        s.run_with_input(("docker", "cp", "-", f"{name}:/"), [FL._tar(MP.CONFIG_PATH, config.encode())],
-                         timeout=60)
+        DK.copy_file_in(s, name, MP.CONFIG_PATH, config.encode())
 
     spec = _spec(argv)
-    cur = FL._inspect(sess, host, name)
+    cur = DK.inspect(s, name)
     if cur is not None and cur.labels.get(LABEL_SPEC) == spec:
         if config is None:
             if cur.running:
                 return "kept"
-            s.run(("docker", "start", name), timeout=60)
+            DK.start(s, name)
             return "started"
         copy_config()
         if cur.running:
-            s.run(("docker", "kill", "--signal", "HUP", name), timeout=60)
+            DK.kill_signal(s, name, "HUP")
             return "reloaded"
-        s.run(("docker", "start", name), timeout=60)
+        DK.start(s, name)
         return "started"
-    s.run(("docker", "rm", "-f", name), timeout=60, check=False)
+    DK.rm(s, name)
     s.run(_with_spec(argv, spec), timeout=300)
     if config is not None:  # created, not started: the configuration goes in first
         copy_config()
-        s.run(("docker", "start", name), timeout=60)
+        DK.start(s, name)
     return "replaced" if cur is not None else "started"
 
 
@@ -182,7 +181,7 @@ def monitor_up(sess: Session, *, wait: float = 120.0) -> MonitorResult:
         except OSError as exc:
             last = str(exc)
         if time.monotonic() > deadline:
-            tail = FL._logs(sess, mh, MP.prometheus_name(inv), 20)
+            tail = DK.logs(sess.ssh[mh.name], MP.prometheus_name(inv), 20)
             raise CommandFailed(mh.name, f"{MP.prometheus_name(inv)}: GET /-/ready ({last})", None, tail)
         time.sleep(1)
     targets = _targets(sess, inv)
@@ -213,7 +212,7 @@ def running_url(inv: Inventory) -> str | None:
     mh = MP.monitor_host(inv)
     with Session(inv) as sess:
         try:
-            state = FL._inspect(sess, mh, MP.prometheus_name(inv))
+            state = DK.inspect(sess.ssh[mh.name], MP.prometheus_name(inv))
         except (OSError, PreflightFailed):
             return None
     return MP.prometheus_url(inv) if state is not None and state.running else None
@@ -222,7 +221,7 @@ def running_url(inv: Inventory) -> str | None:
 def monitor_status(sess: Session) -> MonitorResult:
     inv = sess.inv
     mh = MP.monitor_host(inv)
-    state = FL._inspect(sess, mh, MP.prometheus_name(inv))
+    state = DK.inspect(sess.ssh[mh.name], MP.prometheus_name(inv))
     if state is None or not state.running:
         why = f"no container {MP.prometheus_name(inv)}" if state is None else f"it is {state.status}"
         raise PreflightFailed(mh.name, f"Prometheus is not running ({why})", "run `bootstrap monitor up`")
@@ -233,12 +232,10 @@ def monitor_down(sess: Session, *, purge: bool = False) -> dict[str, str]:
     """Remove every monitoring container (and with purge, Prometheus' data volume)."""
     inv = sess.inv
     names = (MP.node_exporter_name(inv), MP.dcgm_name(inv), MP.prometheus_name(inv))
-    res = sess.stage("remove", inv.hosts, lambda h: sess.ssh[h.name].run(("docker", "rm", "-f", *names),
-                                                                         timeout=120, check=False))
+    res = sess.stage("remove", inv.hosts, lambda h: DK.rm(sess.ssh[h.name], *names, timeout=120))
     out = {h: "removed" for h in res}
     if purge:
         mh = MP.monitor_host(inv)
-        sess.stage("purge", [mh], lambda h: sess.ssh[h.name].run(("docker", "volume", "rm", "-f",
-                                                                    MP.volume_name(inv)), timeout=120, check=False))
+        sess.stage("purge", [mh], lambda h: DK.volume_rm(sess.ssh[h.name], MP.volume_name(inv)))
         out[mh.name] = "removed, data purged"
     return out

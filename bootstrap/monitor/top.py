@@ -14,9 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from bootstrap.fleet import plan as FP
-from bootstrap.monitor import metrics as M
-from bootstrap.remote.session import Session, check_script, exec_python_argv
 from bootstrap.model import Host, Inventory
+from bootstrap.monitor import metrics as M
+from bootstrap.remote import docker as DK
+from bootstrap.remote.session import Session, check_script
 
 #: samples kept per host (enough for the percentile window at a 1 s interval)
 KEEP = 90
@@ -83,7 +84,7 @@ class Watcher:
 
     def _sample(self, t: Target) -> M.HostSample:
         s = self.sess.ssh[t.host.name]
-        argv = exec_python_argv(t.container, [t.metrics_url] if t.metrics_url else [])
+        argv = DK.exec_python_argv(t.container, [t.metrics_url] if t.metrics_url else [])
         r = s.run_with_input(argv, [check_script("top_probe.py")], timeout=20, check=False)
         now = self.clock()
         line = next((ln for ln in reversed(r.stdout.splitlines()) if ln.startswith("{")), None)
@@ -98,9 +99,10 @@ class Watcher:
         res = self.sess.stage("top", [t.host for t in self.targets],
                               lambda h: self._sample(next(t for t in self.targets if t.host is h)), strict=False)
         now = self.clock()
+        failed = res.failed
         for t in self.targets:
             r = res.get(t.host.name)
-            if isinstance(r, BaseException):
+            if t.host.name in failed:
                 if isinstance(r, KeyboardInterrupt):
                     raise r
                 r = M.HostSample(t=now, error=str(r)[:200])

@@ -13,9 +13,9 @@ from bootstrap.doctor import signatures as D
 from bootstrap.errors import CommandFailed, PreflightFailed
 from bootstrap.model import Host, Inventory
 from bootstrap.nccl import parse as N
+from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out
-from bootstrap.remote.session import PYTHON, Reporter, Session, check_script
-
+from bootstrap.remote.session import Reporter, Session, check_script
 
 CHECK_PATH = "/tmp/bootstrap_nccl_check.py"
 
@@ -24,13 +24,7 @@ CHECK_TAG = "bootstrap_nccl_check"
 
 
 # The interpreter that runs `ray` in the image (its shebang) runs torch.distributed.run.
-_TORCHRUN = PYTHON + '; exec $PY -m torch.distributed.run "$@"'
-
-
-# Kill whatever the check left in a container, with nothing but sh and /proc.
-_KILL_CHECK = (f'for p in /proc/[0-9]*; do [ "${{p#/proc/}}" = "$$" ] && continue; '
-               f'case "$(tr "\\0" " " < $p/cmdline 2>/dev/null)" in '
-               f'*{CHECK_TAG}*) kill -9 "${{p#/proc/}}" 2>/dev/null;; esac; done; rm -f {CHECK_PATH}')
+_TORCHRUN = DK.PYTHON + '; exec $PY -m torch.distributed.run "$@"'
 
 
 # -- check-nccl ----------------------------------------------------------------------------------
@@ -72,8 +66,8 @@ def torchrun_argv(inv: Inventory, h: Host, node_rank: int, *, port: int, timeout
     if sizes:
         args += ["--sizes", sizes]
     # NCCL_DEBUG=INFO makes NCCL say which transport it chose (NET/IB vs NET/Socket).
-    return ("docker", "exec", "-e", "NCCL_DEBUG=INFO", "-e", f"BOOTSTRAP_TAG={CHECK_TAG}", c.container_name,
-            "sh", "-c", _TORCHRUN, "sh", *args)
+    return DK.exec_argv(c.container_name, "sh", "-c", _TORCHRUN, "sh", *args,
+                        env=(("NCCL_DEBUG", "INFO"), ("BOOTSTRAP_TAG", CHECK_TAG)))
 
 
 def check_nccl(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None,
@@ -103,7 +97,7 @@ def check_nccl(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
         phase_timeout = max(10.0, min(60.0, deadline / 3))
         port = 29600 + random.randrange(300)
         sess.stage("copy-check", order, lambda h: sess.ssh[h.name].run_with_input(
-            ("docker", "exec", "-i", name, "sh", "-c", f"cat > {CHECK_PATH}"), [check_script("nccl_check.py")]))
+            DK.exec_argv(name, "sh", "-c", f"cat > {CHECK_PATH}", interactive=True), [check_script("nccl_check.py")]))
         outputs: dict[str, str] = {}
         lock = threading.Lock()
 
@@ -124,8 +118,9 @@ def check_nccl(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
         try:
             codes = sess.stage("check", order, run_one, strict=False)
         finally:
-            fan_out(order, lambda h: sess.ssh[h.name].run(("docker", "exec", name, "sh", "-c", _KILL_CHECK),
-                                                          timeout=30, check=False),
+            # kill whatever the check left in the containers
+            fan_out(order, lambda h: sess.ssh[h.name].run(
+                DK.kill_tagged_argv(name, CHECK_TAG, then=f"rm -f {CHECK_PATH}"), timeout=30, check=False),
                     key=lambda h: h.name, parallel=parallel)
         report = N.parse_events("\n".join(outputs.get(h.name, "") for h in order))
         transport = N.parse_nccl_transport("\n".join(outputs.values())) if report.result and \
@@ -134,6 +129,7 @@ def check_nccl(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
         expected = list(range(len(order)))
         missing_done = set(N.nodes_missing_phase(report, "done", expected, ranks_per_node=inv.gpus_per_node or 1))
         timed_out = tuple(h.name for h in order if codes.get(h.name) == -1)
+        failed = codes.failed
         for i, h in enumerate(order):
             ranks = report.ranks_on_node(i)
             last = None
@@ -144,7 +140,7 @@ def check_nccl(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
                 errs += [f"{e.phase}: {e.error}" for e in st.failed if e.error]
             code = codes.get(h.name)
             err = errs[0] if errs else ""
-            if isinstance(code, BaseException):
+            if h.name in failed:
                 err = str(code)
             elif h.name in timed_out and not err:
                 err = f"no answer within {deadline:g}s"

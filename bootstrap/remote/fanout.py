@@ -12,22 +12,40 @@ R = TypeVar("R")
 DEFAULT_PARALLEL = 32
 
 
+class GroupResult(dict):
+    """key -> the result of one item, or the exception it raised (like Fabric's GroupResult).
+
+    A plain dict (input order) with two views: `succeeded` (key -> result) and `failed`
+    (key -> exception). Both are read when asked, so they follow changes to the dict.
+    """
+
+    @property
+    def succeeded(self) -> dict:
+        return {k: v for k, v in self.items() if not isinstance(v, BaseException)}
+
+    @property
+    def failed(self) -> dict:
+        return {k: v for k, v in self.items() if isinstance(v, BaseException)}
+
+
 def fan_out(
     items: Iterable[T],
     fn: Callable[[T], R],
     *,
     key: Callable[[T], str],
     parallel: int = DEFAULT_PARALLEL,
-) -> dict[str, R | BaseException]:
+) -> GroupResult:
     """Run ``fn`` on every item with at most ``parallel`` at once.
 
-    Returns ``{key(item): result or the exception it raised}`` in input order. Never raises for a
-    single item's failure; KeyboardInterrupt stops waiting and cancels what has not started.
+    Returns a :class:`GroupResult`, ``{key(item): result or the exception it raised}`` in input
+    order. Never raises for a single item's failure; KeyboardInterrupt stops waiting and cancels
+    what has not started.
     """
     items = list(items)
+    results = GroupResult()
     if not items:
-        return {}
-    results: dict[str, R | BaseException] = {key(i): None for i in items}  # type: ignore[misc]
+        return results
+    results.update((key(i), None) for i in items)
     if len(items) == 1 or parallel <= 1:
         for item in items:
             try:
@@ -56,9 +74,9 @@ def run_all(
     *,
     key: Callable[[T], str],
     parallel: int = DEFAULT_PARALLEL,
-) -> dict[str, R]:
+) -> GroupResult:
     """Like :func:`fan_out` but raise one :class:`GroupError` (with every host's result) on failure."""
     results = fan_out(items, fn, key=key, parallel=parallel)
-    if any(isinstance(r, BaseException) for r in results.values()):
+    if results.failed:
         raise GroupError(stage, results)
-    return results  # type: ignore[return-value]
+    return results

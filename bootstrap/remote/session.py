@@ -1,6 +1,6 @@
 """The session every command runs in: SSH connections to the inventory's hosts, opened once and
 reused; stages fanned out over hosts with events and timings; the cluster lock; cancellation; and
-the way a piped script (`checks/`) runs inside a node container.
+the scripts (`checks/`) piped into node containers (with docker.exec_python_argv).
 """
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Protocol
 
 from bootstrap.model import Host, Inventory, SSHSettings
-from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out, run_all
+from bootstrap.remote.fanout import DEFAULT_PARALLEL, GroupResult, fan_out, run_all
 from bootstrap.remote.ssh import HeldLock, SSHHost
 
 
@@ -37,19 +37,6 @@ def check_script(name: str) -> bytes:
         return (Path(__file__).resolve().parents[2] / "checks" / name).read_bytes()
 
 
-# Run a piped script with the interpreter that runs `ray` in the image (its shebang), so a check
-# needs nothing but Ray itself; python3 in images without Ray.
-PYTHON = ('R=$(command -v ray); if [ -n "$R" ]; then PY=$(head -n1 "$R" | sed "s/^#!//"); '
-          'else PY=python3; fi')
-
-
-_PY_OF_RAY = PYTHON + '; exec $PY - "$@"'
-
-
-def exec_python_argv(container: str, args: Sequence[str]) -> tuple[str, ...]:
-    return ("docker", "exec", "-i", container, "sh", "-c", _PY_OF_RAY, "sh", *args)
-
-
 @dataclass
 class Timings:
     stages: dict[str, float] = field(default_factory=dict)
@@ -61,13 +48,6 @@ class Timings:
 def lock_path(inv: Inventory) -> str:
     """The cluster lock on the head host (cluster names are [a-z0-9-])."""
     return f"/tmp/bootstrap-{inv.cluster.name}.lock"
-
-
-#: `sh -c KILL_TAGGED sh TAG`: kill every process whose command line contains TAG (but itself);
-#: /proc only, images need not have pkill.
-KILL_TAGGED = ('for p in /proc/[0-9]*; do [ "${p#/proc/}" = "$$" ] && continue; '
-               'case "$(tr "\\0" " " < "$p/cmdline" 2>/dev/null)" in *"$1"*) kill -9 "${p#/proc/}" 2>/dev/null;; esac; '
-               'done; exit 0')
 
 
 class Session:
@@ -99,7 +79,9 @@ class Session:
 
     # -- helpers ----------------------------------------------------------------------------
     def stage(self, stage: str, hosts: Iterable[Host], fn: Callable[[Host], object], *,
-              strict: bool = True) -> dict:
+              strict: bool = True) -> GroupResult:
+        """Run fn on every host (events and timing under `stage`): host name -> result. strict: one
+        GroupError when any host failed; else the failures are in the result (`.failed`)."""
         hosts = list(hosts)
         t0 = self.clock()
         self.current_stage = stage
@@ -151,7 +133,7 @@ class Session:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def connect(self, hosts: Iterable[Host] | None = None, *, strict: bool = True) -> dict:
+    def connect(self, hosts: Iterable[Host] | None = None, *, strict: bool = True) -> GroupResult:
         return self.stage("connect", hosts or self.inv.hosts, lambda h: self.ssh[h.name].connect(),
                           strict=strict)
 
@@ -166,3 +148,8 @@ def last_json(text: str) -> dict | None:
         if isinstance(doc, dict):
             return doc
     return None
+
+
+def last_json_or_error(text: str) -> dict:
+    """last_json, or ``{"ready": False, "error": <the output's tail>}`` when there is none."""
+    return last_json(text) or {"ready": False, "error": text.strip()[-300:]}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import secrets as _secrets
 import select
 import shlex
@@ -22,7 +21,7 @@ from typing import BinaryIO, Callable, Iterable, Sequence
 import paramiko
 from fabric import Config, Connection
 
-from bootstrap.errors import BootstrapError, CommandFailed, ConnectionLost, ExitStatus, HostUnreachable
+from bootstrap.errors import CommandFailed, ConnectionLost, HostUnreachable, LockBusy
 from bootstrap.model import Host, SSHSettings
 
 Argv = Sequence[str]
@@ -436,17 +435,6 @@ class HeldLock:
         self._chan.close()
 
 
-class LockBusy(BootstrapError):
-    exit_status = ExitStatus.LOCKED
-
-    def __init__(self, host: str, path: str, holder: str, waited: float) -> None:
-        self.host, self.path, self.holder = host, path, holder
-        who = f"held by {holder}" if holder else "held by another run"
-        waited_s = f" after waiting {waited:g}s" if waited else ""
-        super().__init__(f"{host}: the cluster lock {path} is {who}{waited_s}; nothing was changed -- "
-                         "wait for that run to finish, or pass --lock-wait SECONDS to queue behind it")
-
-
 _HOST_KEYS: dict[tuple[str, int, int], paramiko.HostKeys] = {}
 _HOST_KEYS_LOCK = threading.Lock()
 
@@ -503,7 +491,3 @@ def stream_file(fh: BinaryIO, chunk: int = STREAM_CHUNK) -> Iterable[bytes]:
         if not data:
             return
         yield data
-
-
-def default_parallel() -> int:
-    return int(os.environ.get("BOOTSTRAP_PARALLEL", "32"))

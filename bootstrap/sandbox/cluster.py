@@ -27,18 +27,26 @@ from pathlib import Path
 
 import yaml
 
+from bootstrap.remote import localdocker as LD
+
 from ._util import (
     LABEL,
     LABEL_KV,
     ROLE_LABEL,
     Log,
     SandboxError,
-    docker,
+    client,
+    container_logs,
     file_lock,
     image_exists,
+    inspect,
+    labelled,
     nolog,
+    push_logged,
+    remove_containers,
     require_docker,
-    run_logged,
+    sdk,
+    tag_image,
     tail,
     timed,
 )
@@ -58,12 +66,14 @@ REGISTRY_OFFSET = 2
 FIRST_NODE_OFFSET = 11
 STATE_VERSION = 1
 
-#: Capabilities that make docker-in-docker work where --privileged does not (no CAP_SYS_RESOURCE).
-FULL_NODE_FLAGS = (
-    "--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
-    "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
-    "-v", "/sys/fs/cgroup:/sys/fs/cgroup",
-)
+#: Capabilities that make docker-in-docker work where --privileged does not (no CAP_SYS_RESOURCE):
+#: `--cap-add ALL --cap-drop SYS_RESOURCE --security-opt seccomp=unconfined --security-opt
+#: apparmor=unconfined -v /sys/fs/cgroup:/sys/fs/cgroup`, as Docker SDK arguments.
+FULL_NODE_OPTIONS = {
+    "cap_add": ["ALL"], "cap_drop": ["SYS_RESOURCE"],
+    "security_opt": ["seccomp=unconfined", "apparmor=unconfined"],
+}
+FULL_NODE_VOLUMES = ("/sys/fs/cgroup:/sys/fs/cgroup",)
 
 
 @dataclass(frozen=True)
@@ -169,20 +179,12 @@ def ensure_keypair(path: Path, comment: str) -> str:
 
 
 def _inspect(kind: str, name: str) -> dict | None:
-    proc = docker(kind, "inspect", name, check=False, timeout=60)
-    if proc.returncode != 0:
-        return None
-    data = json.loads(proc.stdout or "[]")
-    return data[0] if data else None
+    return inspect(kind, name)
 
 
 def _labelled(kind: str, *filters: str) -> list[str]:
-    args = ["network", "ls"] if kind == "network" else ["ps", "-a"]
-    argv = [*args, "--filter", f"label={LABEL_KV}"]
-    for f in filters:
-        argv += ["--filter", f"label={f}"]
-    proc = docker(*argv, "--format", "{{.Name}}" if kind == "network" else "{{.Names}}", timeout=60)
-    return [ln.strip() for ln in proc.stdout.splitlines() if ln.strip()]
+    """Every sandbox container (running or not) or network, or those that also carry ``filters``."""
+    return labelled(kind, LABEL_KV, *filters)
 
 
 def _http_status(url: str, *, timeout: float = 5) -> int:
@@ -213,19 +215,18 @@ def _ensure_network(subnet: str, gateway: str, log: Log) -> None:
         if subnet in subnets:
             return
         log(f"network {NETWORK} has subnet {subnets}, want {subnet}: recreating")
-        for name in _labelled("container"):
-            docker("rm", "-f", name, check=False, timeout=120)
-        docker("network", "rm", NETWORK, timeout=60)
-    proc = docker(
-        "network", "create", "--driver", "bridge", "--subnet", subnet, "--gateway", gateway,
-        "--label", LABEL_KV, NETWORK, check=False, timeout=60,
-    )
-    if proc.returncode != 0:
-        msg = tail(proc.stderr, 3)
+        remove_containers(_labelled("container"), check=False, timeout=120)
+        with sdk(f"docker network rm {NETWORK}"):
+            client().api.remove_network(NETWORK)
+    try:
+        ipam = LD.types.IPAMConfig(pool_configs=[LD.types.IPAMPool(subnet=subnet, gateway=gateway)])
+        client().api.create_network(NETWORK, driver="bridge", ipam=ipam, labels={LABEL: "1"})
+    except LD.ERRORS as exc:
+        msg = tail(LD.explain(exc), 3)
         hint = ""
         if "overlap" in msg.lower():
             hint = " -- another network uses that range: set BOOTSTRAP_SANDBOX_SUBNET (e.g. 10.123.45.0/24)"
-        raise SandboxError(f"cannot create Docker network {NETWORK} ({subnet}): {msg}{hint}")
+        raise SandboxError(f"cannot create Docker network {NETWORK} ({subnet}): {msg}{hint}") from None
     log(f"network {NETWORK} ({subnet}) created")
 
 
@@ -245,26 +246,28 @@ def _ensure_registry(images: SandboxImages, workdir: Path, registry_ip: str, por
         if same:
             _wait_registry(port, log)
             return
-        docker("rm", "-f", REGISTRY_CONTAINER, timeout=120)
+        remove_containers([REGISTRY_CONTAINER], timeout=120)
     storage = workdir / "registry"
     storage.mkdir(parents=True, exist_ok=True)
-    proc = docker(
-        "run", "-d", "--name", REGISTRY_CONTAINER,
-        "--label", LABEL_KV, "--label", f"{ROLE_LABEL}=registry",
-        "--network", NETWORK, "--ip", registry_ip,
-        "-p", f"127.0.0.1:{port}:{REGISTRY_PORT}",
-        "-v", f"{storage}:/var/lib/registry",
-        "--restart", "unless-stopped",
-        images.registry,
-        check=False, timeout=120,
-    )
-    if proc.returncode != 0:
-        msg = tail(proc.stderr, 3)
-        docker("rm", "-f", REGISTRY_CONTAINER, check=False)
+    cl = client(120)
+    try:
+        # docker run -d --name R --label ... --network N --ip IP -p 127.0.0.1:PORT:5000
+        #   -v STORAGE:/var/lib/registry --restart unless-stopped IMAGE
+        cl.containers.create(
+            images.registry, name=REGISTRY_CONTAINER,
+            labels={LABEL: "1", ROLE_LABEL: "registry"},
+            network=NETWORK, networking_config={NETWORK: cl.api.create_endpoint_config(ipv4_address=registry_ip)},
+            ports={f"{REGISTRY_PORT}/tcp": ("127.0.0.1", port)},
+            volumes=[f"{storage}:/var/lib/registry"],
+            restart_policy={"Name": "unless-stopped"},
+        ).start()
+    except LD.ERRORS as exc:
+        msg = tail(LD.explain(exc), 3)
+        remove_containers([REGISTRY_CONTAINER], check=False)
         hint = ""
         if "address already in use" in msg or "port is already allocated" in msg:
             hint = f" -- port {port} on 127.0.0.1 is taken: set BOOTSTRAP_SANDBOX_REGISTRY_PORT"
-        raise SandboxError(f"cannot start the sandbox registry: {msg}{hint}")
+        raise SandboxError(f"cannot start the sandbox registry: {msg}{hint}") from None
     _wait_registry(port, log)
     log(f"registry {REGISTRY_CONTAINER} at {registry_ip}:{REGISTRY_PORT} (this machine: 127.0.0.1:{port})")
 
@@ -275,10 +278,10 @@ def _wait_registry(port: int, log: Log, deadline_s: float = 60) -> None:
         if _http_status(f"http://127.0.0.1:{port}/v2/", timeout=2) == 200:
             return
         if time.monotonic() > deadline:
-            logs = docker("logs", "--tail", "20", REGISTRY_CONTAINER, check=False)
+            logs = container_logs(REGISTRY_CONTAINER, 20)
             raise SandboxError(
                 f"the sandbox registry did not answer on 127.0.0.1:{port} within {deadline_s:.0f}s: "
-                f"{tail(logs.stdout + logs.stderr, 5)}"
+                f"{tail(logs, 5)}"
             )
         time.sleep(0.3)
 
@@ -326,10 +329,13 @@ def _registry_drop_other_tags(port: int, repo: str, keep_tag: str, log: Log) -> 
             if _registry_request(port, f"{repo}/manifests/{dig}", method="DELETE")[0] in (200, 202):
                 deleted.append(tag)
     if deleted:
-        docker(
-            "exec", REGISTRY_CONTAINER, "docker-registry", "garbage-collect",
-            "/etc/docker/registry/config.yml", check=False, timeout=600,
-        )
+        cl = client(600)
+        try:  # docker exec R docker-registry garbage-collect CONFIG (best effort, as before)
+            ex = cl.api.exec_create(REGISTRY_CONTAINER, ["docker-registry", "garbage-collect",
+                                                         "/etc/docker/registry/config.yml"])
+            cl.api.exec_start(ex["Id"])
+        except LD.ERRORS:
+            pass
         log(f"registry: removed superseded {repo} tag(s) {', '.join(deleted)}")
 
 
@@ -337,16 +343,16 @@ def _push_image(images: SandboxImages, workdir: Path, registry_ip: str, port: in
     """Push the vLLM image into the registry (unless there) and tag the nodes' reference here."""
     tag = images.vllm_tag
     nodes_ref = f"{registry_ip}:{REGISTRY_PORT}/{REMOTE_REPO}:{tag}"
-    docker("tag", images.vllm, nodes_ref)
+    tag_image(images.vllm, nodes_ref)
     if registry_has(port, REMOTE_REPO, tag):
         log(f"registry already has {REMOTE_REPO}:{tag}")
         _registry_drop_other_tags(port, REMOTE_REPO, tag, log)
         return nodes_ref
     local_ref = f"localhost:{port}/{REMOTE_REPO}:{tag}"
-    docker("tag", images.vllm, local_ref)
+    tag_image(images.vllm, local_ref)
     logfile = workdir / "logs" / "push.log"
     with timed(log, f"pushing {local_ref} (log: {logfile})"):
-        run_logged(["docker", "push", local_ref], logfile, what=f"docker push {local_ref}", timeout=3600)
+        push_logged(local_ref, logfile, what=f"docker push {local_ref}", timeout=3600)
     _registry_drop_other_tags(port, REMOTE_REPO, tag, log)
     return nodes_ref
 
@@ -374,21 +380,26 @@ def _prepare_node_files(workdir: Path, name: str, client_pub: str, registry: str
 
 
 def _start_node(node: SandboxNode, workdir: Path, image: str, kind: str) -> None:
+    """docker run -d --name C --hostname N --label ... --network NET --ip IP --init -v SRC:/sandbox:ro
+    [full: FULL_NODE_OPTIONS -v DATA:/var/lib/docker | sshd: -e SANDBOX_NO_DOCKERD=1] IMAGE"""
     src = workdir / "nodes" / node.name / "sandbox"
-    argv = [
-        "run", "-d", "--name", node.container, "--hostname", node.name,
-        "--label", LABEL_KV, "--label", f"{ROLE_LABEL}=node", "--label", f"{KIND_LABEL}={kind}",
-        "--network", NETWORK, "--ip", node.ip, "--init",
-        "-v", f"{src}:/sandbox:ro",
-    ]
+    cl = client(180)
+    opts: dict = {
+        "name": node.container, "hostname": node.name,
+        "labels": {LABEL: "1", ROLE_LABEL: "node", KIND_LABEL: kind},
+        "network": NETWORK, "networking_config": {NETWORK: cl.api.create_endpoint_config(ipv4_address=node.ip)},
+        "init": True,
+    }
+    volumes = [f"{src}:/sandbox:ro"]
     if kind == "full":
         data = workdir / "nodes" / node.name / "docker"
         data.mkdir(parents=True, exist_ok=True)
-        argv += [*FULL_NODE_FLAGS, "-v", f"{data}:/var/lib/docker"]
+        opts.update(FULL_NODE_OPTIONS)
+        volumes += [*FULL_NODE_VOLUMES, f"{data}:/var/lib/docker"]
     else:
-        argv += ["-e", "SANDBOX_NO_DOCKERD=1"]
-    argv.append(image)
-    docker(*argv, timeout=180, what=f"starting {node.container}")
+        opts["environment"] = {"SANDBOX_NO_DOCKERD": "1"}
+    with sdk(f"starting {node.container}"):
+        cl.containers.create(image, volumes=volumes, **opts).start()
 
 
 def _ssh_client(key: Path, known_hosts: Path, ip: str, timeout: float):
@@ -424,10 +435,10 @@ def _wait_node(node: SandboxNode, kind: str, key: Path, known_hosts: Path, deadl
     while True:
         state = _inspect("container", node.container)
         if state is None or not (state.get("State") or {}).get("Running"):
-            logs = docker("logs", "--tail", "20", node.container, check=False)
+            logs = container_logs(node.container, 20)
             raise SandboxError(
                 f"{node.name}: container {node.container} is not running: "
-                f"{tail(logs.stdout + logs.stderr, 8)}"
+                f"{tail(logs, 8)}"
             )
         try:
             rc, out = ssh_run(key, known_hosts, node.ip, probe, timeout=10)
@@ -551,10 +562,10 @@ def sandbox_info(workdir: Path) -> SandboxInfo | None:
     if state is None:
         return None
     info, _ = state
-    proc = docker("ps", "--filter", f"label={LABEL_KV}", "--format", "{{.Names}}", check=False, timeout=60)
-    if proc.returncode != 0:
+    try:
+        running = set(labelled("container", LABEL_KV, running_only=True))
+    except SandboxError:  # no Docker: nothing is up
         return None
-    running = set(proc.stdout.split())
     wanted = {REGISTRY_CONTAINER, *(n.container for n in info.nodes)}
     return info if wanted <= running else None
 
@@ -570,11 +581,11 @@ def sandbox_down(workdir: Path, log: Log = nolog) -> None:
         containers = _labelled("container")
         if containers:
             with timed(log, f"removing {len(containers)} container(s)"):
-                for i in range(0, len(containers), 32):
-                    docker("rm", "-f", "-v", *containers[i:i + 32], timeout=600, what="docker rm -f")
+                remove_containers(containers, timeout=600)
         networks = _labelled("network")
         for net in networks:
-            docker("network", "rm", net, timeout=60)
+            with sdk(f"docker network rm {net}"):
+                client().api.remove_network(net)
             log(f"network {net} removed")
         _remove_node_dirs(workdir, log)
         for path in (_state_path(workdir), workdir / "inventory.yaml"):
@@ -627,8 +638,7 @@ def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full
             old = _labelled("container", f"{ROLE_LABEL}=node")
             if old:
                 with timed(log, f"removing {len(old)} old node container(s)"):
-                    for i in range(0, len(old), 32):
-                        docker("rm", "-f", "-v", *old[i:i + 32], timeout=600, what="docker rm -f")
+                    remove_containers(old, timeout=600)
             _state_path(workdir).unlink(missing_ok=True)
             _remove_node_dirs(workdir, log)
 
@@ -665,7 +675,7 @@ def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full
                     for n in fresh
                 }
                 errors = []
-                for name, f in futs.items():
+                for f in futs.values():
                     try:
                         f.result()
                     except SandboxError as exc:

@@ -10,6 +10,7 @@ stays as an image, which makes a build that failed half-way resume where it stop
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -18,20 +19,28 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bootstrap.remote import localdocker as LD
+
 from ._util import (
+    LABEL,
     LABEL_KV,
     RECIPE_LABEL,
     ROLE_LABEL,
     Log,
     SandboxError,
+    client,
+    commit_logged,
     digest,
-    docker,
     file_lock,
     image_exists,
     image_label,
     nolog,
+    remove_containers,
     require_docker,
+    run_container_logged,
     run_logged,
+    sdk,
+    tail,
     timed,
 )
 
@@ -172,7 +181,7 @@ apt-get install -y -qq {VLLM_PACKAGES}
 python3 -m venv /opt/venv
 printf '%s\\n' 'export VIRTUAL_ENV=/opt/venv' 'case ":$PATH:" in *:/opt/venv/bin:*) ;; *) export PATH="/opt/venv/bin:$PATH";; esac' > /etc/profile.d/venv.sh
 chmod 644 /etc/profile.d/venv.sh
-"""
+"""  # noqa: E501 (a script line; splitting it would change every later stage's recipe hash)
 PIP_INSTALL = "/opt/venv/bin/pip install --no-index --find-links /wheels --no-cache-dir --disable-pip-version-check -q"
 VLLM_TORCH_SCRIPT = f"""\
 {PIP_INSTALL} '{TORCH_REQ}'
@@ -203,7 +212,7 @@ VLLM_ROUTER_SCRIPT = f"""\
 /opt/venv/bin/pip install --no-index --find-links /router-wheels --no-cache-dir --disable-pip-version-check -q '{ROUTER_REQ}'
 rm -rf /root/.cache /tmp/*
 vllm-router --help | head -1
-"""
+"""  # noqa: E501 (as above)
 
 #: Prometheus and its node exporter from Debian (`bootstrap monitor` on the sandbox), named as in
 #: the upstream images (prometheus, node_exporter) with /prometheus owned by nobody as there.
@@ -386,14 +395,20 @@ def _ensure_base(workdir: Path, log: Log) -> str:
     else:
         _debootstrap(workdir, tarball, log)
     with timed(log, f"docker import {BASE_REF}"):
-        docker(
-            "import",
-            "--change", f"LABEL {LABEL_KV}",
-            "--change", f"LABEL {RECIPE_LABEL}={BASE_RECIPE}",
-            *[a for c in BASE_CHANGES for a in ("--change", c)],
-            str(tarball), BASE_REF,
-            timeout=1800, what=f"docker import {BASE_REF}",
-        )
+        what = f"docker import {BASE_REF}"
+        repo, tag = LD.split_ref(BASE_REF)
+        changes = [f"LABEL {LABEL_KV}", f"LABEL {RECIPE_LABEL}={BASE_RECIPE}", *BASE_CHANGES]
+        with sdk(what):  # the tarball is streamed from disk to the daemon
+            out = client(1800).api.import_image_from_file(str(tarball), repository=repo, tag=tag, changes=changes)
+        for line in str(out).splitlines():  # the daemon answers with JSON lines; a failure is one of them
+            try:
+                err = json.loads(line).get("error")
+            except (ValueError, AttributeError):
+                continue
+            if err:
+                raise SandboxError(f"{what} failed: {err}")
+        if image_label(BASE_REF, RECIPE_LABEL) != BASE_RECIPE:
+            raise SandboxError(f"{what} failed: the image is not there afterwards ({tail(str(out), 3)})")
     return BASE_REF
 
 
@@ -408,32 +423,25 @@ def _build_stage(stage: Stage, workdir: Path, log: Log) -> str:
     container = f"bootstrap-sandbox-build-{stage.name}"
     logfile = workdir / "logs" / f"build-{stage.name}.log"
     logfile.unlink(missing_ok=True)
-    docker("rm", "-f", container, check=False)
+    remove_containers([container], check=False)
     with tempfile.TemporaryDirectory(prefix=f"recipe-{stage.name}-", dir=workdir / "tmp") as rdir:
         for name, data in stage.files:
             (Path(rdir) / name).write_bytes(data)
         os.chmod(rdir, 0o755)
-        argv = [
-            "docker", "run", "--name", container,
-            "--label", LABEL_KV, "--label", f"{ROLE_LABEL}=build",
-            "-v", f"{rdir}:/recipe:ro",
-        ]
-        for host, inside in stage.mounts:
-            argv += ["-v", f"{host}:{inside}:ro"]
-        # No --entrypoint: it would stick to the committed image. Parents never set one.
-        argv += [parent, "/bin/sh", "-euxc", stage.script]
+        volumes = [f"{rdir}:/recipe:ro", *[f"{host}:{inside}:ro" for host, inside in stage.mounts]]
         try:
             with timed(log, f"building {ref} (log: {logfile})"):
-                run_logged(argv, logfile, what=f"building {ref}", timeout=3600)
+                # `docker run --name C --label ... -v ... PARENT /bin/sh -euxc SCRIPT`, output into the log.
+                # No entrypoint: it would stick to the committed image. Parents never set one.
+                run_container_logged(parent, ["/bin/sh", "-euxc", stage.script], logfile,
+                                     what=f"building {ref}", timeout=3600, name=container,
+                                     labels={LABEL: "1", ROLE_LABEL: "build"}, volumes=volumes)
                 changes = [*stage.changes, f"LABEL {ROLE_LABEL}=image", f"LABEL {RECIPE_LABEL}={stage.recipe}"]
                 if not any(c.startswith("CMD") for c in changes):
                     changes.append('CMD ["/bin/bash"]')
-                commit = ["docker", "commit"]
-                for c in changes:
-                    commit += ["--change", c]
-                run_logged([*commit, container, ref], logfile, what=f"committing {ref}", timeout=3600)
+                commit_logged(container, ref, changes, logfile, what=f"committing {ref}", timeout=3600)
         finally:
-            docker("rm", "-f", container, check=False)
+            remove_containers([container], check=False)
     return ref
 
 
@@ -518,18 +526,22 @@ def ensure_images(workdir: Path, log: Log = nolog) -> SandboxImages:
 
 def _prune_superseded(keep: set[str], vllm_tag: str, log: Log) -> None:
     """Untag sandbox images built from older recipes (a vLLM image is GBs); ignore ones in use."""
-    proc = docker(
-        "images", "--filter", f"label={ROLE_LABEL}=image", "--format", "{{.Repository}}:{{.Tag}}",
-        check=False,
-    )
+    cl = client()
+    try:  # docker images --filter label=ROLE=image: every repo:tag of those images
+        refs = [t for img in cl.api.images(filters={"label": f"{ROLE_LABEL}=image"}) for t in img.get("RepoTags") or ()]
+    except LD.ERRORS:
+        refs = []
     ours = (BASE_REPO, NODE_REPO, VLLM_REPO, REGISTRY_REPO, STAGE_REPO)
     stale = []
-    for ref in proc.stdout.split():
+    for ref in refs:
         repo, _, tag = ref.rpartition(":")
         if ref in keep or tag == "<none>":
             continue
         if repo in ours or (repo.endswith("/bootstrap/vllm-cpu") and tag != vllm_tag):
             stale.append(ref)
     for ref in stale:
-        if docker("rmi", ref, check=False).returncode == 0:
-            log(f"removed superseded image {ref}")
+        try:  # docker rmi REF: untags it, removes the image with its last tag; refused while in use
+            cl.api.remove_image(ref)
+        except LD.ERRORS:
+            continue
+        log(f"removed superseded image {ref}")

@@ -73,7 +73,7 @@ Subsystem sftp internal-sftp
                 return Sshd(port, host_key, client_key, proc, tmp)
         except OSError:
             if proc.poll() is not None:
-                raise RuntimeError(f"sshd exited: {proc.stderr.read().decode()}")
+                raise RuntimeError(f"sshd exited: {proc.stderr.read().decode()}") from None
             time.sleep(0.05)
     proc.kill()
     raise RuntimeError("sshd did not listen within 10s")

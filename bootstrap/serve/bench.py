@@ -69,7 +69,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
-from bootstrap.errors import BootstrapError, UsageError
+from bootstrap.errors import BenchError, UsageError
 
 DEFAULT_PROMPT = (
     "A cluster is a set of machines that work together as one. Explain in a few sentences how a "
@@ -95,10 +95,6 @@ COORDINATOR_HINT = (
 )
 
 Clock = Callable[[], float]
-
-
-class BenchError(BootstrapError):
-    """The benchmark could not start (models endpoint unreachable, no model served) or write its PNG."""
 
 
 # -- configuration and samples -------------------------------------------------------------------

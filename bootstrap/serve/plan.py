@@ -6,6 +6,7 @@
   (the OCI multi-node guide's method: memory needed / memory per node, rounded up).
 * `model_manifest` / `compare_manifests` / `describe`: does every node hold the same model files.
 * `kv_capacity`: the KV cache size vLLM reports in its startup log.
+* `per_node_env_names`: the variables vLLM must not copy from the head to its Ray workers.
 
 Sources (vLLM): docs/serving/distributed_serving.md ("TP = GPUs per node, PP = nodes"; the
 `GPU KV cache size` / `Maximum concurrency` lines); vllm/config/parallel.py (`nnodes`,
@@ -24,12 +25,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from bootstrap.errors import UsageError
-
-
-class ServePlanError(UsageError):
-    """Bad input for a serve plan (sizes, flags, manifests). One line, nothing touched."""
-
+from bootstrap.cluster import plan as PL
+from bootstrap.errors import ModelSplitError, ServePlanError
+from bootstrap.model import Inventory
 
 # ---------------------------------------------------------------------------------------------
 # 1. Parallelism
@@ -91,10 +89,6 @@ def parallelism(nodes: int, gpus_per_node: int, tp: int | None, pp: int | None, 
             f"TP x PP must use every GPU: TP={gpus_per_node} PP={nodes} (TP = GPUs per node, "
             f"PP = nodes) or TP={total} PP=1 (tensor parallel across all GPUs)")
     return Parallelism(tp_, pp_, total)
-
-
-class ModelSplitError(ServePlanError):
-    """The model cannot be split this way (vLLM would refuse it after loading): exit 2, nothing started."""
 
 
 @dataclass(frozen=True)
@@ -687,8 +681,9 @@ def fit(weight_bytes: int, *, gpu_mem_bytes_per_gpu: int, gpus_per_node: int, no
 # 4. Model sync
 # ---------------------------------------------------------------------------------------------
 
-#: The command whose output `model_manifest` parses (relative path, tab, size in bytes).
-MANIFEST_FIND = ("find", "{dir}", "-type", "f", "-printf", "%P\\t%s\\n")
+def manifest_cmd(directory: str) -> tuple[str, ...]:
+    """The command whose output `model_manifest` parses (relative path, tab, size in bytes)."""
+    return ("find", directory, "-type", "f", "-printf", "%P\\t%s\\n")
 
 
 def model_manifest(find_output: str) -> dict[str, int]:
@@ -822,3 +817,19 @@ def kv_capacity(log_text: str, *, block_size: int = DEFAULT_BLOCK_SIZE) -> KvCap
     if conc is not None:
         return KvCapacity(found.tokens, found.blocks, found.block_size, found.source_line, conc[0], conc[1])
     return found
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. Per-node environment
+# ---------------------------------------------------------------------------------------------
+
+#: Variables with these prefixes may name a node's own NICs and HCAs (NCCL_SOCKET_IFNAME, ...).
+PER_NODE_PREFIXES = ("NCCL_", "GLOO_", "UCX_")
+
+
+def per_node_env_names(inv: Inventory) -> list[str]:
+    """NCCL_/GLOO_/UCX_ variables of the node containers (PL.node_env) whose value differs between
+    nodes, or that some node lacks: vLLM must not copy them from the head to its Ray workers."""
+    envs = [PL.node_env(h) for h in inv.hosts]
+    keys = {k for e in envs for k in e if k.startswith(PER_NODE_PREFIXES)}
+    return sorted(k for k in keys if len({e.get(k) for e in envs}) > 1)

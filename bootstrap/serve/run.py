@@ -1,7 +1,8 @@
 """`bootstrap serve`: run `vllm serve` across the running cluster, wait for it, report the endpoint.
 
-Pure decisions (parallelism, argv, fit, manifests, KV capacity) live in `bootstrap.serveplan`;
-this module does the I/O on the node containers.
+Pure decisions (parallelism, argv, fit, manifests, KV capacity) live in `bootstrap.serve.plan`;
+what serve leaves on the head and how it is read back in `bootstrap.serve.state`; this module does
+the I/O on the node containers.
 """
 from __future__ import annotations
 
@@ -11,38 +12,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
+from bootstrap.cluster import facts as F
 from bootstrap.cluster import probe
 from bootstrap.cluster import ray as R
 from bootstrap.doctor import signatures as D
-from bootstrap.cluster import facts as F
-from bootstrap.serve import plan as P
-from bootstrap.remote.session import Reporter, Session, check_script, exec_python_argv, last_json
-from bootstrap.errors import BootstrapError, PreflightFailed, UsageError
-from bootstrap.remote.fanout import DEFAULT_PARALLEL
+from bootstrap.errors import PreflightFailed, ServeFailed, UsageError
 from bootstrap.model import Host, Inventory
+from bootstrap.remote import docker as DK
+from bootstrap.remote.fanout import DEFAULT_PARALLEL
+from bootstrap.remote.session import Reporter, Session, check_script, last_json_or_error
+from bootstrap.serve import plan as P
+from bootstrap.serve.state import LOG, PIDFILE, STATE, STOP, read_model_info
 
-LOG = "/tmp/bootstrap-vllm-serve.log"
-PIDFILE = "/tmp/bootstrap-vllm-serve.pid"
-#: What serve launched (plan as JSON), on the head; `status` reads it, its age is the uptime.
-STATE = "/tmp/bootstrap-vllm-serve.json"
 NON_CARRY_OVER = "/root/.config/vllm/ray_non_carry_over_env_vars.json"
 # Start a command detached inside the container, its output in LOG and its pid in PIDFILE.
 _DETACH = f'echo $$ > {PIDFILE}; exec "$@" > {LOG} 2>&1'
-# Stop what serve started: TERM the server, give it time to stop its workers, then KILL leftovers
-# (vLLM's engine processes; never Ray's own processes).
-_STOP = (f'p=$(cat {PIDFILE} 2>/dev/null); [ -n "$p" ] && kill -TERM "$p" 2>/dev/null; '
-         f'for i in $(seq 1 40); do [ -n "$p" ] && kill -0 "$p" 2>/dev/null || break; sleep 0.25; done; '
-         'for d in /proc/[0-9]*; do pid=${d#/proc/}; [ "$pid" = "$$" ] && continue; '
-         'c=$(tr "\\0" " " < $d/cmdline 2>/dev/null); case "$c" in '
-         '*"vllm serve"*|VLLM::*|*"vllm.entrypoints"*) kill -9 "$pid" 2>/dev/null;; esac; done; '
-         f'rm -f {PIDFILE} {STATE}')
-
-
-class ServeFailed(BootstrapError):
-    def __init__(self, message: str, log_tail: str = "", findings: Sequence[D.Finding] = ()):
-        super().__init__(message)
-        self.log_tail = log_tail
-        self.findings = list(findings)
 
 
 @dataclass(frozen=True)
@@ -103,23 +87,7 @@ class ServeResult:
 
 
 def _detached(container: str, argv: Sequence[str], env: Iterable[tuple[str, str]] = ()) -> tuple[str, ...]:
-    envs = [x for k, v in env for x in ("-e", f"{k}={v}")]
-    return ("docker", "exec", "-d", *envs, container, "sh", "-c", _DETACH, "sh", *argv)
-
-
-def _in(container: str, *argv: str) -> tuple[str, ...]:
-    return ("docker", "exec", container, *argv)
-
-
-def per_node_env_names(inv: Inventory) -> list[str]:
-    """NCCL_/GLOO_ variables whose value differs between nodes: they must not be copied from the head."""
-    names: dict[str, set] = {}
-    for h in inv.hosts:
-        for k, v in h.env:
-            if k.startswith(("NCCL_", "GLOO_", "UCX_")):
-                names.setdefault(k, set()).add(v)
-    keys = {k for h in inv.hosts for k, _ in h.env if k.startswith(("NCCL_", "GLOO_", "UCX_"))}
-    return sorted(k for k in keys if len(names.get(k, ())) > 1 or any(k not in dict(h.env) for h in inv.hosts))
+    return DK.exec_argv(container, "sh", "-c", _DETACH, "sh", *argv, detach=True, env=env)
 
 
 def is_path(model: str) -> bool:
@@ -167,8 +135,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         sess.connect()
         notes += [w for w in probe.exposure_warnings(sess, vllm_listen=host_bind) if "vLLM" in w]
-        states = sess.stage("inspect", order, lambda h: F.parse_container_inspect(
-            sess.ssh[h.name].run(F.container_inspect_cmd(name), timeout=30, check=False).stdout))
+        states = sess.stage("inspect", order, lambda h: DK.inspect(sess.ssh[h.name], name))
         down = [h.name for h in order if not (states.get(h.name) and states[h.name].running)]
         if down:
             raise PreflightFailed(", ".join(down), "the cluster container is not running", "run `bootstrap up` first")
@@ -195,7 +162,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
         sync_to: list[str] = []
         if is_path(model):
             manifests = sess.stage("model-files", order, lambda h: P.model_manifest(sess.ssh[h.name].run(
-                _in(name, "find", model, "-type", "f", "-printf", "%P\\t%s\\n"), timeout=120, check=False).stdout))
+                DK.exec_argv(name, *P.manifest_cmd(model)), timeout=120, check=False).stdout))
             if not manifests[inv.head.name]:
                 raise UsageError(f"{inv.head.name}: no files under {model} in the container "
                                  "(a model path is a path inside the container: mount it with cluster.mounts)")
@@ -234,18 +201,20 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             notes.append(f"copied {model} from {inv.head.name} to {', '.join(sync_to)}")
 
         # Replace whatever serve started before (stale workers keep their ports).
-        sess.stage("stop-old", order, lambda h: sess.ssh[h.name].run(_in(name, "sh", "-c", _STOP), timeout=60,
-                                                                      check=False))
+        sess.stage("stop-old", order, lambda h: sess.ssh[h.name].run(DK.exec_argv(name, "sh", "-c", STOP),
+                                                                      timeout=60, check=False))
         state = json.dumps({**plan.to_dict(), "url_in": url_in, "served_name": served_name,
                             "nodes": [h.name for h in order], "extra": list(extra)}).encode()
-        sess.ssh[inv.head.name].run_with_input(_in_i(name, "sh", "-c", f"cat > {STATE}"), [state], timeout=30)
+        sess.ssh[inv.head.name].run_with_input(DK.exec_argv(name, "sh", "-c", f"cat > {STATE}", interactive=True),
+                                               [state], timeout=30)
         if backend == "ray":
-            keep = per_node_env_names(inv)
+            keep = P.per_node_env_names(inv)
             if keep:
                 # vLLM copies the head's NCCL_* to every Ray worker unless listed here.
                 body = json.dumps(keep).encode()
                 sess.ssh[inv.head.name].run_with_input(
-                    _in_i(name, "sh", "-c", f'mkdir -p "$(dirname {NON_CARRY_OVER})" && cat > {NON_CARRY_OVER}'),
+                    DK.exec_argv(name, "sh", "-c", f'mkdir -p "$(dirname {NON_CARRY_OVER})" && cat > {NON_CARRY_OVER}',
+                                 interactive=True),
                     [body])
                 notes.append(f"kept per-node {', '.join(keep)} (not copied from the head)")
         by_host = {n.host: n.argv for n in launches if n.argv}
@@ -254,26 +223,26 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
 
         t0 = time.monotonic()
         r = sess.ssh[inv.head.name].run_with_input(
-            exec_python_argv(name, [url_in, str(wait), PIDFILE]), [check_script("serve_probe.py")],
+            DK.exec_python_argv(name, [url_in, str(wait), PIDFILE]), [check_script("serve_probe.py")],
             timeout=wait + 60, check=False)
-        ready = _last_json(r.stdout)
+        ready = last_json_or_error(r.stdout)
         elapsed = time.monotonic() - t0
-        log = sess.ssh[inv.head.name].run(_in(name, "cat", LOG), timeout=60, check=False).stdout
+        log = sess.ssh[inv.head.name].run(DK.exec_argv(name, "cat", LOG), timeout=60, check=False).stdout
         if not ready.get("ready"):
             # A worker cut off from the head shows up as a hang on every node alike: name it.
             cut = {}
             if len(order) > 1 and not ready.get("exited"):
-                from bootstrap.cluster.probe import workers_cut_off
-                cut = workers_cut_off(sess, master_port if backend == "native" else c.ports.ray_gcs)
+                cut = probe.workers_cut_off(sess, master_port if backend == "native" else c.ports.ray_gcs)
             tails = {inv.head.name: log}
             if backend == "native":
                 for h in inv.workers:
-                    tails[h.name] = sess.ssh[h.name].run(_in(name, "cat", LOG), timeout=60, check=False).stdout
+                    tails[h.name] = sess.ssh[h.name].run(DK.exec_argv(name, "cat", LOG), timeout=60,
+                                                         check=False).stdout
             findings = D.scan_logs(tails, infiniband=c.infiniband)
             sess.stage("stop-failed", order, lambda h: sess.ssh[h.name].run(
-                _in(name, "sh", "-c", _STOP), timeout=60, check=False))
+                DK.exec_argv(name, "sh", "-c", STOP), timeout=60, check=False))
             what = ("vLLM exited" if ready.get("exited") else f"vLLM was not ready within {wait:g}s")
-            root = _root_cause(tails)
+            root = D.root_cause_of(tails)
             cause = f": {root}" if root else ""
             if findings and (not root or findings[0].evidence not in root):
                 cause += f" ({findings[0].title})"
@@ -283,33 +252,6 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             raise ServeFailed(f"{what} after {elapsed:.0f}s{cause}", tail, findings)
         return ServeResult(f"{url_in}/v1", model, ready.get("models", []), backend, split.par, elapsed,
                            kv=P.kv_capacity(log), fit=fit, notes=notes, plan=plan)
-
-
-def read_model_info(sess: Session, host: Host, model: str) -> dict:
-    """The model's config.json (and safetensors index), read in the host's node container, where
-    vLLM reads them: {"config", "index", "source", "error"}."""
-    name = sess.inv.cluster.container_name
-    got = sess.stage("model-config", [host], lambda h: _last_json(sess.ssh[h.name].run_with_input(
-        exec_python_argv(name, [model]), [check_script("model_info.py")], timeout=90, check=False).stdout))
-    return got[host.name]
-
-
-def _root_cause(tails: dict[str, str]) -> str | None:
-    """vLLM's own root-cause line (the last exception message), the head's first, with the node
-    named when it came from a worker."""
-    for host, text in tails.items():
-        found = D.root_cause(text)
-        if found:
-            return found if host == next(iter(tails)) else f"{host}: {found}"
-    return None
-
-
-def _in_i(container: str, *argv: str) -> tuple[str, ...]:
-    return ("docker", "exec", "-i", container, *argv)
-
-
-def _last_json(out: str) -> dict:
-    return last_json(out) or {"ready": False, "error": out.strip()[-300:]}
 
 
 def _fit(sess: Session, inv: Inventory, config: dict | None, index: dict | None, manifest: dict):
@@ -332,9 +274,10 @@ def _sync_model(sess: Session, model: str, targets: Sequence[Host]) -> None:
     head = sess.ssh[sess.inv.head.name]
 
     def copy(h: Host) -> None:
-        chunks = head.stream_out(_in(name, "tar", "-C", model, "-cf", "-", "."))
+        chunks = head.stream_out(DK.exec_argv(name, "tar", "-C", model, "-cf", "-", "."))
         sess.ssh[h.name].run_with_input(
-            _in_i(name, "sh", "-c", 'mkdir -p "$1" && tar -C "$1" -xf -', "sh", model), chunks, timeout=3600)
+            DK.exec_argv(name, "sh", "-c", 'mkdir -p "$1" && tar -C "$1" -xf -', "sh", model, interactive=True),
+            chunks, timeout=3600)
 
     sess.stage("sync-model", targets, copy)
 
@@ -344,57 +287,6 @@ def stop(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter
     name = inv.cluster.container_name
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         sess.connect()
-        sess.stage("stop", inv.hosts, lambda h: sess.ssh[h.name].run(_in(name, "sh", "-c", _STOP), timeout=60,
-                                                                      check=False))
+        sess.stage("stop", inv.hosts, lambda h: sess.ssh[h.name].run(DK.exec_argv(name, "sh", "-c", STOP),
+                                                                      timeout=60, check=False))
     return [h.name for h in inv.hosts]
-
-
-@dataclass(frozen=True)
-class ServingState:
-    """What is served on the cluster now, from the head (the state serve left and a live probe)."""
-    model: str
-    served: list[str]
-    backend: str
-    tp: int
-    pp: int
-    endpoint: str
-    #: "healthy" (/health answered 200), "starting" (process up, no answer yet), or "down: why"
-    health: str
-    uptime_s: float | None
-    kv: P.KvCapacity | None
-    nodes: list[str]
-    split_reason: str = ""
-
-    def to_dict(self) -> dict:
-        return {"model": self.model, "served": self.served, "backend": self.backend, "tp": self.tp, "pp": self.pp,
-                "endpoint": self.endpoint, "health": self.health, "uptime_s": self.uptime_s,
-                "kv_cache_tokens": self.kv.tokens if self.kv else None, "nodes": self.nodes,
-                "split_reason": self.split_reason}
-
-
-def parse_serving(probe: dict) -> ServingState | None:
-    """The serve_state.py payload's answer as a ServingState (None: nothing was served)."""
-    st = probe.get("state") if isinstance(probe, dict) else None
-    if not probe.get("serving") or not isinstance(st, dict):
-        return None
-    health = probe.get("health")
-    if health == "ok":
-        word = "healthy"
-    elif probe.get("process"):
-        word = f"starting ({health})" if health else "starting"
-    else:
-        word = f"down: the vLLM server process has exited{f' ({health})' if health else ''}"
-    kv = P.kv_capacity("\n".join(probe.get("kv_lines") or []))
-    return ServingState(str(st.get("model", "?")), list(probe.get("models") or []), str(st.get("backend", "?")),
-                        int(st.get("tp") or 0), int(st.get("pp") or 0), str(st.get("endpoint", "")), word,
-                        probe.get("uptime_s"), kv, [str(n) for n in st.get("nodes") or []],
-                        str(st.get("split_reason") or ""))
-
-
-def serving_state(sess: Session) -> ServingState | None:
-    """Ask the head container what serve left running (one payload, one SSH round trip)."""
-    inv = sess.inv
-    name = inv.cluster.container_name
-    r = sess.ssh[inv.head.name].run_with_input(exec_python_argv(name, [STATE, PIDFILE, LOG]),
-                                               [check_script("serve_state.py")], timeout=30, check=False)
-    return parse_serving(_last_json(r.stdout))

@@ -1,0 +1,141 @@
+"""Docker on the hosts: the `docker` steps run over SSH on a node, each written once.
+
+The argv builders (`exec_argv`, `exec_python_argv`, `kill_tagged_argv`, `logs_argv`) and the shell
+snippets run inside the node containers (`PYTHON`, `kill_matching`) are pure; the helpers below them
+(`inspect`, `logs`, `rm`, `start`, ...) run one step through a host's connection (an SSHHost) and
+read its output. The container inspect command and its parser live in the pure cluster/facts.py,
+which gathers facts with them too; the `docker run/create` argv of the containers bootstrap starts
+are decided in the pure plan modules.
+"""
+from __future__ import annotations
+
+import io
+import tarfile
+import time
+from typing import Iterable, Protocol, Sequence
+
+from bootstrap.cluster.facts import ContainerState, container_inspect_cmd, parse_container_inspect
+
+
+class Runner(Protocol):
+    """What the helpers need of a host connection (SSHHost)."""
+
+    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True): ...
+
+    def run_with_input(self, argv: Sequence[str], chunks: Iterable[bytes], *, timeout: float | None = None,
+                       check: bool = True): ...
+
+
+# -- argv ----------------------------------------------------------------------------------------
+def exec_argv(container: str, *argv: str, interactive: bool = False, detach: bool = False,
+              env: Iterable[tuple[str, str]] = ()) -> tuple[str, ...]:
+    """`docker exec [-d] [-i] [-e K=V ...] CONTAINER ARGV...`: ARGV passed whole (no shell here)."""
+    flags = (("-d",) if detach else ()) + (("-i",) if interactive else ())
+    envs = tuple(x for k, v in env for x in ("-e", f"{k}={v}"))
+    return ("docker", "exec", *flags, *envs, container, *argv)
+
+
+# Run a piped script with the interpreter that runs `ray` in the image (its shebang), so a check
+# needs nothing but Ray itself; python3 in images without Ray.
+PYTHON = ('R=$(command -v ray); if [ -n "$R" ]; then PY=$(head -n1 "$R" | sed "s/^#!//"); '
+          'else PY=python3; fi')
+_PY_OF_RAY = PYTHON + '; exec $PY - "$@"'
+
+
+def exec_python_argv(container: str, args: Sequence[str]) -> tuple[str, ...]:
+    """Run the Python script on stdin inside the container (see PYTHON) with these arguments."""
+    return exec_argv(container, "sh", "-c", _PY_OF_RAY, "sh", *args, interactive=True)
+
+
+def logs_argv(name: str, tail: int, *, follow: bool = False) -> tuple[str, ...]:
+    return ("docker", "logs", "--tail", str(tail), *(("--follow",) if follow else ()), name)
+
+
+def kill_matching(patterns: str) -> str:
+    """sh: kill -9 every process but this shell whose command line matches the `case` PATTERNS
+    (e.g. ``*"$1"*``); nothing but sh and /proc, images need not have pkill."""
+    return ('for p in /proc/[0-9]*; do [ "${p#/proc/}" = "$$" ] && continue; '
+            f'case "$(tr "\\0" " " < "$p/cmdline" 2>/dev/null)" in {patterns}) '
+            'kill -9 "${p#/proc/}" 2>/dev/null;; esac; done')
+
+
+def kill_tagged_argv(container: str, tag: str, *, then: str = "exit 0") -> tuple[str, ...]:
+    """In the container: kill every process whose command line contains TAG, then run THEN."""
+    return exec_argv(container, "sh", "-c", kill_matching('*"$1"*') + "; " + then, "sh", tag)
+
+
+def tar_one(path: str, data: bytes) -> bytes:
+    """A tar stream holding one file (mode 0644) at PATH, for `docker cp - NAME:/`."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(path.lstrip("/"))
+        info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+# -- steps on a host -------------------------------------------------------------------------------
+def inspect(ssh: Runner, name: str, *, timeout: float = 30, check: bool = False) -> ContainerState | None:
+    """`docker container inspect NAME`: the container's state; None when there is none (with check,
+    CommandFailed instead)."""
+    r = ssh.run(container_inspect_cmd(name), timeout=timeout, check=check)
+    return parse_container_inspect(r.stdout) if r.ok else None
+
+
+def restart_count(ssh: Runner, name: str, *, timeout: float = 30) -> int:
+    r = ssh.run(("docker", "inspect", "--format", "{{.RestartCount}}", name), timeout=timeout, check=False)
+    try:
+        return int(r.stdout.strip())
+    except ValueError:
+        return 0
+
+
+def logs(ssh: Runner, name: str, tail: int, *, timeout: float = 60) -> str:
+    """The last TAIL lines of the container's log (its stdout and stderr)."""
+    r = ssh.run(logs_argv(name, tail), timeout=timeout, check=False)
+    return r.stdout + r.stderr
+
+
+def rm(ssh: Runner, *names: str, timeout: float = 60, check: bool = False):
+    """`docker rm -f NAMES`: gone whether running or not (absent is fine unless check)."""
+    return ssh.run(("docker", "rm", "-f", *names), timeout=timeout, check=check)
+
+
+def start(ssh: Runner, name: str, *, timeout: float = 60):
+    return ssh.run(("docker", "start", name), timeout=timeout)
+
+
+def stop(ssh: Runner, name: str, grace: int, *, timeout: float):
+    """SIGTERM, then SIGKILL after GRACE seconds."""
+    return ssh.run(("docker", "stop", "-t", str(grace), name), timeout=timeout, check=False)
+
+
+def rename(ssh: Runner, old: str, new: str, *, timeout: float = 60):
+    return ssh.run(("docker", "rename", old, new), timeout=timeout)
+
+
+def kill_signal(ssh: Runner, name: str, signal: str, *, timeout: float = 60):
+    """Send SIGNAL (e.g. HUP) to the container's main process."""
+    return ssh.run(("docker", "kill", "--signal", signal, name), timeout=timeout)
+
+
+def volume_rm(ssh: Runner, *names: str, timeout: float = 120):
+    return ssh.run(("docker", "volume", "rm", "-f", *names), timeout=timeout, check=False)
+
+
+def root_dir(ssh: Runner, *, timeout: float = 20) -> str:
+    """Where the Docker daemon keeps images and containers (/var/lib/docker when it does not say)."""
+    r = ssh.run(("docker", "info", "--format", "{{.DockerRootDir}}"), timeout=timeout, check=False)
+    return r.stdout.strip() or "/var/lib/docker"
+
+
+def image_size(ssh: Runner, image: str, *, timeout: float = 20) -> int | None:
+    """The image's size in bytes; None when it is not there."""
+    sz = ssh.run(("docker", "image", "inspect", "--format", "{{.Size}}", image), timeout=timeout,
+                 check=False).stdout.strip()
+    return int(sz) if sz.isdigit() else None
+
+
+def copy_file_in(ssh: Runner, name: str, path: str, data: bytes, *, timeout: float = 60):
+    """Put one file (DATA at PATH) into the container, running or not (`docker cp -`)."""
+    return ssh.run_with_input(("docker", "cp", "-", f"{name}:/"), [tar_one(path, data)], timeout=timeout)

@@ -1,0 +1,81 @@
+"""What `serve` leaves in the node containers and how other commands read it: the files on the head
+(log, pid, the plan it launched), stopping what it started, what is served now (`status`), and the
+model's config as vLLM will read it (`serve` and the fleet both plan from it)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bootstrap.model import Host
+from bootstrap.remote import docker as DK
+from bootstrap.remote.session import Session, check_script, last_json_or_error
+from bootstrap.serve import plan as P
+
+LOG = "/tmp/bootstrap-vllm-serve.log"
+PIDFILE = "/tmp/bootstrap-vllm-serve.pid"
+#: What serve launched (plan as JSON), on the head; `status` reads it, its age is the uptime.
+STATE = "/tmp/bootstrap-vllm-serve.json"
+#: `sh -c STOP`: stop what serve started: TERM the server, give it time to stop its workers, then
+#: KILL leftovers (vLLM's engine processes; never Ray's own processes).
+STOP = (f'p=$(cat {PIDFILE} 2>/dev/null); [ -n "$p" ] && kill -TERM "$p" 2>/dev/null; '
+        f'for i in $(seq 1 40); do [ -n "$p" ] && kill -0 "$p" 2>/dev/null || break; sleep 0.25; done; '
+        + DK.kill_matching('*"vllm serve"*|VLLM::*|*"vllm.entrypoints"*') + f'; rm -f {PIDFILE} {STATE}')
+
+
+@dataclass(frozen=True)
+class ServingState:
+    """What is served on the cluster now, from the head (the state serve left and a live probe)."""
+    model: str
+    served: list[str]
+    backend: str
+    tp: int
+    pp: int
+    endpoint: str
+    #: "healthy" (/health answered 200), "starting" (process up, no answer yet), or "down: why"
+    health: str
+    uptime_s: float | None
+    kv: P.KvCapacity | None
+    nodes: list[str]
+    split_reason: str = ""
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "served": self.served, "backend": self.backend, "tp": self.tp, "pp": self.pp,
+                "endpoint": self.endpoint, "health": self.health, "uptime_s": self.uptime_s,
+                "kv_cache_tokens": self.kv.tokens if self.kv else None, "nodes": self.nodes,
+                "split_reason": self.split_reason}
+
+
+def parse_serving(probe: dict) -> ServingState | None:
+    """The serve_state.py payload's answer as a ServingState (None: nothing was served)."""
+    st = probe.get("state") if isinstance(probe, dict) else None
+    if not probe.get("serving") or not isinstance(st, dict):
+        return None
+    health = probe.get("health")
+    if health == "ok":
+        word = "healthy"
+    elif probe.get("process"):
+        word = f"starting ({health})" if health else "starting"
+    else:
+        word = f"down: the vLLM server process has exited{f' ({health})' if health else ''}"
+    kv = P.kv_capacity("\n".join(probe.get("kv_lines") or []))
+    return ServingState(str(st.get("model", "?")), list(probe.get("models") or []), str(st.get("backend", "?")),
+                        int(st.get("tp") or 0), int(st.get("pp") or 0), str(st.get("endpoint", "")), word,
+                        probe.get("uptime_s"), kv, [str(n) for n in st.get("nodes") or []],
+                        str(st.get("split_reason") or ""))
+
+
+def serving_state(sess: Session) -> ServingState | None:
+    """Ask the head container what serve left running (one payload, one SSH round trip)."""
+    inv = sess.inv
+    name = inv.cluster.container_name
+    r = sess.ssh[inv.head.name].run_with_input(DK.exec_python_argv(name, [STATE, PIDFILE, LOG]),
+                                               [check_script("serve_state.py")], timeout=30, check=False)
+    return parse_serving(last_json_or_error(r.stdout))
+
+
+def read_model_info(sess: Session, host: Host, model: str) -> dict:
+    """The model's config.json (and safetensors index), read in the host's node container, where
+    vLLM reads them: {"config", "index", "source", "error"}."""
+    name = sess.inv.cluster.container_name
+    got = sess.stage("model-config", [host], lambda h: last_json_or_error(sess.ssh[h.name].run_with_input(
+        DK.exec_python_argv(name, [model]), [check_script("model_info.py")], timeout=90, check=False).stdout))
+    return got[host.name]

@@ -1,0 +1,124 @@
+"""The import rules of docs/architecture.md, checked on the source (an AST walk, no imports run).
+
+- Pure modules never import `bootstrap.remote` (SSH, fan-out, the session, Docker argv), directly or
+  through another bootstrap module.
+- Only `bootstrap.cli` imports click or rich.
+- No capability imports another capability's `run.py` (shared remote steps live in cluster/probe,
+  cluster/ray, remote/*; shared pure pieces in the capabilities' pure modules).
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parent.parent / "bootstrap"
+
+PURE = ("bootstrap.errors", "bootstrap.model", "bootstrap.exposure", "bootstrap.inventory",
+        "bootstrap.cluster.plan", "bootstrap.cluster.imagecopy", "bootstrap.cluster.facts",
+        "bootstrap.nccl.parse", "bootstrap.doctor.signatures", "bootstrap.doctor.rules",
+        "bootstrap.serve.plan", "bootstrap.fleet.plan", "bootstrap.monitor.plan", "bootstrap.monitor.metrics")
+CAPABILITIES = ("cluster", "nccl", "doctor", "serve", "fleet", "monitor")
+UI_LIBS = ("click", "rich")
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PKG.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module this file imports (absolute names; `from a import b` gives a and a.b)."""
+    tree = ast.parse(path.read_text(), str(path))
+    mod = module_name(path)
+    package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)
+    return out
+
+
+def all_modules() -> dict[str, set[str]]:
+    return {module_name(p): imports_of(p) for p in PKG.rglob("*.py")}
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def closure(graph: dict[str, set[str]], start: str) -> dict[str, str]:
+    """bootstrap modules reachable from start -> the module that first imports it."""
+    seen: dict[str, str] = {}
+    todo = [start]
+    while todo:
+        cur = todo.pop()
+        for dep in sorted(graph.get(cur, ())):
+            if dep.startswith("bootstrap") and dep in graph and dep not in seen and dep != start:
+                seen[dep] = cur
+                todo.append(dep)
+    return seen
+
+
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for mod in sorted(graph):
+        if any(_under(mod, p) for p in PURE):
+            for dep, via in closure(graph, mod).items():
+                if _under(dep, "bootstrap.remote"):
+                    found.append(f"pure {mod} reaches {dep} (imported by {via})")
+        if not _under(mod, "bootstrap.cli"):
+            for dep in graph[mod]:
+                if any(_under(dep, lib) for lib in UI_LIBS):
+                    found.append(f"{mod} imports {dep}: only bootstrap.cli may")
+        cap = mod.split(".")[1] if mod.count(".") >= 1 else ""
+        for dep in graph[mod]:
+            parts = dep.split(".")
+            if len(parts) == 3 and parts[0] == "bootstrap" and parts[1] in CAPABILITIES and parts[2] == "run" \
+                    and parts[1] != cap and not _under(mod, "bootstrap.cli"):
+                found.append(f"{mod} imports {dep}: another capability's run.py")
+    return found
+
+
+def test_the_package_keeps_its_import_rules():
+    assert violations(all_modules()) == []
+
+
+def test_the_pure_list_names_real_modules():
+    graph = all_modules()
+    for p in PURE:
+        assert any(_under(m, p) for m in graph), p
+
+
+@pytest.mark.parametrize("mod, extra, want", [
+    ("bootstrap.serve.plan", "bootstrap.remote.ssh", "pure bootstrap.serve.plan reaches bootstrap.remote.ssh"),
+    ("bootstrap.nccl.parse", "bootstrap.cluster.probe", "pure bootstrap.nccl.parse reaches bootstrap.remote"),
+    ("bootstrap.cluster.run", "click", "bootstrap.cluster.run imports click"),
+    ("bootstrap.fleet.run", "bootstrap.serve.run", "another capability's run.py"),
+])
+def test_a_forbidden_import_is_caught(mod, extra, want):
+    graph = all_modules()
+    graph[mod] = graph[mod] | {extra}
+    assert any(want in v for v in violations(graph)), violations(graph)
+
+
+def test_imports_of_resolves_relative_imports(tmp_path, monkeypatch):
+    pkg = tmp_path / "bootstrap" / "serve"
+    pkg.mkdir(parents=True)
+    f = pkg / "plan.py"
+    f.write_text("from ..remote import ssh\nfrom . import run\nimport rich.table\n")
+    monkeypatch.setattr(sys.modules[__name__], "PKG", tmp_path / "bootstrap")
+    assert {"bootstrap.remote.ssh", "bootstrap.serve.run", "rich.table"} <= imports_of(f)
