@@ -1,11 +1,11 @@
 import os
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def docker_ok() -> bool:

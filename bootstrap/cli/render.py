@@ -297,10 +297,12 @@ def fleet_status(inv, groups, fs, as_json: bool) -> None:
     for col in ("replica", "hosts", "url", "health", "in router", "router says", "running", "waiting", "served",
                 "restarts", "model"):
         t.add_column(col)
+    def num(v: float | None) -> str:
+        return "-" if v is None else f"{v:g}"
+
     for r in fs.replicas:
         color = "green" if r.health == "healthy" else ("yellow" if r.health.startswith("starting") else "red")
         rot = "-" if r.in_rotation is None else ("[green]yes[/]" if r.in_rotation else "[yellow]no[/]")
-        num = (lambda v: "-" if v is None else f"{v:g}")
         model = f"{r.spec.model} {' '.join(r.spec.extra)}".strip() if r.spec else "-"
         says = "-" if r.router_healthy is None else ("[green]healthy[/]" if r.router_healthy else "[red]unhealthy[/]")
         t.add_row(str(r.index), _escape(", ".join(r.hosts)), _escape(r.url), f"[{color}]{_escape(r.health)}[/]",

@@ -195,7 +195,8 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool) -> HostF
             hint = "install Docker Engine on the host"
         else:
             hint = "start the Docker daemon (systemctl start docker)"
-        raise PreflightFailed(ssh.name, f"Docker daemon does not answer: {text.strip().splitlines()[-1] if text.strip() else exc}", hint) from None
+        last = text.strip().splitlines()[-1] if text.strip() else exc
+        raise PreflightFailed(ssh.name, f"Docker daemon does not answer: {last}", hint) from None
     # The other facts are independent: read them a few at a time (one SSH channel each, far
     # below sshd's MaxSessions). Docker CLI starts are what a host spends most CPU on here, so
     # the container and the image are asked for in one.
@@ -229,7 +230,8 @@ def check_preflight(name: str, facts: HostFacts, *, want_gpus: int | None) -> No
     if want_gpus:
         if "nvidia" not in facts.runtimes:
             raise PreflightFailed(name, "Docker has no NVIDIA runtime (--gpus would fail)",
-                                  "install nvidia-container-toolkit and run `nvidia-ctk runtime configure --runtime=docker`")
+                                  "install nvidia-container-toolkit and run "
+                                  "`nvidia-ctk runtime configure --runtime=docker`")
         n = len(facts.gpus or ())
         if n != want_gpus:
             raise PreflightFailed(name, f"nvidia-smi shows {n} GPU(s), the inventory expects {want_gpus}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import imagecopy as IC
@@ -159,12 +159,16 @@ def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, l
                                   f"docker pull {image} (or build it) here before --load-image")
         todo = [h for h in inv.hosts if facts[h.name].image_id != want_id]
         origin = "this machine"
-        source: Callable[[list[Host]], object] = lambda hosts: load_image(sess, hosts, image)
+
+        def source(hosts: list[Host]) -> object:
+            return load_image(sess, hosts, image)
     else:
         todo = [h for h in inv.hosts if pull or facts[h.name].image_id is None]
         want_id = None
         origin = "registry"
-        source = lambda hosts: sess.stage("pull", hosts, lambda h: pull_image(sess.ssh[h.name], image))
+
+        def source(hosts: list[Host]) -> object:
+            return sess.stage("pull", hosts, lambda h: pull_image(sess.ssh[h.name], image))
     if not todo:
         return {}
     if not inv.cluster.peer_copy or len(inv.hosts) == 1:
@@ -214,7 +218,7 @@ def _copy_image(sess: Session, seeds: Sequence[Host], receivers: Sequence[Host],
         sent_by = {r: t.sender for t in transfers for r in t.receivers}
         seeds_out: dict[str, object] = {}
 
-        def seed(t: IC.Transfer) -> None:
+        def seed(t: IC.Transfer, seeds_out: dict[str, object] = seeds_out) -> None:
             h = by_name[t.sender]
             ips = [by_name[r].ip for r in t.receivers]
             try:
@@ -229,7 +233,7 @@ def _copy_image(sess: Session, seeds: Sequence[Host], receivers: Sequence[Host],
         for th in threads:
             th.start()
 
-        def receive(h: Host) -> str:
+        def receive(h: Host, sent_by: dict[str, str] = sent_by) -> str:
             src = by_name[sent_by[h.name]]
             return receive_image(sess.ssh[h.name], image, want_id, src.name, src.ip, port)
 

@@ -260,7 +260,8 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
             raise ServeFailed(f"replica {k} ({', '.join(plan.replicas[k].hosts)}) did not serve: {cause}{others}",
                               tail)
         rh = FP.router_host(inv)
-        sess.stage("router", [rh], lambda h: _run_with_env_file(sess, h, plan.router, FP.secret_env_body(inv, router=True)))
+        sess.stage("router", [rh],
+                   lambda h: _run_with_env_file(sess, h, plan.router, FP.secret_env_body(inv, router=True)))
         through = _probe(sess, rh, FP.router_name(inv), ["ready", FP.router_url(inv), "120"], timeout=240)
         if not through.get("ready"):
             tail = _logs(sess, rh, FP.router_name(inv), 30)

@@ -1,0 +1,226 @@
+"""The CLI as a user meets it: help everywhere, documented commands, one-line errors, exit codes."""
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from rich.console import Console
+from rich.table import Table
+
+from bootstrap.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+def commands(group=main, prefix=()):
+    for name, cmd in group.commands.items():
+        path = prefix + (name,)
+        if isinstance(cmd, click.Group):
+            yield from commands(cmd, path)
+        else:
+            yield path, cmd
+
+
+@pytest.mark.parametrize("path,cmd", list(commands()), ids=lambda x: " ".join(x) if isinstance(x, tuple) else "")
+def test_every_command_has_help_with_an_example_and_is_in_the_readme(path, cmd):
+    assert cmd.help and "Example:" in cmd.help, path
+    assert f"bootstrap {' '.join(path)}" in README, path
+
+
+def run(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "bootstrap", *args], cwd=ROOT, capture_output=True,
+                          text=True, env=env, timeout=60)
+
+
+def test_missing_inventory_is_one_line_exit_2(tmp_path):
+    r = run("validate", "-i", str(tmp_path / "nope.yaml"))
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "nope.yaml" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_example_inventories_validate_offline_in_plan():
+    for f in ("inventory/example.yaml", "inventory/ansible-hosts.yaml", "inventory/fleet.yaml"):
+        r = run("plan", "-i", f, "--json")
+        assert r.returncode == 0, r.stderr
+        assert "VLLM_HOST_IP=10.10.0.11" in r.stdout
+
+
+CORPUS = sorted((ROOT / "tests" / "inventory_corpus").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("source", CORPUS, ids=lambda p: p.stem)
+def test_every_malformed_inventory_is_one_line_exit_2_through_the_cli(source, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    touched = []
+    monkeypatch.setattr("bootstrap.remote.ssh.SSHHost.connect", lambda self: touched.append(self.name))
+
+    key = tmp_path / "id_0644"
+    key.write_text("not really a key\n")
+    key.chmod(0o644)
+    path = tmp_path / source.name
+    raw = source.read_bytes()
+    path.write_bytes(raw.replace(b"@KEY_0644@", str(key).encode()))
+    expect = raw.split(b"\n")[0][len(b"# expect: "):].decode()
+    for command in ("validate", "up", "down"):
+        r = CliRunner().invoke(main, [command, "-i", str(path)], env={"HF_TOKEN": "hf_TOPSECRET"})
+        assert r.exit_code == 2, r.output
+        assert r.stdout == ""
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0]
+        assert "Traceback" not in r.stderr and "hf_TOPSECRET" not in r.stderr
+    assert touched == []  # no host was contacted
+
+
+def test_shell_metacharacters_in_an_image_name_are_rejected_before_any_host(tmp_path):
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text("cluster: {accelerator: none, image: 'vllm;touch /tmp/pwned'}\n"
+                   "hosts: [{name: a, address: 192.0.2.1}]\n")
+    r = run("up", "-i", str(inv))
+    assert r.returncode == 2 and "cluster.image" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_control_a_valid_inventory_does_reach_the_hosts(tmp_path, monkeypatch):
+    """The positive control for the corpus test above: the connect probe does fire."""
+    from click.testing import CliRunner
+
+    from bootstrap.errors import HostUnreachable
+
+    touched = []
+
+    def connect(self):
+        touched.append(self.name)
+        raise HostUnreachable(self.name, "probe")
+    monkeypatch.setattr("bootstrap.remote.ssh.SSHHost.connect", connect)
+    inv = tmp_path / "ok.yaml"
+    inv.write_text("cluster: {accelerator: none}\n"
+                   "hosts: [{name: a, address: 192.0.2.1}, {name: b, address: 192.0.2.2}]\n")
+    r = CliRunner().invoke(main, ["up", "-i", str(inv)])
+    assert r.exit_code == 3 and sorted(touched) == ["a", "b"], r.output
+
+
+# -- markup and control characters: whatever a user, an inventory or a host supplies is printed
+# literally (rich would read `[bold]` as a style and raise on a lone `[/]`), on its own line
+
+MARKUP_INVENTORY = r"""cluster:
+  name: markup
+  accelerator: none
+  env:
+    A: "[bold]x[/]"
+    B: "[/]"
+    C: '\[red]y'
+    D: 'tail\'
+    E: "esc \e[31m red"
+    F: ":smile: [link=http://x]y[/link]"
+  ray_args: ["--x=[/]"]
+hosts:
+  - {name: node1, address: 192.0.2.1, env: {G: "[/bold]", H: "two\nlines"}}
+  - {name: node2, address: 192.0.2.2}
+"""
+
+
+def test_markup_and_escapes_in_a_valid_inventory_and_its_path_are_printed_literally(tmp_path):
+    folder = tmp_path / "[x]"
+    folder.mkdir()
+    inv = folder / "hosts [bold].yaml"
+    inv.write_text(MARKUP_INVENTORY)
+    r = run("validate", "-i", str(inv))
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.stdout == f"{inv}: ok: 2 host(s), head node1 (192.0.2.1)\n"
+    r = run("plan", "-i", str(inv))
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    for shown in ("-e 'A=[bold]x[/]'", "-e 'B=[/]'", "-e 'C=\\[red]y'", "-e 'D=tail\\'",
+                  "-e 'E=esc \\x1b[31m red'", "-e 'F=:smile: [link=http://x]y[/link]'", "-e 'G=[/bold]'",
+                  "-e 'H=two\\nlines'", "'--x=[/]'"):
+        assert shown in r.stdout, shown
+    assert "\x1b" not in r.stdout and len(r.stdout.splitlines()) == 4  # a head line and a command per host
+    r = run("plan", "-i", str(inv), "--json")
+    assert r.returncode == 0 and "A=[bold]x[/]" in r.stdout and "H=two\\nlines" in r.stdout
+
+
+@pytest.mark.parametrize("field,value", [("name", "a[/]b"), ("name", "[bold]x"), ("name", "esc\x1b[2Jx"),
+                                         ("cluster", "[/]"), ("cluster", "x\\[red]")])
+def test_markup_in_a_refused_name_is_one_literal_line(tmp_path, field, value):
+    host, cluster = (value, "ok") if field == "name" else ("node1", value)
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(f"cluster: {{name: {json.dumps(cluster)}, accelerator: none}}\n"
+                   f"hosts: [{{name: {json.dumps(host)}, address: 192.0.2.1}}]\n")
+    r = run("validate", "-i", str(inv))
+    lines = r.stderr.splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].isprintable(), r.stderr
+    assert lines[0].startswith("error: ") and "Traceback" not in r.stderr
+    assert repr(value)[1:-1] in lines[0]  # as repr shows it: markup literal, ESC as \x1b
+
+
+NASTY = ["[bold]x[/]", "[/]", "\\[red]", "\\\\[red]", "a\\", "a\\\\", "a\\\\\\", "[", "]", "[1]", "\\[1", "[x]",
+         ":smile:", "a\nb", "\x1b[31mred", "\x00", "\udcff", "\u2028", "x[/]\\", "[link=http://x]y[/link]"]
+
+
+@pytest.mark.parametrize("value", NASTY)
+def test_escape_prints_any_value_literally_in_any_markup(value):
+    from bootstrap.cli.render import _escape
+
+    con = Console(file=io.StringIO(), highlight=False, emoji=False, width=300, soft_wrap=True)
+    shown = value.encode("unicode_escape").decode("ascii") if not value.isprintable() else value
+    e = _escape(value)
+    for template, expect in (("{}", shown), ("[red]{}[/]", shown), ("a {} [bold]b[/] c", f"a {shown} b c"),
+                             ("[dim]{}[/] {}", f"{shown} {shown}")):
+        con.file = io.StringIO()
+        con.print(template.format(e, e), end="")
+        assert con.file.getvalue() == expect, (template, e)
+    t = Table()
+    t.add_column("c")
+    t.add_row(e)
+    con.file = io.StringIO()
+    con.print(t)
+    assert shown in con.file.getvalue()
+
+
+def test_escape_keeps_the_lines_of_a_report_and_nothing_else():
+    from bootstrap.cli.render import _escape
+
+    assert _escape("a\tb\r\nc\x1b[0m[/]", lines=True, markup=False) == "a\tb\nc\\x1b[0m[/]"
+    assert _escape("a\tb\nc[/]", markup=False) == "a\\tb\\nc[/]"
+    assert _escape("a\tb\nc[/]", lines=True) == "a\tb\nc\\[/]"
+
+
+def test_remote_text_in_the_status_table_is_literal(tmp_path, monkeypatch):
+    """Container states and errors come from the hosts: shown as they are, a newline as \\n."""
+    from click.testing import CliRunner
+
+    from bootstrap.cluster.run import ClusterStatus, NodeStatus
+
+    inv = tmp_path / "ok.yaml"
+    inv.write_text("cluster: {accelerator: none}\n"
+                   "hosts: [{name: a, address: 192.0.2.1}, {name: b, address: 192.0.2.2}]\n")
+    rows = [NodeStatus("a", "192.0.2.1", "head", True, "[bold]running[/]", False, 0.0, "x[/]\n\x1b[2Jcleared"),
+            NodeStatus("b", "192.0.2.2", "worker", False, "unknown", False, 0.0, "\\[red]down")]
+    monkeypatch.setattr("bootstrap.cluster.run.cluster_status", lambda inv, parallel: ClusterStatus(rows, None, None))
+    r = CliRunner().invoke(main, ["status", "-i", str(inv)])
+    assert r.exit_code == 1 and (r.exception is None or isinstance(r.exception, SystemExit)), r.output
+    assert "[bold]running[/]" in r.stdout and "x[/]\\n\\x1b[2Jcleared" in r.stdout and "\\[red]down" in r.stdout
+    assert "\x1b" not in r.stdout
+
+
+def test_a_domain_error_with_markup_and_newlines_is_one_literal_line(capsys):
+    from bootstrap.cli import _fail
+    from bootstrap.errors import UsageError
+
+    with pytest.raises(SystemExit) as e:
+        _fail(UsageError("bad [bold]value[/] in\n'\\[x]'\x1b[2J"))
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err == "error: bad [bold]value[/] in\\n'\\[x]'\\x1b[2J\n"
+
+
+def test_the_progress_line_shows_host_and_detail_literally():
+    from bootstrap.cli import LineReporter
+
+    con = Console(file=io.StringIO(), highlight=False, emoji=False, width=300, soft_wrap=True)
+    LineReporter(console=con).event("n[/]", "connect", "failed", "reason [bold]x\\\n[/]")
+    line = con.file.getvalue()
+    assert line.count("\n") == 1 and "n[/]" in line and "reason [bold]x\\\\n[/]" in line

@@ -1,0 +1,127 @@
+"""Peer image copy: who sends to whom (pure), and the two ends of a copy over real loopback sockets
+(the sender is checks/image_seed.py as it runs in the container, the receiver is bash's /dev/tcp)."""
+import hashlib
+import json
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from bootstrap.cluster import imagecopy as IC
+
+SEED = Path(__file__).resolve().parents[2] / "checks" / "image_seed.py"
+
+
+def test_one_seed_serves_up_to_fanout_then_everyone_who_has_it_serves():
+    rounds = IC.copy_rounds(["a"], [f"n{i}" for i in range(1, 11)], fanout=2)
+    assert rounds == [
+        [IC.Transfer("a", ("n1", "n2"))],
+        [IC.Transfer("a", ("n3", "n4")), IC.Transfer("n1", ("n5", "n6")), IC.Transfer("n2", ("n7", "n8"))],
+        [IC.Transfer("a", ("n9", "n10"))],
+    ]
+
+
+def test_every_receiver_is_served_once_and_rounds_grow_as_a_tree():
+    receivers = [f"n{i}" for i in range(63)]
+    rounds = IC.copy_rounds(["head"], receivers)  # FANOUT 4: 1 -> 5 -> 25 -> 125
+    got = [r for rnd in rounds for t in rnd for r in t.receivers]
+    assert sorted(got) == sorted(receivers) and len(got) == len(set(got))
+    assert len(rounds) == 3
+    for i, rnd in enumerate(rounds):
+        senders = [t.sender for t in rnd]
+        assert len(senders) == len(set(senders))
+        have = {"head"} | {r for prev in rounds[:i] for t in prev for r in t.receivers}
+        assert set(senders) <= have  # only nodes that already have the image send
+        assert all(len(t.receivers) <= IC.FANOUT for t in rnd)
+
+
+def test_several_seeds_share_the_work_and_nothing_to_do_is_no_round():
+    assert IC.copy_rounds(["a", "b"], ["c", "d"], fanout=1) == [[IC.Transfer("a", ("c",)), IC.Transfer("b", ("d",))]]
+    assert IC.copy_rounds(["a"], []) == []
+    with pytest.raises(ValueError):
+        IC.copy_rounds([], ["a"])
+
+
+def test_the_sender_container_is_least_privilege_and_bound_to_the_data_plane_ip():
+    argv = IC.seed_argv("reg:5000/vllm:1", "10.0.0.1", 8476, ["10.0.0.2", "10.0.0.3"], "SCRIPT")
+    assert argv[:2] == ("sh", "-c")
+    sh = argv[2]
+    for flag in ("--cap-drop ALL", "--read-only", "--user 65534:65534", "--security-opt no-new-privileges",
+                 "--network host", "--rm", "--pull never"):
+        assert flag in sh
+    assert "--privileged" not in sh and "0.0.0.0" not in sh
+    # values travel as arguments, never spliced into the shell text
+    assert argv[4:] == ("reg:5000/vllm:1", "SCRIPT", "10.0.0.1", "8476", "10.0.0.2,10.0.0.3", "60")
+    assert "reg:5000" not in sh
+
+
+def _seed(peers, wait=10.0):
+    return subprocess.Popen([sys.executable, str(SEED), "127.0.0.1", str(_free_port()), ",".join(peers), str(wait)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _receiver(port, sink="cat", wait=10.0):
+    """receive_argv with `docker load` swapped for a sink (the sandbox test runs the real one)."""
+    argv = list(IC.receive_argv("127.0.0.1", port, wait))
+    assert "docker load <&3" in argv[2]
+    argv[2] = argv[2].replace("docker load", sink)
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _feed(proc, data):
+    def go():
+        try:
+            proc.stdin.write(data)
+            proc.stdin.close()
+        except BrokenPipeError:  # a sender with no receiver stops reading
+            pass
+    th = threading.Thread(target=go, daemon=True)
+    th.start()
+    return th
+
+
+def test_a_stream_reaches_the_receiver_whole_and_the_sender_reports_its_digest():
+    data = bytes(range(256)) * 50_000  # 12.8 MB, several chunks
+    seed = _seed(["127.0.0.1"])
+    port = int(seed.args[3])
+    recv = _receiver(port)
+    _feed(seed, data)
+    out, _ = recv.communicate(timeout=60)
+    report = json.loads(seed.stdout.read())
+    seed.wait(timeout=60)
+    assert recv.returncode == 0 and seed.returncode == 0
+    assert hashlib.sha256(out).hexdigest() == hashlib.sha256(data).hexdigest() == report["sha256"]
+    assert report["bytes"] == len(data) and report["served"] == ["127.0.0.1"] and report["missing"] == []
+
+
+def test_the_sender_answers_no_address_but_its_receivers_and_names_those_that_never_came():
+    seed = _seed(["127.0.0.9"], wait=3.0)
+    port = int(seed.args[3])
+    recv = _receiver(port, wait=3.0)  # connects from 127.0.0.1, which is not on the list
+    _feed(seed, b"x" * 1000)
+    out, _ = recv.communicate(timeout=30)
+    report = json.loads(seed.stdout.read())
+    seed.wait(timeout=30)
+    assert out == b""  # closed unanswered
+    assert report["served"] == [] and report["missing"] == ["127.0.0.9"] and report["bytes"] == 0
+    assert seed.returncode == 1
+
+
+def test_a_receiver_with_no_sender_gives_up_with_its_own_exit_status():
+    recv = _receiver(_free_port(), wait=1.0)
+    _, err = recv.communicate(timeout=30)
+    assert recv.returncode == IC.NO_SENDER
+    assert b"nothing listens on 127.0.0.1:" in err
+
+
+def test_human_bytes():
+    assert [IC.human_bytes(n) for n in (999, 4_620_000_000, 57.9e6)] == ["999 B", "4.6 GB", "57.9 MB"]

@@ -1,0 +1,101 @@
+"""checks/member.py, the serve containers' supervisor, run for real on loopback: a stand-in
+command instead of vLLM (a process that writes a file and sleeps), real sockets, real signals."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+MEMBER = Path(__file__).resolve().parents[2] / "checks" / "member.py"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(rank, nodes, port, marker, grace="5"):
+    # the "vLLM" of this member: records that it started, then waits to be stopped
+    cmd = [sys.executable, "-c", f"import time,pathlib; pathlib.Path({str(marker)!r}).write_text('up'); "
+                                 "time.sleep(600)"]
+    env = {**os.environ, "BOOTSTRAP_STOP_GRACE": grace}
+    return subprocess.Popen([sys.executable, str(MEMBER), str(rank), str(nodes), "127.0.0.1", str(port), "--", *cmd],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def wait_for(path, timeout=20):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if path.exists():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def group(tmp_path):
+    port = free_port()
+    procs = []
+
+    def make(rank, nodes):
+        p = start(rank, nodes, port, tmp_path / f"vllm{rank}")
+        procs.append(p)
+        return p
+    yield make, tmp_path
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def test_the_head_starts_vllm_only_when_every_member_is_there(group):
+    make, tmp = group
+    head = make(0, 3)
+    one = make(1, 3)
+    time.sleep(1.5)
+    assert not (tmp / "vllm0").exists() and not (tmp / "vllm1").exists()
+    make(2, 3)
+    assert wait_for(tmp / "vllm0") and wait_for(tmp / "vllm1") and wait_for(tmp / "vllm2")
+    assert head.poll() is None and one.poll() is None
+
+
+def test_a_member_that_dies_takes_its_group_down_non_zero(group):
+    make, tmp = group
+    head, one = make(0, 2), make(1, 2)
+    assert wait_for(tmp / "vllm0") and wait_for(tmp / "vllm1")
+    one.send_signal(signal.SIGKILL)  # the host or container of a member is gone
+    assert head.wait(timeout=20) == 1
+    assert "a member of the group went away: the group restarts" in head.stderr.read()
+
+
+def test_members_fall_when_the_head_goes_and_vllm_is_not_left_running(group):
+    make, tmp = group
+    head, one = make(0, 2), make(1, 2)
+    assert wait_for(tmp / "vllm0") and wait_for(tmp / "vllm1")
+    head.send_signal(signal.SIGKILL)
+    assert one.wait(timeout=20) == 1
+    out = subprocess.run(["pgrep", "-f", str(tmp / "vllm1")], capture_output=True, text=True)
+    assert out.stdout.strip() == "", "the member's vLLM outlived it"
+
+
+def test_sigterm_is_a_clean_stop(group):
+    make, tmp = group
+    head, one = make(0, 2), make(1, 2)
+    assert wait_for(tmp / "vllm0") and wait_for(tmp / "vllm1")
+    head.send_signal(signal.SIGTERM)  # docker stop
+    assert head.wait(timeout=20) == 0
+    assert one.wait(timeout=20) == 1  # its peer went away on purpose, but the member cannot know: it restarts
+
+
+def test_a_single_node_replica_exits_with_vllm(tmp_path):
+    marker = tmp_path / "m"
+    p = subprocess.Popen([sys.executable, str(MEMBER), "0", "1", "127.0.0.1", "1", "--", sys.executable, "-c",
+                          f"import pathlib; pathlib.Path({str(marker)!r}).write_text('x'); raise SystemExit(3)"],
+                         stderr=subprocess.PIPE, text=True)
+    assert p.wait(timeout=20) == 1
+    assert marker.exists() and "vLLM exited with status 3" in p.stderr.read()

@@ -1,0 +1,1146 @@
+"""Tests of bootstrap.inventory: the examples, the corpus of broken inventories, the rules."""
+from __future__ import annotations
+
+import os
+import pathlib
+import random
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from bootstrap.errors import InventoryError
+from bootstrap.inventory import load_inventory
+from bootstrap.model import (
+    Cluster,
+    Host,
+    Inventory,
+    Ports,
+    Secret,
+    SSHSettings,
+    SSHTarget,
+)
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "inventory" / "example.yaml"
+ANSIBLE_EXAMPLE = ROOT / "inventory" / "ansible-hosts.yaml"
+CORPUS = pathlib.Path(__file__).resolve().parents[1] / "inventory_corpus"
+CORPUS_FILES = sorted(CORPUS.glob("*.yaml"))
+
+TOKEN = "hf_TopSecretValue123"
+ENVIRON = {"HF_TOKEN": TOKEN}
+KEY = os.path.expanduser("~/.ssh/id_ed25519")
+
+
+def write(tmp_path: pathlib.Path, text: str, name: str = "inventory.yaml") -> pathlib.Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def one_cpu_host(cluster: str = "") -> str:
+    """A one-host CPU inventory with `cluster` added to its cluster mapping (flow style)."""
+    extra = f", {cluster}" if cluster else ""
+    return f"cluster: {{accelerator: none{extra}}}\nhosts: [{{name: a, address: 10.0.0.1}}]\n"
+
+
+def load(tmp_path: pathlib.Path, text: str, environ=None, **kw) -> Inventory:
+    kw.setdefault("check_files", False)
+    return load_inventory(write(tmp_path, text), {} if environ is None else environ, **kw)
+
+
+def error(tmp_path: pathlib.Path, text: str, environ=None, **kw) -> InventoryError:
+    with pytest.raises(InventoryError) as info:
+        load(tmp_path, text, environ, **kw)
+    return info.value
+
+
+# --------------------------------------------------------------------------------------------
+# The corpus of malformed inventories
+
+
+def test_corpus_is_big_enough():
+    assert len(CORPUS_FILES) >= 140
+
+
+@pytest.mark.parametrize("source", CORPUS_FILES, ids=lambda p: p.stem)
+def test_corpus(source: pathlib.Path, tmp_path: pathlib.Path):
+    raw = source.read_bytes()
+    first, second = raw.split(b"\n")[:2]
+    assert first.startswith(b"# expect: ") and second.startswith(b"# line: "), source.name
+    expect = first[len(b"# expect: "):].decode()
+    line_text = second[len(b"# line: "):].decode().strip()
+    line = None if line_text == "none" else int(line_text)
+
+    key = tmp_path / "id_0644"
+    key.write_text("not really a key\n")
+    key.chmod(0o644)
+    path = tmp_path / source.name
+    path.write_bytes(raw.replace(b"@KEY_0644@", str(key).encode()))
+
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path, ENVIRON, check_files=True)
+    err = info.value
+    text = str(err)
+    assert expect in text
+    assert err.line == line, text
+    assert "\n" not in text and "\r" not in text
+    assert text.startswith(str(path) + (f":{line}: " if line is not None else ": "))
+    assert err.path == str(path)
+    assert TOKEN not in text
+
+
+# --------------------------------------------------------------------------------------------
+# The example inventories
+
+EXAMPLE_CLUSTER_ENV = (
+    ("GLOO_SOCKET_IFNAME", "ens5"),
+    ("NCCL_DEBUG", "WARN"),
+    ("NCCL_IB_HCA", "mlx5"),
+    ("NCCL_SOCKET_IFNAME", "ens5"),
+)
+
+
+def test_native_example():
+    inv = load_inventory(EXAMPLE, ENVIRON, check_files=False)
+    assert inv == Inventory(
+        path=str(EXAMPLE),
+        cluster=Cluster(
+            name="llama-405b",
+            image="vllm/vllm-openai:v0.8.5",
+            container_name="bootstrap-vllm",
+            accelerator="gpu",
+            hf_cache="/data/huggingface",
+            mounts=("/data/models:/models:ro",),
+            ipc_host=True,
+            shm_size="10.24g",
+            ports=Ports(ray_gcs=6379, dashboard=8265, vllm=8000),
+            env=EXAMPLE_CLUSTER_ENV,
+            secrets=(Secret("HF_TOKEN", TOKEN),),
+            infiniband=True,
+            privileged=False,
+            nofile=None,
+            load_image=False,
+            ray_args=(),
+            ssh=SSHSettings(
+                known_hosts=None,
+                accept_new_host_keys=False,
+                connect_timeout=10.0,
+                command_timeout=600.0,
+                connect_retries=3,
+            ),
+        ),
+        hosts=(
+            Host(
+                name="gpu-a",
+                ssh=SSHTarget(
+                    address="gpu-a.rack1.example.com", user="ubuntu", port=22, key=KEY, jump=None
+                ),
+                ip="10.10.0.11",
+                role="head",
+                gpus=8,
+                env=(
+                    ("GLOO_SOCKET_IFNAME", "ens5"),
+                    ("NCCL_DEBUG", "WARN"),
+                    ("NCCL_IB_HCA", "mlx5_0,mlx5_1"),
+                    ("NCCL_SOCKET_IFNAME", "ens5"),
+                ),
+            ),
+            Host(
+                name="gpu-b",
+                ssh=SSHTarget(address="10.0.0.12", user="admin", port=22, key=KEY, jump=None),
+                ip="10.10.0.12",
+                role="worker",
+                gpus=8,
+                env=EXAMPLE_CLUSTER_ENV,
+            ),
+        ),
+    )
+    assert inv.head.name == "gpu-a"
+    assert [h.name for h in inv.workers] == ["gpu-b"]
+    assert inv.gpus_per_node == 8
+    assert isinstance(inv.cluster.ssh.connect_timeout, float)
+    assert inv.cluster.secrets[0].reveal() == TOKEN
+
+
+def test_ansible_example():
+    inv = load_inventory(ANSIBLE_EXAMPLE, ENVIRON, check_files=False)
+    env = (("GLOO_SOCKET_IFNAME", "ens5"), ("NCCL_SOCKET_IFNAME", "ens5"))
+    assert inv == Inventory(
+        path=str(ANSIBLE_EXAMPLE),
+        cluster=Cluster(
+            name="vllm",
+            image="vllm/vllm-openai:v0.8.5",
+            accelerator="gpu",
+            hf_cache="/data/huggingface",
+            env=env,
+            secrets=(Secret("HF_TOKEN", TOKEN),),  # default: HF_TOKEN, because it is set
+        ),
+        hosts=(
+            Host(
+                name="gpu-a",
+                ssh=SSHTarget(address="10.0.0.11", user="ubuntu", port=None, key=KEY),
+                ip="10.10.0.11",
+                role="head",
+                gpus=8,
+                env=env,
+            ),
+            Host(
+                name="gpu-b",
+                ssh=SSHTarget(address="10.0.0.12", user="ubuntu", port=2222, key=KEY),
+                ip="10.10.0.12",
+                role="worker",
+                gpus=8,
+                env=(("GLOO_SOCKET_IFNAME", "ens5"), ("NCCL_SOCKET_IFNAME", "ens6")),
+            ),
+        ),
+    )
+    # Cluster defaults, spelled out.
+    c = inv.cluster
+    assert (c.container_name, c.mounts, c.ipc_host, c.shm_size) == (
+        "bootstrap-vllm", (), True, "10.24g"
+    )
+    assert (c.infiniband, c.privileged, c.nofile, c.load_image, c.ray_args, c.peer_copy) == (
+        False, False, None, False, (), True
+    )
+    assert c.ports == Ports(6379, 8265, 8000) and c.ports.image_copy == 8476
+    assert c.ssh == SSHSettings(None, False, 10.0, 600.0, 3)
+
+
+def test_ansible_example_without_token_has_no_secrets():
+    inv = load_inventory(ANSIBLE_EXAMPLE, {}, check_files=False)
+    assert inv.cluster.secrets == ()
+
+
+def test_native_example_needs_its_listed_secret_when_applying(tmp_path):
+    # check_files=True is what `up` uses; the example's key file does not exist here, so point the
+    # inventory at a real private key to reach the secrets check.
+    key = tmp_path / "id"
+    key.write_text("k")
+    key.chmod(0o600)
+    text = EXAMPLE.read_text().replace("~/.ssh/id_ed25519", str(key))
+    inv_file = tmp_path / "hosts.yaml"
+    inv_file.write_text(text)
+    with pytest.raises(InventoryError) as info:
+        load_inventory(inv_file, {}, check_files=True)
+    assert "cluster.secrets: HF_TOKEN is not set in your environment" in str(info.value)
+    assert info.value.line == 24
+
+
+def test_offline_plan_shows_a_listed_secret_by_name_only():
+    inv = load_inventory(EXAMPLE, {}, check_files=False)
+    assert [s.name for s in inv.cluster.secrets] == ["HF_TOKEN"]
+
+
+def test_secret_value_never_printed():
+    for source in (EXAMPLE, ANSIBLE_EXAMPLE):
+        inv = load_inventory(source, ENVIRON, check_files=False)
+        for thing in (inv, inv.cluster, inv.cluster.secrets, inv.hosts):
+            assert TOKEN not in repr(thing)
+            assert TOKEN not in str(thing)
+        assert "Secret(HF_TOKEN=***)" in repr(inv)
+
+
+def test_native_and_ansible_describe_the_same_hosts(tmp_path):
+    native = load(
+        tmp_path,
+        """
+        cluster:
+          image: vllm/vllm-openai:v0.8.5
+          gpus_per_node: 8
+          hf_cache: /data/huggingface
+          env:
+            NCCL_SOCKET_IFNAME: ens5
+            GLOO_SOCKET_IFNAME: ens5
+          ssh:
+            user: ubuntu
+            key: ~/.ssh/id_ed25519
+        hosts:
+          - name: gpu-a
+            address: 10.0.0.11
+            ip: 10.10.0.11
+            role: head
+          - name: gpu-b
+            address: 10.0.0.12
+            port: 2222
+            ip: 10.10.0.12
+            env:
+              NCCL_SOCKET_IFNAME: ens6
+        """,
+        ENVIRON,
+    )
+    ansible = load_inventory(ANSIBLE_EXAMPLE, ENVIRON, check_files=False)
+    assert native.hosts == ansible.hosts
+    assert native.cluster == ansible.cluster
+
+
+# --------------------------------------------------------------------------------------------
+# Values, defaults and rules
+
+
+def test_minimal_inventory_gets_every_default(tmp_path):
+    inv = load(tmp_path, "hosts:\n  - {name: a, address: 10.0.0.1, gpus: 2}\n")
+    assert inv.cluster == Cluster()
+    assert inv.hosts == (
+        Host(name="a", ssh=SSHTarget(address="10.0.0.1"), ip="10.0.0.1", role="head", gpus=2),
+    )
+
+
+def test_env_values_pass_through_unchanged(tmp_path):
+    nasty = "it's \"quoted\"; $(touch /tmp/pwned) `id` && rm -rf / # not a comment"
+    inv = load(
+        tmp_path,
+        """
+        cluster:
+          accelerator: none
+          env:
+            A: 'it''s "quoted"; $(touch /tmp/pwned) `id` && rm -rf / # not a comment'
+            SPACES: "  two  spaces  "
+            NUM: 1
+            ZEROS: 0022
+            ON: on
+            CLOCK: 10:30
+            EMPTY: ""
+        hosts:
+          - name: a
+            address: 10.0.0.1
+            env:
+              B: $(touch /tmp/pwned)
+        """,
+    )
+    env = dict(inv.hosts[0].env)
+    assert env == {
+        "A": nasty,
+        "SPACES": "  two  spaces  ",
+        "NUM": "1",
+        "ZEROS": "0022",
+        "ON": "on",
+        "CLOCK": "10:30",
+        "EMPTY": "",
+        "B": "$(touch /tmp/pwned)",
+    }
+    assert dict(inv.cluster.env)["A"] == nasty
+    assert list(inv.hosts[0].env) == sorted(inv.hosts[0].env)
+
+
+def test_ansible_env_values_pass_through_unchanged(tmp_path):
+    inv = load(
+        tmp_path,
+        """
+        all:
+          vars:
+            bootstrap: {accelerator: none, env: {A: "$(touch /tmp/pwned)"}}
+          hosts:
+            a:
+              ansible_host: 10.0.0.1
+              bootstrap_env: {B: "x y 'z'"}
+        """,
+    )
+    assert inv.hosts[0].env == (("A", "$(touch /tmp/pwned)"), ("B", "x y 'z'"))
+
+
+def test_host_env_wins_over_cluster_env(tmp_path):
+    inv = load(
+        tmp_path,
+        """
+        cluster: {gpus_per_node: 1, env: {X: cluster, Y: cluster}}
+        hosts:
+          - {name: a, address: 10.0.0.1, env: {X: host, Z: host}}
+          - {name: b, address: 10.0.0.2}
+        """,
+    )
+    assert inv.hosts[0].env == (("X", "host"), ("Y", "cluster"), ("Z", "host"))
+    assert inv.hosts[1].env == (("X", "cluster"), ("Y", "cluster"))
+    assert inv.cluster.env == (("X", "cluster"), ("Y", "cluster"))
+
+
+@pytest.mark.parametrize(
+    "roles, head",
+    [
+        ((None, None, None), "a"),
+        ((None, "head", None), "b"),
+        (("worker", None, None), "b"),
+        (("worker", "worker", "head"), "c"),
+    ],
+)
+def test_head_choice(tmp_path, roles, head):
+    lines = ["cluster: {accelerator: none}", "hosts:"]
+    for i, (name, role) in enumerate(zip("abc", roles)):
+        entry = f"  - {{name: {name}, address: 10.0.0.{i + 1}"
+        lines.append(entry + (f", role: {role}}}" if role else "}"))
+    inv = load(tmp_path, "\n".join(lines) + "\n")
+    assert inv.head.name == head
+    assert sum(h.is_head for h in inv.hosts) == 1
+
+
+def test_per_host_ssh_overrides(tmp_path):
+    inv = load(
+        tmp_path,
+        """
+        cluster:
+          accelerator: none
+          ssh: {user: ubuntu, port: 22, key: /keys/cluster, jump: ops@bastion:2222}
+        hosts:
+          - {name: a, address: a.example.com, ip: 10.0.0.1}
+          - {name: b, address: b.example.com, ip: 10.0.0.2, user: root, port: 2200,
+             key: /keys/b, jump: bastion2}
+        """,
+    )
+    assert inv.hosts[0].ssh == SSHTarget(
+        "a.example.com", "ubuntu", 22, "/keys/cluster", "ops@bastion:2222"
+    )
+    assert inv.hosts[1].ssh == SSHTarget("b.example.com", "root", 2200, "/keys/b", "bastion2")
+    assert inv.hosts[1].gpus is None and inv.gpus_per_node == 0
+
+
+def test_tilde_is_expanded_in_local_paths(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    inv = load(
+        tmp_path,
+        """
+        cluster:
+          accelerator: none
+          ssh: {key: ~/.ssh/id, known_hosts: ~/kh}
+        hosts:
+          - {name: a, address: 10.0.0.1}
+        """,
+    )
+    assert inv.hosts[0].ssh.key == f"{tmp_path}/.ssh/id"
+    assert inv.cluster.ssh.known_hosts == f"{tmp_path}/kh"
+    # hf_cache is a directory on the hosts: this machine's ~ means nothing there.
+    err = error(tmp_path, one_cpu_host("hf_cache: ~/hf"))
+    assert "cluster.hf_cache: '~/hf' must be an absolute path on the hosts" in str(err)
+
+
+def test_key_files_checked_only_when_asked(tmp_path):
+    key = tmp_path / "id"
+    key.write_text("k")
+    key.chmod(0o600)
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    text = f"""
+        cluster:
+          accelerator: none
+          ssh: {{key: {key}, known_hosts: {known}}}
+        hosts:
+          - {{name: a, address: 10.0.0.1}}
+          - {{name: b, address: 10.0.0.2, key: /nonexistent/key}}
+        """
+    assert load(tmp_path, text, check_files=False).hosts[1].ssh.key == "/nonexistent/key"
+    err = error(tmp_path, text, check_files=True)
+    assert err.field == "hosts[1].key" and "no such file" in str(err)
+    inv = load(tmp_path, text.replace("/nonexistent/key", str(key)), check_files=True)
+    assert inv.cluster.ssh.known_hosts == str(known)
+
+
+@pytest.mark.parametrize(
+    "content, expect",
+    [
+        ("", "is empty: expected an SSH private key"),
+        ("  \n", "is empty: expected an SSH private key"),
+        ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG me@laptop\n", "is a public key: give the private key"),
+        ("ecdsa-sha2-nistp256 AAAAE2VjZHNh me\n", "is a public key"),
+        ("sk-ssh-ed25519@openssh.com AAAAGnNrLXNzaC1lZDI1NTE5 me\n", "is a public key"),
+        ("-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----\n", "is a public key"),
+        ("---- BEGIN SSH2 PUBLIC KEY ----\nAAAA\n---- END SSH2 PUBLIC KEY ----\n", "is a public key"),
+    ],
+)
+def test_key_that_is_not_a_private_key_is_refused(tmp_path, content, expect):
+    key = tmp_path / "id_ed25519"
+    key.write_text(content)
+    key.chmod(0o600)
+    err = error(tmp_path, one_cpu_host(f"ssh: {{key: {key}}}"), check_files=True)
+    assert expect in str(err) and err.field == "cluster.ssh.key" and err.line == 1
+    assert load(tmp_path, one_cpu_host(f"ssh: {{key: {key}}}")).hosts[0].ssh.key == str(key)  # not checked
+
+
+def test_public_key_is_named_before_its_mode(tmp_path):
+    key = tmp_path / "id_ed25519.pub"
+    key.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG me@laptop\n")
+    key.chmod(0o644)  # as public keys are
+    err = error(tmp_path, one_cpu_host(f"ssh: {{key: {key}}}"), check_files=True)
+    assert str(err).endswith(f"{key} is a public key: give the private key ({tmp_path / 'id_ed25519'}?)")
+
+
+def test_private_key_content_is_not_required_to_be_pem(tmp_path):
+    key = tmp_path / "id"
+    key.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n")
+    key.chmod(0o600)
+    assert load(tmp_path, one_cpu_host(f"ssh: {{key: {key}}}"), check_files=True).hosts[0].ssh.key == str(key)
+
+
+def test_group_readable_key_is_refused(tmp_path):
+    key = tmp_path / "id"
+    key.write_text("k")
+    key.chmod(0o640)
+    err = error(
+        tmp_path,
+        one_cpu_host(f"ssh: {{key: {key}}}"),
+        check_files=True,
+    )
+    assert f"is readable by others (mode 0640): run chmod 600 {key}" in str(err)
+    assert err.field == "cluster.ssh.key" and err.line == 1
+
+
+def test_secrets(tmp_path):
+    environ = {"HF_TOKEN": TOKEN, "WANDB_API_KEY": "wb"}
+
+    def secrets(cluster: str, environ) -> tuple[Secret, ...]:
+        return load(tmp_path, one_cpu_host(cluster), environ).cluster.secrets
+
+    assert secrets("", environ) == (Secret("HF_TOKEN", TOKEN),)
+    assert secrets("", {}) == ()
+    assert secrets("", {"HF_TOKEN": ""}) == ()
+    assert secrets("secrets: []", environ) == ()
+    assert secrets("secrets: [WANDB_API_KEY, HF_TOKEN]", environ) == (
+        Secret("WANDB_API_KEY", "wb"),
+        Secret("HF_TOKEN", TOKEN),
+    )
+    err = error(tmp_path, one_cpu_host("secrets: [HF_TOKEN]"), {}, check_files=True)
+    assert str(err).endswith("cluster.secrets: HF_TOKEN is not set in your environment")
+    err = error(tmp_path, one_cpu_host("secrets: [HF_TOKEN, HF_TOKEN]"), environ)
+    assert "listed twice" in str(err)
+
+
+def test_ansible_groups_defaults_and_ignored_vars(tmp_path):
+    inv = load(
+        tmp_path,
+        """
+        all:
+          vars:
+            ansible_user: ubuntu
+            ansible_python_interpreter: /usr/bin/python3
+            ntp_servers: [a, b]
+            bootstrap:
+              gpus_per_node: 4
+              ssh: {port: 2200}
+          children:
+            gpu:
+              vars:
+                ansible_user: gpuadmin
+                bootstrap_env: {NCCL_SOCKET_IFNAME: ens5}
+              children:
+                rack1:
+                  hosts:
+                    a:
+                      ansible_host: 10.0.0.1
+                      ansible_become: true
+                      ansible_ssh_common_args: -o ForwardAgent=yes
+                      anything_else: {x: 1}
+                    b:
+                      ansible_ssh_host: 10.0.0.2
+                      ansible_ssh_port: 2222
+                      ansible_private_key_file: /keys/b
+            monitored:
+              hosts:
+                a:
+                  bootstrap_role: worker
+                c:
+                  ansible_host: c.example.com
+                  vllm_host_ip: 10.0.0.3
+                  ansible_port: 22
+          hosts:
+            z:
+              ansible_host: 10.0.0.9
+              bootstrap_gpus: 4
+        """,
+    )
+    assert [h.name for h in inv.hosts] == ["z", "a", "b", "c"]  # a counted once
+    by = {h.name: h for h in inv.hosts}
+    assert by["z"].ssh == SSHTarget("10.0.0.9", "ubuntu", 2200)
+    assert by["a"].ssh == SSHTarget("10.0.0.1", "gpuadmin", 2200)
+    assert by["a"].env == (("NCCL_SOCKET_IFNAME", "ens5"),)
+    assert by["a"].role == "worker"
+    assert by["b"].ssh == SSHTarget("10.0.0.2", "gpuadmin", 2222, "/keys/b")
+    assert by["c"].ssh == SSHTarget("c.example.com", "ubuntu", 22)
+    assert by["c"].ip == "10.0.0.3"
+    assert inv.head.name == "z"
+    assert all(h.gpus == 4 for h in inv.hosts)
+
+
+def test_ansible_address_defaults_to_host_name(tmp_path):
+    inv = load(tmp_path, "all:\n  vars: {bootstrap: {accelerator: none}}\n  hosts: {10.0.0.7: }\n")
+    assert inv.hosts[0].name == "10.0.0.7"
+    assert inv.hosts[0].ssh.address == "10.0.0.7" and inv.hosts[0].ip == "10.0.0.7"
+
+
+def test_same_address_on_different_ports_is_two_hosts(tmp_path):
+    inv = load(
+        tmp_path,
+        """
+        cluster: {accelerator: none}
+        hosts:
+          - {name: a, address: nat.example.com, port: 2201, ip: 10.0.0.1}
+          - {name: b, address: nat.example.com, port: 2202, ip: 10.0.0.2}
+        """,
+    )
+    assert len(inv.hosts) == 2
+
+
+def test_ipv6_ip_is_normalised(tmp_path):
+    inv = load(tmp_path, "cluster: {accelerator: none}\nhosts: [{name: a, address: 'FD00:0::1'}]\n")
+    assert inv.hosts[0].ip == "fd00::1"
+    assert inv.hosts[0].ssh.address == "FD00:0::1"
+
+
+@pytest.mark.parametrize(
+    "given, stored",
+    [
+        ("localhost", "localhost"),
+        ("data-plane", "data-plane"),
+        ("all", "all"),
+        ("10.0.0.1", "10.0.0.1"),
+        ("127.0.0.1", "127.0.0.1"),
+        ("'0.0.0.0'", "0.0.0.0"),
+        ("'FD00:0::1'", "fd00::1"),
+        ("'::'", "::"),
+    ],
+)
+def test_dashboard_host_values(tmp_path, given, stored):
+    inv = load(tmp_path, one_cpu_host(f"dashboard_host: {given}"))
+    assert inv.cluster.dashboard_host == stored
+
+
+def test_dashboard_host_default_is_localhost(tmp_path):
+    assert load(tmp_path, one_cpu_host()).cluster.dashboard_host == "localhost"
+
+
+def test_dashboard_host_in_ray_args_alone_is_accepted(tmp_path):
+    inv = load(tmp_path, one_cpu_host("ray_args: [--dashboard-host=0.0.0.0]"))
+    assert inv.cluster.ray_args == ("--dashboard-host=0.0.0.0",)
+    assert inv.cluster.dashboard_host == "localhost"
+
+
+@pytest.mark.parametrize("value", ["public", "", "0.0.0.0/0", "gpu-a.example.com", "[::1]"])
+def test_dashboard_host_invalid(tmp_path, value):
+    err = error(tmp_path, one_cpu_host(f"dashboard_host: '{value}'"))
+    assert err.field == "cluster.dashboard_host"
+
+
+def test_dashboard_host_conflict_names_the_ray_args_item(tmp_path):
+    err = error(tmp_path, one_cpu_host("dashboard_host: all, ray_args: [--num-cpus=2, --dashboard-host, 10.0.0.1]"))
+    assert err.field == "cluster.ray_args[1]" and "conflicts with cluster.dashboard_host" in str(err)
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "vllm/vllm-openai:v0.8.5",
+        "vllm/vllm-openai",
+        "ubuntu",
+        "localhost:5000/team/vllm:dev",
+        "registry.example.com/a/b/c:1.0-rc1",
+        "nvcr.io/nvidia/pytorch:24.05-py3",
+        "vllm/vllm-openai@sha256:" + "0" * 64,
+        "vllm/vllm-openai:v1@sha256:" + "a" * 64,
+    ],
+)
+def test_valid_images(tmp_path, image):
+    text = one_cpu_host(f"image: '{image}'")
+    assert load(tmp_path, text).cluster.image == image
+
+
+@pytest.mark.parametrize(
+    "image",
+    ["vllm/vllm-openai:", "vllm//x", "-vllm/x", "vllm/x:tag:other", "vllm/x@sha256:abc", "a|b",
+     "x&y", "x>y", "x(y)", "x'y"],
+)
+def test_invalid_images(tmp_path, image):
+    text = one_cpu_host(f'image: "{image}"')
+    err = error(tmp_path, text)
+    assert err.field == "cluster.image" and "image reference" in str(err)
+
+
+@pytest.mark.parametrize(
+    "jump",
+    ["bastion", "ops@bastion", "ops@bastion.example.com:2222", "10.0.0.1:22", "[fd00::1]:22"],
+)
+def test_valid_jumps(tmp_path, jump):
+    text = one_cpu_host(f"ssh: {{jump: '{jump}'}}")
+    assert load(tmp_path, text).hosts[0].ssh.jump == jump
+
+
+@pytest.mark.parametrize(
+    "jump", ["ops@", "@bastion", "bastion:0", "bastion:99999", "a b", "a,b", "-oProxyCommand=x"]
+)
+def test_invalid_jumps(tmp_path, jump):
+    text = one_cpu_host(f"ssh: {{jump: '{jump}'}}")
+    assert error(tmp_path, text).field == "cluster.ssh.jump"
+
+
+@pytest.mark.parametrize(
+    "size, stored",
+    [("10.24g", "10.24g"), ("512m", "512m"), (1073741824, "1073741824"), ("1G", "1G")],
+)
+def test_shm_sizes(tmp_path, size, stored):
+    text = one_cpu_host(f"shm_size: {size!r}")
+    assert load(tmp_path, text).cluster.shm_size == stored
+
+
+@pytest.mark.parametrize("mount", ["/a:/b", "/a:/b:ro", "/a:/b:rw", "myvolume:/data"])
+def test_valid_mounts(tmp_path, mount):
+    text = one_cpu_host(f"mounts: ['{mount}']")
+    assert load(tmp_path, text).cluster.mounts == (mount,)
+
+
+@pytest.mark.parametrize("mount", ["/a", "./a:/b", "/a:/b:z", "/a:/b:ro:x", ":/b", "~/a:/b"])
+def test_invalid_mounts(tmp_path, mount):
+    text = one_cpu_host(f"mounts: ['{mount}']")
+    assert error(tmp_path, text).field == "cluster.mounts[0]"
+
+
+def test_hf_cache_mount_clash(tmp_path):
+    text = """
+        cluster: {accelerator: none, hf_cache: /hf, mounts: ['/x:/root/.cache/huggingface/']}
+        hosts: [{name: a, address: 10.0.0.1}]
+    """
+    assert "already mounted by cluster.hf_cache" in str(error(tmp_path, text))
+
+
+def test_default_port_clash_names_the_given_port(tmp_path):
+    err = error(tmp_path, one_cpu_host("ports: {vllm: 8265}"))
+    assert err.field == "cluster.ports.vllm"
+    assert "8265 is also the default dashboard port" in str(err)
+
+
+# --------------------------------------------------------------------------------------------
+# The file itself
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(InventoryError) as info:
+        load_inventory(tmp_path / "nope.yaml", {})
+    assert info.value.line is None and "no such file" in str(info.value)
+
+
+def test_directory(tmp_path):
+    with pytest.raises(InventoryError, match="is a directory"):
+        load_inventory(tmp_path, {})
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root reads anything")
+def test_unreadable_file(tmp_path):
+    path = write(tmp_path, "hosts: []\n")
+    path.chmod(0)
+    with pytest.raises(InventoryError, match="permission denied"):
+        load_inventory(path, {})
+
+
+def test_unreadable_file_reported(tmp_path, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    write(tmp_path, "hosts: []\n", "x.yaml")
+    monkeypatch.setattr("bootstrap.inventory.yamlfile.open", refuse, raising=False)
+    with pytest.raises(InventoryError) as info:
+        load_inventory(tmp_path / "x.yaml", {})
+    assert str(info.value) == f"{tmp_path / 'x.yaml'}: cannot read the file: permission denied"
+
+
+def test_machine_written_inventory_loads(tmp_path):
+    """yaml.safe_dump output (as `bootstrap sandbox up` writes it) loads with the file checks on."""
+    import yaml
+
+    key, known = tmp_path / "id_ed25519", tmp_path / "known_hosts"
+    key.write_text("k")
+    key.chmod(0o600)
+    known.write_text("")
+    doc = {
+        "cluster": {
+            "name": "sandbox",
+            "image": "172.30.0.2:5000/bootstrap/vllm-cpu:3f2a9c",
+            "accelerator": "none",
+            "env": {"GLOO_SOCKET_IFNAME": "eth0", "FLAG": "on", "N": "0022"},
+            "ssh": {
+                "user": "root", "key": str(key), "known_hosts": str(known), "connect_timeout": 5
+            },
+        },
+        "hosts": [{"name": f"node{i}", "address": f"172.30.0.{10 + i}"} for i in range(3)],
+    }
+    path = tmp_path / "inventory.yaml"
+    path.write_text("# header\n" + yaml.safe_dump(doc, sort_keys=False))
+    inv = load_inventory(path, {}, check_files=True)
+    assert [h.ip for h in inv.hosts] == ["172.30.0.10", "172.30.0.11", "172.30.0.12"]
+    assert inv.head.name == "node0" and inv.cluster.ssh.connect_timeout == 5.0
+    assert dict(inv.cluster.env) == {"GLOO_SOCKET_IFNAME": "eth0", "FLAG": "on", "N": "0022"}
+    assert all(h.ssh == SSHTarget(h.ip, "root", None, str(key)) for h in inv.hosts)
+
+
+def test_path_like_and_str(tmp_path):
+    path = write(tmp_path, "cluster: {accelerator: none}\nhosts: [{name: a, address: 10.0.0.1}]\n")
+    assert load_inventory(path, {}).path == str(path)
+    assert load_inventory(str(path), {}).path == str(path)
+
+
+def test_default_environ_is_os_environ(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "from-os")
+    path = write(tmp_path, "cluster: {accelerator: none}\nhosts: [{name: a, address: 10.0.0.1}]\n")
+    assert load_inventory(path).cluster.secrets == (Secret("HF_TOKEN", "from-os"),)
+
+
+def test_not_a_regular_file_is_refused_before_it_is_read(tmp_path):
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)  # nothing writes to it: opening or reading it would wait forever
+    for path, kind in ((fifo, "a FIFO"), ("/dev/zero", "a character device"), ("/dev/null", "a character device")):
+        with pytest.raises(InventoryError) as info:
+            load_inventory(path, {})
+        assert str(info.value) == f"{path}: not a regular file ({kind}): give the path of the inventory file"
+
+
+def test_empty_path_and_directory_are_named(tmp_path):
+    with pytest.raises(InventoryError) as info:
+        load_inventory("", {})
+    assert str(info.value) == "'': no inventory file: the path is empty"
+    with pytest.raises(InventoryError) as info:
+        load_inventory(f"{tmp_path}/", {})
+    assert str(info.value) == f"{tmp_path}/: is a directory, not an inventory file"
+    with pytest.raises(InventoryError) as info:
+        load_inventory(f"{tmp_path}/a\x00b.yaml", {})
+    assert str(info.value) == repr(f"{tmp_path}/a\x00b.yaml") + ": no such file: a path cannot contain a NUL character"
+
+
+def test_oversized_file_is_refused_before_it_is_read(tmp_path):
+    from bootstrap.inventory import _MAX_FILE_BYTES
+
+    path = tmp_path / "big.yaml"
+    path.write_text("# padding\n" * (_MAX_FILE_BYTES // 10 + 1))
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path, {})
+    size = path.stat().st_size
+    assert str(info.value).startswith(f"{path}: the file is {size} bytes; an inventory is at most 256 KiB")
+
+
+def test_a_file_name_with_control_characters_is_shown_escaped(tmp_path):
+    path = tmp_path / "a\nb\x1b.yaml"
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path, {})
+    assert str(info.value) == f"{str(path)!r}: no such file"
+
+
+@pytest.mark.parametrize("where, kind", [("/dev/zero", "a character device"), ("fifo", "a FIFO")])
+def test_cli_refuses_a_device_or_a_fifo_in_one_line(tmp_path, where, kind):
+    if where == "fifo":
+        where = str(tmp_path / "fifo")
+        os.mkfifo(where)
+    r = subprocess.run([sys.executable, "-m", "bootstrap", "validate", "-i", where], cwd=ROOT,
+                       capture_output=True, text=True, timeout=30)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and r.stdout == "" and len(lines) == 1 and lines[0].startswith("error: ")
+    assert f"{where}: not a regular file ({kind})" in lines[0]
+
+
+def test_yaml_anchors_and_merge_keys_work(tmp_path):
+    inv = load(
+        tmp_path,
+        """
+        cluster: {accelerator: none, env: &common {A: "1"}}
+        hosts:
+          - &base {name: a, address: 10.0.0.1, env: *common}
+          - <<: *base
+            name: b
+            address: 10.0.0.2
+        """,
+    )
+    assert [h.name for h in inv.hosts] == ["a", "b"]
+    assert inv.hosts[1].env == (("A", "1"),)
+
+
+def test_merge_keys_keep_yaml_precedence(tmp_path):
+    inv = load(
+        tmp_path,
+        """
+        cluster:
+          accelerator: none
+          env:
+            <<: [&a {A: a, B: a, C: a}, &b {B: b, C: b, D: b}]
+            C: own
+        hosts:
+          - {name: h, address: 10.0.0.1, env: {<<: [*b, *a]}}
+        """,
+    )
+    # Explicit keys win, then the earlier mapping of the list; the order is the first appearance.
+    assert dict(inv.cluster.env) == {"A": "a", "B": "a", "C": "own", "D": "b"}
+    assert dict(inv.hosts[0].env) == {"A": "a", "B": "b", "C": "b", "D": "b"}
+
+
+def test_merge_keys_cannot_explode(tmp_path):
+    lines = ["x-defaults:", "  m0: &m0 {A: '1', B: '2'}"]
+    lines += [f"  m{i}: &m{i} {{<<: [*m{i - 1}, *m{i - 1}]}}" for i in range(1, 200)]
+    err = error(tmp_path, "\n".join(lines) + "\n" + one_cpu_host())
+    assert "unknown top-level key 'x-defaults'" in str(err)
+    # Many merges of one big mapping are counted as they are expanded.
+    big = "m: &m {" + ", ".join(f"k{i}: 1" for i in range(2000)) + "}\n"
+    err = error(tmp_path, big + "".join(f"x{i}: {{<<: *m}}\n" for i in range(100)))
+    assert "more than 32000 YAML values once merge keys (<<) are expanded" in str(err) and err.line == 18
+
+
+def test_duplicate_key_in_a_mapping_merged_before_it_is_built(tmp_path):
+    err = error(tmp_path, "a: [{k: &d {x: 1, x: 2}}]\nb: {<<: *d}\n")
+    assert str(err).endswith("duplicate key 'x' (first on line 1)") and err.line == 1
+
+
+def test_recursive_yaml_is_an_error_not_a_crash(tmp_path):
+    err = error(tmp_path, "all:\n  children:\n    g: &g\n      children:\n        h: *g\n")
+    assert "contains itself" in str(err)
+
+
+def test_aliased_groups_cannot_explode(tmp_path):
+    lines = ["all:", "  hosts: {a: {ansible_host: 10.0.0.1}}", "  children:", "    g0: &g0 {}"]
+    lines += [f"    g{i}: &g{i} {{children: {{x: *g{i - 1}, y: *g{i - 1}}}}}" for i in range(1, 40)]
+    err = error(tmp_path, "\n".join(lines) + "\n")
+    assert "repeated too often" in str(err)
+
+
+# --------------------------------------------------------------------------------------------
+# Limits: whatever the file holds, loading it costs under a second (measured as CPU time, so that a
+# busy machine does not fail these tests; on a loaded 2-core CI machine the worst was 0.95 s).
+
+MAX_BYTES = 256 << 10
+
+
+def hosts_lines(n: int, fmt: str = "    10.{a}.{b}.{c}:") -> list[str]:
+    return [fmt.format(a=i >> 16, b=(i >> 8) & 255, c=i & 255, i=i) for i in range(1, n + 1)]
+
+
+def timed_error(tmp_path, text: str) -> tuple[InventoryError, float]:
+    path = write(tmp_path, text, "limits.yaml")
+    start = time.process_time()
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path, {}, check_files=False)
+    return info.value, time.process_time() - start
+
+
+ANSIBLE_CPU = "all:\n  vars: {bootstrap: {accelerator: none}}\n"
+
+
+def test_sixty_thousand_hosts_are_refused_quickly(tmp_path):
+    native = one_cpu_host().split("hosts:")[0] + "hosts:\n" + "\n".join(
+        hosts_lines(60000, "  - {{name: n{i}, address: 10.{a}.{b}.{c}}}")) + "\n"
+    err, seconds = timed_error(tmp_path, native)  # 2.4 MB: refused by its size, unread
+    assert "an inventory is at most 256 KiB (it holds at most 2000 hosts)" in str(err) and seconds < 0.1
+    compact = ANSIBLE_CPU + "  hosts:\n" + "\n".join(hosts_lines(60000)) + "\n"  # 1 MB
+    err, seconds = timed_error(tmp_path, compact)
+    assert "an inventory is at most 256 KiB" in str(err) and seconds < 0.1
+    compact = ANSIBLE_CPU + "  hosts:\n" + "\n".join(hosts_lines(60000, "    h{i}:")[:20000]) + "\n"  # 230 KB
+    err, seconds = timed_error(tmp_path, compact)
+    assert "more than 32000 YAML values" in str(err) and err.line == 15998 and seconds < 2
+
+
+def test_more_than_2000_hosts_are_refused(tmp_path):
+    err, _ = timed_error(tmp_path, ANSIBLE_CPU + "  hosts:\n" + "\n".join(hosts_lines(2001)) + "\n")
+    assert str(err).endswith("all.hosts.10.0.7.209: more than 2000 hosts: bootstrap makes one Ray cluster, and Ray"
+                             " supports 2000 nodes in one; split the machines into several clusters")
+    native = one_cpu_host().split("hosts:")[0] + "hosts:\n" + "\n".join(
+        hosts_lines(2001, "  - {{name: n{i}, address: 10.{a}.{b}.{c}}}")) + "\n"
+    err, _ = timed_error(tmp_path, native)
+    assert err.field == "hosts[2000]" and err.line == 2003 and "more than 2000 hosts" in str(err)
+
+
+def test_2000_hosts_load(tmp_path):
+    text = ANSIBLE_CPU + "  hosts:\n" + "\n".join(hosts_lines(2000, "    h{i}: {{ansible_host: 10.{a}.{b}.{c}}}"))
+    start = time.process_time()
+    inv = load(tmp_path, text + "\n")
+    assert len(inv.hosts) == 2000 and time.process_time() - start < 2
+
+
+def test_groups_repeated_through_aliases_are_refused_quickly(tmp_path):
+    lines = [ANSIBLE_CPU + "  children:", "    g0: &g0", "      hosts:"]
+    lines += hosts_lines(100, "        h{i}: {{ansible_host: 10.{a}.{b}.{c}}}")
+    lines += [f"    g{i}: &g{i} {{children: {{x: *g{i - 1}, y: *g{i - 1}}}}}" for i in range(1, 60)]
+    err, seconds = timed_error(tmp_path, "\n".join(lines) + "\n")
+    assert "the groups list hosts more than 16000 times (YAML aliases repeating a group?)" in str(err)
+    assert seconds < 0.5
+
+
+DEEP_BLOCK = "".join(f"r{j}:\n" + "".join("  " * (i + 1) + f"k{i}:\n" for i in range(29)) + "  " * 30 + "v: 1\n"
+                     for j in range(MAX_BYTES // 1100))
+
+
+@pytest.mark.parametrize(
+    "text, expect",
+    [
+        ("a: " + "[" * 100000 + "\n", "[...] and {...} nested more than 10 levels deep"),
+        ("a:\n" + "".join("  " * i + f"- k{i}:\n" for i in range(1, 40)), "nested more than 32 levels deep"),
+        ("a: [" + ", ".join(["[" * 9 + "]" * 9] * 4000) + "]\n", "more than 32000 YAML values"),
+        (DEEP_BLOCK, "unknown top-level key 'r0'"),
+        ("a: [" + "1, " * 80000 + "1]\n", "more than 32000 YAML values"),
+        ("a: &a x\nb: [" + "*a, " * 60000 + "*a]\n", "more than 32000 YAML values"),
+        ("\n" * (MAX_BYTES - 1), "the file is empty"),
+        ("#" * (MAX_BYTES - 1), "the file is empty"),
+    ],
+    ids=["flow-deep", "block-deep", "flow-deep-and-many", "block-deep-and-long", "many-values", "many-aliases",
+         "blank-lines", "one-comment"],
+)
+def test_hostile_yaml_is_refused_quickly(tmp_path, text, expect):
+    err, seconds = timed_error(tmp_path, text)
+    assert expect in str(err) and seconds < 2
+
+
+# --------------------------------------------------------------------------------------------
+# Values are parsed into their types and compared in canonical form
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("!!int abc", "'abc' is not a valid !!int value"),
+        ("!!int ''", "'' is not a valid !!int value"),
+        ("!!bool maybe", "'maybe' is not a valid !!bool value"),
+        ("!!float x", "'x' is not a valid !!float value"),
+        ("!!timestamp nope", "'nope' is not a valid !!timestamp value"),
+        ("!!timestamp 2024-02-30", "'2024-02-30' is not a valid !!timestamp value"),
+        ("!!binary 'a'", "invalid YAML: failed to decode base64 data"),
+        ("!!map x", "a scalar cannot be a !!map"),
+        ("!!seq {a: 1}", "a mapping cannot be a !!seq"),
+        ("!!omap x", "expected a sequence"),
+        ("!!set [a]", "expected a mapping node"),
+        ("!!python/object:os.system x", "could not determine a constructor"),
+        ("9" * 4301, "a number of 4301 characters is too long"),
+        ("-" + "9" * 200, "a number of 201 characters is too long"),
+        ("!!float " + "9" * 200, "a number of 200 characters is too long"),
+    ],
+)
+def test_values_that_their_tag_refuses_are_located(tmp_path, value, message):
+    text = f"cluster:\n  accelerator: none\n  nofile: {value}\nhosts: [{{name: a, address: 10.0.0.1}}]\n"
+    err = error(tmp_path, text)
+    assert message in str(err) and err.line == 3 and str(err).isprintable()
+
+
+@pytest.mark.parametrize("char", ["\x00", "\x07", "\x1b", "\x7f", "\x9b", "\ufffe"])
+def test_raw_control_characters_are_refused_with_their_line(tmp_path, char):
+    path = tmp_path / "ctl.yaml"
+    path.write_text(f"cluster: {{accelerator: none}}\n# note\nhosts: [{{name: a{char}, address: 10.0.0.1}}]\n")
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path, {})
+    assert info.value.line == 3 and f"the non-printable character {char!r}" in str(info.value)
+    assert str(info.value).isprintable()
+
+
+def test_messages_show_escaped_characters_never_raw_ones(tmp_path):
+    for escape in ("\\n", "\\r", "\\t", "\\e", "\\a", "\\0", "\\x9b", "\\u2028", "\\N"):
+        for field in ("image", "name", "hf_cache", "dashboard_host", "ssh: {jump", "ssh: {user", "ssh: {key"):
+            close = "}" if "{" in field else ""
+            text = (f'cluster: {{accelerator: none, {field}: "x{escape}y"{close}}}\n'
+                    "hosts: [{name: a, address: 10.0.0.1}]\n")
+            err = error(tmp_path, text, check_files=True)
+            assert str(err).isprintable(), (field, escape, str(err))
+        err = error(tmp_path, f'all:\n  hosts:\n    "a{escape}b": {{ansible_host: 10.0.0.1}}\n')
+        assert str(err).isprintable() and err.field.isprintable()
+
+
+@pytest.mark.parametrize("address", ["fe80::1%eth0", "fe80::1%enp0s31f6", "fe80::1%3", "fe80::1%bond0.100"])
+def test_ipv6_zone_that_is_an_interface_is_accepted(tmp_path, address):
+    inv = load(tmp_path, f"cluster: {{accelerator: none}}\nhosts: [{{name: a, address: '{address}'}}]\n")
+    assert inv.hosts[0].ssh.address == address and inv.hosts[0].ip == address
+
+
+@pytest.mark.parametrize(
+    "zone", ["eth0 --block; id", "$(id)", "eth0\\n", "abcdefghijklmnop", "eth0'", "`id`", "a,b"]
+)
+def test_ipv6_zone_that_is_not_an_interface_is_refused(tmp_path, zone):
+    for field, host in (("address", f'address: "fe80::1%{zone}"'), ("ip", f'address: a, ip: "fe80::1%{zone}"')):
+        err = error(tmp_path, f"cluster: {{accelerator: none}}\nhosts: [{{name: a, {host}}}]\n")
+        assert err.field == f"hosts[0].{field}" and "has the zone" in str(err) and str(err).isprintable()
+
+
+def test_ipv4_mapped_address_is_the_ipv4_address(tmp_path):
+    inv = load(tmp_path, "cluster: {accelerator: none}\nhosts: [{name: a, address: '::ffff:10.0.0.1'}]\n")
+    assert inv.hosts[0].ip == "10.0.0.1" and inv.hosts[0].ssh.address == "::ffff:10.0.0.1"
+    two = "cluster: {accelerator: none}\nhosts: [{name: a, address: 10.0.0.1}, {name: b, address: '::FFFF:a00:1'"
+    err = error(tmp_path, two + ", ip: 10.0.0.2}]\n")
+    assert str(err).endswith("hosts[1].address: ::FFFF:a00:1 (port 22) is already the address of a")
+    inv = load(tmp_path, two + ", port: 2222, ip: 10.0.0.2}]\n")  # another port: another SSH target
+    assert inv.hosts[1].ssh.address == "::FFFF:a00:1"
+
+
+@pytest.mark.parametrize("ip", ["255.255.255.255", "0.0.0.0", "::", "224.0.0.1", "ff02::1", "::ffff:255.255.255.255"])
+def test_addresses_of_no_single_host_are_refused(tmp_path, ip):
+    for field, host in (("ip", f"address: a.example.com, ip: '{ip}'"), ("address", f"address: '{ip}', ip: 10.0.0.1")):
+        err = error(tmp_path, f"cluster: {{accelerator: none}}\nhosts: [{{name: a, {host}}}]\n")
+        assert err.field == f"hosts[0].{field}"
+        assert any(w in str(err) for w in ("unspecified", "broadcast", "multicast"))
+
+
+def test_nofile_up_to_the_kernel_default_maximum(tmp_path):
+    assert load(tmp_path, one_cpu_host("nofile: 1048576")).cluster.nofile == 1048576
+    err = error(tmp_path, one_cpu_host("nofile: 1048577"))
+    assert err.field == "cluster.nofile" and "must be at most 1048576" in str(err)
+
+
+@pytest.mark.parametrize(
+    "mount", ["/a:/", "/a://", "/a:/.", "/a:/proc", "/a:/sys/fs/cgroup", "/a:/dev/shm", "/a:/x/../../dev",
+              "/a:/etc", "/a:/usr:ro", "/a:/lib64"],
+)
+def test_mounts_over_the_containers_system_are_refused(tmp_path, mount):
+    err = error(tmp_path, one_cpu_host(f"mounts: ['{mount}']"))
+    assert err.field == "cluster.mounts[0]" and "the destination" in str(err)
+
+
+@pytest.mark.parametrize("mount", ["/a:/etc/ssl/certs:ro", "/a:/usr/local/models", "/a:/devices", "/a:/root/x"])
+def test_mounts_under_system_directories_are_accepted(tmp_path, mount):
+    assert load(tmp_path, one_cpu_host(f"mounts: ['{mount}']")).cluster.mounts == (mount,)
+
+
+@pytest.mark.parametrize("name", ["VLLM_HOST_IP"])
+def test_variables_the_plan_sets_are_refused_in_env_and_secrets(tmp_path, name):
+    err_env = error(tmp_path, one_cpu_host(f"env: {{{name}: x}}"))
+    err_secret = error(tmp_path, one_cpu_host(f"secrets: [{name}]"), {name: "x"})
+    assert err_env.message == err_secret.message
+    assert (err_env.field, err_secret.field) == ("cluster.env", "cluster.secrets")
+
+
+def test_unknown_bootstrap_variables_are_refused_others_ignored(tmp_path):
+    base = "all:\n  vars: {bootstrap: {accelerator: none}, bootstrap_env: {A: '1'}, bootstraps: x}\n"
+    inv = load(tmp_path, base + "  hosts: {a: {ansible_host: 10.0.0.1, bootstrap_role: head, my_var: 1}}\n")
+    assert inv.hosts[0].env == (("A", "1"),)
+    err = error(tmp_path, base + "  hosts: {a: {ansible_host: 10.0.0.1, bootstrap_gpus_per_node: 8}}\n")
+    assert err.field == "all.hosts.a" and "unknown variable 'bootstrap_gpus_per_node'" in str(err)
+
+
+# --------------------------------------------------------------------------------------------
+# Robustness: damaged inventories only ever raise InventoryError, on one line, without secrets.
+
+_TOKENS = [
+    "", "null", "~", "[]", "{}", "[1, 2]", "{a: 1}", "true", "yes", "0", "-1", "1.5", ".inf",
+    "'x'", '"a b"', "&a x", "*a", "!!binary aGVsbG8=", "!!set {a}", "!!omap [a: 1]", "<<: {x: 1}",
+    "!foo bar", "65536", "::1", "2024-01-01", "0x1F", "\"\\0\"", "- a", "? x", "@", "`", "\t",
+    '"{{ x }}"', "=", "10:30", "127.0.0.1",
+]
+
+
+def test_mutated_inventories_fail_cleanly(tmp_path):
+    rng = random.Random(20240601)
+    sources = [EXAMPLE.read_text(), ANSIBLE_EXAMPLE.read_text()]
+    path = tmp_path / "fuzz.yaml"
+    for _ in range(1500):
+        lines = rng.choice(sources).split("\n")
+        for _ in range(rng.randint(1, 3)):
+            j = rng.randrange(len(lines))
+            op = rng.random()
+            if op < 0.3 and ":" in lines[j]:
+                k = lines[j].index(":")
+                lines[j] = lines[j][: k + 1] + " " + rng.choice(_TOKENS)
+            elif op < 0.5:
+                del lines[j]
+            elif op < 0.7:
+                lines.insert(j, lines[rng.randrange(len(lines))])
+            elif op < 0.85:
+                lines[j] = " " * rng.randint(0, 8) + lines[j].lstrip()
+            else:
+                k = rng.randint(0, len(lines[j]))
+                lines[j] = lines[j][:k] + rng.choice(_TOKENS) + lines[j][k:]
+        path.write_text("\n".join(lines))
+        try:
+            load_inventory(path, ENVIRON, check_files=False)
+        except InventoryError as e:
+            assert "\n" not in str(e) and TOKEN not in str(e)
+
+
+def test_image_copy_port_clash_and_peer_copy_type_are_located(tmp_path):
+    err = error(tmp_path, one_cpu_host("ports: {image_copy: 6379}"))
+    assert err.field == "cluster.ports.image_copy"
+    assert "6379 is also the default ray_gcs port" in str(err)
+    err = error(tmp_path, one_cpu_host("peer_copy: sometimes"))
+    assert err.field == "cluster.peer_copy"

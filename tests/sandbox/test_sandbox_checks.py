@@ -1,0 +1,176 @@
+"""`check-nccl` and `doctor` on the real sandbox, healthy and with planted faults.
+
+The planted faults are real: a wrong interface name, a worker cut off from the data network with
+iptables (SSH from this machine still works), a container started by hand with a wrong
+VLLM_HOST_IP, an image without Ray, a paused (unreachable) worker.
+"""
+import json
+import subprocess
+import time
+
+import pytest
+
+from tests.support.sandbox import CONTAINER, cli, on_node, write_inventory
+
+pytestmark = pytest.mark.sandbox
+SIZES = "1024,65536,1048576"
+
+
+@pytest.fixture(scope="module")
+def cluster(sandbox3):
+    inv = str(sandbox3.inventory)
+    r = cli("up", "-i", inv)
+    assert r.returncode == 0, r.stderr
+    yield sandbox3
+    cli("down", "-i", inv)
+
+
+def leftovers(node):
+    """Processes of the check still alive inside the node's container, and its script file."""
+    ps = on_node(node, "docker", "exec", CONTAINER, "sh", "-c",
+                 "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done", check=False).stdout
+    procs = [ln for ln in ps.splitlines() if "nccl_check" in ln]
+    f = on_node(node, "docker", "exec", CONTAINER, "test", "-e", "/tmp/bootstrap_nccl_check.py", check=False)
+    return procs, f.returncode == 0
+
+
+def nccl(inv, *extra):
+    r = cli("check-nccl", "-i", str(inv), "--json", "--sizes", SIZES, "--iters", "5", *extra)
+    return r, (json.loads(r.stdout) if r.stdout.strip().startswith("{") else None)
+
+
+def test_check_nccl_passes_over_gloo_with_bandwidth(cluster):
+    r, doc = nccl(cluster.inventory)
+    assert r.returncode == 0, r.stderr
+    assert doc["ok"] and doc["backend"] == "gloo" and doc["world_size"] == 3
+    assert doc["verdict"].startswith("PASS")
+    assert [(n["host"], n["ok"], n["last_phase"]) for n in doc["nodes"]] == [
+        (n.name, True, "done") for n in cluster.nodes]
+    sizes = [b["bytes"] for b in doc["bandwidth"]]
+    assert sizes == [1024, 65536, 1048576]
+    for b in doc["bandwidth"]:
+        assert b["busbw_GBps"] == pytest.approx(b["algbw_GBps"] * 2 * 2 / 3, rel=1e-3, abs=2e-6)
+        assert b["algbw_GBps"] == pytest.approx(b["bytes"] / (b["time_us"] * 1e-6) / 1e9, rel=1e-2, abs=2e-6)
+    assert [f for f in doc["findings"] if f["severity"] == "error"] == []
+    for n in cluster.nodes:
+        assert leftovers(n) == ([], False), n.name
+
+
+def test_check_nccl_with_one_rank_reports_nothing_to_measure(cluster, tmp_path):
+    """One node, one rank: every phase runs, but there is no communication to time."""
+    inv = write_inventory(cluster.inventory, tmp_path / "one.yaml", lambda d: d.update(hosts=d["hosts"][:1]))
+    r, doc = nccl(inv)
+    assert r.returncode == 0, r.stderr
+    assert doc["ok"] and doc["world_size"] == 1 and doc["bandwidth"] == []
+    assert doc["bandwidth_note"] == "one rank: nothing to measure"
+    assert doc["verdict"].endswith("bandwidth: one rank: nothing to measure"), doc["verdict"]
+    text = cli("check-nccl", "-i", inv, "--sizes", SIZES, "--iters", "5")
+    assert text.returncode == 0, text.stderr
+    assert "all-reduce bandwidth (gloo): one rank: nothing to measure" in text.stdout
+    assert "GB/s" not in text.stdout
+
+
+def test_doctor_on_a_healthy_cluster_finds_no_error(cluster):
+    r = cli("doctor", "-i", str(cluster.inventory), "--json")
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0, doc
+    assert doc["ok"] and not [f for f in doc["findings"] if f["severity"] == "error"]
+
+
+def test_wrong_interface_on_one_node(cluster, tmp_path):
+    n3 = cluster.nodes[2]
+
+    def bad_ifname(d):
+        d["hosts"][2]["env"] = {"GLOO_SOCKET_IFNAME": "eth9"}
+    inv = write_inventory(cluster.inventory, tmp_path / "badif.yaml", bad_ifname)
+    assert cli("up", "-i", inv).returncode == 0
+    t = time.monotonic()
+    r, doc = nccl(inv, "--deadline", "60")
+    took = time.monotonic() - t
+    assert r.returncode != 0 and not doc["ok"]
+    assert took < 60 + 30, took
+    assert doc["verdict"].startswith(f"FAIL on {n3.name}:"), doc["verdict"]
+    f = [x for x in doc["findings"] if x["host"] == n3.name and x["id"] == "socket-ifname-missing"]
+    assert f and "eth9" in f[0]["evidence"] and "eth0" in f[0]["fix"]
+    d = cli("doctor", "-i", inv, "--json")
+    assert d.returncode == 1
+    assert any(x["id"] == "socket-ifname-missing" and x["host"] == n3.name for x in json.loads(d.stdout)["findings"])
+    for n in cluster.nodes:
+        assert leftovers(n) == ([], False), n.name
+    assert cli("up", "-i", str(cluster.inventory)).returncode == 0  # heal: node3 recreated
+
+
+def test_worker_cut_off_from_the_data_network(cluster):
+    n1, n2, n3 = cluster.nodes
+    rules = [["iptables", "-I", "INPUT", "-s", n.ip, "-j", "DROP"] for n in (n1, n2)] + \
+            [["iptables", "-I", "OUTPUT", "-d", n.ip, "-j", "DROP"] for n in (n1, n2)]
+    for rule in rules:
+        on_node(n3, *rule)
+    try:
+        t = time.monotonic()
+        r, doc = nccl(cluster.inventory, "--deadline", "60")
+        took = time.monotonic() - t
+    finally:
+        on_node(n3, "iptables", "-F", "INPUT")
+        on_node(n3, "iptables", "-F", "OUTPUT")
+    assert r.returncode != 0 and not doc["ok"]
+    assert took < 60 + 30, took
+    assert doc["verdict"].startswith(f"FAIL on {n3.name}: cannot reach the head"), doc["verdict"]
+    rows = {n["host"]: n for n in doc["nodes"]}
+    assert not rows[n3.name]["ok"] and rows[n2.name]["ok"]
+    for n in cluster.nodes:
+        assert leftovers(n) == ([], False), n.name
+    # A later `up` heals whatever Ray lost during the partition.
+    assert cli("up", "-i", str(cluster.inventory), "--wait", "120").returncode == 0
+
+
+def test_doctor_names_a_wrong_vllm_host_ip(cluster):
+    n2 = cluster.nodes[1]
+    plan = json.loads(cli("plan", "-i", str(cluster.inventory), "--json").stdout)
+    argv = next(p["argv"] for p in plan if p["host"] == n2.name)
+    i = argv.index(f"VLLM_HOST_IP={n2.ip}")
+    argv[i] = "VLLM_HOST_IP=172.31.240.99"  # what a hand-made container with a stale IP looks like
+    argv = [a for j, a in enumerate(argv) if not (a == "--label" or (j and argv[j - 1] == "--label"))]
+    argv = [a.replace("<host hard limit>", "20000") for a in argv]
+    on_node(n2, "docker", "rm", "-f", CONTAINER)
+    on_node(n2, *argv)
+    r = cli("doctor", "-i", str(cluster.inventory), "--json")
+    assert r.returncode == 1
+    f = [x for x in json.loads(r.stdout)["findings"] if x["id"] == "ray-ip-mismatch"]
+    assert f and f[0]["host"] == n2.name and "172.31.240.99" in f[0]["evidence"]
+    up = cli("up", "-i", str(cluster.inventory), "--json")  # heal: not created by bootstrap -> recreated
+    acts = {h["host"]: h["action"] for h in json.loads(up.stdout)["hosts"]}
+    assert acts[n2.name] == "recreate"
+
+
+def test_doctor_names_an_unreachable_worker(cluster):
+    n3 = cluster.nodes[2]
+    subprocess.run(["docker", "pause", n3.container], check=True)
+    try:
+        r = cli("doctor", "-i", str(cluster.inventory), "--json")
+    finally:
+        subprocess.run(["docker", "unpause", n3.container], check=True)
+    assert r.returncode == 1
+    f = [x for x in json.loads(r.stdout)["findings"] if x["id"] == "host-unreachable"]
+    assert [x["host"] for x in f] == [n3.name]
+
+
+def test_doctor_names_an_image_without_ray(cluster, tmp_path):
+    image = "bootstrap-sandbox/base:bookworm"
+    inv = write_inventory(cluster.inventory, tmp_path / "noray.yaml",
+                          lambda d: d["cluster"].update(image=image, container_name="noray"))
+    n1 = cluster.nodes[0]
+    save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+    subprocess.run(["docker", "exec", "-i", n1.container, "docker", "load", "-q"], stdin=save.stdout, check=True,
+                   capture_output=True)
+    save.wait()
+    # What vLLM's run_cluster.sh does with such an image: the node container dies at once.
+    on_node(n1, "docker", "run", "-d", "--name", "noray", "--entrypoint", "sh", image, "-c", "ray start --block")
+    try:
+        r = cli("doctor", "-i", inv, "--json")
+        doc = json.loads(r.stdout)
+    finally:
+        on_node(n1, "docker", "rm", "-f", "noray", check=False)
+    assert r.returncode == 1
+    ids = {(x["id"], x["host"]) for x in doc["findings"]}
+    assert ("ray-missing", n1.name) in ids, ids

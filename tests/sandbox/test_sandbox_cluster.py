@@ -1,0 +1,255 @@
+"""`bootstrap up/status/down` on a real multi-host sandbox: sshd, dockerd, registry and Ray.
+
+Every claim is checked from outside the tool, with `docker exec` into the simulated hosts.
+"""
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+
+import pytest
+
+from tests.support.sandbox import (
+    CONTAINER,
+    ROOT,
+    cli,
+    container_id,
+    node_env,
+    on_node,
+    ray_alive_ids,
+    ray_alive_ips,
+    write_inventory,
+)
+
+pytestmark = pytest.mark.sandbox
+
+
+@pytest.fixture(scope="module")
+def cluster(sandbox3):
+    inv = str(sandbox3.inventory)
+    cli("down", "-i", inv)
+    yield sandbox3
+    cli("down", "-i", inv)
+
+
+def test_up_forms_a_ray_cluster_with_one_node_per_host(cluster):
+    r = cli("up", "-i", str(cluster.inventory), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["changed"] is True
+    assert [(h["host"], h["action"], h["ray_alive"]) for h in doc["hosts"]] == [
+        (n.name, "create", True) for n in cluster.nodes]
+    # From outside the tool: a running container per host, VLLM_HOST_IP = the host's own IP,
+    # and Ray's node IPs are exactly those.
+    ips = []
+    for n in cluster.nodes:
+        assert container_id(n), f"no container on {n.name}"
+        assert node_env(n, "VLLM_HOST_IP") == n.ip
+        ips.append(n.ip)
+    assert ray_alive_ips(cluster.nodes[0]) == sorted(ips)
+    # `ray status` (the autoscaler's view) trails the GCS node table by a few seconds
+    for _ in range(30):
+        status = on_node(cluster.nodes[0], "docker", "exec", CONTAINER, "ray", "status").stdout
+        if status.count(" node_") == 3:
+            break
+        time.sleep(1)
+    assert status.count(" node_") == 3, status
+
+
+def test_status_reports_every_node(cluster):
+    r = cli("status", "-i", str(cluster.inventory), "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["nodes"]
+    assert [(x["host"], x["ip"], x["role"], x["container"], x["ray_alive"]) for x in rows] == [
+        (n.name, n.ip, "head" if i == 0 else "worker", "running", True) for i, n in enumerate(cluster.nodes)]
+
+
+def test_second_up_changes_nothing(cluster):
+    before = [container_id(n) for n in cluster.nodes]
+    r = cli("up", "-i", str(cluster.inventory), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["changed"] is False
+    assert {h["action"] for h in doc["hosts"]} == {"keep"}
+    assert [container_id(n) for n in cluster.nodes] == before
+    human = cli("up", "-i", str(cluster.inventory))
+    assert "nothing changed" in human.stdout
+
+
+def test_changed_spec_recreates_only_that_host(cluster, tmp_path):
+    before = [container_id(n) for n in cluster.nodes]
+    old_ids = ray_alive_ids(cluster.nodes[0]).get(cluster.nodes[2].ip, [])
+
+    def add_env(doc):
+        doc["hosts"][2]["env"] = {"NCCL_DEBUG": "INFO", "ODD_VALUE": "it's $(touch /tmp/pwned) `x`"}
+    inv = write_inventory(cluster.inventory, tmp_path / "changed.yaml", add_env)
+    r = cli("up", "-i", inv, "--json")
+    assert r.returncode == 0, r.stderr
+    acts = {h["host"]: (h["action"], h["reason"]) for h in json.loads(r.stdout)["hosts"]}
+    n1, n2, n3 = cluster.nodes
+    assert acts == {n1.name: ("keep", "up to date"), n2.name: ("keep", "up to date"),
+                    n3.name: ("recreate", "spec changed")}
+    after = [container_id(n) for n in cluster.nodes]
+    assert after[:2] == before[:2] and after[2] != before[2]
+    assert node_env(n3, "ODD_VALUE") == "it's $(touch /tmp/pwned) `x`"
+    assert on_node(n3, "test", "-e", "/tmp/pwned", check=False).returncode == 1
+    assert ray_alive_ips(n1) == sorted(n.ip for n in cluster.nodes)
+    assert set(ray_alive_ids(n1)[n3.ip]) - set(old_ids)  # rejoined: a new registration, not the old one
+
+
+def test_down_names_an_unreachable_host_and_still_tears_down_the_others(cluster):
+    n1, n2, n3 = cluster.nodes
+    subprocess.run(["docker", "pause", n3.container], check=True)
+    try:
+        r = cli("down", "-i", str(cluster.inventory))
+    finally:
+        subprocess.run(["docker", "unpause", n3.container], check=True)
+    assert r.returncode == 3, r.stderr
+    assert n3.name in r.stderr and "cannot connect" in r.stderr
+    assert container_id(n1) is None and container_id(n2) is None
+    assert container_id(n3) is not None  # it was unreachable: left as it was
+    r = cli("down", "-i", str(cluster.inventory))
+    assert r.returncode == 0, r.stderr
+    assert all(container_id(n) is None for n in cluster.nodes)
+    left = [on_node(n, "docker", "ps", "-aq", "--filter", "label=bootstrap.cluster").stdout.strip()
+            for n in cluster.nodes]
+    assert left == ["", "", ""]
+    again = cli("down", "-i", str(cluster.inventory))
+    assert again.returncode == 0 and "nothing to remove on 3 host(s)" in again.stdout
+
+
+# A sender that flips one byte early in the stream (inside the first layer), in the image's own
+# Python on a node that has the image: what a faulty NIC or a tampering peer would deliver.
+CORRUPT_SENDER = """
+import socket, sys
+ip, port, at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind((ip, port)); srv.listen(1); srv.settimeout(120)
+c, _ = srv.accept(); srv.close(); n = 0
+while True:
+    b = sys.stdin.buffer.read1(1 << 20)
+    if not b:
+        break
+    if n <= at < n + len(b):
+        b = bytearray(b); b[at - n] ^= 0xFF; b = bytes(b)
+    try:
+        c.sendall(b)
+    except OSError:
+        break
+    n += len(b)
+c.close()
+"""
+
+
+def _local_image_id(image):
+    return subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", image], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+def _image_id(node, image):
+    r = on_node(node, "docker", "image", "inspect", "--format", "{{.Id}}", image, check=False)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def test_a_corrupted_stream_is_refused_and_load_image_sends_the_image_once_for_three_nodes(cluster, tmp_path,
+                                                                                         request):
+    """No node has the image and the registry is stopped. A stream with one flipped byte is refused
+    and leaves nothing behind; then `up --load-image` streams the image from this machine to the
+    head alone, and node2 and node3 get it from the head over the data network, ID checked."""
+    from bootstrap.cluster.image import receive_image
+    from bootstrap.errors import PreflightFailed
+    from bootstrap.inventory import load_inventory
+    from bootstrap.remote.ssh import SSHHost
+
+    n1, n2, n3 = cluster.nodes
+    inv = load_inventory(str(cluster.inventory))
+    image, port = inv.cluster.image, inv.cluster.ports.image_copy
+    # The corrupting sender runs here, on the sandbox network's gateway address. It sends a small
+    # image made for this test (`docker load` reads a whole stream before it checks, and skips the
+    # check of a layer the node already has): one layer of 4 MB of random bytes.
+    small = f"bootstrap-sandbox/copy-check:{os.getpid()}"
+    layer = tmp_path / "layer.tar"
+    with tarfile.open(layer, "w") as tar:
+        info = tarfile.TarInfo("blob")
+        info.size = 4 << 20
+        tar.addfile(info, io.BytesIO(os.urandom(info.size)))
+    subprocess.run(["docker", "import", str(layer), small], check=True, capture_output=True)
+    request.addfinalizer(lambda: subprocess.run(["docker", "rmi", "-f", small], capture_output=True))
+    small_id = _local_image_id(small)
+    gateway = subprocess.run(["docker", "network", "inspect", "--format", "{{(index .IPAM.Config 0).Gateway}}",
+                              cluster.network], capture_output=True, text=True, check=True).stdout.strip()
+    sender = subprocess.Popen(["sh", "-c", 'docker save "$0" | python3 -c "$1" "$2" "$3" 2000000',
+                               small, CORRUPT_SENDER, gateway, str(port)], stderr=subprocess.DEVNULL)
+    ssh = SSHHost(inv.host(n2.name), inv.cluster.ssh)
+    try:
+        with pytest.raises(PreflightFailed) as refused:
+            receive_image(ssh, small, small_id, "this machine", gateway, port)
+    finally:
+        ssh.close()
+        sender.wait(timeout=120)
+    assert "refused by docker load" in str(refused.value) and "diffID" in str(refused.value), refused.value
+    assert _image_id(n2, small) is None  # nothing is left under the image's name
+
+    want = _local_image_id(image)
+    assert cli("down", "-i", str(cluster.inventory)).returncode == 0
+    for n in cluster.nodes:
+        on_node(n, "docker", "rmi", "-f", image)
+    peers = write_inventory(cluster.inventory, tmp_path / "peers.yaml", lambda d: d["cluster"].update(peer_copy=True))
+    subprocess.run(["docker", "stop", "bootstrap-sandbox-registry"], check=True, capture_output=True)
+    try:
+        r = cli("up", "-i", peers, "--load-image", "--json")
+    finally:
+        subprocess.run(["docker", "start", "bootstrap-sandbox-registry"], check=True, capture_output=True)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert {h["host"]: h["image_from"] for h in doc["hosts"]} == {
+        n1.name: "this machine", n2.name: n1.name, n3.name: n1.name}
+    assert {"load-image", "copy-image"} <= set(doc["stages"]) and "pull" not in doc["stages"]
+    assert [_image_id(n, image) for n in cluster.nodes] == [want] * 3
+    assert sorted(ray_alive_ips(n1)) == sorted(n.ip for n in cluster.nodes)
+
+
+def test_image_without_ray_fails_preflight_and_changes_nothing(cluster, tmp_path):
+    """Recent vllm/vllm-openai images dropped Ray: say so before touching any container."""
+    image = "bootstrap-sandbox/base:bookworm"  # a real image with no `ray` in it
+    inv = write_inventory(cluster.inventory, tmp_path / "noray.yaml",
+                          lambda d: (d["cluster"].update(image=image, peer_copy=False), d.update(hosts=d["hosts"][:2])))
+    before = [container_id(n) for n in cluster.nodes]
+    r = cli("up", "-i", inv, "--load-image")  # no peer copy: the base image has no python3 to serve it
+    assert r.returncode == 3, r.stderr
+    assert "`ray` is not in the image" in r.stderr and "pip install" in r.stderr
+    assert [container_id(n) for n in cluster.nodes] == before
+
+
+def test_jump_host_and_ssh_config_alias(cluster, tmp_path):
+    """Reach node2 and node3 through node1 as a bastion, and node1 through a ~/.ssh/config alias."""
+    n1 = cluster.nodes[0]
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(
+        f"Host sandbox-head\n  HostName {n1.ip}\n  User root\n  IdentityFile {cluster.key}\n")
+
+    def mutate(d):
+        d["hosts"][0] = {"name": d["hosts"][0]["name"], "address": "sandbox-head", "ip": n1.ip}
+        for h in d["hosts"][1:]:
+            h["jump"] = f"root@{n1.ip}"
+        d["cluster"]["ssh"].pop("user", None)
+        d["cluster"]["ssh"].pop("key", None)
+        for h in d["hosts"][1:]:
+            h["key"] = str(cluster.key)
+            h["user"] = "root"
+    inv = write_inventory(cluster.inventory, tmp_path / "jump.yaml", mutate)
+    import os
+    env = dict(os.environ, HOME=str(home))
+    r = subprocess.run([sys.executable, "-m", "bootstrap", "status", "-i", inv, "--json"], cwd=ROOT,
+                       capture_output=True, text=True, env=env, timeout=120)
+    print(r.stdout, r.stderr)
+    rows = json.loads(r.stdout)["nodes"]
+    assert [x["reachable"] for x in rows] == [True, True, True], r.stderr
+    # node2's sshd saw the login come from node1's address (the jump), not from this machine.
+    logs = subprocess.run(["docker", "logs", cluster.nodes[1].container], capture_output=True, text=True)
+    accepted = [ln for ln in (logs.stdout + logs.stderr).splitlines() if "Accepted publickey" in ln]
+    assert any(f"from {n1.ip} " in ln for ln in accepted), accepted[-5:]

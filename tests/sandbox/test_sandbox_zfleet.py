@@ -1,0 +1,319 @@
+"""Replicas behind one endpoint on the sandbox: 4 nodes, 2 replicas x 2 nodes (CPU, native mode),
+vllm-router in front. One fleet is shared by every test here (and this module runs last: it needs
+4 nodes, the others 3).
+
+What a user meets is real: sshd, Docker in each node, vLLM (CPU build) in each serve container,
+vllm-router, `docker kill`.
+"""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.support.dashboards import DASHBOARD, dashboard_queries
+from tests.support.sandbox import ROOT, cli, on_node, write_inventory
+
+pytestmark = pytest.mark.sandbox
+MODEL = "/opt/models/tiny-llama"
+FLAGS = ["--enforce-eager", "--max-model-len", "256"]
+SERVE = "bootstrap-vllm-serve"
+#: the fleet's API key (cluster.router.api_key names the secret FLEET_KEY; set in the fixture)
+KEY = "sk-sandbox-" + os.urandom(6).hex()
+
+
+def status(inv):
+    r = cli("status", "-i", inv, "--json")
+    return json.loads(r.stdout)["fleet"]
+
+
+def wait_healthy(inv, deadline=420):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < deadline:
+        st = status(inv)
+        if all(r["health"] == "healthy" for r in st["replicas"]):
+            return time.monotonic() - t0, st
+        time.sleep(5)
+    raise AssertionError(f"not every replica healthy after {deadline}s: {st}")
+
+
+class Load:
+    """Streaming completions through the router, `concurrency` at a time, until stopped; every
+    request's send time (time.time()) and outcome are kept."""
+
+    def __init__(self, endpoint, concurrency=3, max_tokens=16):
+        from bootstrap.serve import bench as B
+
+        self.B = B
+        self.cfg = B.BenchConfig(url=endpoint.removesuffix("/v1"), model=MODEL, requests=1, concurrency=1,
+                                 max_tokens=max_tokens, timeout=120, api_key=KEY)
+        self.samples = []
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(concurrency)]
+
+    def _run(self):
+        while not self.stop.is_set():
+            self.samples.append(self.B.one_request(self.cfg, MODEL, clock=time.time))
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=180)
+
+    def failed(self, after=None):
+        return [s for s in self.samples if not s.ok and (after is None or s.started >= after)]
+
+
+@pytest.fixture(scope="module")
+def fleet(_sandbox_session, tmp_path_factory):
+    from bootstrap import sandbox as S
+
+    before = S.sandbox_info()
+    ids = {}
+    if before is not None and len(before.nodes) < 4:  # the 3-node sandbox of the other modules grows
+        ids = {n.name: subprocess.run(["docker", "inspect", "--format", "{{.Id}}", n.container],
+                                      capture_output=True, text=True).stdout for n in before.nodes}
+    sb = S.sandbox_up(4, log=lambda m: print(f"sandbox: {m}", flush=True))
+    for n in sb.nodes[:len(ids)]:  # grown, not recreated: the running nodes (and their images) stayed
+        assert subprocess.run(["docker", "inspect", "--format", "{{.Id}}", n.container], capture_output=True,
+                              text=True).stdout == ids[n.name], n.name
+
+    def mutate(doc):
+        doc["cluster"]["replicas"] = 2
+        doc["cluster"]["router"] = {"policy": "round_robin", "health_interval": 2, "api_key": "FLEET_KEY"}
+        doc["cluster"]["secrets"] = [*doc["cluster"].get("secrets", []), "FLEET_KEY"]
+    os.environ["FLEET_KEY"] = KEY  # the CLI reads secrets from its environment
+    inv = write_inventory(sb.inventory, tmp_path_factory.mktemp("fleet") / "fleet.yaml", mutate)
+    r = cli("up", "-i", inv)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = cli("serve", "-i", inv, MODEL, "--", *FLAGS)
+    assert r.returncode == 0, r.stderr[-3000:]
+    yield sb, inv, r
+    r = cli("down", "-i", inv)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for n in sb.nodes:  # down leaves nothing of the fleet behind
+        left = on_node(n, "docker", "ps", "-a", "--format", "{{.Names}}").stdout.split()
+        assert not [c for c in left if c.startswith("bootstrap-vllm")], (n.name, left)
+    os.environ.pop("FLEET_KEY", None)
+
+
+def endpoint_of(serve_out):
+    line = next(ln for ln in serve_out.splitlines() if ln.startswith("serving "))
+    return line.split(" on ", 1)[1].split(" ", 1)[0]
+
+
+def test_serve_puts_both_replicas_behind_the_router_and_spreads_requests(fleet):
+    sb, inv, served = fleet
+    lines = served.stdout.splitlines()
+    assert "replica 0: node1, node2 -> http://172.31.240.11:8000" in lines or any(
+        ln.startswith("replica 0: node1, node2 -> ") for ln in lines), served.stdout
+    assert any(ln.startswith("replica 1: node3, node4 -> ") for ln in lines), served.stdout
+    endpoint = endpoint_of(served.stdout)
+    assert endpoint == f"http://{sb.nodes[0].ip}:30000/v1"  # the router, on replica 0's head, data-plane IP
+    body = json.dumps({"model": MODEL, "prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0})
+    # the API key: the curl shown names the variable, never the value; without the key the router's
+    # answer is the replica's 401, with it a completion
+    assert 'Authorization: Bearer $FLEET_KEY' in served.stdout and KEY not in served.stdout + served.stderr
+    for url, key in ((endpoint, None), ("http://" + sb.nodes[2].ip + ":8000/v1", "wrong-key")):
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+        req = urllib.request.Request(url + "/completions", body.encode(), headers)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=60)
+        assert refused.value.code == 401, url
+    req = urllib.request.Request(endpoint + "/completions", body.encode(),
+                                 {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        assert json.loads(resp.read())["choices"][0]["text"]
+    for n in sb.nodes:  # the key reached the containers through env files, never a command line
+        cmdlines = on_node(n, "sh", "-c", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '", check=False).stdout
+        assert cmdlines and KEY not in cmdlines, n.name
+    # both replicas answer: bench through the router reports the spread from their own counters
+    r = cli("bench", "-i", inv, "-n", "20", "--concurrency", "4", "--max-tokens", "8", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert doc["ok"] == 20
+    per = doc["spread"]["per_replica"]
+    assert set(per) == {"0", "1"} and all(v >= 5 for v in per.values()), per
+    st = status(inv)
+    assert [r["health"] for r in st["replicas"]] == ["healthy", "healthy"]
+    assert all(r["in_rotation"] for r in st["replicas"])
+    assert [r["router_healthy"] for r in st["replicas"]] == [True, True]  # the router's own health view
+    assert sorted(st["router_workers"]) == sorted(r["url"] for r in st["replicas"])  # the router's own order
+
+
+def top_once(inv):
+    r = cli("top", "-i", inv, "--once", "--json", "--interval", "2")
+    return r.returncode, json.loads(r.stdout)
+
+
+def test_top_shows_every_replica_and_node_under_load_and_in_a_terminal(fleet):
+    sb, inv, served = fleet
+    with Load(endpoint_of(served.stdout), concurrency=4):
+        time.sleep(4)
+        rc, doc = top_once(inv)
+        # as a person sees it: the live view in a real terminal (tmux), the pane captured
+        session = f"top-{os.getpid()}"
+        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "200", "-y", "40",
+                        f"cd {ROOT} && {sys.executable} -m bootstrap top -i {inv} --interval 1"],
+                       check=True, env={**os.environ, "TERM": "xterm-256color"})
+        try:  # wait for a frame drawn from two looks (rates need two), bounded
+            for _ in range(60):
+                time.sleep(1)
+                pane = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                                      text=True, check=True).stdout
+                if "latency over the last" in pane and "latency over the last 0s" not in pane:
+                    break
+        finally:
+            subprocess.run(["tmux", "kill-session", "-t", session], check=False)
+    print(f"top --once --json: {json.dumps(doc)}\ntmux pane:\n{pane}")
+    assert rc == 0 and doc["source"] == "probe"
+    reps = {r["name"]: r for r in doc["replicas"]}
+    assert set(reps) == {"replica 0", "replica 1"} and all(r["up"] for r in reps.values())
+    assert all(r["running"] is not None and r["waiting"] is not None and r["kv"] is not None for r in reps.values())
+    assert sum(r["running"] + r["waiting"] for r in reps.values()) >= 1
+    assert sum(r["tok_s"] or 0 for r in reps.values()) > 0
+    assert [n["name"] for n in doc["nodes"]] == [n.name for n in sb.nodes]
+    assert all(n["up"] and n["cpu"] is not None and 0 < n["mem"] < 100 for n in doc["nodes"])
+    lines = pane.splitlines()
+    for name in ("replica 0", "replica 1", *(n.name for n in sb.nodes)):
+        row = next((ln for ln in lines if ln.strip("│ ").startswith(name)), None)
+        assert row is not None and "DOWN" not in row, (name, pane)
+    rep0 = next(ln for ln in lines if ln.strip("│ ").startswith("replica 0"))
+    assert "node1, node2" in rep0 and any(c.isdigit() for c in rep0.split("│")[2]), rep0
+
+
+def test_monitor_scrapes_every_target_counts_every_request_and_feeds_every_panel(fleet):
+    """`monitor up` on the fleet: Prometheus and node exporters, every target up; vLLM's request
+    counter in Prometheus grows by exactly the requests `bench` sent; every dashboard panel's
+    query returns data (GPU panels excepted: no GPU here); `monitor down` leaves nothing."""
+    from bootstrap.inventory import load_inventory
+    from bootstrap.monitor import run as MON
+    from bootstrap.remote.session import Session
+
+    sb, inv, served = fleet
+    r = cli("monitor", "up", "-i", inv, "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    up = json.loads(r.stdout)
+    print(f"monitor up: {up['seconds']}s, all targets up after {up['all_up_after']}s")
+    jobs = sorted((t["job"], t["host"]) for t in up["targets"])
+    names = [n.name for n in sb.nodes]
+    assert jobs == sorted([("vllm", "node1"), ("vllm", "node3"), ("vllm-router", "node1"),
+                           *[("ray", n) for n in names], *[("node", n) for n in names]]), jobs
+    assert all(t["health"] == "up" for t in up["targets"]) and up["all_up_after"] is not None
+    assert cli("monitor", "status", "-i", inv).returncode == 0
+
+    interval = 5  # cluster.monitor.scrape_interval's default
+    with Session(load_inventory(inv, require_secrets=False)) as sess:
+        def total():
+            res = MON.query(sess, "sum(vllm:request_success_total)")
+            return float(res[0]["value"][1]) if res else 0.0
+
+        time.sleep(2 * interval)
+        before = total()
+        r = cli("bench", "-i", inv, "-n", "24", "--concurrency", "4", "--max-tokens", "8", "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)["ok"] == 24, r.stderr[-2000:]
+        deadline = time.monotonic() + 6 * interval
+        while total() < before + 24 and time.monotonic() < deadline:
+            time.sleep(1)
+        time.sleep(interval)  # one more scrape: nothing beyond the 24
+        assert total() - before == 24
+
+        doc = json.loads(DASHBOARD.read_text())
+        empty = []
+        for q in dashboard_queries(doc):
+            values = [v["value"][1] for v in MON.query(sess, q.expr)]
+            if q.gpu:
+                assert values == [], (q.panel, values)  # no DCGM exporter off GPU: named, not faked
+                continue
+            if not [v for v in values if v not in ("NaN", "+Inf", "-Inf")]:
+                empty.append((q.panel, q.expr))
+        assert empty == [], empty
+
+    # top reads Prometheus while it runs: the last minute's rates include the bench above
+    rc, doc = top_once(inv)
+    print(f"top from Prometheus: {json.dumps(doc)}")
+    assert rc == 0 and doc["source"].startswith("http://") and doc["window_seconds"] == 60
+    assert all(r["up"] for r in doc["replicas"]) and sum(r["req_s"] for r in doc["replicas"]) > 0
+    assert all(n["up"] and n["cpu"] is not None and n["mem"] is not None for n in doc["nodes"])
+
+    r = cli("monitor", "down", "-i", inv, "--purge")
+    assert r.returncode == 0, r.stderr[-2000:]
+    for n in sb.nodes:
+        left = on_node(n, "docker", "ps", "-a", "--format", "{{.Names}}").stdout.split()
+        assert not [c for c in left if "prometheus" in c or "exporter" in c], (n.name, left)
+    vols = on_node(sb.nodes[0], "docker", "volume", "ls", "--format", "{{.Name}}").stdout.split()
+    assert "bootstrap-vllm-prometheus-data" not in vols
+    r = cli("monitor", "status", "-i", inv)
+    assert r.returncode == 3 and "monitor up" in r.stderr, r.stderr
+
+
+def test_a_killed_replica_is_contained_and_comes_back_without_a_command(fleet):
+    """`docker kill` of replica 1's head: requests sent after it all succeed (the router sends
+    them to replica 0), and the keeper + the member supervisor bring the whole group back."""
+    sb, inv, served = fleet
+    before = {r["replica"]: r["restarts"] for r in status(inv)["replicas"]}
+    with Load(endpoint_of(served.stdout)) as load:
+        time.sleep(8)
+        on_node(sb.nodes[2], "docker", "kill", SERVE)
+        killed_at = time.time()  # once the kill is done: a request sent before it may have been on replica 1
+        rc, doc = top_once(inv)  # the killed replica is a red row; the other serves on
+        time.sleep(max(0.0, 20 - (time.time() - killed_at)))
+    reps = {r["name"]: r for r in doc["replicas"]}
+    print(f"top after the kill: {reps}")
+    assert rc == 1 and reps["replica 0"]["up"] and not reps["replica 1"]["up"] and reps["replica 1"]["error"]
+    lost = load.failed()
+    after_kill = load.failed(after=killed_at)
+    sent_after = [s for s in load.samples if s.started >= killed_at]
+    print(f"kill: {len(load.samples)} requests, {len(lost)} failed (in flight at the kill), "
+          f"{len(sent_after)} sent after it, {len(after_kill)} of those failed")
+    assert len(sent_after) >= 10
+    assert after_kill == [], [s.error for s in after_kill]
+    took, st = wait_healthy(inv)
+    print(f"kill: replica 1 back in rotation {took:.0f}s after the load stopped")
+    # the whole group restarted (its worker fell with its head), replica 0 did not
+    restarts = {r["replica"]: r["restarts"] for r in st["replicas"]}
+    assert restarts[0] == before[0] and restarts[1] >= before[1] + 1, (before, restarts)
+    keeper = on_node(sb.nodes[2], "docker", "logs", "bootstrap-vllm-keeper").stdout
+    assert f"{SERVE} was Exited (137)" in keeper, keeper
+
+
+def test_rollout_under_load_changes_every_replica_and_fails_no_request(fleet):
+    sb, inv, served = fleet
+    new = [*FLAGS, "--max-num-seqs", "32"]
+    with Load(endpoint_of(served.stdout)) as load:
+        r = cli("rollout", "-i", inv, "--drain", "60", "--", *new, timeout=1500)
+    assert r.returncode == 0, r.stderr[-3000:]
+    print(f"rollout: {len(load.samples)} requests during the rollout, {len(load.failed())} failed; "
+          f"{r.stdout.strip()}")
+    assert len(load.samples) >= 20
+    assert load.failed() == [], [s.error for s in load.failed()]
+    st = status(inv)
+    assert [r["extra"] for r in st["replicas"]] == [new, new]
+    assert [r["health"] for r in st["replicas"]] == ["healthy", "healthy"]
+    assert all(r["in_rotation"] for r in st["replicas"])
+
+
+def test_a_rollout_vllm_refuses_is_rolled_back_and_the_fleet_keeps_serving(fleet):
+    sb, inv, served = fleet
+    old = status(inv)["replicas"]
+    with Load(endpoint_of(served.stdout), concurrency=2) as load:
+        r = cli("rollout", "-i", inv, "--wait", "240", "--", *FLAGS, "--no-such-vllm-flag", timeout=1500)
+    assert r.returncode == 1, r.stdout + r.stderr[-3000:]
+    err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(err) == 1 and "replica 0 (node1, node2) did not serve" in err[0], r.stderr[-3000:]
+    assert "rolled back" in err[0]
+    assert "replica 1: old" in r.stderr
+    assert load.failed() == [], [s.error for s in load.failed()]
+    st = status(inv)
+    assert [x["extra"] for x in st["replicas"]] == [x["extra"] for x in old]
+    assert [x["health"] for x in st["replicas"]] == ["healthy", "healthy"]
