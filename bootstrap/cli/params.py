@@ -205,7 +205,7 @@ def check_png(ctx, param, value: str | None) -> str | None:
     if not parent.is_dir():
         raise click.BadParameter(f"{value!r}: no folder {str(parent)!r}")
     if importlib.util.find_spec("matplotlib") is None:
-        raise click.BadParameter("writing a PNG needs matplotlib: pip install matplotlib")
+        raise click.BadParameter("writing a PNG needs matplotlib: pip install 'bootstrap-vllm[png]'")
     return value
 
 

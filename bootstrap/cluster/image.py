@@ -2,6 +2,7 @@
 between nodes in rounds (the pure rounds are in imagecopy.py). See docs/image-distribution.md."""
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from typing import Mapping, Sequence
@@ -9,8 +10,10 @@ from typing import Mapping, Sequence
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import imagecopy as IC
 from bootstrap.cluster import plan as PL
-from bootstrap.errors import BootstrapError, CommandFailed, PreflightFailed
+from bootstrap.errors import BootstrapError, CommandFailed, GroupError, PreflightFailed
 from bootstrap.model import Host
+from bootstrap.remote import localdocker as LD
+from bootstrap.remote.fanout import GroupResult
 from bootstrap.remote.session import Session, check_script, last_json
 from bootstrap.remote.ssh import SSHHost
 
@@ -47,11 +50,6 @@ def load_image(sess: Session, hosts: Sequence[Host], image: str, *, queue_chunks
     queue per host (the reader waits for the slowest host; a host that fails drops out and its queue
     is discarded, the others go on). ``queue_chunks``: chunks (LD.SAVE_CHUNK, 1 MiB) waiting per
     host, what it holds in memory per host. "save" times the daemon's wait before its first chunk."""
-    import queue
-
-    from bootstrap.errors import GroupError
-    from bootstrap.remote import localdocker as LD
-
     end = object()  # after the last chunk
 
     def stream_to(group: list[Host]) -> dict[str, object]:
@@ -136,15 +134,15 @@ def load_image(sess: Session, hosts: Sequence[Host], image: str, *, queue_chunks
     # Every host of a group loads at once (one left waiting for a worker of sess.stage would stop
     # the reader): at most sess.parallel hosts read one save stream.
     size = max(1, sess.parallel)
-    results: dict[str, object] = {}
+    results = GroupResult()
     for i in range(0, len(hosts), size):
         results.update(stream_to(hosts[i:i + size]))
-    if any(isinstance(r, BaseException) for r in results.values()):
+    if results.failed:
         raise GroupError("load-image", results)
 
 
 def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, load: bool,
-                      pull: bool) -> dict[str, str]:
+               pull: bool) -> dict[str, str]:
     """Get the image onto every host that lacks it (or all, with --pull); return where each of
     those hosts got it: "registry", "this machine" or the name of the peer that sent it.
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 from rich.console import Console
 from rich.table import Table
 
@@ -224,3 +225,17 @@ def test_the_progress_line_shows_host_and_detail_literally():
     LineReporter(console=con).event("n[/]", "connect", "failed", "reason [bold]x\\\n[/]")
     line = con.file.getvalue()
     assert line.count("\n") == 1 and "n[/]" in line and "reason [bold]x\\\\n[/]" in line
+
+
+def test_bench_png_without_matplotlib_names_the_extra(tmp_path, monkeypatch):
+    """matplotlib is an extra: --png without it is one usage line naming what to install, before
+    any host is contacted."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text("cluster: {accelerator: none}\nhosts: [{name: a, address: 192.0.2.1}]\n")
+    r = CliRunner().invoke(main, ["bench", "-i", str(inv), "--png", str(tmp_path / "out.png")])
+    assert r.exit_code == 2, r.output
+    assert "pip install 'bootstrap-vllm[png]'" in r.output and "Traceback" not in r.output
