@@ -9,9 +9,13 @@ marker for it), --reps repetitions (the median is reported) of:
     down    `bootstrap down -i INV`, wall time of the process
 
 FLOOR (from the same run, out of `up --json`'s per-host times): what the cluster itself takes
-on the critical path, with no tool around it. Workers cannot join before the head is up, so
-    floor = head's `docker run` (run_end - run_start) + head's Ray join (run_end -> ray_seen)
-          + max over workers of the same two (their `docker run` + their Ray join)
+on the critical path, with no tool around it. A worker cannot start joining before the head's GCS
+answers (`gcs_open` in the JSON: when `up`'s head-gcs stage saw the port open), so
+    floor = max(head's `docker run` (run_end - run_start) + head's Ray join (run_end -> ray_seen),
+                head's `docker run` + head's GCS start (run_end -> gcs_open)
+                + max over workers of their `docker run` + their Ray join)
+(without gcs_open, from an `up` that waited for the head in Ray first: head's docker run + Ray
+join + the slowest worker's.)
 ray_seen is when the Ray poller in the head container first saw the node alive (within its
 0.1 s poll interval of Ray listing it). OVERHEAD = up - floor: what the tool adds (process
 start, SSH, lock, facts, preflight, the checks, gaps between stages, the final report).
@@ -197,7 +201,13 @@ def analyse(doc: dict, wall: float, started: dict[str, float]) -> Sample:
     legs = [path(h) for h in head + workers]
     floor = None
     if head and None not in legs:
-        floor = legs[0] + max(legs[1:], default=0.0)
+        gcs = doc.get("gcs_open")
+        if gcs is None or len(legs) == 1:
+            floor = legs[0] + max(legs[1:], default=0.0)
+        else:
+            h = head[0]
+            to_gcs = (h["run_end"] - h["run_start"]) + max(0.0, gcs - h["run_end"])
+            floor = max(legs[0], to_gcs + max(legs[1:]))
 
     def join(h: dict) -> float | None:
         # the earliest evidence of the node in Ray: `ray start` logs "Ray runtime started" a

@@ -230,6 +230,7 @@ def up(inv, res, label: str, total: float, started_at: float, as_json: bool) -> 
                       for a in res.actions],
             "started_at": round(started_at, 3),
             "ready_at": None if res.ready_at is None else round(res.ready_at, 3),
+            "gcs_open": None if res.gcs_open is None else round(res.gcs_open, 3),
             "head_clock_offset": None if res.head_clock_offset is None else round(res.head_clock_offset, 3),
             "skipped": dict(res.skipped), "warnings": res.warnings})
         return

@@ -55,6 +55,41 @@ def ray_view(sess: Session, expect: Sequence[Host], *, deadline: float, gpus: fl
     return view
 
 
+#: Run on the head host by bash: returns once a TCP connection to $0:$1 (the GCS) opens.
+GCS_GATE = 'until (exec 3<>"/dev/tcp/$0/$1") 2>/dev/null; do sleep 0.1; done'
+
+
+def gcs_wait_argv(ip: str, port: int, deadline: float) -> tuple[str, ...]:
+    """The head host waits, at most ``deadline`` seconds, for its GCS to accept connections on
+    the data-plane IP (host networking: the container's port is the host's)."""
+    return ("timeout", f"{max(1.0, deadline):g}", "bash", "-c", GCS_GATE, ip, str(port))
+
+
+def wait_for_gcs(sess: Session, *, deadline: float) -> bool:
+    """Wait until the head's GCS accepts connections; True when it does. A worker's `ray start
+    --address` gives up after about 20 s without a GCS (Ray's NUM_REDIS_GET_RETRIES), so workers
+    start once the GCS answers, not once the head is alive in Ray: their start overlaps the rest
+    of the head's. False when the head host cannot tell (no bash or no timeout(1) there): the
+    caller then waits for the head in Ray. Raises DeadlineExceeded naming the head, with its
+    container state and last log line, when the GCS does not answer within ``deadline``."""
+    head = sess.inv.head
+    port = sess.inv.cluster.ports.ray_gcs
+
+    def gate(h: Host) -> int:
+        r = sess.ssh[h.name].run(gcs_wait_argv(h.ip, port, deadline), timeout=deadline + 30, check=False,
+                                 hangup=True)
+        if r.ok:
+            sess.gcs_open = time.time()
+        return r.exit_code
+
+    status = sess.stage("head-gcs", [head], gate)[head.name]
+    if status == 124:  # timeout(1): the deadline passed
+        detail = why_missing(sess, [head])
+        raise DeadlineExceeded(f"the head's Ray GCS ({head.ip}:{port}) did not accept connections within "
+                               f"{deadline:g}s [{detail}]", (f"{head.name} ({head.ip})",))
+    return status == 0
+
+
 def wait_for_ray(sess: Session, expect: Sequence[Host], *, deadline: float, stage: str,
                  stale: Iterable[str] = ()) -> RayView:
     t0 = sess.clock()

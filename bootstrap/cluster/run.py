@@ -63,6 +63,9 @@ class UpResult:
     image_from: Mapping[str, str] = field(default_factory=dict)
     #: time.time() when the cluster was known ready (the ray-ready stage ended); None if not waited.
     ready_at: float | None = None
+    #: time.time() when the head's GCS first accepted a connection (workers start then); None
+    #: when the head was kept or started alone.
+    gcs_open: float | None = None
     #: The head's clock minus ours, as seen when the last Ray poll returned (includes the latency
     #: of that return, a few ms on a LAN); None when Ray was not polled.
     head_clock_offset: float | None = None
@@ -162,11 +165,14 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
 
     head = actions[0]
     head_view: RayView | None = None
+    workers = [a for a in actions[1:] if a.action != "keep"]
     if head.action != "keep":
         sess.stage("start-head", [inv.head], lambda h: start_container(sess, head))
-        if ray:
+        # Workers start as soon as the head's GCS answers: the rest of the head's start (its
+        # raylet registering) overlaps theirs. Without workers to start, or when the head host
+        # cannot tell, wait for the head in Ray (an error there names the head's state and log).
+        if ray and not (workers and R.wait_for_gcs(sess, deadline=wait)):
             head_view = R.wait_for_ray(sess, [inv.head], deadline=wait, stage="head-ready")
-    workers = [a for a in actions[1:] if a.action != "keep"]
     if workers:
         by_host = {a.host: a for a in workers}
         sess.stage("start-workers", [inv.host(a.host) for a in workers],
@@ -188,7 +194,7 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
     ready_at = time.time()
     return UpResult(actions, view, sess.timings, changed=bool(changing), skipped=_reasons(skipped),
                     warnings=warns, host_timings=_host_timings(sess), ready_at=ready_at,
-                    head_clock_offset=sess.head_clock_offset, image_from=image_from)
+                    head_clock_offset=sess.head_clock_offset, image_from=image_from, gcs_open=sess.gcs_open)
 
 
 def _host_timings(sess: Session) -> dict[str, HostTiming]:

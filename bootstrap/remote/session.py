@@ -76,6 +76,8 @@ class Session:
         #: node IP -> earliest time.time() (head clock) a Ray poll saw it alive.
         self.ray_seen: dict[str, float] = {}
         self.head_clock_offset: float | None = None
+        #: time.time() here when the head's GCS first accepted a connection (`up`'s head-gcs stage).
+        self.gcs_open: float | None = None
 
     # -- helpers ----------------------------------------------------------------------------
     def stage(self, stage: str, hosts: Iterable[Host], fn: Callable[[Host], object], *,

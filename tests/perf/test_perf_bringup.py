@@ -28,6 +28,17 @@ def test_floor_is_head_plus_slowest_worker_and_convergence_from_the_last_ray_sta
     assert round(B.analyse(doc(ready_at=109.8), 12.0, {}).convergence, 3) == 0.3
 
 
+def test_with_gcs_open_workers_overlap_the_head_and_the_floor_is_the_longer_path():
+    d = doc(ready_at=109.8)
+    d["gcs_open"] = 102.0  # head run 100.0-100.5, GCS answered 1.5 s later; head alive at 104.0
+    # workers' path: head docker run 0.5 + GCS 1.5 + slowest worker (node3: 1.0 + 3.5) = 6.5 > head's 4.0
+    assert B.analyse(d, 12.0, {}).floor == 6.5
+    slow_head = doc()
+    slow_head["hosts"][0]["ray_seen"] = 110.0  # the head's own join is the longer path: 0.5 + 9.5
+    slow_head["gcs_open"] = 101.0
+    assert B.analyse(slow_head, 12.0, {}).floor == 10.0
+
+
 def test_single_node_floor_and_kept_containers():
     one = {"ready_at": 104.2, "hosts": [doc()["hosts"][0]]}
     s = B.analyse(one, 6.0, {})
