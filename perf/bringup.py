@@ -401,8 +401,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = [measure(n, first_hosts(inventory, n, work), container, a.reps, rerun=n == nodes[-1])
                 for n in nodes]
         print(f"bring-up on {source}: median of {a.reps} run(s), {os.cpu_count()} CPU(s)")
-        print("floor = head (docker run + Ray join) + slowest worker (docker run + Ray join); "
-              "overhead = up - floor")
+        print("floor = max(head: docker run + Ray join, head: docker run + GCS start + slowest worker: "
+              "docker run + Ray join); overhead = up - floor")
         print(table(rows))
         last = rows[-1]
         if last.rerun is not None:

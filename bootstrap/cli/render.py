@@ -30,7 +30,7 @@ PROG = "bootstrap"
 class LineReporter:
     """A line per host and stage on stderr (safe from many threads)."""
 
-    SHOW_START = {"pull", "load-image", "copy-image", "start-head", "start-workers", "down"}
+    SHOW_START = {"pull", "load-image", "copy-image", "start-head", "head-gcs", "start-workers", "down"}
 
     def __init__(self, console: Console = err, quiet: bool = False):
         self.console = console

@@ -262,9 +262,9 @@ def test_interrupt_during_up_reports_each_host_and_a_rerun_continues(clean, sig)
     inv = str(clean.inventory)
     p = popen_cli("up", "-i", inv)
     try:
-        # right away: into the wait for the head's GCS (seconds: `ray start --head` is still
-        # starting Python), before any worker
-        seen = read_until(p, lambda ln: "start-head" in ln and " done" in ln, 180)
+        # right away: into the wait for the head's GCS (about a second on the sandbox: `ray start
+        # --head` is still starting Python), before any worker
+        seen = read_until(p, lambda ln: "head-gcs" in ln and " start" in ln, 180)
         p.send_signal(sig)
         out, err = p.communicate(timeout=60)
     finally:
