@@ -9,6 +9,7 @@ from typing import Mapping, Sequence
 
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import imagecopy as IC
+from bootstrap.cluster import peers
 from bootstrap.cluster import plan as PL
 from bootstrap.errors import BootstrapError, CommandFailed, GroupError, PreflightFailed
 from bootstrap.model import Host
@@ -202,60 +203,22 @@ def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, l
 
 def _copy_image(sess: Session, seeds: Sequence[Host], receivers: Sequence[Host], image: str,
                 want_id: str, got_from: dict[str, str]) -> dict[Host, str]:
-    """Rounds of peer copies (IC.copy_rounds), recording each receiver's sender in ``got_from``;
-    return the hosts that did not get the image, and why."""
-    inv = sess.inv
-    port = inv.cluster.ports.image_copy
+    """Peer copies of the image in rounds (cluster/peers.py), recording each receiver's sender in
+    ``got_from``; return the hosts that did not get the image, and why."""
+    port = sess.inv.cluster.ports.image_copy
     script = check_script("image_seed.py").decode()
-    by_name = {h.name: h for h in inv.hosts}
-    failed: dict[Host, str] = {}
-    have = [h.name for h in seeds]
-    todo = [h.name for h in receivers]
-    while todo:
-        transfers = IC.copy_rounds(have, todo)[0]
-        sent_by = {r: t.sender for t in transfers for r in t.receivers}
-        seeds_out: dict[str, object] = {}
 
-        def seed(t: IC.Transfer, seeds_out: dict[str, object] = seeds_out) -> None:
-            h = by_name[t.sender]
-            ips = [by_name[r].ip for r in t.receivers]
-            try:
-                r = sess.ssh[h.name].run(IC.seed_argv(image, h.ip, port, ips, script), check=False,
-                                         hangup=True, timeout=sess.ssh[h.name].settings.command_timeout,
-                                         display=f"docker save {image} | image_seed.py {h.ip}:{port}")
-                seeds_out[h.name] = last_json(r.stdout) or (r.stderr or r.stdout).strip()[-300:]
-            except BootstrapError as exc:
-                seeds_out[h.name] = str(exc)
+    def send(h: Host, to: Sequence[Host]) -> dict | str:
+        ssh = sess.ssh[h.name]
+        r = ssh.run(IC.seed_argv(image, h.ip, port, [x.ip for x in to], script), check=False, hangup=True,
+                    timeout=ssh.settings.command_timeout, display=f"docker save {image} | image_seed.py {h.ip}:{port}")
+        return last_json(r.stdout) or (r.stderr or r.stdout).strip()[-300:]
 
-        threads = [threading.Thread(target=seed, args=(t,), daemon=True) for t in transfers]
-        for th in threads:
-            th.start()
+    def receive(h: Host, src: Host, sent) -> str:
+        return receive_image(sess.ssh[h.name], image, want_id, src.name, src.ip, port)
 
-        def receive(h: Host, sent_by: dict[str, str] = sent_by) -> str:
-            src = by_name[sent_by[h.name]]
-            return receive_image(sess.ssh[h.name], image, want_id, src.name, src.ip, port)
-
-        res = sess.stage("copy-image", [by_name[n] for n in sent_by], receive, strict=False)
-        for th in threads:
-            th.join()
-        for t in transfers:
-            out = seeds_out.get(t.sender)
-            if isinstance(out, dict) and out.get("bytes"):
-                secs = max(out.get("seconds") or 0.0, 1e-3)
-                sess.reporter.event(t.sender, "seed-image", "done",
-                                    f"{IC.human_bytes(out['bytes'])} to {', '.join(t.receivers)} in {secs:.1f}s "
-                                    f"({IC.human_bytes(out['bytes'] / secs)}/s)")
-        for n, v in res.failed.items():
-            why = str(v)
-            out = seeds_out.get(sent_by[n])
-            if isinstance(out, str) and out:
-                why += f" (sender: {out})"
-            failed[by_name[n]] = why
-        for n in res.succeeded:
-            have.append(n)
-            got_from[n] = sent_by[n]
-        todo = [n for n in todo if n not in sent_by]
-    return failed
+    return peers.copy_in_rounds(sess, seeds, receivers, stage="copy-image", send=send, receive=receive,
+                                got_from=got_from)
 
 
 def receive_image(ssh: SSHHost, image: str, want_id: str, src_name: str, src_ip: str, port: int) -> str:

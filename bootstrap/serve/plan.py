@@ -682,8 +682,9 @@ def fit(weight_bytes: int, *, gpu_mem_bytes_per_gpu: int, gpus_per_node: int, no
 # ---------------------------------------------------------------------------------------------
 
 def manifest_cmd(directory: str) -> tuple[str, ...]:
-    """The command whose output `model_manifest` parses (relative path, tab, size in bytes)."""
-    return ("find", directory, "-type", "f", "-printf", "%P\\t%s\\n")
+    """The command whose output `model_manifest` parses (relative path, tab, size in bytes); a copy
+    still being received (serve/modelsync.py) is not part of the model."""
+    return ("find", directory, "-name", ".bootstrap-incoming", "-prune", "-o", "-type", "f", "-printf", "%P\\t%s\\n")
 
 
 def model_manifest(find_output: str) -> dict[str, int]:

@@ -21,6 +21,7 @@ from bootstrap.model import Host, Inventory
 from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
 from bootstrap.remote.session import Reporter, Session, check_script, last_json_or_error
+from bootstrap.serve import modelsync as MS
 from bootstrap.serve import plan as P
 from bootstrap.serve.state import LOG, PIDFILE, STATE, STOP, read_model_info
 
@@ -161,8 +162,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
         fit = None
         sync_to: list[str] = []
         if is_path(model):
-            manifests = sess.stage("model-files", order, lambda h: P.model_manifest(sess.ssh[h.name].run(
-                DK.exec_argv(name, *P.manifest_cmd(model)), timeout=120, check=False).stdout))
+            manifests = _manifests(sess, order, model)
             if not manifests[inv.head.name]:
                 raise UsageError(f"{inv.head.name}: no files under {model} in the container "
                                  "(a model path is a path inside the container: mount it with cluster.mounts)")
@@ -197,8 +197,13 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             return plan
 
         if sync_to:
-            _sync_model(sess, model, [inv.host(n) for n in sync_to])
-            notes.append(f"copied {model} from {inv.head.name} to {', '.join(sync_to)}")
+            got_from = MS.sync_model(sess, model, [inv.host(n) for n in sync_to])
+            notes.append(f"copied {model} from {inv.head.name} to {', '.join(sync_to)} "
+                         f"({'; '.join(f'{n} from {got_from[n]}' for n in sync_to if n in got_from)})")
+            manifests = _manifests(sess, order, model)
+            diffs = P.compare_manifests(manifests, inv.head.name)
+            if diffs:
+                raise PreflightFailed(", ".join(d.host for d in diffs), "after --sync-model: " + P.describe(diffs))
 
         # Replace whatever serve started before (stale workers keep their ports).
         sess.stage("stop-old", order, lambda h: sess.ssh[h.name].run(DK.exec_argv(name, "sh", "-c", STOP),
@@ -254,6 +259,13 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
                            kv=P.kv_capacity(log), fit=fit, notes=notes, plan=plan)
 
 
+def _manifests(sess: Session, hosts: Sequence[Host], model: str) -> dict:
+    """{host: {relative path: size}} of the model directory in each host's container."""
+    name = sess.inv.cluster.container_name
+    return sess.stage("model-files", hosts, lambda h: P.model_manifest(sess.ssh[h.name].run(
+        DK.exec_argv(name, *P.manifest_cmd(model)), timeout=120, check=False).stdout))
+
+
 def _fit(sess: Session, inv: Inventory, config: dict | None, index: dict | None, manifest: dict):
     if inv.cluster.accelerator != "gpu":
         return None
@@ -266,20 +278,6 @@ def _fit(sess: Session, inv: Inventory, config: dict | None, index: dict | None,
         return None
     return P.fit(size.weight_bytes, gpu_mem_bytes_per_gpu=gpus[0].memory_mib * (1 << 20),
                  gpus_per_node=inv.gpus_per_node, nodes=len(inv.hosts), label=size.label)
-
-
-def _sync_model(sess: Session, model: str, targets: Sequence[Host]) -> None:
-    """Copy the model directory from the head's container to each target's, streamed through here."""
-    name = sess.inv.cluster.container_name
-    head = sess.ssh[sess.inv.head.name]
-
-    def copy(h: Host) -> None:
-        chunks = head.stream_out(DK.exec_argv(name, "tar", "-C", model, "-cf", "-", "."))
-        sess.ssh[h.name].run_with_input(
-            DK.exec_argv(name, "sh", "-c", 'mkdir -p "$1" && tar -C "$1" -xf -', "sh", model, interactive=True),
-            chunks, timeout=3600)
-
-    sess.stage("sync-model", targets, copy)
 
 
 def stop(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None) -> list[str]:

@@ -197,9 +197,14 @@ def test_model_must_match_on_every_node_and_sync_model_copies_it(two):
     r = cli("serve", "-i", inv2, "/tmp/only-on-head", "--backend", "native", *VLLM_ARGS)
     assert r.returncode == 3, r.stderr
     assert "node2" in r.stderr and "missing" in r.stderr
+    # node2 holds a stale file and a different config: after the copy it holds the head's files only
+    on_node(n2, "docker", "exec", CONTAINER, "sh", "-c",
+            "cd /tmp; mkdir -p only-on-head && echo 0 > only-on-head/stale.bin && echo {} > only-on-head/config.json")
     r = cli("serve", "-i", inv2, "/tmp/only-on-head", "--backend", "native", "--sync-model", "--json", *VLLM_ARGS)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert any("copied /tmp/only-on-head" in n for n in json.loads(r.stdout)["notes"])
+    # node to node over the data network (the head's seed container served it), not through here
+    assert any("copied /tmp/only-on-head" in n and "node2 from node1" in n for n in json.loads(r.stdout)["notes"])
+    assert "seed-model" in r.stderr and "relay-model" not in r.stderr
     sums = "cd /tmp/only-on-head && find . -type f | sort | xargs sha256sum"
     a = on_node(n1, "docker", "exec", CONTAINER, "sh", "-c", sums).stdout
     b = on_node(n2, "docker", "exec", CONTAINER, "sh", "-c", sums).stdout

@@ -1,0 +1,79 @@
+"""Node-to-node copies in rounds (who sends to whom: imagecopy.copy_rounds). The controller starts
+both ends of every copy over the SSH connections it has: no node-to-node trust. Used for the image
+(cluster/image.py) and for model weights (`serve --sync-model`, serve/modelsync.py); see
+docs/image-distribution.md."""
+from __future__ import annotations
+
+import threading
+from typing import Callable, Sequence
+
+from bootstrap.cluster import imagecopy as IC
+from bootstrap.errors import BootstrapError
+from bootstrap.model import Host
+from bootstrap.remote.session import Session
+
+
+def copy_in_rounds(sess: Session, seeds: Sequence[Host], receivers: Sequence[Host], *, stage: str,
+                   send: Callable[[Host, Sequence[Host]], dict | str],
+                   receive: Callable[[Host, Host, Callable[[], dict | str]], str],
+                   got_from: dict[str, str]) -> dict[Host, str]:
+    """Rounds of copies from the hosts that have the payload (``seeds``) to ``receivers``.
+
+    ``send(sender, receivers)`` serves one stream to those receivers and returns the sender's JSON
+    line (or why it failed). ``receive(receiver, sender, sent)`` takes the stream and checks it;
+    ``sent()`` waits for the sender and returns what it returned (to compare digests). A receiver
+    that succeeds serves in the next round and is recorded in ``got_from`` (its sender's name).
+    Return the receivers that did not get it, and why (the caller falls back for those)."""
+    by_name = {h.name: h for h in sess.inv.hosts}
+    failed: dict[Host, str] = {}
+    have = [h.name for h in seeds]
+    todo = [h.name for h in receivers]
+    while todo:
+        transfers = IC.copy_rounds(have, todo)[0]
+        sent_by = {r: t.sender for t in transfers for r in t.receivers}
+        outs: dict[str, dict | str] = {}
+        done = {t.sender: threading.Event() for t in transfers}
+
+        def serve(t: IC.Transfer, outs: dict = outs, done: dict = done) -> None:
+            try:
+                outs[t.sender] = send(by_name[t.sender], [by_name[r] for r in t.receivers])
+            except BootstrapError as exc:
+                outs[t.sender] = str(exc)
+            finally:
+                done[t.sender].set()
+
+        threads = [threading.Thread(target=serve, args=(t,), daemon=True) for t in transfers]
+        for th in threads:
+            th.start()
+
+        def take(h: Host, sent_by: dict = sent_by, outs: dict = outs, done: dict = done) -> str:
+            src = sent_by[h.name]
+
+            def sent() -> dict | str:
+                while not done[src].wait(0.2):
+                    if sess.cancel.is_set():
+                        raise BootstrapError(f"interrupted while {src} was sending")
+                return outs.get(src, "")
+            return receive(h, by_name[src], sent)
+
+        res = sess.stage(stage, [by_name[n] for n in sent_by], take, strict=False)
+        for th in threads:
+            th.join()
+        for t in transfers:
+            out = outs.get(t.sender)
+            if isinstance(out, dict) and out.get("bytes"):
+                secs = max(out.get("seconds") or 0.0, 1e-3)
+                sess.reporter.event(t.sender, f"seed-{stage.removeprefix('copy-')}", "done",
+                                    f"{IC.human_bytes(out['bytes'])} to {', '.join(t.receivers)} in {secs:.1f}s "
+                                    f"({IC.human_bytes(out['bytes'] / secs)}/s)")
+        for n, v in res.failed.items():
+            why = str(v)
+            out = outs.get(sent_by[n])
+            if isinstance(out, str) and out and out not in why:
+                why += f" (sender: {out})"
+            failed[by_name[n]] = why
+        for n in res.succeeded:
+            have.append(n)
+            got_from[n] = sent_by[n]
+        todo = [n for n in todo if n not in sent_by]
+    return failed

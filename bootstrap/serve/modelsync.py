@@ -1,0 +1,128 @@
+"""`serve --sync-model`: copy the model directory from the head to the nodes where it differs,
+node to node over the data network (cluster/peers.py: rounds, the controller starts both ends),
+each copy checked by content before it replaces anything. See docs/image-distribution.md.
+
+A sender streams `tar -C MODEL -cf - .` out of its cluster container into checks/image_seed.py
+(in a throw-away, unprivileged container of the image, bound to the sender's data-plane IP, serving
+only this round's receivers). A receiver pipes the stream into checks/model_stream.py in its cluster
+container, which unpacks it under MODEL/.bootstrap-incoming while taking its SHA-256. Only when that
+digest equals the one the sender took of what it sent does the received tree replace MODEL's
+contents; otherwise it is discarded and the node falls back to a stream relayed by this machine
+(head -> here -> node, checked the same way), and a warning says so.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Iterable, Sequence
+
+from bootstrap.cluster import imagecopy as IC
+from bootstrap.cluster import peers
+from bootstrap.cluster import plan as PL
+from bootstrap.errors import BootstrapError, PreflightFailed
+from bootstrap.model import Host
+from bootstrap.remote import docker as DK
+from bootstrap.remote.session import Session, check_script, last_json
+
+INCOMING = ".bootstrap-incoming"
+SEED_CONTAINER = "bootstrap-model-seed"
+
+
+def tar_argv(container: str, model: str) -> tuple[str, ...]:
+    """The sender's stream: the model directory as tar, without a half-received copy in it."""
+    return DK.exec_argv(container, "tar", "-C", model, f"--exclude=./{INCOMING}", "-cf", "-", ".")
+
+
+def stream_argv(container: str, mode: str, model: str, script: str, *, interactive: bool = False) -> tuple[str, ...]:
+    """checks/model_stream.py MODE MODEL in the cluster container (receive reads the stream on stdin)."""
+    return DK.exec_argv(container, "python3", "-c", script, mode, model, interactive=interactive)
+
+
+def sync_model(sess: Session, model: str, targets: Sequence[Host]) -> dict[str, str]:
+    """Copy ``model`` from the head's container to each target's; return where each target got it
+    from (a peer's name, or "this machine" for the relayed fallback). Raises GroupError naming the
+    targets that got it neither way."""
+    inv = sess.inv
+    name = inv.cluster.container_name
+    port = inv.cluster.ports.image_copy
+    seed_py = check_script("image_seed.py").decode()
+    stream_py = check_script("model_stream.py").decode()
+
+    def send(h: Host, to: Sequence[Host]) -> dict | str:
+        ssh = sess.ssh[h.name]
+        argv = IC.seed_argv(inv.cluster.image, h.ip, port, [x.ip for x in to], seed_py,
+                            source=tar_argv(name, model), name=SEED_CONTAINER)
+        r = ssh.run(argv, check=False, hangup=True, timeout=ssh.settings.command_timeout,
+                    display=f"tar -C {model} -c | image_seed.py {h.ip}:{port}")
+        return last_json(r.stdout) or (r.stderr or r.stdout).strip()[-300:]
+
+    def receive(h: Host, src: Host, sent) -> str:
+        ssh = sess.ssh[h.name]
+        t0 = time.monotonic()
+        r = ssh.run(IC.receive_argv(src.ip, port, sink=stream_argv(name, "receive", model, stream_py,
+                                                                   interactive=True)),
+                    check=False, hangup=True, timeout=ssh.settings.command_timeout,
+                    display=f"model stream from {src.name} into {model}")
+        got = last_json(r.stdout) or {}
+        out = sent()
+        if r.exit_code == IC.NO_SENDER:
+            _discard(sess, h, model, stream_py)
+            raise PreflightFailed(h.name, f"cannot reach {src.name} ({PL.hostport(src.ip, port)}) over the data "
+                                          "network for the model copy")
+        want = out.get("sha256") if isinstance(out, dict) else None
+        _check_and_commit(sess, h, model, stream_py, got, want, src.name, r.stderr or r.stdout)
+        return f"from {src.name} in {time.monotonic() - t0:.1f}s ({IC.human_bytes(got.get('bytes') or 0)})"
+
+    got_from: dict[str, str] = {}
+    failed = peers.copy_in_rounds(sess, [inv.head], targets, stage="copy-model", send=send, receive=receive,
+                                  got_from=got_from)
+    if failed:
+        for h, why in failed.items():
+            sess.reporter.event(h.name, "copy-model", "warning", f"{why}; relaying it through this machine instead")
+        sess.stage("relay-model", list(failed), lambda h: relay(sess, model, h, stream_py))
+        got_from.update({h.name: "this machine" for h in failed})
+    return got_from
+
+
+def relay(sess: Session, model: str, h: Host, stream_py: str) -> str:
+    """The fallback: the head's tar stream through this machine into the node, checked the same way
+    (this machine takes the digest of what it passes on)."""
+    name = sess.inv.cluster.container_name
+    head = sess.inv.head
+    digest = hashlib.sha256()
+
+    def hashed(chunks: Iterable[bytes]) -> Iterable[bytes]:
+        for c in chunks:
+            digest.update(c)
+            yield c
+
+    chunks = sess.ssh[head.name].stream_out(tar_argv(name, model))
+    r = sess.ssh[h.name].run_with_input(stream_argv(name, "receive", model, stream_py, interactive=True),
+                                        hashed(chunks), timeout=3600, check=False)
+    _check_and_commit(sess, h, model, stream_py, last_json(r.stdout) or {}, digest.hexdigest(), head.name,
+                      r.stderr or r.stdout)
+    return f"from {head.name} through this machine"
+
+
+def _check_and_commit(sess: Session, h: Host, model: str, stream_py: str, got: dict, want: str | None,
+                      src: str, output: str) -> None:
+    """Put the received tree in place when its digest is the sender's; else discard it and raise."""
+    if not got.get("ok"):
+        _discard(sess, h, model, stream_py)
+        why = got.get("error") or (output.strip().splitlines() or ["no answer"])[-1][:300]
+        raise PreflightFailed(h.name, f"the model stream from {src} could not be unpacked: {why}")
+    if not want or got.get("sha256") != want:
+        _discard(sess, h, model, stream_py)
+        raise PreflightFailed(h.name, f"the model stream from {src} arrived as {str(got.get('sha256'))[:16]} "
+                                      f"({got.get('bytes')} bytes), not {(want or '')[:16] or 'what was sent'}: refused")
+    r = sess.ssh[h.name].run(stream_argv(sess.inv.cluster.container_name, "commit", model, stream_py),
+                             timeout=600, check=False)
+    done = last_json(r.stdout) or {}
+    if not done.get("ok"):
+        raise BootstrapError(f"{h.name}: could not put the received model in place under {model}: "
+                             f"{done.get('error') or (r.stderr or r.stdout).strip()[-300:]}")
+
+
+def _discard(sess: Session, h: Host, model: str, stream_py: str) -> None:
+    sess.ssh[h.name].run(stream_argv(sess.inv.cluster.container_name, "discard", model, stream_py),
+                         timeout=600, check=False)
