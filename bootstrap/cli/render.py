@@ -30,7 +30,8 @@ PROG = "bootstrap"
 class LineReporter:
     """A line per host and stage on stderr (safe from many threads)."""
 
-    SHOW_START = {"pull", "load-image", "copy-image", "start-head", "head-gcs", "start-workers", "down"}
+    SHOW_START = {"pull", "load-image", "copy-image", "copy-model", "relay-model", "start-head", "head-gcs",
+                  "start-workers", "down"}
 
     def __init__(self, console: Console = err, quiet: bool = False):
         self.console = console

@@ -13,7 +13,6 @@ from bootstrap.cluster import peers
 from bootstrap.cluster import plan as PL
 from bootstrap.errors import BootstrapError, CommandFailed, GroupError, PreflightFailed
 from bootstrap.model import Host
-from bootstrap.remote import localdocker as LD
 from bootstrap.remote.fanout import GroupResult
 from bootstrap.remote.session import Session, check_script, last_json
 from bootstrap.remote.ssh import SSHHost
@@ -51,6 +50,8 @@ def load_image(sess: Session, hosts: Sequence[Host], image: str, *, queue_chunks
     queue per host (the reader waits for the slowest host; a host that fails drops out and its queue
     is discarded, the others go on). ``queue_chunks``: chunks (LD.SAVE_CHUNK, 1 MiB) waiting per
     host, what it holds in memory per host. "save" times the daemon's wait before its first chunk."""
+    from bootstrap.remote import localdocker as LD  # the Docker SDK: only when streaming from here
+
     end = object()  # after the last chunk
 
     def stream_to(group: list[Host]) -> dict[str, object]:

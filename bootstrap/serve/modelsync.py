@@ -113,8 +113,9 @@ def _check_and_commit(sess: Session, h: Host, model: str, stream_py: str, got: d
         raise PreflightFailed(h.name, f"the model stream from {src} could not be unpacked: {why}")
     if not want or got.get("sha256") != want:
         _discard(sess, h, model, stream_py)
+        sent = (want or "")[:16] or "what was sent"
         raise PreflightFailed(h.name, f"the model stream from {src} arrived as {str(got.get('sha256'))[:16]} "
-                                      f"({got.get('bytes')} bytes), not {(want or '')[:16] or 'what was sent'}: refused")
+                                      f"({got.get('bytes')} bytes), not {sent}: refused")
     r = sess.ssh[h.name].run(stream_argv(sess.inv.cluster.container_name, "commit", model, stream_py),
                              timeout=600, check=False)
     done = last_json(r.stdout) or {}
