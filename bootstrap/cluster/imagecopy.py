@@ -65,9 +65,9 @@ def receive_argv(sender_ip: str, port: int, wait_s: float = CONNECT_WAIT_S,
                  sink: Sequence[str] | None = None) -> tuple[str, ...]:
     """On a receiver: connect to the sender (retrying while it starts) and pipe the stream into
     ``sink`` (default `docker load`)."""
-    tries = max(1, int(wait_s / 0.5))
     into = shlex.join(sink) if sink else "docker load"
-    script = (f'i=0; until exec 3<"/dev/tcp/$0/$1"; do i=$((i+1)); [ "$i" -ge {tries} ] && break; '
+    # bounded by bash's clock (SECONDS), not a count of tries: a refused connect can take a second
+    script = (f'until exec 3<"/dev/tcp/$0/$1"; do [ "$SECONDS" -ge {max(1, round(wait_s))} ] && break; '
               f'sleep 0.5; done 2>/dev/null; if ! {{ true <&3; }} 2>/dev/null; then '
               f'echo "nothing listens on $0:$1" >&2; exit {NO_SENDER}; fi; {into} <&3')
     host = sender_ip.strip("[]")
