@@ -26,6 +26,8 @@ from bootstrap.remote.session import Session, check_script, last_json
 
 INCOMING = ".bootstrap-incoming"
 SEED_CONTAINER = "bootstrap-model-seed"
+#: the least time a copy gets (weights run to hundreds of GB): the inventory's command_timeout if longer
+COPY_TIMEOUT_S = 3600.0
 
 
 def tar_argv(container: str, model: str) -> tuple[str, ...]:
@@ -52,7 +54,7 @@ def sync_model(sess: Session, model: str, targets: Sequence[Host]) -> dict[str, 
         ssh = sess.ssh[h.name]
         argv = IC.seed_argv(inv.cluster.image, h.ip, port, [x.ip for x in to], seed_py,
                             source=tar_argv(name, model), name=SEED_CONTAINER)
-        r = ssh.run(argv, check=False, hangup=True, timeout=ssh.settings.command_timeout,
+        r = ssh.run(argv, check=False, hangup=True, timeout=max(COPY_TIMEOUT_S, ssh.settings.command_timeout),
                     display=f"tar -C {model} -c | image_seed.py {h.ip}:{port}")
         return last_json(r.stdout) or (r.stderr or r.stdout).strip()[-300:]
 
@@ -61,7 +63,7 @@ def sync_model(sess: Session, model: str, targets: Sequence[Host]) -> dict[str, 
         t0 = time.monotonic()
         r = ssh.run(IC.receive_argv(src.ip, port, sink=stream_argv(name, "receive", model, stream_py,
                                                                    interactive=True)),
-                    check=False, hangup=True, timeout=ssh.settings.command_timeout,
+                    check=False, hangup=True, timeout=max(COPY_TIMEOUT_S, ssh.settings.command_timeout),
                     display=f"model stream from {src.name} into {model}")
         got = last_json(r.stdout) or {}
         out = sent()
@@ -98,7 +100,7 @@ def relay(sess: Session, model: str, h: Host, stream_py: str) -> str:
 
     chunks = sess.ssh[head.name].stream_out(tar_argv(name, model))
     r = sess.ssh[h.name].run_with_input(stream_argv(name, "receive", model, stream_py, interactive=True),
-                                        hashed(chunks), timeout=3600, check=False)
+                                        hashed(chunks), timeout=COPY_TIMEOUT_S, check=False)
     _check_and_commit(sess, h, model, stream_py, last_json(r.stdout) or {}, digest.hexdigest(), head.name,
                       r.stderr or r.stdout)
     return f"from {head.name} through this machine"
