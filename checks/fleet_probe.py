@@ -4,7 +4,9 @@ Runs INSIDE a container on the data plane (the replica's head, or the router's h
 with nothing but the standard library.
 
   ready URL DEADLINE      /health, /v1/models, then a real one-token completion (the gate)
-  drain URL DEADLINE      wait until the replica has no running or waiting request
+  drain URL DEADLINE [QUIET]
+                          wait until the replica has had no running or waiting request for
+                          QUIET seconds on end (2)
   status ROUTER METRICS URL...
                           each replica's health and load, the router's list and its health view
                           (from METRICS, its Prometheus endpoint; "-": no router / no metrics)
@@ -77,17 +79,28 @@ def ready(url, deadline):
     return {"ready": False, "error": err, "t": round(time.monotonic() - start, 2)}
 
 
-def drain(url, deadline):
-    start, last = time.monotonic(), None
+def drain(url, deadline, quiet=2.0):
+    """Drained: no request running or waiting, and no request finishing, for QUIET seconds on end.
+
+    One idle sample is not enough: vLLM counts a request as running only once the engine step that
+    admits it has returned (its prefill), so a request the router sent just before it let go of the
+    replica can be in flight while the gauges still read zero.
+    """
+    start, last, since, seen = time.monotonic(), None, None, None
     while time.monotonic() - start < deadline:
         try:
             last = load(url)
         except Exception as exc:
             return {"drained": True, "why": f"not answering ({type(exc).__name__})",
                     "t": round(time.monotonic() - start, 2)}
-        if last and not (last["running"] or 0) and not (last["waiting"] or 0):
-            return {"drained": True, "why": "no request running or waiting", "t": round(time.monotonic() - start, 2)}
-        time.sleep(0.5)
+        now = time.monotonic()
+        idle = bool(last) and not (last["running"] or 0) and not (last["waiting"] or 0)
+        if not idle or since is None or last["succeeded"] != seen:
+            since, seen = (now if idle else None), (last or {}).get("succeeded")
+        elif now - since >= quiet:
+            return {"drained": True, "why": f"no request running or waiting for {quiet:g}s",
+                    "t": round(now - start, 2)}
+        time.sleep(0.25)
     return {"drained": False, "why": f"still busy at the deadline: {last}", "t": round(time.monotonic() - start, 2)}
 
 
@@ -153,7 +166,7 @@ def main(argv):
     if cmd == "ready":
         doc = ready(argv[1].rstrip("/"), float(argv[2]))
     elif cmd == "drain":
-        doc = drain(argv[1].rstrip("/"), float(argv[2]))
+        doc = drain(argv[1].rstrip("/"), float(argv[2]), *(float(x) for x in argv[3:4]))
     elif cmd == "status":
         doc = status(argv[1].rstrip("/"), argv[2], [u.rstrip("/") for u in argv[3:]])
     elif cmd in ("add", "remove"):

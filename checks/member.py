@@ -8,7 +8,11 @@ connected and tells them to start theirs; when any member, the head or a vLLM pr
 every member stops its vLLM and exits non-zero, and the whole group restarts and meets again.
 
 Args: RANK NODES COORD_HOST COORD_PORT -- VLLM ARGV...
-SIGTERM (docker stop): vLLM gets SIGTERM and finishes what it is doing, then the member exits 0.
+SIGTERM (docker stop): vLLM gets SIGTERM, then the member exits 0. The API server's vLLM (rank 0)
+finishes its in-flight requests first when it can: where the vLLM in the image takes
+--shutdown-timeout (vLLM 0.18 and later) and the command does not set it, the member adds
+--shutdown-timeout (the stop grace less 5 s); without it vLLM aborts them. A rollout stops the
+head first, so the other members are still there while those requests finish.
 """
 import os
 import select
@@ -31,6 +35,38 @@ def keepalive(sock):
     for opt, val in (("TCP_KEEPIDLE", 5), ("TCP_KEEPINTVL", 2), ("TCP_KEEPCNT", 3)):
         if hasattr(socket, opt):
             sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), val)
+
+
+def engine_takes(flag):
+    """Whether the vLLM in this image takes FLAG: read from its argument parser's source (vllm is
+    not imported: that takes seconds and loads torch)."""
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return False
+    for d in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            with open(os.path.join(d, "engine", "arg_utils.py"), encoding="utf-8") as fh:
+                return f'"{flag}"' in fh.read()
+        except OSError:
+            continue
+    return False
+
+
+def with_drain_on_stop(argv, grace):
+    """ARGV, with --shutdown-timeout added where it is vLLM's API server, the flag is not set,
+    and the engine takes it."""
+    if len(argv) < 2 or os.path.basename(argv[0]) != "vllm" or argv[1] != "serve" or "--headless" in argv:
+        return argv
+    if any(a == "--shutdown-timeout" or a.startswith("--shutdown-timeout=") for a in argv):
+        return argv
+    if not engine_takes("--shutdown-timeout"):
+        log("this vLLM has no --shutdown-timeout: a stop aborts its in-flight requests")
+        return argv
+    seconds = max(1, int(grace) - 5)
+    log(f"vLLM finishes in-flight requests on stop: --shutdown-timeout {seconds}")
+    return [*argv, "--shutdown-timeout", str(seconds)]
 
 
 def start_vllm(argv):
@@ -161,7 +197,7 @@ def member(rank, host, port, argv):
 def main(argv):
     sep = argv.index("--")
     rank, nodes, host, port = int(argv[0]), int(argv[1]), argv[2], int(argv[3])
-    cmd = argv[sep + 1:]
+    cmd = with_drain_on_stop(argv[sep + 1:], STOP_GRACE)
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     if nodes == 1:

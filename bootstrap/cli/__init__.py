@@ -540,7 +540,7 @@ def _serve_fleet(inv, model, extra, tp, pp, backend, sync_model, wait, listen, s
 def rollout(inventory, parallel, extra, model, image, keep_flags, max_unavailable, drain, wait, as_json):
     """Change the model, vLLM flags or image of a fleet (cluster.replicas > 1), replica by replica.
 
-    Each replica leaves the router, drains (running + waiting requests at zero, or --drain), stops,
+    Each replica leaves the router, drains (running + waiting requests at zero for 2 s, or --drain), stops,
     starts with the new spec, must answer a real completion, and goes back into the router. A
     replica that fails is rolled back and the rollout stops (exit 1, naming it); the others keep
     serving. Ctrl-C rolls back the replica in flight and lists each replica's state.

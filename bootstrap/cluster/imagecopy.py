@@ -66,9 +66,16 @@ def receive_argv(sender_ip: str, port: int, wait_s: float = CONNECT_WAIT_S,
     """On a receiver: connect to the sender (retrying while it starts) and pipe the stream into
     ``sink`` (default `docker load`)."""
     into = shlex.join(sink) if sink else "docker load"
-    # bounded by bash's clock (SECONDS), not a count of tries: a refused connect can take a second
-    script = (f'until exec 3<"/dev/tcp/$0/$1"; do [ "$SECONDS" -ge {max(1, round(wait_s))} ] && break; '
-              f'sleep 0.5; done 2>/dev/null; if ! {{ true <&3; }} 2>/dev/null; then '
+    w = max(1, round(wait_s))
+    # Bounded by bash's clock (SECONDS), not a count of tries: a refused connect can take a second.
+    # A connect whose SYN is dropped blocks for minutes (the kernel's SYN retries): a watchdog
+    # signals the shell 2 s after the wait, which ends that connect too; it is killed once connected.
+    script = (f'exec 4>&2; ( sleep {w + 2} && kill $$ ) >/dev/null 2>&1 </dev/null & dog=$!; '
+              f'trap \'echo "nothing answers on $0:$1 (no reply to the connect in {w + 2}s)" >&4; '
+              f'exit {NO_SENDER}\' TERM; '
+              f'until exec 3<"/dev/tcp/$0/$1"; do [ "$SECONDS" -ge {w} ] && break; '
+              f'sleep 0.5; done 2>/dev/null; kill "$dog" 2>/dev/null; trap - TERM; exec 4>&-; '
+              f'if ! {{ true <&3; }} 2>/dev/null; then '
               f'echo "nothing listens on $0:$1" >&2; exit {NO_SENDER}; fi; {into} <&3')
     host = sender_ip.strip("[]")
     return ("bash", "-c", script, host, str(port))

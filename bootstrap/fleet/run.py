@@ -466,10 +466,14 @@ def _replace(sess: Session, inv: Inventory, rp: FP.ReplicaPlan, drain: float, wa
     step(k, f"drained ({d.get('why', '?')})")
     t = time.monotonic()
     sname, oname = FP.serve_name(inv), FP.old_name(inv)
-    # Renamed first: the keeper restarts only containers under the serving name.
-    sess.stage(f"stop-r{k}", hosts, lambda h: (DK.rm(sess.ssh[h.name], oname),
-                                              DK.rename(sess.ssh[h.name], sname, oname),
-                                              _stop(sess, h, oname)))
+    # Renamed first: the keeper restarts only containers under the serving name. The head (the API
+    # server) is stopped first and alone: its vLLM finishes what is still in flight (member.py's
+    # --shutdown-timeout) while the other members, whose GPUs those requests need, are still there.
+    sess.stage(f"retire-r{k}", hosts, lambda h: (DK.rm(sess.ssh[h.name], oname),
+                                                DK.rename(sess.ssh[h.name], sname, oname)))
+    sess.stage(f"stop-r{k}", hosts[:1], lambda h: _stop(sess, h, oname))
+    if hosts[1:]:
+        sess.stage(f"stop-r{k}-members", hosts[1:], lambda h: _stop(sess, h, oname))
     timing["stop"] = time.monotonic() - t
     t = time.monotonic()
     step(k, "starting the new spec")

@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,25 @@ def test_a_receiver_with_no_sender_gives_up_with_its_own_exit_status():
 
 def test_human_bytes():
     assert [IC.human_bytes(n) for n in (999, 4_620_000_000, 57.9e6)] == ["999 B", "4.6 GB", "57.9 MB"]
+
+
+def test_a_receiver_whose_connect_is_never_answered_gives_up_after_its_wait():
+    """A sender behind a firewall that drops packets: the connect gets no answer at all (here a
+    listener whose accept queue is full, so the kernel drops the SYN), which would block for minutes
+    of SYN retries; the receiver gives up after its wait, with its own exit status."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    port = srv.getsockname()[1]
+    first = socket.create_connection(("127.0.0.1", port), timeout=5)  # fills the queue (never accepted)
+    try:
+        t0 = time.monotonic()
+        recv = _receiver(port, wait=2.0)
+        _, err = recv.communicate(timeout=60)
+        took = time.monotonic() - t0
+        assert recv.returncode == IC.NO_SENDER, err
+        assert b"nothing answers on 127.0.0.1:" in err and b"no reply to the connect in 4s" in err
+        assert took < 15, took  # not the kernel's ~2 minutes
+    finally:
+        first.close()
+        srv.close()

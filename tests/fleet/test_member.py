@@ -99,3 +99,40 @@ def test_a_single_node_replica_exits_with_vllm(tmp_path):
                          stderr=subprocess.PIPE, text=True)
     assert p.wait(timeout=20) == 1
     assert marker.exists() and "vLLM exited with status 3" in p.stderr.read()
+
+
+def _member_module(monkeypatch, tmp_path, arg_utils: str | None):
+    """checks/member.py imported with a stand-in vllm package on the path: only its argument
+    parser's source matters (the member reads it, it does not import vllm)."""
+    import importlib.util
+
+    if arg_utils is not None:
+        (tmp_path / "vllm" / "engine").mkdir(parents=True)
+        (tmp_path / "vllm" / "__init__.py").write_text("raise ImportError('the member must not import vllm')\n")
+        (tmp_path / "vllm" / "engine" / "arg_utils.py").write_text(arg_utils)
+        monkeypatch.syspath_prepend(str(tmp_path))
+    spec = importlib.util.spec_from_file_location("member_under_test", MEMBER)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+SERVE = ["vllm", "serve", "/m", "--nnodes", "2", "--node-rank", "0", "--host", "10.0.0.1"]
+
+
+def test_the_api_server_finishes_in_flight_requests_on_stop_when_vllm_can(monkeypatch, tmp_path, capsys):
+    m = _member_module(monkeypatch, tmp_path, 'parser.add_argument(\n    "--shutdown-timeout",\n    type=int)\n')
+    assert m.with_drain_on_stop(SERVE, 30) == [*SERVE, "--shutdown-timeout", "25"]
+    assert "--shutdown-timeout 25" in capsys.readouterr().err
+    # a headless member has no API server; a flag the user set is theirs; other commands are left alone
+    assert m.with_drain_on_stop([*SERVE, "--headless"], 30) == [*SERVE, "--headless"]
+    assert m.with_drain_on_stop([*SERVE, "--shutdown-timeout", "3"], 30) == [*SERVE, "--shutdown-timeout", "3"]
+    assert m.with_drain_on_stop([*SERVE, "--shutdown-timeout=3"], 30) == [*SERVE, "--shutdown-timeout=3"]
+    assert m.with_drain_on_stop(["python3", "-c", "pass"], 30) == ["python3", "-c", "pass"]
+    assert m.with_drain_on_stop(SERVE, 4) == [*SERVE, "--shutdown-timeout", "1"]
+
+
+def test_an_older_vllm_without_the_flag_gets_the_command_unchanged(monkeypatch, tmp_path, capsys):
+    m = _member_module(monkeypatch, tmp_path, 'parser.add_argument("--disable-log-stats")\n')
+    assert m.with_drain_on_stop(SERVE, 30) == SERVE
+    assert "no --shutdown-timeout" in capsys.readouterr().err

@@ -301,6 +301,10 @@ def test_rollout_under_load_changes_every_replica_and_fails_no_request(fleet):
     assert [r["extra"] for r in st["replicas"]] == [new, new]
     assert [r["health"] for r in st["replicas"]] == ["healthy", "healthy"]
     assert all(r["in_rotation"] for r in st["replicas"])
+    # each replica's head (node1, node3) runs a vLLM that finishes in-flight requests when stopped
+    for n, head in zip(sb.nodes, (True, False, True, False)):
+        logs = on_node(n, "sh", "-c", f"docker logs {SERVE} 2>&1 | grep bootstrap-member").stdout
+        assert ("--shutdown-timeout 25" in logs) == head, (n.name, logs)
 
 
 def test_a_rollout_vllm_refuses_is_rolled_back_and_the_fleet_keeps_serving(fleet):

@@ -1,0 +1,105 @@
+"""checks/fleet_probe.py's drain, against a real HTTP server on loopback that serves vLLM's metric
+lines the way vLLM does: the gauges move only when the engine's step returns, so a request can be
+in flight while they still read zero."""
+import http.server
+import importlib.util
+import pathlib
+import threading
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def load_probe():
+    spec = importlib.util.spec_from_file_location("fleet_probe", ROOT / "checks" / "fleet_probe.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class Replica:
+    """A /metrics endpoint whose values follow a script: [(seconds from start, running, waiting, done)]."""
+
+    def __init__(self, script):
+        self.script, self.t0, self.hits = script, time.monotonic(), 0
+        replica = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                replica.hits += 1
+                running, waiting, done = replica.now()
+                body = (f'vllm:num_requests_running{{model_name="m"}} {running}\n'
+                        f'vllm:num_requests_waiting{{model_name="m"}} {waiting}\n'
+                        f'vllm:request_success_total{{finished_reason="stop",model_name="m"}} {done}\n').encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+
+    def now(self):
+        t = time.monotonic() - self.t0
+        row = self.script[0]
+        for r in self.script:
+            if r[0] <= t:
+                row = r
+        return row[1:]
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+@pytest.fixture
+def replica():
+    made = []
+
+    def make(script):
+        r = Replica(script)
+        made.append(r)
+        return r
+    yield make
+    for r in made:
+        r.close()
+
+
+def test_a_request_the_gauges_have_not_counted_yet_is_waited_for(replica):
+    # idle at first (the request is in its prefill), running from 0.5 s, finished at 1.2 s
+    r = replica([(0, 0, 0, 7), (0.5, 1, 0, 7), (1.2, 0, 0, 8)])
+    doc = load_probe().drain(r.url, 10, quiet=1.0)
+    assert doc["drained"] is True, doc
+    assert doc["t"] >= 2.2 - 0.3, doc  # 1.2 s of work, then a full second of quiet
+    assert "for 1s" in doc["why"]
+
+
+def test_a_finishing_request_restarts_the_quiet_window(replica):
+    # the gauges never show it (too short for a sample), but the success counter moves at 0.8 s
+    r = replica([(0, 0, 0, 3), (0.8, 0, 0, 4)])
+    doc = load_probe().drain(r.url, 10, quiet=1.0)
+    assert doc["drained"] is True and doc["t"] >= 1.8 - 0.3, doc
+
+
+def test_a_replica_that_stays_busy_is_not_drained_at_the_deadline(replica):
+    r = replica([(0, 0, 2, 0)])
+    doc = load_probe().drain(r.url, 1.5, quiet=0.5)
+    assert doc["drained"] is False and "still busy" in doc["why"] and "'waiting': 2.0" in doc["why"], doc
+    assert r.hits >= 3
+
+
+def test_an_idle_replica_drains_after_the_quiet_window_only(replica):
+    r = replica([(0, 0, 0, 0)])
+    doc = load_probe().drain(r.url, 10, quiet=0.5)
+    assert doc["drained"] is True and 0.5 <= doc["t"] < 3, doc
+
+
+def test_a_replica_that_no_longer_answers_is_drained():
+    doc = load_probe().drain("http://127.0.0.1:9", 5, quiet=1.0)  # discard port: nothing listens
+    assert doc["drained"] is True and doc["why"].startswith("not answering"), doc
