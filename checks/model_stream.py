@@ -8,6 +8,10 @@ argv: receive DIR   stdin is `tar -C DIR -cf - .` from the sender. It is unpacke
       commit DIR    DIR's contents become what was received: every other entry of DIR is removed
                     and the received entries moved in (DIR may be a mount point: nothing renames
                     DIR itself). Prints {"ok", "files"}.
+      merge DIR [STALE...]
+                    What was received (only the files that differ) replaces those files under DIR,
+                    and the STALE files (relative paths the sender does not have) are removed;
+                    every other file stays. Prints {"ok", "files", "replaced", "removed"}.
       discard DIR   Remove DIR/.bootstrap-incoming. Prints {"ok"}.
 
 Bootstrap compares the sha256 with the one the sender computed of the stream it sent, and commits
@@ -71,18 +75,65 @@ def commit(directory):
     return {"ok": True, "files": files}
 
 
+def _inside(directory, rel):
+    """DIR/REL, refused unless REL is a plain relative path that stays under DIR."""
+    norm = os.path.normpath(rel)
+    if os.path.isabs(rel) or norm in (".", "") or norm.split(os.sep)[0] in ("..", INCOMING):
+        raise OSError(f"refused path {rel!r}: not a file under the model directory")
+    return os.path.join(directory, norm)
+
+
+def _prune(directory, path):
+    """Remove the empty directories between PATH's parent and DIR."""
+    parent = os.path.dirname(path)
+    while os.path.abspath(parent) != os.path.abspath(directory):
+        try:
+            os.rmdir(parent)
+        except OSError:
+            return
+        parent = os.path.dirname(parent)
+
+
+def merge(directory, stale):
+    stage = os.path.join(directory, INCOMING)
+    if not os.path.isdir(stage):
+        return {"ok": False, "error": f"nothing received under {stage}"}
+    targets = [_inside(directory, rel) for rel in stale]  # every path checked before anything changes
+    removed = replaced = 0
+    for path in targets:
+        if os.path.islink(path) or os.path.isfile(path):
+            os.remove(path)
+            removed += 1
+            _prune(directory, path)
+    for root, dirs, names in os.walk(stage):
+        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        for name in [*names, *links]:
+            src = os.path.join(root, name)
+            dst = os.path.join(directory, os.path.relpath(src, stage))
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            if os.path.isdir(dst) and not os.path.islink(dst):
+                shutil.rmtree(dst)
+            os.replace(src, dst)
+            replaced += 1
+    shutil.rmtree(stage)
+    files = sum(len(names) for _, _, names in os.walk(directory))
+    return {"ok": True, "files": files, "replaced": replaced, "removed": removed}
+
+
 def discard(directory):
     shutil.rmtree(os.path.join(directory, INCOMING), ignore_errors=True)
     return {"ok": True}
 
 
 def main(argv):
-    if len(argv) != 2 or argv[0] not in ("receive", "commit", "discard"):
-        print(json.dumps({"ok": False, "error": "usage: receive|commit|discard DIR"}))
+    modes = ("receive", "commit", "merge", "discard")
+    if len(argv) < 2 or argv[0] not in modes or (len(argv) > 2 and argv[0] != "merge"):
+        print(json.dumps({"ok": False, "error": "usage: receive|commit|discard DIR, or merge DIR [STALE...]"}))
         return 2
-    mode, directory = argv
+    mode, directory = argv[:2]
     try:
-        out = {"receive": receive, "commit": commit, "discard": discard}[mode](directory)
+        out = merge(directory, argv[2:]) if mode == "merge" else {
+            "receive": receive, "commit": commit, "discard": discard}[mode](directory)
     except OSError as exc:
         out = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     print(json.dumps(out), flush=True)

@@ -1,6 +1,7 @@
 """`serve --sync-model`: copy the model directory from the head to the nodes where it differs,
 node to node over the data network (cluster/peers.py: rounds, the controller starts both ends),
-each copy checked by content before it replaces anything. See docs/image-distribution.md.
+each copy checked by content before it replaces anything, and carrying only the files that differ.
+See docs/image-distribution.md.
 
 A sender streams `tar -C MODEL -cf - .` out of its cluster container into checks/image_seed.py
 (in a throw-away, unprivileged container of the image, bound to the sender's data-plane IP, serving
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from bootstrap.cluster import imagecopy as IC
 from bootstrap.cluster import peers
@@ -23,6 +24,7 @@ from bootstrap.errors import BootstrapError, PreflightFailed
 from bootstrap.model import Host
 from bootstrap.remote import docker as DK
 from bootstrap.remote.session import Session, check_script, last_json
+from bootstrap.serve import plan as P
 
 INCOMING = ".bootstrap-incoming"
 SEED_CONTAINER = "bootstrap-model-seed"
@@ -30,21 +32,39 @@ SEED_CONTAINER = "bootstrap-model-seed"
 COPY_TIMEOUT_S = 3600.0
 
 
-def tar_argv(container: str, model: str) -> tuple[str, ...]:
-    """The sender's stream: the model directory as tar, without a half-received copy in it."""
-    return DK.exec_argv(container, "tar", "-C", model, f"--exclude=./{INCOMING}", "-cf", "-", ".")
+def tar_argv(container: str, model: str, files: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The sender's stream: the model directory as tar, without a half-received copy in it; with
+    ``files`` (P.sync_files), only those (none: an archive of the directory entry alone)."""
+    if files is None:
+        return DK.exec_argv(container, "tar", "-C", model, f"--exclude=./{INCOMING}", "-cf", "-", ".")
+    names = [f"./{f}" for f in files] or ["."]  # ./ : a name starting with - is never an option
+    return DK.exec_argv(container, "tar", "-C", model, "--no-recursion", "-cf", "-", *names)
 
 
-def stream_argv(container: str, mode: str, model: str, script: str, *, interactive: bool = False) -> tuple[str, ...]:
-    """checks/model_stream.py MODE MODEL in the cluster container (receive reads the stream on stdin)."""
-    return DK.exec_argv(container, "python3", "-c", script, mode, model, interactive=interactive)
+def stream_argv(container: str, mode: str, model: str, script: str, *args: str,
+                interactive: bool = False) -> tuple[str, ...]:
+    """checks/model_stream.py MODE MODEL [ARGS] in the cluster container (receive reads the stream on stdin)."""
+    return DK.exec_argv(container, "python3", "-c", script, mode, model, *args, interactive=interactive)
 
 
-def sync_model(sess: Session, model: str, targets: Sequence[Host]) -> dict[str, str]:
+def sync_model(sess: Session, model: str, targets: Sequence[Host],
+               manifests: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, str]:
     """Copy ``model`` from the head's container to each target's; return where each target got it
     from (a peer's name, or "this machine" for the relayed fallback). Raises GroupError naming the
-    targets that got it neither way."""
+    targets that got it neither way. With every host's ``manifests`` (serve's model-files stage), a
+    copy carries only the files its receivers lack or hold at another size, and each receiver then
+    removes the files the head does not have; without them the whole directory replaces theirs."""
     inv = sess.inv
+    head = manifests.get(inv.head.name) if manifests else None
+
+    def files_for(to: Sequence[Host]) -> Sequence[str] | None:
+        if head is None or any(x.name not in manifests for x in to):
+            return None
+        return P.sync_files(head, [manifests[x.name] for x in to])
+
+    def stale_for(h: Host) -> Sequence[str] | None:
+        return P.stale_files(head, manifests[h.name]) if head is not None and h.name in manifests else None
+
     name = inv.cluster.container_name
     port = inv.cluster.ports.image_copy
     seed_py = check_script("image_seed.py").decode()
@@ -53,7 +73,7 @@ def sync_model(sess: Session, model: str, targets: Sequence[Host]) -> dict[str, 
     def send(h: Host, to: Sequence[Host]) -> dict | str:
         ssh = sess.ssh[h.name]
         argv = IC.seed_argv(inv.cluster.image, h.ip, port, [x.ip for x in to], seed_py,
-                            source=tar_argv(name, model), name=SEED_CONTAINER)
+                            source=tar_argv(name, model, files_for(to)), name=SEED_CONTAINER)
         r = ssh.run(argv, check=False, hangup=True, timeout=max(COPY_TIMEOUT_S, ssh.settings.command_timeout),
                     display=f"tar -C {model} -c | image_seed.py {h.ip}:{port}")
         return last_json(r.stdout) or (r.stderr or r.stdout).strip()[-300:]
@@ -72,7 +92,7 @@ def sync_model(sess: Session, model: str, targets: Sequence[Host]) -> dict[str, 
             raise PreflightFailed(h.name, f"cannot reach {src.name} ({PL.hostport(src.ip, port)}) over the data "
                                           "network for the model copy")
         want = out.get("sha256") if isinstance(out, dict) else None
-        _check_and_commit(sess, h, model, stream_py, got, want, src.name, r.stderr or r.stdout)
+        _check_and_commit(sess, h, model, stream_py, got, want, src.name, r.stderr or r.stdout, stale_for(h))
         return f"from {src.name} in {time.monotonic() - t0:.1f}s ({IC.human_bytes(got.get('bytes') or 0)})"
 
     got_from: dict[str, str] = {}
@@ -81,12 +101,14 @@ def sync_model(sess: Session, model: str, targets: Sequence[Host]) -> dict[str, 
     if failed:
         for h, why in failed.items():
             sess.reporter.event(h.name, "copy-model", "warning", f"{why}; relaying it through this machine instead")
-        sess.stage("relay-model", list(failed), lambda h: relay(sess, model, h, stream_py))
+        sess.stage("relay-model", list(failed),
+                   lambda h: relay(sess, model, h, stream_py, files_for([h]), stale_for(h)))
         got_from.update({h.name: "this machine" for h in failed})
     return got_from
 
 
-def relay(sess: Session, model: str, h: Host, stream_py: str) -> str:
+def relay(sess: Session, model: str, h: Host, stream_py: str, files: Sequence[str] | None = None,
+          stale: Sequence[str] | None = None) -> str:
     """The fallback: the head's tar stream through this machine into the node, checked the same way
     (this machine takes the digest of what it passes on)."""
     name = sess.inv.cluster.container_name
@@ -98,17 +120,19 @@ def relay(sess: Session, model: str, h: Host, stream_py: str) -> str:
             digest.update(c)
             yield c
 
-    chunks = sess.ssh[head.name].stream_out(tar_argv(name, model))
+    chunks = sess.ssh[head.name].stream_out(tar_argv(name, model, files))
     r = sess.ssh[h.name].run_with_input(stream_argv(name, "receive", model, stream_py, interactive=True),
                                         hashed(chunks), timeout=COPY_TIMEOUT_S, check=False)
     _check_and_commit(sess, h, model, stream_py, last_json(r.stdout) or {}, digest.hexdigest(), head.name,
-                      r.stderr or r.stdout)
+                      r.stderr or r.stdout, stale)
     return f"from {head.name} through this machine"
 
 
 def _check_and_commit(sess: Session, h: Host, model: str, stream_py: str, got: dict, want: str | None,
-                      src: str, output: str) -> None:
-    """Put the received tree in place when its digest is the sender's; else discard it and raise."""
+                      src: str, output: str, stale: Sequence[str] | None = None) -> None:
+    """Put the received tree in place when its digest is the sender's; else discard it and raise.
+    ``stale`` None: the tree replaces the directory's contents (commit); else it replaces the files
+    it holds and the stale ones are removed (merge)."""
     if not got.get("ok"):
         _discard(sess, h, model, stream_py)
         why = got.get("error") or (output.strip().splitlines() or ["no answer"])[-1][:300]
@@ -118,7 +142,8 @@ def _check_and_commit(sess: Session, h: Host, model: str, stream_py: str, got: d
         sent = (want or "")[:16] or "what was sent"
         raise PreflightFailed(h.name, f"the model stream from {src} arrived as {str(got.get('sha256'))[:16]} "
                                       f"({got.get('bytes')} bytes), not {sent}: refused")
-    r = sess.ssh[h.name].run(stream_argv(sess.inv.cluster.container_name, "commit", model, stream_py),
+    put = ("commit",) if stale is None else ("merge", *stale)
+    r = sess.ssh[h.name].run(stream_argv(sess.inv.cluster.container_name, put[0], model, stream_py, *put[1:]),
                              timeout=600, check=False)
     done = last_json(r.stdout) or {}
     if not done.get("ok"):

@@ -734,6 +734,21 @@ def compare_manifests(manifests: Mapping[str, Mapping[str, int]], reference_host
     return diffs
 
 
+def sync_files(reference: Mapping[str, int], receivers: Sequence[Mapping[str, int]]) -> tuple[str, ...] | None:
+    """The reference's files a copy to these receivers carries: those any of them lacks or holds at
+    another size (what compare_manifests calls different), sorted. None: every file (the stream is
+    then the whole directory); () when only extra files differ (nothing to send, some to remove)."""
+    need = {p for m in receivers for p, size in reference.items() if m.get(p) != size}
+    if len(need) == len(reference):
+        return None
+    return tuple(sorted(need))
+
+
+def stale_files(reference: Mapping[str, int], receiver: Mapping[str, int]) -> tuple[str, ...]:
+    """The receiver's files the reference does not have (removed when the copy is put in place)."""
+    return tuple(sorted(set(receiver) - set(reference)))
+
+
 def _names(paths: Iterable[str], limit: int = 3) -> str:
     paths = list(paths)
     shown = ", ".join(paths[:limit])

@@ -197,7 +197,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             return plan
 
         if sync_to:
-            got_from = MS.sync_model(sess, model, [inv.host(n) for n in sync_to])
+            got_from = MS.sync_model(sess, model, [inv.host(n) for n in sync_to], manifests)
             notes.append(f"copied {model} from {inv.head.name} to {', '.join(sync_to)} "
                          f"({'; '.join(f'{n} from {got_from[n]}' for n in sync_to if n in got_from)})")
             manifests = _manifests(sess, order, model)

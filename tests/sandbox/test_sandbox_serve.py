@@ -197,11 +197,15 @@ def test_model_must_match_on_every_node_and_sync_model_copies_it(two):
     r = cli("serve", "-i", inv2, "/tmp/only-on-head", "--backend", "native", *VLLM_ARGS)
     assert r.returncode == 3, r.stderr
     assert "node2" in r.stderr and "missing" in r.stderr
-    # node2 holds a stale file and a different config: after the copy it holds the head's files only
+    # node2 holds the weights already, a stale file and a different config: after the copy it holds
+    # the head's files only, and the weights were not sent again (the same inode: not rewritten)
+    weights = "stat -c %i /tmp/only-on-head/*.safetensors"
     on_node(n2, "docker", "exec", CONTAINER, "sh", "-c",
-            "cd /tmp; mkdir -p only-on-head && echo 0 > only-on-head/stale.bin && echo {} > only-on-head/config.json")
+            f"cp -r {MODEL} /tmp/only-on-head && cd /tmp/only-on-head && echo 0 > stale.bin && echo {{}} > config.json")
+    inode = on_node(n2, "docker", "exec", CONTAINER, "sh", "-c", weights).stdout
     r = cli("serve", "-i", inv2, "/tmp/only-on-head", "--backend", "native", "--sync-model", "--json", *VLLM_ARGS)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert on_node(n2, "docker", "exec", CONTAINER, "sh", "-c", weights).stdout == inode != ""
     # node to node over the data network (the head's seed container served it), not relayed through
     # here ("node2 from this machine")
     assert any("copied /tmp/only-on-head" in n and "(node2 from node1)" in n for n in json.loads(r.stdout)["notes"])

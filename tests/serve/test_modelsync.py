@@ -160,3 +160,97 @@ def _free_port():
 def test_the_fixture_tar_is_a_real_archive_of_the_three_files(tmp_path):
     names = tarfile.open(fileobj=io.BytesIO(_tar(_model(tmp_path)))).getnames()
     assert {"./config.json", "./model.safetensors", "./sub/tokenizer.json"} <= set(names)
+
+
+def _local(argv: tuple[str, ...]) -> list[str]:
+    """A `docker exec CONTAINER CMD...` of modelsync's, run here: CMD."""
+    assert argv[:2] == ("docker", "exec")
+    return list(argv[3:])
+
+
+def _manifest(d: Path) -> dict[str, int]:
+    out = subprocess.run(P.manifest_cmd(str(d)), capture_output=True, text=True, check=True).stdout
+    return P.model_manifest(out)
+
+
+def test_which_files_a_copy_carries_and_which_a_receiver_removes():
+    head = {"config.json": 10, "a.safetensors": 100, "b.safetensors": 100}
+    whole = {}
+    partial = {"config.json": 10, "a.safetensors": 100, "b.safetensors": 7, "old.bin": 1}
+    same = dict(head)
+    assert P.sync_files(head, [whole]) is None  # everything: the whole directory
+    assert P.sync_files(head, [partial]) == ("b.safetensors",)
+    assert P.sync_files(head, [partial, {**head, "config.json": 11}]) == ("b.safetensors", "config.json")
+    assert P.sync_files(head, [partial, whole]) is None
+    assert P.sync_files(head, [{**same, "old.bin": 1}]) == ()  # only an extra file: nothing to send
+    assert P.stale_files(head, partial) == ("old.bin",) and P.stale_files(head, same) == ()
+
+
+def test_a_copy_carries_only_the_files_that_differ_and_leaves_the_others_untouched(tmp_path):
+    src = _model(tmp_path / "a")
+    (src / "model-00002.safetensors").write_bytes(os.urandom(2_000_000))
+    dst = tmp_path / "b" / "model"
+    (dst / "sub").mkdir(parents=True)
+    for name in ("model.safetensors", "sub/tokenizer.json"):  # already there, as on the head
+        (dst / name).write_bytes((src / name).read_bytes())
+    (dst / "model-00002.safetensors").write_bytes(b"cut short")  # another size
+    (dst / "old" / "deep").mkdir(parents=True)
+    (dst / "old" / "deep" / "stale.bin").write_bytes(b"old")  # the head has no such file
+    kept = (dst / "model.safetensors").stat().st_ino
+    head, mine = _manifest(src), _manifest(dst)
+    files = P.sync_files(head, [mine])
+    assert files == ("config.json", "model-00002.safetensors")
+    data = subprocess.run(_local(MS.tar_argv("c", str(src), files)), capture_output=True, check=True).stdout
+    assert 2_000_000 < len(data) < 2_100_000  # not the 3 MB model.safetensors
+    got = _stream("receive", dst, data)
+    assert got["ok"] and got["sha256"] == hashlib.sha256(data).hexdigest()
+    r = subprocess.run([sys.executable, str(STREAM), "merge", str(dst), *P.stale_files(head, mine)],
+                       capture_output=True, text=True)
+    done = json.loads(r.stdout)
+    assert done == {"ok": True, "files": 4, "replaced": 2, "removed": 1}, r.stderr
+    assert _sums(dst) == _sums(src)
+    assert (dst / "model.safetensors").stat().st_ino == kept  # not rewritten
+    assert not (dst / "old").exists() and not (dst / MS.INCOMING).exists()
+
+
+def test_a_copy_with_nothing_to_send_still_removes_the_stale_files(tmp_path):
+    src = _model(tmp_path / "a")
+    dst = tmp_path / "b"
+    subprocess.run(["cp", "-a", str(src), str(dst)], check=True)
+    (dst / "extra.bin").write_bytes(b"x")
+    files = P.sync_files(_manifest(src), [_manifest(dst)])
+    assert files == ()
+    data = subprocess.run(_local(MS.tar_argv("c", str(src), files)), capture_output=True, check=True).stdout
+    assert _stream("receive", dst, data)["ok"]
+    r = subprocess.run([sys.executable, str(STREAM), "merge", str(dst), "extra.bin"], capture_output=True, text=True)
+    assert json.loads(r.stdout)["removed"] == 1
+    assert _sums(dst) == _sums(src)
+
+
+@pytest.mark.parametrize("bad", ["../outside", "/etc/passwd", ".", f"{MS.INCOMING}/x", "sub/../../outside"])
+def test_merge_refuses_a_stale_path_outside_the_model_and_changes_nothing(tmp_path, bad):
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "keep").write_text("x")
+    (tmp_path / "outside").write_text("not the model's")
+    (d / MS.INCOMING).mkdir()
+    (d / MS.INCOMING / "new").write_text("y")
+    r = subprocess.run([sys.executable, str(STREAM), "merge", str(d), "keep", bad], capture_output=True, text=True)
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and not out["ok"] and "refused path" in out["error"]
+    assert (d / "keep").exists() and (tmp_path / "outside").exists() and not (d / "new").exists()
+
+
+def test_the_sender_names_each_differing_file_so_none_is_read_as_an_option():
+    argv = MS.tar_argv("c", "/m", ["-rf", "a b.json"])
+    assert argv[-5:] == ("--no-recursion", "-cf", "-", "./-rf", "./a b.json")
+    assert MS.tar_argv("c", "/m", [])[-1] == "."
+
+
+def test_a_checked_copy_with_manifests_is_merged_with_the_receivers_stale_files():
+    ssh = _Ssh()
+    host = Host("node2", SSHTarget("10.0.0.2"), "10.0.0.2", "worker")
+    sess = SimpleNamespace(ssh={"node2": ssh}, inv=SimpleNamespace(cluster=SimpleNamespace(container_name="c")))
+    MS._check_and_commit(sess, host, "/m", "S", {"ok": True, "sha256": "ab" * 32}, "ab" * 32, "node1", "",
+                         ("old.bin", "x/y"))
+    assert ssh.calls == [("docker", "exec", "c", "python3", "-c", "S", "merge", "/m", "old.bin", "x/y")]
