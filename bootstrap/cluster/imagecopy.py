@@ -69,8 +69,10 @@ def receive_argv(sender_ip: str, port: int, wait_s: float = CONNECT_WAIT_S,
     w = max(1, round(wait_s))
     # Bounded by bash's clock (SECONDS), not a count of tries: a refused connect can take a second.
     # A connect whose SYN is dropped blocks for minutes (the kernel's SYN retries): a watchdog
-    # signals the shell 2 s after the wait, which ends that connect too; it is killed once connected.
-    script = (f'exec 4>&2; ( sleep {w + 2} && kill $$ ) >/dev/null 2>&1 </dev/null & dog=$!; '
+    # signals the shell 2 s after the wait, which ends that connect too; it is killed (with its sleep)
+    # once connected. It holds none of the shell's output: the SSH channel closes when the copy ends.
+    script = (f'( trap \'kill $! 2>/dev/null; exit 0\' TERM; sleep {w + 2} & wait $!; kill $$ ) '
+              f'>/dev/null 2>&1 </dev/null & dog=$!; exec 4>&2; '
               f'trap \'echo "nothing answers on $0:$1 (no reply to the connect in {w + 2}s)" >&4; '
               f'exit {NO_SENDER}\' TERM; '
               f'until exec 3<"/dev/tcp/$0/$1"; do [ "$SECONDS" -ge {w} ] && break; '

@@ -148,3 +148,20 @@ def test_a_receiver_whose_connect_is_never_answered_gives_up_after_its_wait():
     finally:
         first.close()
         srv.close()
+
+
+def test_the_receiver_returns_as_soon_as_the_stream_ends_and_leaves_no_process_behind():
+    """Its connect watchdog must not hold the receiver's output open (the SSH channel would stay
+    open, and the copy would seem to last, until the watchdog's wait ran out)."""
+    seed = _seed(["127.0.0.1"], wait=30.0)
+    port = int(seed.args[3])
+    t0 = time.monotonic()
+    recv = _receiver(port, wait=30.0)
+    _feed(seed, b"y" * 100_000)
+    out, err = recv.communicate(timeout=60)
+    took = time.monotonic() - t0
+    seed.wait(timeout=30)
+    assert recv.returncode == 0 and out == b"y" * 100_000, err
+    assert took < 10, took  # not the watchdog's 32 s
+    left = subprocess.run(["pgrep", "-f", "sleep 32"], capture_output=True, text=True).stdout.split()
+    assert left == [], left
