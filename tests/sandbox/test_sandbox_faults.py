@@ -232,8 +232,19 @@ def test_killed_head_is_restarted_and_every_worker_rejoins(clean):
 
 # -- Ctrl-C / SIGTERM ---------------------------------------------------------------------------
 def popen_cli(*args):
-    return subprocess.Popen([sys.executable, "-m", "bootstrap", *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    """The CLI as a user's terminal starts it: Ctrl-C delivered. A process started in the background
+    by a non-interactive shell (`bash -c 'pytest ... &'`, some CI runners) inherits SIGINT ignored,
+    and an ignored signal stays ignored across exec: Python then installs no KeyboardInterrupt
+    handler and the CLI (like any POSIX program) honours the ignore. So the child gets SIGINT's
+    default back here; the handler is ours only for the instant of the fork."""
+    before = signal.getsignal(signal.SIGINT)
+    if before == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen([sys.executable, "-m", "bootstrap", *args], cwd=ROOT, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def read_until(proc, needle, timeout):
