@@ -4,10 +4,12 @@ Building a sandbox costs minutes (nodes start empty; the first `up` pulls the mu
 into every node), and `sandbox_up` keeps a running sandbox of the same size or grows it, but a
 smaller one is recreated. So the 2-node `infra` module, which also tests `sandbox down`, runs
 first; every 3-node module then shares one sandbox, and the 4-node fleet grows it by one node last.
+`cluster` comes first of those: its first test puts the image on the empty nodes with
+`up --load-image` and peer copies, so no test before it pulls the image into all three.
 """
 from __future__ import annotations
 
-ORDER = ("infra", "checks", "cluster", "faults", "serve", "zfleet")
+ORDER = ("infra", "cluster", "checks", "faults", "serve", "zfleet")
 
 
 def _rank(item) -> int:

@@ -35,6 +35,102 @@ def cluster(sandbox3):
     cli("down", "-i", inv)
 
 
+# A sender that flips one byte early in the stream (inside the first layer), in the image's own
+# Python on a node that has the image: what a faulty NIC or a tampering peer would deliver.
+CORRUPT_SENDER = """
+import socket, sys
+ip, port, at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind((ip, port)); srv.listen(1); srv.settimeout(120)
+c, _ = srv.accept(); srv.close(); n = 0
+while True:
+    b = sys.stdin.buffer.read1(1 << 20)
+    if not b:
+        break
+    if n <= at < n + len(b):
+        b = bytearray(b); b[at - n] ^= 0xFF; b = bytes(b)
+    try:
+        c.sendall(b)
+    except OSError:
+        break
+    n += len(b)
+c.close()
+"""
+
+
+def _local_image_id(image):
+    return subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", image], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+def _image_id(node, image):
+    r = on_node(node, "docker", "image", "inspect", "--format", "{{.Id}}", image, check=False)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def test_a_corrupted_stream_is_refused_and_load_image_sends_the_image_once_for_three_nodes(cluster, tmp_path,
+                                                                                         request):
+    """No node has the image and the registry is stopped. A stream with one flipped byte is refused
+    and leaves nothing behind; then `up --load-image` streams the image from this machine to the
+    head alone, and node2 and node3 get it from the head over the data network, ID checked.
+
+    First in the module, which is the first on the suite's 3-node sandbox (tests/sandbox/conftest.py):
+    the nodes start without the image, and this is how they get it. Moving multi-GB images is the
+    slowest thing the suite does, so it happens once, not a pull into every node and then this."""
+    from bootstrap.cluster.image import receive_image
+    from bootstrap.errors import PreflightFailed
+    from bootstrap.inventory import load_inventory
+    from bootstrap.remote.ssh import SSHHost
+
+    n1, n2, n3 = cluster.nodes
+    inv = load_inventory(str(cluster.inventory))
+    image, port = inv.cluster.image, inv.cluster.ports.image_copy
+    # The corrupting sender runs here, on the sandbox network's gateway address. It sends a small
+    # image made for this test (`docker load` reads a whole stream before it checks, and skips the
+    # check of a layer the node already has): one layer of 4 MB of random bytes.
+    small = f"bootstrap-sandbox/copy-check:{os.getpid()}"
+    layer = tmp_path / "layer.tar"
+    with tarfile.open(layer, "w") as tar:
+        info = tarfile.TarInfo("blob")
+        info.size = 4 << 20
+        tar.addfile(info, io.BytesIO(os.urandom(info.size)))
+    subprocess.run(["docker", "import", str(layer), small], check=True, capture_output=True)
+    request.addfinalizer(lambda: subprocess.run(["docker", "rmi", "-f", small], capture_output=True))
+    small_id = _local_image_id(small)
+    gateway = subprocess.run(["docker", "network", "inspect", "--format", "{{(index .IPAM.Config 0).Gateway}}",
+                              cluster.network], capture_output=True, text=True, check=True).stdout.strip()
+    sender = subprocess.Popen(["sh", "-c", 'docker save "$0" | python3 -c "$1" "$2" "$3" 2000000',
+                               small, CORRUPT_SENDER, gateway, str(port)], stderr=subprocess.DEVNULL)
+    ssh = SSHHost(inv.host(n2.name), inv.cluster.ssh)
+    try:
+        with pytest.raises(PreflightFailed) as refused:
+            receive_image(ssh, small, small_id, "this machine", gateway, port)
+    finally:
+        ssh.close()
+        sender.wait(timeout=120)
+    assert "refused by docker load" in str(refused.value) and "diffID" in str(refused.value), refused.value
+    assert _image_id(n2, small) is None  # nothing is left under the image's name
+
+    want = _local_image_id(image)
+    assert cli("down", "-i", str(cluster.inventory)).returncode == 0
+    for n in cluster.nodes:
+        on_node(n, "docker", "rmi", "-f", image)
+    peers = write_inventory(cluster.inventory, tmp_path / "peers.yaml", lambda d: d["cluster"].update(peer_copy=True))
+    subprocess.run(["docker", "stop", "bootstrap-sandbox-registry"], check=True, capture_output=True)
+    try:
+        r = cli("up", "-i", peers, "--load-image", "--json")
+    finally:
+        subprocess.run(["docker", "start", "bootstrap-sandbox-registry"], check=True, capture_output=True)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert {h["host"]: h["image_from"] for h in doc["hosts"]} == {
+        n1.name: "this machine", n2.name: n1.name, n3.name: n1.name}
+    assert {"load-image", "copy-image"} <= set(doc["stages"]) and "pull" not in doc["stages"]
+    assert [_image_id(n, image) for n in cluster.nodes] == [want] * 3
+    assert sorted(ray_alive_ips(n1)) == sorted(n.ip for n in cluster.nodes)
+    assert cli("down", "-i", str(cluster.inventory)).returncode == 0  # the next tests start from no container
+
+
 def test_up_forms_a_ray_cluster_with_one_node_per_host(cluster):
     r = cli("up", "-i", str(cluster.inventory), "--json")
     assert r.returncode == 0, r.stderr
@@ -119,97 +215,6 @@ def test_down_names_an_unreachable_host_and_still_tears_down_the_others(cluster)
     assert left == ["", "", ""]
     again = cli("down", "-i", str(cluster.inventory))
     assert again.returncode == 0 and "nothing to remove on 3 host(s)" in again.stdout
-
-
-# A sender that flips one byte early in the stream (inside the first layer), in the image's own
-# Python on a node that has the image: what a faulty NIC or a tampering peer would deliver.
-CORRUPT_SENDER = """
-import socket, sys
-ip, port, at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-srv.bind((ip, port)); srv.listen(1); srv.settimeout(120)
-c, _ = srv.accept(); srv.close(); n = 0
-while True:
-    b = sys.stdin.buffer.read1(1 << 20)
-    if not b:
-        break
-    if n <= at < n + len(b):
-        b = bytearray(b); b[at - n] ^= 0xFF; b = bytes(b)
-    try:
-        c.sendall(b)
-    except OSError:
-        break
-    n += len(b)
-c.close()
-"""
-
-
-def _local_image_id(image):
-    return subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", image], capture_output=True,
-                          text=True, check=True).stdout.strip()
-
-
-def _image_id(node, image):
-    r = on_node(node, "docker", "image", "inspect", "--format", "{{.Id}}", image, check=False)
-    return r.stdout.strip() if r.returncode == 0 else None
-
-
-def test_a_corrupted_stream_is_refused_and_load_image_sends_the_image_once_for_three_nodes(cluster, tmp_path,
-                                                                                         request):
-    """No node has the image and the registry is stopped. A stream with one flipped byte is refused
-    and leaves nothing behind; then `up --load-image` streams the image from this machine to the
-    head alone, and node2 and node3 get it from the head over the data network, ID checked."""
-    from bootstrap.cluster.image import receive_image
-    from bootstrap.errors import PreflightFailed
-    from bootstrap.inventory import load_inventory
-    from bootstrap.remote.ssh import SSHHost
-
-    n1, n2, n3 = cluster.nodes
-    inv = load_inventory(str(cluster.inventory))
-    image, port = inv.cluster.image, inv.cluster.ports.image_copy
-    # The corrupting sender runs here, on the sandbox network's gateway address. It sends a small
-    # image made for this test (`docker load` reads a whole stream before it checks, and skips the
-    # check of a layer the node already has): one layer of 4 MB of random bytes.
-    small = f"bootstrap-sandbox/copy-check:{os.getpid()}"
-    layer = tmp_path / "layer.tar"
-    with tarfile.open(layer, "w") as tar:
-        info = tarfile.TarInfo("blob")
-        info.size = 4 << 20
-        tar.addfile(info, io.BytesIO(os.urandom(info.size)))
-    subprocess.run(["docker", "import", str(layer), small], check=True, capture_output=True)
-    request.addfinalizer(lambda: subprocess.run(["docker", "rmi", "-f", small], capture_output=True))
-    small_id = _local_image_id(small)
-    gateway = subprocess.run(["docker", "network", "inspect", "--format", "{{(index .IPAM.Config 0).Gateway}}",
-                              cluster.network], capture_output=True, text=True, check=True).stdout.strip()
-    sender = subprocess.Popen(["sh", "-c", 'docker save "$0" | python3 -c "$1" "$2" "$3" 2000000',
-                               small, CORRUPT_SENDER, gateway, str(port)], stderr=subprocess.DEVNULL)
-    ssh = SSHHost(inv.host(n2.name), inv.cluster.ssh)
-    try:
-        with pytest.raises(PreflightFailed) as refused:
-            receive_image(ssh, small, small_id, "this machine", gateway, port)
-    finally:
-        ssh.close()
-        sender.wait(timeout=120)
-    assert "refused by docker load" in str(refused.value) and "diffID" in str(refused.value), refused.value
-    assert _image_id(n2, small) is None  # nothing is left under the image's name
-
-    want = _local_image_id(image)
-    assert cli("down", "-i", str(cluster.inventory)).returncode == 0
-    for n in cluster.nodes:
-        on_node(n, "docker", "rmi", "-f", image)
-    peers = write_inventory(cluster.inventory, tmp_path / "peers.yaml", lambda d: d["cluster"].update(peer_copy=True))
-    subprocess.run(["docker", "stop", "bootstrap-sandbox-registry"], check=True, capture_output=True)
-    try:
-        r = cli("up", "-i", peers, "--load-image", "--json")
-    finally:
-        subprocess.run(["docker", "start", "bootstrap-sandbox-registry"], check=True, capture_output=True)
-    assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
-    assert {h["host"]: h["image_from"] for h in doc["hosts"]} == {
-        n1.name: "this machine", n2.name: n1.name, n3.name: n1.name}
-    assert {"load-image", "copy-image"} <= set(doc["stages"]) and "pull" not in doc["stages"]
-    assert [_image_id(n, image) for n in cluster.nodes] == [want] * 3
-    assert sorted(ray_alive_ips(n1)) == sorted(n.ip for n in cluster.nodes)
 
 
 def test_image_without_ray_fails_preflight_and_changes_nothing(cluster, tmp_path):
