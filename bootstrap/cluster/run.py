@@ -218,7 +218,7 @@ def interrupted(sess: Session, command: str) -> Interrupted:
     """
     stage = sess.current_stage
     sess.cancel.set()
-    sess.close()
+    sess.abandon()
     inv = sess.inv
     from dataclasses import replace
     quick = replace(sess.settings, connect_timeout=min(5.0, sess.settings.connect_timeout), connect_retries=0)

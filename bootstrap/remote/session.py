@@ -71,6 +71,8 @@ class Session:
         self.cancel = threading.Event()
         self.current_stage = ""
         self._lock: HeldLock | None = None
+        #: set by abandon(): the connections were given up on, close() does nothing
+        self._abandoned = False
         #: host name -> (start, end) of its `docker run`, time.time() here.
         self.run_times: dict[str, tuple[float, float]] = {}
         #: node IP -> earliest time.time() (head clock) a Ray poll saw it alive.
@@ -109,11 +111,24 @@ class Session:
             self.timings.add(stage, self.clock() - t0)
 
     def close(self) -> None:
+        if self._abandoned:
+            return
         if self._lock is not None:
             self._lock.release()
             self._lock = None
         for s in self.ssh.values():
             s.close()
+
+    def abandon(self, within: float = 10.0) -> None:
+        """Close every connection after Ctrl-C / SIGTERM, giving up after ``within`` seconds; later
+        close() calls do nothing. The interrupt is raised wherever the main thread is, which can be
+        inside paramiko between a lock's acquire and the try that releases it (seen once in CI: a
+        SIGTERM 0.6 s into head-gcs, then `up` hung past 60 s with no further output): closing that
+        transport then waits forever. Its socket closes when the process exits in any case."""
+        closing = threading.Thread(target=self.close, name="close-interrupted", daemon=True)
+        closing.start()
+        closing.join(within)
+        self._abandoned = True
 
     def lock(self, command: str, *, wait: float = 0.0) -> None:
         """Take the cluster lock on the head host for this session (see SSHHost.acquire_lock)."""
