@@ -146,8 +146,9 @@ class Cluster:
     container_name: str = DEFAULT_CONTAINER_NAME
     accelerator: Accelerator = "gpu"
     #: ray: each container runs `ray start` (head/worker); none: the container only holds the
-    #: node (for vLLM's native multi-node mode with images that do not ship Ray).
-    runtime: Literal["ray", "none"] = "ray"
+    #: node (vLLM's native multi-node mode, for images that do not ship Ray). None (unset): `up`
+    #: decides from the image, Ray where it has it (see bootstrap.cluster.runtime).
+    runtime: Literal["ray", "none"] | None = None
     #: Host directory mounted at /root/.cache/huggingface (None: no mount).
     hf_cache: str | None = None
     #: Extra bind mounts, docker -v syntax ``SRC:DST[:ro]``.

@@ -158,7 +158,9 @@ def plan(inventory, as_json):
     def go():
         inv = read_inventory(inventory, check_files=False)
         if inv.cluster.replicas == 1:
-            render.plan_rows(PL.plan_offline(inv), as_json, live=False)
+            rt = inv.cluster.runtime
+            render.plan_rows(PL.plan_offline(inv), as_json, live=False, runtime=rt,
+                             why=f"cluster.runtime: {rt}" if rt else PL.UNDECIDED_NOTE)
             return
         from bootstrap.fleet import plan as FP
 
@@ -217,7 +219,7 @@ def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_key
         total = time.monotonic() - t0
         render.left_out(res.skipped)
         if dry_run:
-            render.plan_rows(res.actions, as_json, live=True)
+            render.plan_rows(res.actions, as_json, live=True, runtime=res.runtime, why=res.runtime_why)
         else:
             render.up(inv, res, label, total, started_at, as_json)
     _run(go)
@@ -768,7 +770,10 @@ def sandbox():
 @click.option("--nodes", type=click.IntRange(1, 200), default=3, show_default=True)
 @click.option("--kind", type=click.Choice(["full", "sshd"]), default="full", show_default=True,
               help="full: sshd + Docker daemon per node; sshd: sshd only (fan-out benchmarks).")
-def sandbox_up(nodes, kind):
+@click.option("--without-ray", is_flag=True,
+              help="Write the inventory with a Ray-less variant of the vLLM image, as stock vllm/vllm-openai "
+                   "images are: `up` then runs vLLM's native multi-node mode. Again without it: the image with Ray.")
+def sandbox_up(nodes, kind, without_ray):
     """Build the images (cached), start the registry and N nodes, write their inventory.
 
     Example: bootstrap sandbox up --nodes 3
@@ -776,8 +781,10 @@ def sandbox_up(nodes, kind):
     from bootstrap import sandbox as S
 
     def go():
+        if without_ray and kind != "full":
+            raise UsageError("--without-ray needs --kind full (sshd-only nodes run no containers)")
         try:
-            info = S.sandbox_up(nodes, log=render.sandbox_log, kind=kind)
+            info = S.sandbox_up(nodes, log=render.sandbox_log, kind=kind, ray=not without_ray)
         except (RuntimeError, OSError, ValueError) as exc:
             raise BootstrapError(f"sandbox: {exc}") from None
         render.sandbox_up(info)

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bootstrap.cluster.run import HostTiming
+from bootstrap.cluster.runtime import UNDECIDED as RUNTIME_UNDECIDED
 from bootstrap.errors import BootstrapError, GroupError, Interrupted
 
 # Wide when not on a terminal, so tables in logs and CI output do not wrap evidence mid-word.
@@ -166,13 +167,18 @@ def validated(inv) -> None:
 
 
 # -- plan ----------------------------------------------------------------------------------------
-def plan_rows(actions, as_json: bool, live: bool) -> None:
-    """Each host's container (`plan`; `up --dry-run` with live=True: and what would change)."""
+def plan_rows(actions, as_json: bool, live: bool, runtime: str | None = "", why: str = "") -> None:
+    """Each host's container (`plan`; `up --dry-run` with live=True: and what would change).
+    runtime None: not decided yet (cluster.runtime unset, the image not looked at): then why says
+    so, and the rows show the containers with Ray."""
     if as_json:
         doc = [{"host": a.host, "role": a.spec.role, "action": a.action, "reason": a.reason,
+                "runtime": runtime if runtime is not None else RUNTIME_UNDECIDED,
                 "spec_hash": a.spec.spec_hash, "argv": list(a.spec.run_argv())} for a in actions]
         _json(doc)
         return
+    if why and not why.startswith("cluster.runtime:"):
+        out.print(_escape(f"runtime: {runtime or RUNTIME_UNDECIDED}: {why}"))
     for a in actions:
         head = f"[bold]{_escape(a.host)}[/] ({_escape(a.spec.role)})"
         if live:
@@ -233,17 +239,21 @@ def up(inv, res, label: str, total: float, started_at: float, as_json: bool) -> 
             "ready_at": None if res.ready_at is None else round(res.ready_at, 3),
             "gcs_open": None if res.gcs_open is None else round(res.gcs_open, 3),
             "head_clock_offset": None if res.head_clock_offset is None else round(res.head_clock_offset, 3),
-            "skipped": dict(res.skipped), "warnings": res.warnings})
+            "skipped": dict(res.skipped), "warnings": res.warnings,
+            "runtime": res.runtime, "runtime_why": res.runtime_why})
         return
+    ray = res.runtime != "none"
     t = Table(title=f"cluster {_escape(inv.cluster.name)}{label}")
-    for col in ("host", "ip", "role", "action", "ray", "GPUs"):
+    for col in ("host", "ip", "role", "action", *(("ray", "GPUs") if ray else ())):
         t.add_column(col)
     for a in res.actions:
         ip = inv.host(a.host).ip
         n = alive.get(ip)
-        t.add_row(_escape(a.host), _escape(ip), _escape(a.spec.role), _escape(f"{a.action} ({a.reason})"),
-                  "[green]alive[/]" if n else "[red]missing[/]", f"{n.gpus:g}" if n else "-")
+        cells = ["[green]alive[/]" if n else "[red]missing[/]", f"{n.gpus:g}" if n else "-"] if ray else []
+        t.add_row(_escape(a.host), _escape(ip), _escape(a.spec.role), _escape(f"{a.action} ({a.reason})"), *cells)
     out.print(t)
+    if res.runtime_why and not res.runtime_why.startswith("cluster.runtime:"):
+        out.print(_escape(f"runtime: {res.runtime or RUNTIME_UNDECIDED}: {res.runtime_why}"))
     if res.image_from:
         by_src: dict[str, list[str]] = {}
         for host, src in res.image_from.items():
@@ -253,6 +263,10 @@ def up(inv, res, label: str, total: float, started_at: float, as_json: bool) -> 
     verb = "ready" if res.changed else "already up: nothing changed"
     gpus = sum(n.gpus for n in alive.values())
     part = f" ({len(res.skipped)} host(s) left out: {', '.join(res.skipped)})" if res.skipped else ""
+    if not ray:
+        out.print(_escape(f"cluster {verb}: {len(res.actions)} node container(s) running, no Ray (`serve` runs "
+                          f"vLLM's native multi-node mode), head {inv.head.ip}{part}; took {total:.1f}s"))
+        return
     out.print(_escape(f"Ray cluster {verb}: {len(alive)} node(s), {gpus:g} GPU(s), head {inv.head.ip}:"
                       f"{inv.cluster.ports.ray_gcs}{part}; took {total:.1f}s"))
 
@@ -264,10 +278,12 @@ def status(inv, st, as_json: bool) -> None:
     if as_json:
         _json({"nodes": [r.as_dict() for r in rows],
                "serving": st.serving.to_dict() if st.serving else None,
-               "ray_dashboard": st.dashboard})
+               "ray_dashboard": st.dashboard, "runtime": st.runtime})
         return
-    t = Table(title=f"cluster {_escape(inv.cluster.name)}")
-    for col in ("host", "ip", "role", "container", "ray", "GPUs", "note"):
+    ray = st.runtime != "none"
+    native = "" if ray else " (no Ray: vLLM's native multi-node mode)"
+    t = Table(title=f"cluster {_escape(inv.cluster.name)}{native}")
+    for col in ("host", "ip", "role", "container", "ray" if ray else "node", "GPUs", "note"):
         t.add_column(col)
     for r in rows:
         cont = _escape(r.container) if r.reachable else "[red]unreachable[/]"

@@ -38,6 +38,8 @@ class ContainerState:
     #: Config.Env as a dict (it can hold secrets: never shown) and the command's Args.
     env: dict = field(default_factory=dict, repr=False, compare=False)
     args: tuple[str, ...] = field(default=(), compare=False)
+    #: The command's Path: the entrypoint (`ray` or `sleep` for a node container).
+    path: str = field(default="", compare=False)
 
     @property
     def running(self) -> bool:
@@ -55,6 +57,8 @@ class HostFacts:
     image_id: str | None = None
     #: Markers of image IDs whose `ray` was checked on this host (ray_ok_marker names).
     ray_ok: frozenset[str] = frozenset()
+    #: Markers of image IDs found without `ray` on this host (ray_none_marker names).
+    ray_none: frozenset[str] = frozenset()
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -81,25 +85,41 @@ def image_id_cmd(image: str) -> tuple[str, ...]:
     return ("docker", "image", "inspect", "--format", "{{.Id}}", image)
 
 
+#: ray_in_image_cmd's exit status when the image has no `ray` (0: it has, and `ray --version` ran).
+NO_RAY_EXIT = 3
+
+
 def ray_in_image_cmd(image: str) -> tuple[str, ...]:
+    """`ray --version` in a throwaway container of the image: exit 0 with Ray, NO_RAY_EXIT without;
+    anything else is Docker or the image failing (125: docker run, 126/127: no sh)."""
     return ("docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", image, "-c",
-            "command -v ray && ray --version")
+            f"if command -v ray >/dev/null; then ray --version; else echo 'ray: not found'; exit {NO_RAY_EXIT}; fi")
 
 
-#: Where `up` remembers, per host, the image IDs that passed the `ray`-in-image check.
+#: Where `up` remembers, per host, the image IDs checked for `ray` (with it: ray-ok-, without: ray-none-).
 MARKER_DIR = "$HOME/.cache/bootstrap"
 RAY_OK_PREFIX = "ray-ok-"
+RAY_NONE_PREFIX = "ray-none-"
 LIST_RAY_OK = ("sh", "-c", f'ls -1 "{MARKER_DIR}" 2>/dev/null; exit 0')
 
 
 def ray_ok_marker(image_id: str) -> str:
     """File name recording that `ray` is in the image with this ID (``sha256:<hex>``); only the
     ID's [0-9a-zA-Z] characters are kept, so it is always a plain file name."""
-    return RAY_OK_PREFIX + "".join(c for c in image_id.split(":")[-1] if c.isascii() and c.isalnum())
+    return RAY_OK_PREFIX + _id_chars(image_id)
 
 
-def write_ray_ok_cmd(image_id: str) -> tuple[str, ...]:
-    return ("sh", "-c", f'mkdir -p "{MARKER_DIR}" && : > "{MARKER_DIR}/$1"', "sh", ray_ok_marker(image_id))
+def ray_none_marker(image_id: str) -> str:
+    """File name recording that the image with this ID has no `ray` (see ray_ok_marker)."""
+    return RAY_NONE_PREFIX + _id_chars(image_id)
+
+
+def _id_chars(image_id: str) -> str:
+    return "".join(c for c in image_id.split(":")[-1] if c.isascii() and c.isalnum())
+
+
+def write_marker_cmd(marker: str) -> tuple[str, ...]:
+    return ("sh", "-c", f'mkdir -p "{MARKER_DIR}" && : > "{MARKER_DIR}/$1"', "sh", marker)
 
 
 # -- parsers ---------------------------------------------------------------------------------
@@ -135,9 +155,10 @@ def parse_inspect_both(out: str, container: str, image: str) -> tuple[ContainerS
     return cstate, image_id
 
 
-def parse_ray_ok(out: str) -> frozenset[str]:
+def parse_ray_ok(out: str, prefix: str = RAY_OK_PREFIX) -> frozenset[str]:
+    """The marker names with this prefix in LIST_RAY_OK's output."""
     return frozenset(ln.strip() for ln in out.splitlines()
-                     if ln.strip().startswith(RAY_OK_PREFIX) and len(ln.strip()) > len(RAY_OK_PREFIX))
+                     if ln.strip().startswith(prefix) and len(ln.strip()) > len(prefix))
 
 
 def parse_nvidia_smi(out: str) -> tuple[GPU, ...]:
@@ -178,7 +199,7 @@ def parse_container_inspect(out: str) -> ContainerState | None:
     return ContainerState(status=state.get("Status", "unknown"), image_id=d.get("Image", ""),
                           labels=dict(config.get("Labels") or {}), started_at=state.get("StartedAt", ""),
                           env=dict(e.split("=", 1) for e in config.get("Env") or [] if "=" in e),
-                          args=tuple(d.get("Args") or ()))
+                          args=tuple(d.get("Args") or ()), path=str(d.get("Path") or ""))
 
 
 # -- gathering (I/O through the runner) ------------------------------------------------------
@@ -222,7 +243,8 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool) -> HostF
     cstate, image_id = both
     return HostFacts(docker_version=version, runtimes=runtimes, gpus=gpus,
                      nofile_hard=parse_nofile(got["nofile"].stdout), container=cstate,
-                     image_id=image_id or None, ray_ok=parse_ray_ok(got["ray_ok"].stdout))
+                     image_id=image_id or None, ray_ok=parse_ray_ok(got["ray_ok"].stdout),
+                     ray_none=parse_ray_ok(got["ray_ok"].stdout, RAY_NONE_PREFIX))
 
 
 def check_preflight(name: str, facts: HostFacts, *, want_gpus: int | None) -> None:

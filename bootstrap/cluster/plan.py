@@ -255,6 +255,11 @@ def with_ray_members(inv: Inventory, actions: Sequence[HostAction], missing_ips:
                  if a.action == "keep" and inv.host(a.host).ip in missing_ips else a for a in actions)
 
 
+#: What `plan` says of a runtime left unset (its rows show the containers with Ray).
+UNDECIDED_NOTE = ("`up` reads the image: Ray where it has it (shown below), else each node runs `sleep infinity` "
+                  "and `serve` uses vLLM's native multi-node mode; set cluster.runtime to choose")
+
+
 def plan_offline(inv: Inventory) -> tuple[HostAction, ...]:
     """The containers each host would get, from the inventory alone (no host contacted)."""
     return tuple(HostAction(h.name, "create", "offline plan", container_spec(inv, h, nofile_for(inv, None)))

@@ -7,6 +7,7 @@ from typing import Iterable
 
 from bootstrap import exposure
 from bootstrap.cluster import facts as F
+from bootstrap.cluster import runtime as RT
 from bootstrap.doctor import rules as DR
 from bootstrap.doctor import signatures as D
 from bootstrap.model import Host
@@ -22,6 +23,21 @@ def host_facts(sess: Session, h: Host) -> F.HostFacts:
 
 def gather_hosts(sess: Session, hosts: Iterable[Host] | None = None) -> dict[str, F.HostFacts]:
     return sess.stage("facts", hosts or sess.inv.hosts, lambda h: host_facts(sess, h))
+
+
+def settle_runtime(sess: Session) -> None:
+    """cluster.runtime unset: set sess.inv's from what the node containers run (the head's, else a
+    worker's; see bootstrap.cluster.runtime). Left unset when no host has one."""
+    if sess.inv.cluster.runtime is not None:
+        return
+    name = sess.inv.cluster.container_name
+    for h in sess.inv.hosts:
+        if h.name not in sess.ssh:
+            continue
+        inv = RT.from_containers(sess.inv, {h.name: DK.inspect(sess.ssh[h.name], name, timeout=20)})
+        if inv.cluster.runtime is not None:
+            sess.inv = inv
+            return
 
 
 def exposure_warnings(sess: Session, *, vllm_listen: str | None = None) -> list[str]:

@@ -6,7 +6,7 @@ from typing import Iterable, Sequence
 
 from bootstrap.cluster import facts as F
 from bootstrap.cluster.plan import RayView, parse_ray_nodes
-from bootstrap.errors import DeadlineExceeded, PreflightFailed
+from bootstrap.errors import CommandFailed, DeadlineExceeded, PreflightFailed
 from bootstrap.model import Host
 from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import fan_out
@@ -21,17 +21,30 @@ HEAD_GRACE = 30.0
 RAY_WAIT_TAG = "bootstrap-ray-wait"
 
 
-def check_ray(ssh: SSHHost, image: str, image_id: str | None = None) -> None:
+def image_has_ray(ssh: SSHHost, image: str, image_id: str | None = None) -> bool:
+    """Whether `ray` runs in the image (a throwaway container, no network). The answer is
+    remembered on the host per image ID (read back by F.gather) so the next `up` does not ask again;
+    a marker we cannot write only means the check runs again next time."""
     r = ssh.run(F.ray_in_image_cmd(image), timeout=120, check=False)
-    if not r.ok:
-        raise PreflightFailed(
-            ssh.name, f"`ray` is not in the image {image} (ray: command not found)",
-            "recent vllm/vllm-openai images no longer ship Ray: build an image FROM it with "
-            "`RUN pip install 'ray[default]'`, or pick an image that has it")
+    if r.exit_code not in (0, F.NO_RAY_EXIT):
+        # docker run failed (125), the image has no sh (126/127), or its `ray` does not run
+        raise CommandFailed(ssh.name, r.command, r.exit_code, (r.stderr + r.stdout)[-2000:],
+                            f"could not tell whether the image {image} has Ray")
+    ok = r.ok
     if image_id:
-        # remembered for the next `up` (read back by F.gather); a marker we cannot write only
-        # means the check runs again next time
-        ssh.run(F.write_ray_ok_cmd(image_id), timeout=30, check=False)
+        marker = F.ray_ok_marker(image_id) if ok else F.ray_none_marker(image_id)
+        ssh.run(F.write_marker_cmd(marker), timeout=30, check=False)
+    return ok
+
+
+def check_ray(ssh: SSHHost, image: str, image_id: str | None = None) -> None:
+    """cluster.runtime: ray needs `ray` in the image: refuse (naming both ways out) when it is not."""
+    if not image_has_ray(ssh, image, image_id):
+        raise PreflightFailed(
+            ssh.name, f"`ray` is not in the image {image} (ray: command not found), and cluster.runtime is ray",
+            "set cluster.runtime: none (or remove the key: the runtime then follows the image) to run "
+            "vLLM's native multi-node mode; or keep Ray with an image that has it, e.g. one built FROM it "
+            "with `RUN pip install 'ray[default]'` (recent vllm/vllm-openai images no longer ship Ray)")
 
 
 def ray_view(sess: Session, expect: Sequence[Host], *, deadline: float, gpus: float = 0.0,

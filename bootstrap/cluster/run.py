@@ -15,6 +15,7 @@ from bootstrap.cluster import facts as F
 from bootstrap.cluster import image as IM
 from bootstrap.cluster import probe
 from bootstrap.cluster import ray as R
+from bootstrap.cluster import runtime as RT
 from bootstrap.cluster.plan import (
     HostAction,
     RayView,
@@ -69,6 +70,10 @@ class UpResult:
     #: The head's clock minus ours, as seen when the last Ray poll returned (includes the latency
     #: of that return, a few ms on a LAN); None when Ray was not polled.
     head_clock_offset: float | None = None
+    #: What the containers run, "ray" or "none" (None: undecided, a dry run before the image is
+    #: on any host), and why (the inventory's key, or what the image has).
+    runtime: str | None = None
+    runtime_why: str = ""
 
 
 def up(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None,
@@ -121,19 +126,25 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
         sess.inv = inv = replace(full, hosts=tuple(h for h in full.hosts if h.name not in skipped))
         for n, exc in skipped.items():
             sess.reporter.event(n, "skipped", "failed", f"--allow-partial: left as it is ({exc})")
-    inv = sess.inv
-    facts = {h.name: facts[h.name] for h in inv.hosts}
-    warns = probe.exposure_warnings(sess) if inv.cluster.runtime == "ray" else []
+    facts = {h.name: facts[h.name] for h in sess.inv.hosts}
     if dry_run:
+        why = settle_runtime(sess, facts)
+        inv = sess.inv
+        warns = probe.exposure_warnings(sess) if inv.cluster.runtime == "ray" else []
         return UpResult(plan_up(inv, facts), None, sess.timings, changed=False, dry_run=True,
-                        skipped=_reasons(skipped), warnings=warns)
+                        skipped=_reasons(skipped), warnings=warns, runtime=inv.cluster.runtime,
+                        runtime_why=why)
 
     image_from = IM.distribute(sess, facts, image, load=load, pull=pull)
-    todo = [h for h in inv.hosts if h.name in image_from]
+    todo = [h for h in sess.inv.hosts if h.name in image_from]
     if todo:
         ids = sess.stage("image-id", todo, lambda h: sess.ssh[h.name].run(F.image_id_cmd(image)).stdout.strip())
         from dataclasses import replace
         facts = {n: replace(f, image_id=ids.get(n, f.image_id)) for n, f in facts.items()}
+    why = settle_runtime(sess, facts)
+    inv = sess.inv
+    warns = probe.exposure_warnings(sess) if inv.cluster.runtime == "ray" else []
+    decided = dict(runtime=inv.cluster.runtime, runtime_why=why)
 
     actions = plan_up(inv, facts)
     ray = inv.cluster.runtime == "ray"
@@ -154,10 +165,11 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
         actions = with_ray_members(inv, actions, set(view.missing))
         members = view
     changing = [a for a in actions if a.action != "keep"]
-    if changing and ray:
-        # `ray` must be in the image: check once per distinct image ID, before any change. An ID
-        # that passed before (a marker on some host, see F.ray_ok_marker) is not checked again:
-        # image IDs are content hashes, so the same ID is the same content.
+    if changing and ray and full.cluster.runtime == "ray":
+        # cluster.runtime: ray needs `ray` in the image (unset, settle_runtime has looked already):
+        # check once per distinct image ID, before any change. An ID that passed before (a marker
+        # on some host, see F.ray_ok_marker) is not checked again: image IDs are content hashes,
+        # so the same ID is the same content.
         by_id = ray_checks_needed(changing, facts)
         if by_id:
             sess.stage("ray-in-image", [inv.host(n) for n in by_id.values()],
@@ -180,7 +192,7 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
     if not ray:
         sess.stage("running", inv.hosts, lambda h: _running(sess, h))
         return UpResult(actions, None, sess.timings, changed=bool(changing), skipped=_reasons(skipped),
-                        warnings=warns, host_timings=_host_timings(sess), image_from=image_from)
+                        warnings=warns, host_timings=_host_timings(sess), image_from=image_from, **decided)
     # Poll Ray again only when what we already saw does not prove the cluster ready: a lone head
     # that head-ready saw, or a cluster where nothing changed and every node (with its GPUs) was
     # alive in the ray-members view a moment ago.
@@ -194,7 +206,31 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
     ready_at = time.time()
     return UpResult(actions, view, sess.timings, changed=bool(changing), skipped=_reasons(skipped),
                     warnings=warns, host_timings=_host_timings(sess), ready_at=ready_at,
-                    head_clock_offset=sess.head_clock_offset, image_from=image_from, gcs_open=sess.gcs_open)
+                    head_clock_offset=sess.head_clock_offset, image_from=image_from, gcs_open=sess.gcs_open,
+                    **decided)
+
+
+def settle_runtime(sess: Session, facts: Mapping[str, F.HostFacts]) -> str:
+    """cluster.runtime unset: decide it from the image on the hosts and set it in sess.inv (see
+    bootstrap.cluster.runtime). Each distinct image ID is checked for `ray` once, on one host that
+    has it, unless a host's marker says already. Returns why; the runtime stays unset only when
+    the image is on no host (a dry run before it was pulled)."""
+    inv = sess.inv
+    if inv.cluster.runtime is not None:
+        return f"cluster.runtime: {inv.cluster.runtime}"
+    host_of = RT.image_hosts(facts)
+    if not host_of:
+        return "the image is on no host yet (the rows show the containers with Ray)"
+    has = RT.known_from_markers(facts)
+    todo = {iid: h for iid, h in host_of.items() if iid not in has}
+    if todo:
+        got = sess.stage("ray-in-image", [inv.host(h) for h in todo.values()],
+                         lambda h: R.image_has_ray(sess.ssh[h.name], inv.cluster.image, facts[h.name].image_id))
+        has.update({iid: bool(got[h]) for iid, h in todo.items()})
+    runtime, why = RT.choose(has, host_of, inv.cluster.image)
+    sess.inv = RT.resolved(inv, runtime)
+    sess.reporter.event(inv.head.name, "runtime", "done", f"{runtime}: {why}")
+    return why
 
 
 def _host_timings(sess: Session) -> dict[str, HostTiming]:
@@ -285,6 +321,9 @@ class ClusterStatus:
     serving: object | None
     #: where the Ray dashboard listens on the head (host:port), None without Ray
     dashboard: str | None
+    #: what the containers run: "ray", "none" (vLLM's native mode: a running container is a live
+    #: node), None when unset and no container tells
+    runtime: str | None = None
 
 
 def dashboard_address(inv: Inventory) -> str | None:
@@ -307,6 +346,7 @@ def cluster_status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter
         ok_hosts = [h for h in inv.hosts if h.name not in unreachable]
         states = sess.stage("inspect", ok_hosts, lambda h: DK.inspect(sess.ssh[h.name], name, timeout=20),
                             strict=False)
+        inv = RT.from_containers(inv, states)  # runtime unset: what the containers run
         view = None
         head_state = states.get(inv.head.name)
         if inv.cluster.runtime == "ray" and isinstance(head_state, F.ContainerState) and head_state.running:
@@ -342,7 +382,7 @@ def cluster_status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter
                 served = serving_state(sess)
             except BootstrapError:
                 served = None
-        return ClusterStatus(rows, served, dashboard_address(inv))
+        return ClusterStatus(rows, served, dashboard_address(inv), inv.cluster.runtime)
 
 
 # -- down --------------------------------------------------------------------------------------
@@ -374,7 +414,7 @@ def down(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
             st = DK.inspect(s, name, timeout=20)
             if st is None:
                 return False
-            if st.running and inv.cluster.runtime == "ray":
+            if st.running and (RT.of_container(st) or inv.cluster.runtime) == "ray":
                 s.run(DK.exec_argv(name, "ray", "stop"), timeout=60, check=False)
             DK.rm(s, name, check=True)
             return True

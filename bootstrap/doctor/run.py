@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import probe
 from bootstrap.cluster import ray as R
+from bootstrap.cluster import runtime as RT
 from bootstrap.doctor import rules as DR
 from bootstrap.doctor import signatures as D
 from bootstrap.errors import PreflightFailed
@@ -68,7 +69,7 @@ def doctor(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
             logs = DK.logs(s, name, log_lines)
             if f is not None and f.image_id and net.container != "running" and inv.cluster.runtime == "ray":
                 r = s.run(F.ray_in_image_cmd(inv.cluster.image), timeout=120, check=False)
-                if not r.ok:
+                if r.exit_code == F.NO_RAY_EXIT:
                     findings.append(D.Finding(
                         "ray-missing", "error", h.name, D.signature("ray-missing").title,
                         f"{inv.cluster.image}: `command -v ray` found nothing",
@@ -113,6 +114,8 @@ def doctor(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
         # Ray's own view: every inventory IP alive?
         head_ok = any(r.host == inv.head.name for r in reports) and \
             not any(x.id.startswith("container-") and x.host == inv.head.name for x in findings)
+        # runtime unset: what the containers were started with
+        inv = RT.from_containers(inv, {n: g[0].container for n, g in got.succeeded.items() if g and g[0]})
         if head_ok and inv.cluster.runtime == "ray":
             view = R.ray_view(sess, inv.hosts, deadline=0)
             by_ip = {h.ip: h.name for h in inv.hosts}

@@ -220,9 +220,9 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         title="The image has no Ray, so `ray start` cannot run (recent vllm/vllm-openai images no longer "
               "ship Ray)",
-        fix="Use an image with Ray (a vllm/vllm-openai tag that still ships it, or one built FROM it with "
-            "`RUN pip install 'ray[default]'`), or drop Ray and use vLLM's native multi-node mode "
-            "(`vllm serve ... --nnodes N --node-rank R --master-addr <head IP>`, --headless on workers).",
+        fix="Set cluster.runtime: none (or remove the key: the runtime then follows the image) and "
+            "`bootstrap up` again: the nodes run vLLM's native multi-node mode, no Ray needed. Or keep Ray "
+            "with an image that has it (one built FROM the image with `RUN pip install 'ray[default]'`).",
         sources=("https://github.com/vllm-project/vllm/issues/4836",
                  "https://github.com/ai-dynamo/dynamo/issues/14020",
                  "https://github.com/vllm-project/production-stack/issues/995",

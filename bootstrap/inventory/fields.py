@@ -216,7 +216,7 @@ def _image(value: Any, loc: _Loc) -> str:
         hint = " (repository names are lowercase)" if any(c.isupper() for c in name) else ""
         loc.fail(
             f"{_quote(value)} is not a valid image reference{hint}: expected "
-            "[registry[:port]/]name[:tag][@digest], e.g. vllm/vllm-openai:v0.8.5"
+            "[registry[:port]/]name[:tag][@digest], e.g. vllm/vllm-openai:v0.32.0"
         )
     return value
 
@@ -482,7 +482,7 @@ _CLUSTER_FIELDS: dict[str, Validator] = {
         _CONTAINER_RX, "letters, digits, '_', '.', '-', starting with a letter or digit"
     ),
     "accelerator": _choice("gpu", "none"),
-    "runtime": _choice("ray", "none"),
+    "runtime": _optional(_choice("ray", "none")),
     "gpus_per_node": _optional(_int(0)),
     "hf_cache": _optional(_remote_abs_path),
     "mounts": _list(_mount),

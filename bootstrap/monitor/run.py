@@ -145,7 +145,9 @@ def monitor_up(sess: Session, *, wait: float = 120.0) -> MonitorResult:
     ready and (up to `wait` s) every target is up."""
     from bootstrap import exposure
     from bootstrap.cluster import facts as F
+    from bootstrap.cluster import probe
 
+    probe.settle_runtime(sess)  # Ray's metrics are scraped where the nodes run Ray
     inv = sess.inv
     t0 = time.monotonic()
     addrs = sess.stage("addresses", inv.hosts,

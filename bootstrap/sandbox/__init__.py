@@ -33,6 +33,7 @@ from .cluster import (
 from .cluster import sandbox_down as _down
 from .cluster import sandbox_info as _info
 from .cluster import sandbox_up as _up
+from .cluster import use_image as _use_image
 from .images import TINY_MODEL_DIR, SandboxImages
 from .images import ensure_images as _ensure_images
 
@@ -56,6 +57,7 @@ __all__ = [
     "sandbox_info",
     "sandbox_up",
     "ssh_run",
+    "use_image",
 ]
 
 
@@ -65,14 +67,24 @@ def ensure_images(workdir: Path | str = DEFAULT_WORKDIR, log: Log = nolog) -> Sa
 
 
 def sandbox_up(
-    nodes: int = 3, workdir: Path | str = DEFAULT_WORKDIR, log: Log = nolog, *, kind: str = "full"
+    nodes: int = 3, workdir: Path | str = DEFAULT_WORKDIR, log: Log = nolog, *, kind: str = "full",
+    ray: bool = True,
 ) -> SandboxInfo:
     """Start `nodes` nodes ("full": sshd + dockerd; "sshd": sshd only), the registry and the network.
 
     Builds missing images first. If the same count and kind are already up, returns at once;
-    otherwise the nodes are recreated (fresh /var/lib/docker each). Writes workdir/inventory.yaml.
+    otherwise the nodes are recreated (fresh /var/lib/docker each). Writes workdir/inventory.yaml,
+    naming the vLLM image with Ray, or (ray False, kind full) its Ray-less variant, as stock
+    vllm/vllm-openai images are: the inventory sets no runtime, so `up` picks it from the image.
     """
-    return _up(nodes, Path(workdir).expanduser(), log, kind=kind)
+    workdir = Path(workdir).expanduser()
+    info = _up(nodes, workdir, log, kind=kind)
+    return _use_image(workdir, ray=ray, log=log) if kind == "full" else info
+
+
+def use_image(*, ray: bool, workdir: Path | str = DEFAULT_WORKDIR, log: Log = nolog) -> SandboxInfo:
+    """Point the running sandbox's inventory at the vLLM image with Ray or at its Ray-less variant."""
+    return _use_image(Path(workdir).expanduser(), ray=ray, log=log)
 
 
 def sandbox_down(workdir: Path | str = DEFAULT_WORKDIR, log: Log = nolog) -> None:

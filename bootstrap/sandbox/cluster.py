@@ -59,6 +59,8 @@ NODE_CONTAINER_PREFIX = "bootstrap-sandbox-node"
 REGISTRY_PORT = 5000
 #: Repository of the vLLM image inside the sandbox registry.
 REMOTE_REPO = "bootstrap/vllm-cpu"
+#: ... and of its Ray-less variant (`sandbox up --without-ray`).
+RAY_LESS_REMOTE_REPO = "bootstrap/vllm-cpu-noray"
 KIND_LABEL = "bootstrap.sandbox.kind"
 KINDS = ("full", "sshd")
 #: Offsets inside the subnet: .1 gateway, .2 registry, .11.. nodes.
@@ -339,22 +341,40 @@ def _registry_drop_other_tags(port: int, repo: str, keep_tag: str, log: Log) -> 
         log(f"registry: removed superseded {repo} tag(s) {', '.join(deleted)}")
 
 
-def _push_image(images: SandboxImages, workdir: Path, registry_ip: str, port: int, log: Log) -> str:
-    """Push the vLLM image into the registry (unless there) and tag the nodes' reference here."""
+def _push_image(images: SandboxImages, workdir: Path, registry_ip: str, port: int, log: Log,
+                source: str | None = None, repo: str = REMOTE_REPO) -> str:
+    """Push the vLLM image (or `source`, a variant of it, into `repo`) into the registry unless
+    there, and tag the nodes' reference here."""
     tag = images.vllm_tag
-    nodes_ref = f"{registry_ip}:{REGISTRY_PORT}/{REMOTE_REPO}:{tag}"
-    tag_image(images.vllm, nodes_ref)
-    if registry_has(port, REMOTE_REPO, tag):
-        log(f"registry already has {REMOTE_REPO}:{tag}")
-        _registry_drop_other_tags(port, REMOTE_REPO, tag, log)
+    source = source or images.vllm
+    nodes_ref = f"{registry_ip}:{REGISTRY_PORT}/{repo}:{tag}"
+    tag_image(source, nodes_ref)
+    if registry_has(port, repo, tag):
+        log(f"registry already has {repo}:{tag}")
+        _registry_drop_other_tags(port, repo, tag, log)
         return nodes_ref
-    local_ref = f"localhost:{port}/{REMOTE_REPO}:{tag}"
-    tag_image(images.vllm, local_ref)
+    local_ref = f"localhost:{port}/{repo}:{tag}"
+    tag_image(source, local_ref)
     logfile = workdir / "logs" / "push.log"
     with timed(log, f"pushing {local_ref} (log: {logfile})"):
         push_logged(local_ref, logfile, what=f"docker push {local_ref}", timeout=3600)
-    _registry_drop_other_tags(port, REMOTE_REPO, tag, log)
+    _registry_drop_other_tags(port, repo, tag, log)
     return nodes_ref
+
+
+def push_ray_less(workdir: Path, log: Log = nolog) -> str:
+    """The Ray-less variant of the vLLM image (built if needed) in the running sandbox's registry;
+    returns the reference the nodes pull."""
+    from .images import ensure_ray_less_image
+
+    workdir = Path(workdir).expanduser()
+    info = sandbox_info(workdir)
+    if info is None:
+        raise SandboxError("no sandbox is running: `bootstrap sandbox up` first")
+    images = ensure_images(workdir, log)
+    source = ensure_ray_less_image(workdir, log)
+    return _push_image(images, workdir, info.registry.split(":")[0], registry_host_port(), log,
+                       source=source, repo=RAY_LESS_REMOTE_REPO)
 
 
 # --- nodes -----------------------------------------------------------------------------------------
@@ -568,6 +588,32 @@ def sandbox_info(workdir: Path) -> SandboxInfo | None:
         return None
     wanted = {REGISTRY_CONTAINER, *(n.container for n in info.nodes)}
     return info if wanted <= running else None
+
+
+def use_image(workdir: Path, *, ray: bool, log: Log = nolog) -> SandboxInfo:
+    """Point the running sandbox's inventory at its vLLM image (ray) or the Ray-less variant of it
+    (pushed into the registry first). The nodes stay as they are; returns what is running."""
+    workdir = Path(workdir).expanduser()
+    info = sandbox_info(workdir)
+    state = _read_state(workdir)
+    if info is None or state is None:
+        raise SandboxError("no sandbox is running: `bootstrap sandbox up` first")
+    if ray:
+        want = f"{info.registry}/{REMOTE_REPO}:{planned_images(workdir).vllm_tag}"
+    else:
+        want = push_ray_less(workdir, log)
+    if want == info.image:
+        return info
+    from dataclasses import replace
+
+    with file_lock(workdir / ".sandbox.lock"):
+        info = replace(info, image=want)
+        _, extra = state
+        _write_inventory(info, extra["interface"])
+        keep = {k: v for k, v in extra.items() if k not in asdict(info) and k != "version"}
+        _write_state(info, keep)
+    log(f"inventory {info.inventory}: image {want}" + ("" if ray else " (no Ray in it; no runtime key)"))
+    return info
 
 
 def sandbox_down(workdir: Path, log: Log = nolog) -> None:

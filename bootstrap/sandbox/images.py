@@ -227,6 +227,17 @@ prometheus --version 2>&1 | head -1
 node_exporter --version 2>&1 | head -1
 """
 
+#: The Ray-less variant (`sandbox up --without-ray`): the vLLM image as stock vllm/vllm-openai
+#: images are today, vLLM without Ray. The check proves both halves.
+RAY_LESS_REPO = "bootstrap-sandbox/vllm-cpu-noray"
+RAY_LESS_SCRIPT = """\
+/opt/venv/bin/pip uninstall -y -q ray
+rm -rf /root/.cache /tmp/*
+if command -v ray; then echo 'ray is still on PATH' >&2; exit 1; fi
+if python -c 'import ray' 2>/dev/null; then echo 'ray still imports' >&2; exit 1; fi
+vllm --version
+"""
+
 #: Bumped when the way stages are run and committed changes (part of every stage's hash).
 BUILDER_VERSION = "stage-builder/2"
 
@@ -346,6 +357,11 @@ def vllm_stages(wheels: Path) -> list[Stage]:
         parent=router.ref, script=VLLM_MONITOR_SCRIPT, inputs=(MONITOR_PACKAGES,),
     )
     return [apt, torch, pip, model, router, monitor]
+
+
+def ray_less_stage(vllm_ref: str) -> Stage:
+    """The vLLM image without Ray, on top of the image `vllm_ref` (one thin layer)."""
+    return Stage(name="vllm-noray", repo=RAY_LESS_REPO, parent=vllm_ref, script=RAY_LESS_SCRIPT)
 
 
 # --- building --------------------------------------------------------------------------------------
@@ -504,7 +520,8 @@ def ensure_images(workdir: Path, log: Log = nolog) -> SandboxImages:
             log(f"images present: {planned.node}, {planned.registry}, {planned.vllm}")
             stages = vllm_stages(workdir / "wheels")
             _prune_superseded(
-                {BASE_REF, planned.node, planned.registry, *(s.ref for s in stages)}, planned.vllm_tag, log
+                {BASE_REF, planned.node, planned.registry, *(s.ref for s in stages),
+                 ray_less_stage(planned.vllm).ref}, planned.vllm_tag, log
             )
             return planned
         start = time.monotonic()
@@ -520,8 +537,17 @@ def ensure_images(workdir: Path, log: Log = nolog) -> SandboxImages:
                 _build_stage(stage, workdir, log)
         vllm = stages[-1].ref
         log(f"images ready in {time.monotonic() - start:.1f}s")
-        _prune_superseded({BASE_REF, node, registry, *(s.ref for s in stages)}, stages[-1].recipe, log)
+        _prune_superseded({BASE_REF, node, registry, *(s.ref for s in stages), ray_less_stage(vllm).ref},
+                          stages[-1].recipe, log)
         return SandboxImages(base=BASE_REF, node=node, vllm=vllm, registry=registry)
+
+
+def ensure_ray_less_image(workdir: Path, log: Log = nolog) -> str:
+    """Build (or reuse) the Ray-less variant of the vLLM image; return its local reference."""
+    workdir = Path(workdir).expanduser()
+    images = ensure_images(workdir, log)
+    with file_lock(workdir / ".images.lock"):
+        return _build_stage(ray_less_stage(images.vllm), workdir, log)
 
 
 def _prune_superseded(keep: set[str], vllm_tag: str, log: Log) -> None:
@@ -531,13 +557,13 @@ def _prune_superseded(keep: set[str], vllm_tag: str, log: Log) -> None:
         refs = [t for img in cl.api.images(filters={"label": f"{ROLE_LABEL}=image"}) for t in img.get("RepoTags") or ()]
     except LD.ERRORS:
         refs = []
-    ours = (BASE_REPO, NODE_REPO, VLLM_REPO, REGISTRY_REPO, STAGE_REPO)
+    ours = (BASE_REPO, NODE_REPO, VLLM_REPO, REGISTRY_REPO, STAGE_REPO, RAY_LESS_REPO)
     stale = []
     for ref in refs:
         repo, _, tag = ref.rpartition(":")
         if ref in keep or tag == "<none>":
             continue
-        if repo in ours or (repo.endswith("/bootstrap/vllm-cpu") and tag != vllm_tag):
+        if repo in ours or (repo.endswith(("/bootstrap/vllm-cpu", "/bootstrap/vllm-cpu-noray")) and tag != vllm_tag):
             stale.append(ref)
     for ref in stale:
         try:  # docker rmi REF: untags it, removes the image with its last tag; refused while in use

@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Sequence
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import probe
 from bootstrap.cluster import ray as R
+from bootstrap.cluster import runtime as RT
 from bootstrap.doctor import signatures as D
 from bootstrap.errors import PreflightFailed, ServeFailed, UsageError
 from bootstrap.model import Host, Inventory
@@ -95,14 +96,15 @@ def is_path(model: str) -> bool:
     return model.startswith("/")
 
 
-def choose_backend(accelerator: str, runtime: str, requested: str | None) -> tuple[str, str]:
+def choose_backend(accelerator: str, runtime: str | None, requested: str | None) -> tuple[str, str]:
     """(backend, why) from the cluster's facts; an impossible request is refused (exit 2) before
-    anything starts. vLLM's Ray executor needs GPUs ("current platform cpu does not support ray")."""
+    anything starts. vLLM's Ray executor needs GPUs ("current platform cpu does not support ray").
+    runtime None: not known yet (unset in the inventory, before the containers were read)."""
     if requested not in (None, "ray", "native"):
         raise UsageError(f"unknown backend {requested!r} (ray or native)")
-    if requested == "ray" and runtime != "ray":
-        raise UsageError("the Ray backend needs cluster.runtime: ray (this cluster runs without Ray): "
-                         "use --backend native")
+    if requested == "ray" and runtime == "none":
+        raise UsageError("the Ray backend needs the nodes to run Ray, and this cluster runs without it "
+                         "(cluster.runtime: none, or an image without Ray): use --backend native")
     if requested == "ray" and accelerator != "gpu":
         raise UsageError("--backend ray cannot serve on a CPU cluster (accelerator: none): vLLM's Ray executor "
                          "needs GPUs (\"current platform cpu does not support ray\"); use --backend native")
@@ -111,7 +113,7 @@ def choose_backend(accelerator: str, runtime: str, requested: str | None) -> tup
     if accelerator != "gpu":
         return "native", "CPU cluster: vLLM's Ray executor needs GPUs"
     if runtime != "ray":
-        return "native", "the containers run without Ray (cluster.runtime: none)"
+        return "native", "the containers run without Ray (cluster.runtime: none, or an image without Ray)"
     return "ray", "GPU cluster running Ray"
 
 
@@ -126,7 +128,8 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
     c = inv.cluster
     name = c.container_name
     order = [inv.head, *inv.workers]
-    backend, backend_why = choose_backend(c.accelerator, c.runtime, backend)
+    requested = backend
+    backend, backend_why = choose_backend(c.accelerator, c.runtime, requested)
     # The cluster's shape alone (no model yet): bad --tp/--pp for these nodes fail before connecting.
     P.parallelism(len(order), inv.gpus_per_node, tp, pp, accelerator=c.accelerator)
     port = c.ports.vllm
@@ -140,6 +143,10 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
         down = [h.name for h in order if not (states.get(h.name) and states[h.name].running)]
         if down:
             raise PreflightFailed(", ".join(down), "the cluster container is not running", "run `bootstrap up` first")
+        if c.runtime is None:  # unset: what `up` started the containers with (see cluster.runtime)
+            inv = sess.inv = RT.from_containers(inv, states)
+            c = inv.cluster
+            backend, backend_why = choose_backend(c.accelerator, c.runtime, requested)
 
         # What the model allows: its config.json, read where vLLM will read it (the head container).
         info = read_model_info(sess, inv.head, model)

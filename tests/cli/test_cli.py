@@ -1,6 +1,8 @@
 """The CLI as a user meets it: help everywhere, documented commands, one-line errors, exit codes."""
 import io
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +50,51 @@ def test_example_inventories_validate_offline_in_plan():
         r = run("plan", "-i", f, "--json")
         assert r.returncode == 0, r.stderr
         assert "VLLM_HOST_IP=10.10.0.11" in r.stdout
+
+
+EXAMPLES = ("inventory/example.yaml", "inventory/ansible-hosts.yaml", "inventory/fleet.yaml")
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_example_inventories_validate_given_their_secrets_and_key_files(example, tmp_path):
+    """What a user meets first: `validate` on each example passes once its key file exists and its
+    secrets are exported; they set no runtime (it follows the image) and name a current image."""
+    import yaml
+
+    key = tmp_path / "id_ed25519"
+    key.write_text("k")
+    key.chmod(0o600)
+    text = (ROOT / example).read_text()
+    assert "~/.ssh/id_ed25519" in text
+    path = tmp_path / Path(example).name
+    path.write_text(text.replace("~/.ssh/id_ed25519", str(key)))
+    env = {**os.environ, "HF_TOKEN": "hf_EXAMPLE", "FLEET_KEY": "fleet-example"}
+    r = subprocess.run([sys.executable, "-m", "bootstrap", "validate", "-i", str(path)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith(f"{path}: ok: "), r.stderr
+    doc = yaml.safe_load(text)
+    cluster = doc.get("cluster") or doc["all"]["vars"]["bootstrap"]
+    assert "runtime" not in cluster
+
+
+#: An image of vLLM with its version in the tag: vllm/vllm-openai:v0.32.0, .../vllm-openai-router:v0.11
+VLLM_IMAGE = re.compile(r"vllm-openai[\w.-]*:v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def test_no_example_or_snippet_names_a_vllm_image_older_than_the_sandboxs():
+    from bootstrap.sandbox.images import VLLM_VERSION
+
+    floor = tuple(int(x) for x in VLLM_VERSION.split("."))
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "inventory").glob("*")),
+             *sorted((ROOT / "bootstrap").rglob("*.py")), ROOT / "scripts" / "run_cluster.sh"]
+    seen, old = 0, []
+    for f in files:
+        for m in VLLM_IMAGE.finditer(f.read_text()):
+            seen += 1
+            version = tuple(int(x or 0) for x in m.groups())
+            if version < floor:
+                old.append(f"{f.relative_to(ROOT)}: {m.group(0)}")
+    assert seen >= 4 and old == [], old
 
 
 CORPUS = sorted((ROOT / "tests" / "inventory_corpus").glob("*.yaml"))
@@ -138,7 +185,8 @@ def test_markup_and_escapes_in_a_valid_inventory_and_its_path_are_printed_litera
                   "-e 'E=esc \\x1b[31m red'", "-e 'F=:smile: [link=http://x]y[/link]'", "-e 'G=[/bold]'",
                   "-e 'H=two\\nlines'", "'--x=[/]'"):
         assert shown in r.stdout, shown
-    assert "\x1b" not in r.stdout and len(r.stdout.splitlines()) == 4  # a head line and a command per host
+    # the runtime line (cluster.runtime unset), a head line and a command per host
+    assert "\x1b" not in r.stdout and len(r.stdout.splitlines()) == 5
     r = run("plan", "-i", str(inv), "--json")
     assert r.returncode == 0 and "A=[bold]x[/]" in r.stdout and "H=two\\nlines" in r.stdout
 

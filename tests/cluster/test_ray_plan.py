@@ -1,7 +1,15 @@
 """Pure parts of apply: Ray membership folded into the plan, the readiness check's output."""
 from dataclasses import replace
 
-from bootstrap.cluster.facts import ContainerState, HostFacts, parse_ray_ok, ray_ok_marker, write_ray_ok_cmd
+from bootstrap.cluster.facts import (
+    RAY_NONE_PREFIX,
+    ContainerState,
+    HostFacts,
+    parse_ray_ok,
+    ray_none_marker,
+    ray_ok_marker,
+    write_marker_cmd,
+)
 from bootstrap.cluster.plan import (
     LABEL_SPEC,
     container_spec,
@@ -74,7 +82,12 @@ def test_ray_ok_markers():
     assert ray_ok_marker("sha256:ab12") == "ray-ok-ab12"
     assert ray_ok_marker("sha256:a/../b;$(x)") == "ray-ok-abx"  # never a path or shell text
     assert parse_ray_ok("ray-ok-ab12\nother\nray-ok-\n") == frozenset({"ray-ok-ab12"})
-    assert write_ray_ok_cmd("sha256:ab12")[-1] == "ray-ok-ab12"
+    assert write_marker_cmd(ray_ok_marker("sha256:ab12"))[-1] == "ray-ok-ab12"
+    assert ray_none_marker("sha256:a/../b;$(x)") == "ray-none-abx"
+    # each kind is read back on its own: a "without Ray" marker never counts as "with"
+    listing = "ray-ok-ab12\nray-none-cd34\nray-none-\n"
+    assert parse_ray_ok(listing) == frozenset({"ray-ok-ab12"})
+    assert parse_ray_ok(listing, RAY_NONE_PREFIX) == frozenset({"ray-none-cd34"})
 
 
 def test_all_alive_needs_every_host_with_its_gpus():

@@ -109,7 +109,7 @@ def test_native_example():
         path=str(EXAMPLE),
         cluster=Cluster(
             name="llama-405b",
-            image="vllm/vllm-openai:v0.8.5",
+            image="vllm/vllm-openai:v0.32.0",
             container_name="bootstrap-vllm",
             accelerator="gpu",
             hf_cache="/data/huggingface",
@@ -172,7 +172,7 @@ def test_ansible_example():
         path=str(ANSIBLE_EXAMPLE),
         cluster=Cluster(
             name="vllm",
-            image="vllm/vllm-openai:v0.8.5",
+            image="vllm/vllm-openai:v0.32.0",
             accelerator="gpu",
             hf_cache="/data/huggingface",
             env=env,
@@ -226,7 +226,7 @@ def test_native_example_needs_its_listed_secret_when_applying(tmp_path):
     with pytest.raises(InventoryError) as info:
         load_inventory(inv_file, {}, check_files=True)
     assert "cluster.secrets: HF_TOKEN is not set in your environment" in str(info.value)
-    assert info.value.line == 24
+    assert info.value.line == 25
 
 
 def test_offline_plan_shows_a_listed_secret_by_name_only():
@@ -248,7 +248,7 @@ def test_native_and_ansible_describe_the_same_hosts(tmp_path):
         tmp_path,
         """
         cluster:
-          image: vllm/vllm-openai:v0.8.5
+          image: vllm/vllm-openai:v0.32.0
           gpus_per_node: 8
           hf_cache: /data/huggingface
           env:

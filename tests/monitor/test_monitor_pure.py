@@ -53,7 +53,7 @@ def test_refusals_name_the_field(tmp_path, snippet, line, field, word1, word2):
 
 
 def test_fleet_scrape_config(tmp_path):
-    inv = load(tmp_path, fleet_yaml(cluster="name: demo"))
+    inv = load(tmp_path, fleet_yaml(cluster="name: demo\nruntime: ray"))
     doc = yaml.safe_load(MP.scrape_config(inv))
     assert doc["global"]["scrape_interval"] == "5s" and doc["global"]["external_labels"] == {"cluster": "demo"}
     jobs = {j["job_name"]: j["static_configs"] for j in doc["scrape_configs"]}
@@ -99,7 +99,7 @@ def test_containers_bind_the_data_plane_ip_with_least_privilege(tmp_path):
 
 
 def test_ipv6_targets_are_bracketed(tmp_path):
-    inv = load(tmp_path, "cluster: {accelerator: none}\nhosts:\n  - {name: a, address: 'fd00::1'}\n")
+    inv = load(tmp_path, "cluster: {accelerator: none, runtime: ray}\nhosts:\n  - {name: a, address: 'fd00::1'}\n")
     assert [t.address for t in MP.scrape_targets(inv)][:2] == ["[fd00::1]:8000", "[fd00::1]:8080"]
 
 
@@ -137,7 +137,7 @@ def test_dashboard_queries_cover_what_users_ask():
 def test_exposure_warnings_for_the_monitoring_ports(tmp_path):
     from bootstrap import exposure
 
-    inv = load(tmp_path, "cluster: {accelerator: none}\nhosts:\n  - {name: a, address: 10.0.0.1}\n"
+    inv = load(tmp_path, "cluster: {accelerator: none, runtime: ray}\nhosts:\n  - {name: a, address: 10.0.0.1}\n"
                          "  - {name: b, address: 34.90.0.7}\n")
     addrs = {"a": ("10.0.0.1", "34.90.0.3"), "b": ("34.90.0.7",)}
     w = exposure.monitor_warnings(inv, addrs, "a")

@@ -218,14 +218,17 @@ def test_down_names_an_unreachable_host_and_still_tears_down_the_others(cluster)
 
 
 def test_image_without_ray_fails_preflight_and_changes_nothing(cluster, tmp_path):
-    """Recent vllm/vllm-openai images dropped Ray: say so before touching any container."""
+    """cluster.runtime: ray on an image without Ray (recent vllm/vllm-openai images dropped it): say
+    so before touching any container, naming runtime none first."""
     image = "bootstrap-sandbox/base:bookworm"  # a real image with no `ray` in it
     inv = write_inventory(cluster.inventory, tmp_path / "noray.yaml",
-                          lambda d: (d["cluster"].update(image=image, peer_copy=False), d.update(hosts=d["hosts"][:2])))
+                          lambda d: (d["cluster"].update(image=image, peer_copy=False, runtime="ray"),
+                                     d.update(hosts=d["hosts"][:2])))
     before = [container_id(n) for n in cluster.nodes]
     r = cli("up", "-i", inv, "--load-image")  # no peer copy: the base image has no python3 to serve it
     assert r.returncode == 3, r.stderr
     assert "`ray` is not in the image" in r.stderr and "pip install" in r.stderr
+    assert r.stderr.index("cluster.runtime: none") < r.stderr.index("pip install"), r.stderr
     assert [container_id(n) for n in cluster.nodes] == before
 
 

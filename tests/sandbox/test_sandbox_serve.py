@@ -216,28 +216,65 @@ def test_model_must_match_on_every_node_and_sync_model_copies_it(two):
     assert cli("serve", "-i", inv2, "--stop").returncode == 0
 
 
-def test_native_serve_on_a_cluster_without_ray(two, tmp_path):
-    """runtime none: containers only hold the nodes (images without Ray), serve defaults to native."""
+def test_an_image_without_ray_comes_up_native_and_serves_with_no_runtime_key(two, tmp_path):
+    """Stock vllm/vllm-openai images no longer ship Ray. With no `runtime` key, `up` reads the image
+    (the sandbox's Ray-less variant), holds each node with `sleep infinity` instead of `ray start`,
+    says so, and `serve` runs vLLM's native multi-node mode. runtime: ray on the same image is
+    refused before anything changes, naming `runtime: none` first."""
+    import yaml
+
+    from bootstrap.sandbox.cluster import push_ray_less
+
     sb, inv1, inv2 = two
     name = "bootstrap-noray"
+    image = push_ray_less(sb.workdir, log=lambda m: print(f"sandbox: {m}", flush=True))
 
     def no_ray(d):
-        d["cluster"].update(runtime="none", container_name=name)
+        d["cluster"].update(image=image, container_name=name)
+        d["cluster"].pop("runtime", None)
     inv = write_inventory(inv2, tmp_path / "noray.yaml", no_ray)
+    assert "runtime" not in yaml.safe_load(open(inv))["cluster"]
+    plan = cli("plan", "-i", inv)
+    assert plan.returncode == 0 and "runtime: ray or none, decided from the image: `up` reads the image" in plan.stdout
     try:
         r = cli("up", "-i", inv, "--json")
         assert r.returncode == 0, r.stderr
-        assert "ray-ready" not in json.loads(r.stdout)["stages"]
-        st = json.loads(cli("status", "-i", inv, "--json").stdout)["nodes"]
-        assert [(x["container"], x["ray_alive"]) for x in st] == [("running", True), ("running", True)]
+        d = json.loads(r.stdout)
+        assert d["runtime"] == "none" and d["runtime_why"].startswith("the image has no Ray (checked on node1)"), d
+        assert "ray-in-image" in d["stages"] and "ray-ready" not in d["stages"], d["stages"]
         procs = on_node(sb.nodes[1], "docker", "exec", name, "sh", "-c",
                         "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done").stdout
         assert "raylet" not in procs and "gcs_server" not in procs and "sleep infinity" in procs
+
+        # again: nothing to change, the image is not looked into twice (its marker on node1), and
+        # the output speaks of node containers, not of a Ray cluster
+        again = cli("up", "-i", inv)
+        assert again.returncode == 0, again.stderr
+        assert "runtime: none: the image has no Ray" in again.stdout, again.stdout
+        assert "cluster already up: nothing changed: 2 node container(s) running, no Ray" in again.stdout
+        assert "ray-in-image" not in again.stderr and "Ray cluster" not in again.stdout
+
+        st = cli("status", "-i", inv, "--json")
+        js = json.loads(st.stdout)
+        assert st.returncode == 0 and js["runtime"] == "none" and js["ray_dashboard"] is None, st.stdout
+        assert [(x["container"], x["ray_alive"]) for x in js["nodes"]] == [("running", True), ("running", True)]
+
         s = cli("serve", "-i", inv, MODEL, "--json", *VLLM_ARGS)
         assert s.returncode == 0, s.stderr[-3000:]
         d = json.loads(s.stdout)
         assert d["backend"] == "native" and (d["tp"], d["pp"]) == (2, 1)
         assert len(complete(d["endpoint"], d["served"][0])) > 0
+        assert cli("serve", "-i", inv, "--stop").returncode == 0
+
+        # cluster.runtime: ray on this image: refused at preflight, the nodes' containers untouched
+        ray = write_inventory(inv, tmp_path / "ray.yaml", lambda x: x["cluster"].update(runtime="ray"))
+        before = [on_node(n, "docker", "inspect", "-f", "{{.Id}}", name).stdout for n in sb.nodes[:2]]
+        r = cli("up", "-i", ray)
+        assert r.returncode == 3, r.stderr
+        err = r.stderr
+        assert "`ray` is not in the image" in err and "set cluster.runtime: none" in err, err
+        assert err.index("set cluster.runtime: none") < err.index("pip install 'ray[default]'"), err
+        assert [on_node(n, "docker", "inspect", "-f", "{{.Id}}", name).stdout for n in sb.nodes[:2]] == before
     finally:
         cli("serve", "-i", inv, "--stop")
         assert cli("down", "-i", inv).returncode == 0

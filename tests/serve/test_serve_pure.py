@@ -32,12 +32,15 @@ def test_backend_follows_the_cluster_and_impossible_pairs_are_refused():
 
     assert choose_backend("gpu", "ray", None) == ("ray", "GPU cluster running Ray")
     assert choose_backend("none", "ray", None) == ("native", "CPU cluster: vLLM's Ray executor needs GPUs")
-    assert choose_backend("gpu", "none", None) == ("native", "the containers run without Ray (cluster.runtime: none)")
+    assert choose_backend("gpu", "none", None) == (
+        "native", "the containers run without Ray (cluster.runtime: none, or an image without Ray)")
     assert choose_backend("gpu", "ray", "native") == ("native", "--backend native")
     with pytest.raises(UsageError, match="cannot serve on a CPU cluster.*current platform cpu does not support ray"):
         choose_backend("none", "ray", "ray")
-    with pytest.raises(UsageError, match="needs cluster.runtime: ray"):
+    with pytest.raises(UsageError, match="runs without it .cluster.runtime: none, or an image without Ray.*native"):
         choose_backend("gpu", "none", "ray")
+    # runtime unset and not read yet: --backend ray waits for what the containers run
+    assert choose_backend("gpu", None, "ray") == ("ray", "--backend ray")
 
 
 def test_serving_state_from_the_head_probe():

@@ -7,7 +7,8 @@ def host(name, ip, role="worker", gpus=8, env=()):
 
 
 def gpu_inventory(**cluster):
-    c = dict(name="llama", image="vllm/vllm-openai:v0.8.5", accelerator="gpu",
+    # runtime ray: a cluster as `up` settles it for an image with Ray
+    c = dict(name="llama", image="vllm/vllm-openai:v0.8.5", accelerator="gpu", runtime="ray",
              hf_cache="/data/hf", env=(("NCCL_DEBUG", "WARN"),))
     c.update(cluster)
     hosts = (
@@ -18,7 +19,7 @@ def gpu_inventory(**cluster):
 
 
 def cpu_inventory(n=3, **cluster):
-    c = dict(name="sandbox", image="172.31.240.2:5000/bootstrap/vllm-cpu:abc", accelerator="none",
+    c = dict(name="sandbox", image="172.31.240.2:5000/bootstrap/vllm-cpu:abc", accelerator="none", runtime="ray",
              ipc_host=False, shm_size="1g", ports=Ports())
     c.update(cluster)
     hosts = tuple(host(f"node{i + 1}", f"172.31.240.{11 + i}", "head" if i == 0 else "worker", None,
