@@ -5,6 +5,9 @@
 - Only `bootstrap.cli` imports click or rich.
 - No capability imports another capability's `run.py` (shared remote steps live in cluster/probe,
   cluster/ray, remote/*; shared pure pieces in the capabilities' pure modules).
+- Layers run one way: remote/ never reaches cluster/ or a capability above it, cluster/ never reaches
+  doctor, serve, fleet, monitor, nccl (nor the CLI or the sandbox on top), directly or through another
+  bootstrap module. What both layers need lives below both (bootstrap.containers).
 """
 from __future__ import annotations
 
@@ -16,12 +19,16 @@ import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "bootstrap"
 
-PURE = ("bootstrap.errors", "bootstrap.model", "bootstrap.exposure", "bootstrap.inventory",
+PURE = ("bootstrap.errors", "bootstrap.model", "bootstrap.exposure", "bootstrap.inventory", "bootstrap.containers",
         "bootstrap.cluster.plan", "bootstrap.cluster.imagecopy", "bootstrap.cluster.facts",
         "bootstrap.nccl.parse", "bootstrap.doctor.signatures", "bootstrap.doctor.rules",
         "bootstrap.serve.plan", "bootstrap.fleet.plan", "bootstrap.monitor.plan", "bootstrap.monitor.metrics")
 CAPABILITIES = ("cluster", "nccl", "doctor", "serve", "fleet", "monitor")
 UI_LIBS = ("click", "rich")
+#: Layers run one way: what a module under each key must never reach. The capabilities built on the
+#: cluster (and the CLI and the sandbox, on top of everything) sit above cluster/; cluster/ above remote/.
+_ABOVE_CLUSTER = (*(f"bootstrap.{c}" for c in CAPABILITIES if c != "cluster"), "bootstrap.cli", "bootstrap.sandbox")
+ABOVE = {"bootstrap.remote": ("bootstrap.cluster", *_ABOVE_CLUSTER), "bootstrap.cluster": _ABOVE_CLUSTER}
 
 
 def module_name(path: Path) -> str:
@@ -84,6 +91,12 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
             for dep in graph[mod]:
                 if any(_under(dep, lib) for lib in UI_LIBS):
                     found.append(f"{mod} imports {dep}: only bootstrap.cli may")
+        for layer, above in ABOVE.items():
+            if _under(mod, layer):
+                for dep, via in closure(graph, mod).items():
+                    if any(_under(dep, a) for a in above):
+                        found.append(f"{mod} reaches {dep} (imported by {via}): layers run one way, "
+                                     f"{layer} is below it")
         cap = mod.split(".")[1] if mod.count(".") >= 1 else ""
         for dep in graph[mod]:
             parts = dep.split(".")
@@ -109,6 +122,18 @@ def test_the_pure_list_names_real_modules():
     ("bootstrap.nccl.parse", "bootstrap.cluster.probe", "pure bootstrap.nccl.parse reaches bootstrap.remote"),
     ("bootstrap.cluster.run", "click", "bootstrap.cluster.run imports click"),
     ("bootstrap.fleet.run", "bootstrap.serve.run", "another capability's run.py"),
+    # layers run one way (issue 26): each import that once ran back up
+    ("bootstrap.remote.docker", "bootstrap.cluster.facts",
+     "bootstrap.remote.docker reaches bootstrap.cluster.facts (imported by bootstrap.remote.docker)"),
+    ("bootstrap.cluster.run", "bootstrap.serve.state",
+     "bootstrap.cluster.run reaches bootstrap.serve.state (imported by bootstrap.cluster.run)"),
+    ("bootstrap.cluster.probe", "bootstrap.doctor.signatures",
+     "bootstrap.cluster.probe reaches bootstrap.doctor.signatures (imported by bootstrap.cluster.probe)"),
+    # ... and through another module: cluster.run -> cluster.probe -> doctor
+    ("bootstrap.cluster.probe", "bootstrap.doctor.rules",
+     "bootstrap.cluster.run reaches bootstrap.doctor.rules (imported by bootstrap.cluster.probe)"),
+    ("bootstrap.remote.session", "bootstrap.monitor.metrics", "bootstrap.remote.session reaches bootstrap.monitor"),
+    ("bootstrap.cluster.facts", "bootstrap.cli.render", "bootstrap.cluster.facts reaches bootstrap.cli.render"),
 ])
 def test_a_forbidden_import_is_caught(mod, extra, want):
     graph = all_modules()

@@ -235,11 +235,13 @@ def status(inventory, parallel, as_json):
 
     Example: bootstrap status -i hosts.yaml --json
     """
+    from bootstrap.serve.state import serving_state
+
     def go():
         inv = read_inventory(inventory)
         if inv.cluster.replicas > 1:
             return _status_fleet(inv, parallel, as_json)
-        st = A.cluster_status(inv, parallel=parallel)
+        st = A.cluster_status(inv, parallel=parallel, serving=serving_state)
         render.status(inv, st, as_json)
         if not as_json:
             _prometheus(inv)
@@ -253,8 +255,10 @@ def _status_fleet(inv, parallel: int, as_json: bool) -> None:
     router sees it. Exit 1 when a node is not alive or a replica does not serve."""
     from bootstrap.fleet import plan as FP
     from bootstrap.fleet import run as FL
+    from bootstrap.serve.state import serving_state
 
-    groups = [A.cluster_status(FP.replica_inventory(inv, k), parallel=parallel) for k in range(inv.cluster.replicas)]
+    groups = [A.cluster_status(FP.replica_inventory(inv, k), parallel=parallel, serving=serving_state)
+              for k in range(inv.cluster.replicas)]
     fs = FL.status(inv, parallel=parallel)
     render.fleet_status(inv, groups, fs, as_json)
     if not as_json:

@@ -9,9 +9,12 @@ import json
 import re
 import shlex
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, Sequence
 
+# The container inspect and its parser live in the neutral pure bootstrap/containers.py, which
+# remote/docker.py reads too (remote never imports cluster); re-exported here for the facts' readers.
+from bootstrap.containers import ContainerState, container_inspect_cmd, parse_container_inspect
 from bootstrap.errors import CommandFailed, PreflightFailed
 
 
@@ -27,23 +30,6 @@ class GPU:
     name: str
     memory_mib: int
     driver: str
-
-
-@dataclass(frozen=True)
-class ContainerState:
-    status: str  # running, exited, created, ...
-    image_id: str
-    labels: dict = field(default_factory=dict)
-    started_at: str = ""
-    #: Config.Env as a dict (it can hold secrets: never shown) and the command's Args.
-    env: dict = field(default_factory=dict, repr=False, compare=False)
-    args: tuple[str, ...] = field(default=(), compare=False)
-    #: The command's Path: the entrypoint (`ray` or `sleep` for a node container).
-    path: str = field(default="", compare=False)
-
-    @property
-    def running(self) -> bool:
-        return self.status == "running"
 
 
 @dataclass(frozen=True)
@@ -69,10 +55,6 @@ DOCKER_INFO = ("docker", "info", "--format", "{{.ServerVersion}} {{json .Runtime
 #: Fact commands in flight at once on one host (sshd's MaxSessions is 10 by default; the cluster
 #: lock holds one more channel on the head).
 FACT_CHANNELS = 3
-
-
-def container_inspect_cmd(name: str) -> tuple[str, ...]:
-    return ("docker", "container", "inspect", name)
 
 
 def inspect_both_cmd(container: str, image: str) -> tuple[str, ...]:
@@ -184,22 +166,6 @@ def parse_nofile(out: str) -> int | None:
     if s == "unlimited":
         return 1 << 30
     return int(s) if s.isdigit() else None
-
-
-def parse_container_inspect(out: str) -> ContainerState | None:
-    try:
-        data = json.loads(out)
-    except json.JSONDecodeError:
-        return None
-    if not data:
-        return None
-    d = data[0]
-    state = d.get("State") or {}
-    config = d.get("Config") or {}
-    return ContainerState(status=state.get("Status", "unknown"), image_id=d.get("Image", ""),
-                          labels=dict(config.get("Labels") or {}), started_at=state.get("StartedAt", ""),
-                          env=dict(e.split("=", 1) for e in config.get("Env") or [] if "=" in e),
-                          args=tuple(d.get("Args") or ()), path=str(d.get("Path") or ""))
 
 
 # -- gathering (I/O through the runner) ------------------------------------------------------

@@ -1,5 +1,8 @@
-"""Read-only looks at the hosts over a Session, shared by every command: each host's facts and
-what a public address would reach on the head."""
+"""Read-only looks at the hosts over a Session, shared by every command: each host's facts, what a
+public address would reach on the head, and whether the workers reach the head.
+
+The network as each node sees it (interfaces, *_SOCKET_IFNAME) is doctor's look, in
+doctor/network.py: it fills doctor's NodeNet, and the cluster layer never imports doctor."""
 from __future__ import annotations
 
 import json
@@ -8,8 +11,6 @@ from typing import Iterable
 from bootstrap import exposure
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import runtime as RT
-from bootstrap.doctor import rules as DR
-from bootstrap.doctor import signatures as D
 from bootstrap.model import Host
 from bootstrap.remote import docker as DK
 from bootstrap.remote.session import Session, check_script
@@ -48,22 +49,6 @@ def exposure_warnings(sess: Session, *, vllm_listen: str | None = None) -> list[
     for w in found:
         sess.reporter.event(head.name, "exposure", "warning", w)
     return found
-
-
-# -- the network, as each node sees it -----------------------------------------------------
-IP_ADDR = ("ip", "-o", "addr", "show")
-
-
-# -- per-node network facts ----------------------------------------------------------------------
-def node_net(sess: Session, h: Host) -> DR.NodeNet:
-    s = sess.ssh[h.name]
-    st = DK.inspect(s, sess.inv.cluster.container_name)
-    env = st.env if st else {}
-    ifs = s.run(IP_ADDR, timeout=30, check=False)
-    socket_env = tuple(sorted((k, v) for k, v in (env or dict(h.env)).items() if k.endswith("_SOCKET_IFNAME")))
-    return DR.NodeNet(h.name, h.ip, st.status if st else "absent", env.get("VLLM_HOST_IP"),
-                      DR.ray_ip_from_args(st.args if st else ()), D.parse_ip_addr(ifs.stdout) if ifs.ok else (),
-                      socket_env)
 
 
 def workers_cut_off(sess, port: int, *, timeout: float = 3.0) -> dict[str, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import image as IM
@@ -31,7 +31,6 @@ from bootstrap.model import Host, Inventory
 from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, GroupResult
 from bootstrap.remote.session import Reporter, Session, Timings
-from bootstrap.serve.state import serving_state
 
 
 @dataclass(frozen=True)
@@ -337,8 +336,12 @@ def dashboard_address(inv: Inventory) -> str | None:
 
 
 def cluster_status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None,
-                   serving: bool = True) -> ClusterStatus:
-    """Each node's container and Ray state; with serving, what `serve` runs (model, split, health)."""
+                   serving: Callable[[Session], object | None] | None = None) -> ClusterStatus:
+    """Each node's container and Ray state; with a serving reader, what `serve` runs (model, split,
+    health), read in the same session once the head's container runs.
+
+    The caller passes the reader (the CLI passes serve.state.serving_state) because the cluster layer
+    never imports serve: serve builds on the cluster, not the other way round."""
     name = inv.cluster.container_name
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         conn = sess.connect(strict=False)
@@ -377,9 +380,9 @@ def cluster_status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter
                 err = err or f"Ray still lists it, but the container is {cstate}"
             rows.append(NodeStatus(h.name, h.ip, h.role, True, cstate, live, node.gpus if live else 0.0, err))
         served = None
-        if serving and isinstance(head_state, F.ContainerState) and head_state.running:
+        if serving is not None and isinstance(head_state, F.ContainerState) and head_state.running:
             try:
-                served = serving_state(sess)
+                served = serving(sess)
             except BootstrapError:
                 served = None
         return ClusterStatus(rows, served, dashboard_address(inv), inv.cluster.runtime)

@@ -1,5 +1,5 @@
 """`doctor` and `logs` over SSH: gather facts, clocks, disk, the network and log tails from every node,
-then map them to causes and fixes with the pure signatures.py and rules.py."""
+then map them to causes and fixes with the pure signatures package and rules.py."""
 from __future__ import annotations
 
 import threading
@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from bootstrap.cluster import facts as F
-from bootstrap.cluster import probe
 from bootstrap.cluster import ray as R
 from bootstrap.cluster import runtime as RT
+from bootstrap.doctor import network as NET
 from bootstrap.doctor import rules as DR
 from bootstrap.doctor import signatures as D
 from bootstrap.errors import PreflightFailed
@@ -65,7 +65,7 @@ def doctor(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
                 skew_clock = None
             root = DK.root_dir(s)
             df = s.run(("df", "-P", "-B1", root), timeout=20, check=False)
-            net = probe.node_net(sess, h)
+            net = NET.node_net(sess, h)
             logs = DK.logs(s, name, log_lines)
             if f is not None and f.image_id and net.container != "running" and inv.cluster.runtime == "ray":
                 r = s.run(F.ray_in_image_cmd(inv.cluster.image), timeout=120, check=False)

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from bootstrap.cluster import probe
+from bootstrap.doctor import network as NET
 from bootstrap.doctor import rules as DR
 from bootstrap.doctor import signatures as D
 from bootstrap.errors import CommandFailed, PreflightFailed
@@ -79,7 +80,7 @@ def check_nccl(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
     order = [inv.head, *inv.workers]
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         sess.connect()
-        nets = sess.stage("network", order, lambda h: probe.node_net(sess, h))
+        nets = sess.stage("network", order, lambda h: NET.node_net(sess, h))
         not_running = [n.host for n in nets.values() if n.container != "running"]
         if not_running:
             raise PreflightFailed(", ".join(not_running), "the cluster container is not running",

@@ -3,9 +3,10 @@
 The argv builders (`exec_argv`, `exec_python_argv`, `kill_tagged_argv`, `logs_argv`) and the shell
 snippets run inside the node containers (`PYTHON`, `kill_matching`) are pure; the helpers below them
 (`inspect`, `logs`, `rm`, `start`, ...) run one step through a host's connection (an SSHHost) and
-read its output. The container inspect command and its parser live in the pure cluster/facts.py,
-which gathers facts with them too; the `docker run/create` argv of the containers bootstrap starts
-are decided in the pure plan modules.
+read its output. The container inspect command and its parser live in the pure bootstrap/containers.py,
+below both this module and cluster/facts.py, which gathers facts with them too (remote never imports
+cluster); the `docker run/create` argv of the containers bootstrap starts are decided in the pure plan
+modules.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import tarfile
 import time
 from typing import Iterable, Protocol, Sequence
 
-from bootstrap.cluster.facts import ContainerState, container_inspect_cmd, parse_container_inspect
+from bootstrap.containers import ContainerState, container_inspect_cmd, parse_container_inspect
 
 
 class Runner(Protocol):

@@ -248,7 +248,8 @@ def test_remote_text_in_the_status_table_is_literal(tmp_path, monkeypatch):
                    "hosts: [{name: a, address: 192.0.2.1}, {name: b, address: 192.0.2.2}]\n")
     rows = [NodeStatus("a", "192.0.2.1", "head", True, "[bold]running[/]", False, 0.0, "x[/]\n\x1b[2Jcleared"),
             NodeStatus("b", "192.0.2.2", "worker", False, "unknown", False, 0.0, "\\[red]down")]
-    monkeypatch.setattr("bootstrap.cluster.run.cluster_status", lambda inv, parallel: ClusterStatus(rows, None, None))
+    monkeypatch.setattr("bootstrap.cluster.run.cluster_status",
+                        lambda inv, parallel, serving: ClusterStatus(rows, None, None))
     r = CliRunner().invoke(main, ["status", "-i", str(inv)])
     assert r.exit_code == 1 and (r.exception is None or isinstance(r.exception, SystemExit)), r.output
     assert "[bold]running[/]" in r.stdout and "x[/]\\n\\x1b[2Jcleared" in r.stdout and "\\[red]down" in r.stdout

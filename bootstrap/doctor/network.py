@@ -1,0 +1,27 @@
+"""The network as each node sees it, read over a Session: the node container's addresses and
+*_SOCKET_IFNAME settings beside the host's interfaces. doctor and check-nccl both gather it (the pure
+rules over it are rules.network_findings).
+
+It lives in doctor/, beside the NodeNet it fills and doctor's `ip addr` parser (D.parse_ip_addr),
+rather than in cluster/probe.py: the cluster layer never imports doctor. check-nccl imports it from here
+(not doctor/run.py: no capability imports another's run.py)."""
+from __future__ import annotations
+
+from bootstrap.doctor import rules as DR
+from bootstrap.doctor import signatures as D
+from bootstrap.model import Host
+from bootstrap.remote import docker as DK
+from bootstrap.remote.session import Session
+
+IP_ADDR = ("ip", "-o", "addr", "show")
+
+
+def node_net(sess: Session, h: Host) -> DR.NodeNet:
+    s = sess.ssh[h.name]
+    st = DK.inspect(s, sess.inv.cluster.container_name)
+    env = st.env if st else {}
+    ifs = s.run(IP_ADDR, timeout=30, check=False)
+    socket_env = tuple(sorted((k, v) for k, v in (env or dict(h.env)).items() if k.endswith("_SOCKET_IFNAME")))
+    return DR.NodeNet(h.name, h.ip, st.status if st else "absent", env.get("VLLM_HOST_IP"),
+                      DR.ray_ip_from_args(st.args if st else ()), D.parse_ip_addr(ifs.stdout) if ifs.ok else (),
+                      socket_env)

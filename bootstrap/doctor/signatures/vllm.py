@@ -1,0 +1,116 @@
+"""vLLM's own checks of its configuration against the model: --tp against the attention heads, --pp
+against the layers, --max-model-len against the model's context.
+"""
+from __future__ import annotations
+
+import re
+
+from bootstrap.doctor.signatures.engine import Signature
+from bootstrap.doctor.signatures.engine import pattern as _p
+
+_TP_PLAN = ("put the other GPUs into pipeline stages: `bootstrap serve MODEL --tp T --pp P` with T x P = all "
+            "GPUs (`bootstrap serve --dry-run` shows the plan), e.g. 3 nodes x 1 GPU: --tp 1 --pp 3.")
+_TP_HEADS_FIX = ("Choose a --tp that divides the model's num_attention_heads and that divides, or is a multiple of, "
+                 "its num_key_value_heads (both in the model's config.json), and " + _TP_PLAN)
+_HEADS_VS_TP = re.compile(r"attention heads \((\d+)\) must be divisible by tensor parallel size \((\d+)\)")
+
+
+def _tp_heads_fix(line: str) -> str:
+    m = _HEADS_VS_TP.search(line)
+    if not m:
+        return _TP_HEADS_FIX
+    heads, tp = int(m[1]), int(m[2])
+    ok = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
+    return (f"The model has {heads} attention heads, so --tp {tp} cannot split them; --tp must be one of {ok} "
+            "(and divide, or be a multiple of, num_key_value_heads in config.json): " + _TP_PLAN)
+
+
+_MAX_LEN_FIX = ("Pass a length within the model's limit after `--`: `bootstrap serve MODEL -- --max-model-len N` (N "
+                "at most the derived max_model_len the error names), or leave --max-model-len out to use the "
+                "model's own; a longer context needs RoPE scaling (--hf-overrides with rope_scaling) plus "
+                "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the containers' environment.")
+_DERIVED_LEN = re.compile(r"derived max_model_len \((?:(\w+)=)?(\d+)(?:\.\d+)?(?: or model_max_length=(\d+))?")
+
+
+def _max_len_fix(line: str) -> str:
+    m = _DERIVED_LEN.search(line)
+    if not m:
+        return _MAX_LEN_FIX
+    key, limit = m[1], int(m[2])
+    if m[3] and int(m[3]) > limit:  # vLLM accepts up to model_max_length when the config sets it
+        key, limit = "model_max_length", int(m[3])
+    named = f" ({key}={limit})" if key and key != "None" else ""
+    return (f"The model's config.json allows {limit} tokens{named}: pass `bootstrap serve MODEL -- "
+            f"--max-model-len {limit}` (or less), or leave --max-model-len out to use the model's own; a longer "
+            "context needs RoPE scaling (--hf-overrides with rope_scaling) plus VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
+            "in the containers' environment.")
+
+
+SIGNATURES: tuple[Signature, ...] = (
+    Signature(
+        id="tp-heads-indivisible",
+        severity="error",
+        patterns=(
+            _p(r"Total number of attention heads \(\d+\) must be divisible by tensor parallel size \(\d+\)",
+               needle="must be divisible by tensor parallel size"),
+            # the KV-head checks of the model files (llama.py, qwen2.py, ...), a bare AssertionError under them
+            _p(r"\bassert (?:self\.)?total_num_kv_heads % tp_size == 0", needle="total_num_kv_heads % tp_size"),
+            _p(r"\bassert tp_size % (?:self\.)?total_num_kv_heads == 0",
+               needle="total_num_kv_heads == 0"),
+            # QKVParallelLinear splitting (or replicating) the KV heads, whose divide() asserts "X is not
+            # divisible by Y" (vllm/model_executor/layers/linear.py)
+            _p(r"num_kv_head_replicas = divide\(tp_size, self\.total_num_kv_heads\)",
+               needle="num_kv_head_replicas = divide("),
+            _p(r"num_kv_heads = divide\(self\.total_num_kv_heads, tp_size\)", needle="num_kv_heads = divide("),
+        ),
+        title="The tensor-parallel size (--tp) does not divide the model's attention heads (or its KV heads): "
+              "tensor parallelism gives every GPU an equal share of the heads",
+        fix=_TP_HEADS_FIX,
+        fix_for=_tp_heads_fix,
+        sources=("https://github.com/vllm-project/vllm/issues/52435",
+                 "https://github.com/vllm-project/vllm/issues/2652",
+                 "https://github.com/vllm-project/vllm/issues/16021",
+                 "https://github.com/vllm-project/vllm/issues/1581",
+                 "vllm-project/vllm vllm/config/model.py (ModelConfig.verify_with_parallel_config)",
+                 "vllm-project/vllm vllm/model_executor/models/llama.py (LlamaAttention)",
+                 "vllm-project/vllm vllm/model_executor/layers/linear.py (QKVParallelLinear)"),
+    ),
+    Signature(
+        id="pp-invalid",
+        severity="error",
+        patterns=(
+            _p(r"Pipeline parallelism is not supported for this model"),
+            _p(r"Pipeline parallelism is only supported for the following"),
+            _p(r"Total number of hidden layers \(\d+\) must be divisible by pipeline parallel size \(\d+\)",
+               needle="must be divisible by pipeline parallel size"),
+            # VLLM_PP_LAYER_PARTITION that does not fit the stages or the layers (vllm/distributed/utils.py)
+            _p(r"len\(partitions\)=\d+ does not match pp_size=\d+", needle="does not match pp_size="),
+            _p(r"sum\(partitions\)=\d+ does not match num_hidden_layers=\d+",
+               needle="does not match num_hidden_layers="),
+        ),
+        title="vLLM cannot split this model into --pp pipeline stages: the model does not support pipeline "
+              "parallelism, or the layer split does not fit the stages",
+        fix="Serve it without pipeline stages: `bootstrap serve MODEL --tp <all GPUs> --pp 1` (tensor parallel "
+            "across the nodes; `bootstrap serve --dry-run` shows the plan), or use a vLLM version in which the "
+            "model implements SupportsPP. For a layer-count error pick a --pp that divides num_hidden_layers "
+            "(config.json), and unset VLLM_PP_LAYER_PARTITION or give it one layer count per stage summing to "
+            "num_hidden_layers.",
+        sources=("https://github.com/vllm-project/vllm/issues/16231",
+                 "https://github.com/vllm-project/vllm/issues/9015",
+                 "vllm-project/vllm vllm/config/model.py (ModelConfig.verify_with_parallel_config)",
+                 "vllm-project/vllm vllm/distributed/utils.py (get_pp_indices)"),
+    ),
+    Signature(
+        id="max-model-len-too-long",
+        severity="error",
+        patterns=(_p(r"User-specified max_model_len \(\d+\) is greater than the derived max_model_len",
+                     needle="is greater than the derived max_model_len"),),
+        title="--max-model-len asks for a longer context than the model's config.json declares "
+              "(max_position_embeddings or model_max_length), so vLLM refuses to start",
+        fix=_MAX_LEN_FIX,
+        fix_for=_max_len_fix,
+        sources=("https://github.com/vllm-project/vllm/issues/3676",
+                 "https://github.com/xorbitsai/inference/issues/1715",
+                 "vllm-project/vllm vllm/config/model.py (_get_and_verify_max_len)"),
+    ),
+)
