@@ -99,6 +99,38 @@ class CommandFailed(BootstrapError):
 
 
 @dataclass
+class RemoteFileLeft(BootstrapError):
+    """A file we put on a host (the 0600 secret env file) could not be removed: it may still be on
+    that host's disk. Names the host and the path, never what the file holds."""
+
+    host: str
+    path: str
+    reason: str
+    what: str = "file"
+
+    def __post_init__(self) -> None:
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return (f"{self.host}: could not remove {self.what} {self.path}: {self.reason} -- it may still be on "
+                f"the host: remove it by hand (`rm -f {self.path}` on {self.host})")
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """Attach a second failure to the one in flight (PEP 678's notes; set by hand before Python
+    3.11). The CLI prints an error's notes under its line, so the second failure is not lost."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    else:  # Python 3.10
+        exc.__notes__ = [*getattr(exc, "__notes__", ()), note]  # type: ignore[attr-defined]
+
+
+def notes_of(exc: BaseException) -> list[str]:
+    """The notes attached to an error (add_note), oldest first."""
+    return [str(n) for n in getattr(exc, "__notes__", ()) or ()]
+
+
+@dataclass
 class PreflightFailed(BootstrapError):
     """A host is not ready for the cluster; nothing was changed on it."""
 
@@ -119,6 +151,14 @@ class PreflightFailed(BootstrapError):
 @dataclass
 class HostUnreachable(PreflightFailed):
     prefix = "cannot connect over SSH: "
+
+
+@dataclass
+class MonitorUnreachable(HostUnreachable):
+    """The monitor host does not answer over SSH: whether Prometheus runs there is unknown, which is
+    not the same as "Prometheus is not running" (`monitor status`, `top`, the line under `status`)."""
+
+    prefix = "the monitor host is unreachable (whether Prometheus runs is unknown): "
 
 
 @dataclass

@@ -41,7 +41,8 @@ Hosts come from (one of):
                    again: one sandbox of max(N) nodes avoids that at each N.)
     --inventory F  an existing native inventory (its first N hosts); its containers are removed
 
-Targets (exit status 1 when one is missed, or a run fails):
+Targets (exit status 1 when one is missed, or a run fails; each printed as met, missed or not
+measured, with the reason: one N only or no N=1 gives no scaling ratio, see perf/verdict.py):
     up(Nmax)/up(1) <= 1.3     overhead < 2 s at every N     convergence < 1 s at every N
     re-run up <= 20% of the first up (at Nmax)
 
@@ -66,6 +67,7 @@ from pathlib import Path
 import yaml
 
 from bootstrap.inventory import load_inventory
+from perf import verdict as V
 from perf.plot import line_plot
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -339,29 +341,37 @@ def write_png(rows: list[Row], path: str, title: str) -> None:
               xlabel="nodes (N)", prefix="bringup")
 
 
-def verdict(rows: list[Row]) -> list[str]:
-    """The targets missed (empty: all met)."""
-    missed = [f for r in rows for f in r.failures]
+def checks(rows: list[Row]) -> tuple[list[V.Check], list[str]]:
+    """Each target of the module docstring checked against what the run measured (not measured,
+    with the reason, where it could not be), and the runs that failed."""
+    failures = [f for r in rows for f in r.failures]
     first, last = rows[0], rows[-1]
-    if first.n == 1 and last.n > 1 and first.up and last.up:
-        scale = last.up / first.up
-        if scale > TARGET_SCALING:
-            missed.append(f"up({last.n})/up(1) = {scale:.2f} > {TARGET_SCALING:g}")
+    out = []
+    scaling = ("up(Nmax)/up(1)", "<=", TARGET_SCALING)
+    if (why := V.no_ratio_to_one([r.n for r in rows])) is not None:
+        out.append(V.not_measured(*scaling, why))
+    elif first.up is None or last.up is None:
+        out.append(V.not_measured(*scaling, f"no successful up at N={(last if first.up else first).n}"))
+    else:
+        out.append(V.Check(f"up({last.n})/up(1)", "<=", TARGET_SCALING, last.up / first.up))
     for r in rows:
-        if r.overhead is None:
-            missed.append(f"N={r.n}: no floor (per-host times missing from `up --json`)")
-        elif r.overhead >= TARGET_OVERHEAD:
-            missed.append(f"N={r.n}: overhead {r.overhead:.2f}s >= {TARGET_OVERHEAD:g}s")
-        if r.convergence is None:
-            missed.append(f"N={r.n}: no convergence time (no ready_at or join times)")
-        elif r.convergence >= TARGET_CONVERGENCE:
-            missed.append(f"N={r.n}: convergence {r.convergence:.2f}s >= {TARGET_CONVERGENCE:g}s")
+        if r.overhead is not None:
+            out.append(V.Check(f"overhead at N={r.n}", "<", TARGET_OVERHEAD, r.overhead, unit="s"))
+        else:
+            out.append(V.not_measured(f"overhead at N={r.n}", "<", TARGET_OVERHEAD, unit="s", why=(
+                "no successful up" if not r.ups else "no floor: per-host times missing from `up --json`")))
+    for r in rows:
+        if r.convergence is not None:
+            out.append(V.Check(f"convergence at N={r.n}", "<", TARGET_CONVERGENCE, r.convergence, unit="s"))
+        else:
+            out.append(V.not_measured(f"convergence at N={r.n}", "<", TARGET_CONVERGENCE, unit="s", why=(
+                "no successful up" if not r.ups else "no ready_at or join times in `up --json`")))
+    rerun = (f"re-run up({last.n}) / first up", "<=", TARGET_RERUN)
     if last.rerun is not None and last.up:
-        ratio = last.rerun / last.up
-        if ratio > TARGET_RERUN:
-            missed.append(f"re-run up({last.n}) = {last.rerun:.2f}s = {ratio:.0%} of the first up "
-                          f"({last.up:.2f}s) > {TARGET_RERUN:.0%}")
-    return missed
+        out.append(V.Check(*rerun, last.rerun / last.up, spec=".0%"))
+    else:
+        out.append(V.not_measured(*rerun, f"no re-run measured at N={last.n}", spec=".0%"))
+    return out, failures
 
 
 def _interrupt(signum, frame):  # noqa: ANN001 - signal handler
@@ -416,14 +426,10 @@ def main(argv: list[str] | None = None) -> int:
         if a.png:
             write_png(rows, a.png, f"bring-up, {source}")
             print(f"plot: {a.png}")
-        missed = verdict(rows)
-        for m in missed:
-            print(f"target missed: {m}")
-        if not missed:
-            print(f"targets met: up(Nmax)/up(1) <= {TARGET_SCALING:g}, overhead < {TARGET_OVERHEAD:g}s, "
-                  f"re-run <= {TARGET_RERUN:.0%} of the first up")
-            print(f"target met: convergence < {TARGET_CONVERGENCE:g}s at every N")
-        return 1 if missed else 0
+        found, failures = checks(rows)
+        for line in V.lines(found, failures):
+            print(line)
+        return V.exit_status(found, failures)
     finally:
         if made_sandbox and not a.keep:
             log("bootstrap sandbox down")

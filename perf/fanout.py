@@ -14,7 +14,9 @@ Hosts come from (one of):
     --inventory F  an existing native inventory (its first N hosts); nothing is created or removed
     --loopback     sshd processes on 127.0.0.2, 127.0.0.3, ... of this machine (no Docker)
 
-Exit status 1 when a target is missed: exec(Nmax)/exec(1) <= 3 and exec(Nmax)/pssh(Nmax) <= 1.0.
+Targets: exec(Nmax)/exec(1) <= 3 and exec(Nmax)/pssh(Nmax) <= 1.0, each printed as met, missed or not
+measured, with the reason (one N only, no N=1, parallel-ssh not installed: the run goes on without
+its column); exit status 1 when one is missed or a run of exec or pssh fails (see perf/verdict.py).
 
 Example: python -m perf.fanout --nodes 1,16,64 --reps 3 --png fanout.png
 """
@@ -40,6 +42,7 @@ import yaml
 from bootstrap.inventory import load_inventory
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
 from bootstrap.sandbox.sshd import SSHD, free_port, keygen  # the loopback sshd the tests use too
+from perf import verdict as V
 from perf.plot import line_plot
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -191,12 +194,17 @@ def subset(inventory: Path, n: int, workdir: Path) -> tuple[Path, Path, list[str
 
 
 # -- measuring -------------------------------------------------------------------------------------
-def commands(inv: Path, hosts_file: Path, ssh_extra: list[str], parallel: int, pssh: str) -> dict[str, list[str]]:
-    return {
+def commands(inv: Path, hosts_file: Path, ssh_extra: list[str], parallel: int,
+             pssh: str | None) -> dict[str, list[str]]:
+    """The commands timed, by tool; without pssh (None: not installed) no "pssh" entry."""
+    cmds = {
         "exec": bootstrap_cmd("exec", "-i", str(inv), "--parallel", str(parallel), "--", "true"),
         "status": bootstrap_cmd("status", "-i", str(inv), "--parallel", str(parallel)),
-        "pssh": [pssh, "-h", str(hosts_file), "-p", str(parallel), "-t", "60", "-x", shlex.join(ssh_extra), "true"],
     }
+    if pssh:
+        cmds["pssh"] = [pssh, "-h", str(hosts_file), "-p", str(parallel), "-t", "60", "-x", shlex.join(ssh_extra),
+                        "true"]
+    return cmds
 
 
 def hosts_cpu() -> float | None:
@@ -238,6 +246,10 @@ class Row:
     cpu: dict[str, list[float]] = field(default_factory=dict)
     hosts_cpu: dict[str, list[float]] = field(default_factory=dict)
 
+    def has(self, tool: str) -> bool:
+        """Whether this row timed the tool (pssh is left out when it is not installed)."""
+        return bool(self.seconds.get(tool))
+
     def median(self, tool: str) -> float:
         return statistics.median(self.seconds[tool])
 
@@ -270,7 +282,7 @@ def measure(n: int, cmds: dict[str, list[str]], reps: int) -> Row:
 # -- report ----------------------------------------------------------------------------------------
 def table(rows: list[Row]) -> str:
     base = rows[0].median("exec")
-    head = ("N", "exec (s)", "status (s)", "pssh (s)", "exec(N)/exec(1)", "exec/pssh",
+    head = ("N", "exec (s)", "status (s)", "pssh (s)", f"exec(N)/exec({rows[0].n})", "exec/pssh",
             "exec CPU ours+hosts (s)", "exec CPU floor (s)", "pssh CPU ours+hosts (s)")
     body = []
     for r in rows:
@@ -278,7 +290,7 @@ def table(rows: list[Row]) -> str:
         if r.codes["status"] != {0}:
             st += f" (exit {','.join(map(str, sorted(r.codes['status'])))})"
         ex = f"{r.median('exec'):.3f}" + ("" if r.codes["exec"] == {0} else " (FAILED)")
-        ps = f"{r.median('pssh'):.3f}" + ("" if r.codes["pssh"] == {0} else " (FAILED)")
+        ps = "-" if not r.has("pssh") else f"{r.median('pssh'):.3f}" + ("" if r.codes["pssh"] == {0} else " (FAILED)")
         def cpu(t: str, r: Row = r) -> str:
             if not r.cpu.get(t):
                 return "-"
@@ -287,7 +299,7 @@ def table(rows: list[Row]) -> str:
             return f"{statistics.median(r.cpu[t]):.2f}+{statistics.median(r.hosts_cpu[t]):.2f}"
         floor = r.cpu_floor("exec")
         body.append((str(r.n), ex, st, ps, f"{r.median('exec') / base:.2f}",
-                     f"{r.median('exec') / r.median('pssh'):.2f}", cpu("exec"),
+                     f"{r.median('exec') / r.median('pssh'):.2f}" if r.has("pssh") else "-", cpu("exec"),
                      "-" if floor is None else f"{floor:.2f}", cpu("pssh")))
     widths = [max(len(x[i]) for x in (head, *body)) for i in range(len(head))]
     fmt = "  ".join(f"{{:>{w}}}" for w in widths)
@@ -297,26 +309,45 @@ def table(rows: list[Row]) -> str:
 def write_png(rows: list[Row], path: str, title: str) -> None:
     """Median wall time vs N, one line per tool."""
     line_plot(path, title, [r.n for r in rows],
-              {label: [r.median(t) for r in rows]
+              {label: [r.median(t) if r.has(t) else None for r in rows]
                for t, label in (("exec", "bootstrap exec -- true"), ("status", "bootstrap status"),
-                                ("pssh", "parallel-ssh true"))},
+                                ("pssh", "parallel-ssh true")) if any(r.has(t) for r in rows)},
               xlabel="hosts (N)", prefix="fanout")
 
 
-def verdict(rows: list[Row]) -> list[str]:
-    """The targets missed (empty: all met)."""
-    missed = []
+def checks(rows: list[Row]) -> tuple[list[V.Check], list[str]]:
+    """Both targets checked against what the run measured (not measured, with the reason, where it
+    could not be: one N, no N=1, no pssh, a tool whose runs failed), and the runs that failed."""
+    failures = [f"N={r.n}: a run of {t} failed (exit {','.join(map(str, sorted(r.codes[t])))})"
+                for r in rows for t in ("exec", "pssh") if r.has(t) and r.codes[t] != {0}]
     first, last = rows[0], rows[-1]
-    if any(r.codes["exec"] != {0} or r.codes["pssh"] != {0} for r in rows):
-        missed.append("a run of exec or pssh failed")
-    if first.n == 1 and last.n > 1:
-        scale = last.median("exec") / first.median("exec")
-        if scale > TARGET_SCALING:
-            missed.append(f"exec({last.n})/exec(1) = {scale:.2f} > {TARGET_SCALING:g}")
-    vs = last.median("exec") / last.median("pssh")
-    if vs > TARGET_VS_PSSH:
-        missed.append(f"exec({last.n})/pssh({last.n}) = {vs:.2f} > {TARGET_VS_PSSH:g}")
-    return missed
+    ok = {(r.n, t): r.has(t) and r.codes[t] == {0} for r in rows for t in ("exec", "pssh")}
+    out = []
+    scaling = ("exec(Nmax)/exec(1)", "<=", TARGET_SCALING)
+    if (why := V.no_ratio_to_one([r.n for r in rows])) is not None:
+        out.append(V.not_measured(*scaling, why))
+    elif not (ok[(1, "exec")] and ok[(last.n, "exec")]):
+        out.append(V.not_measured(*scaling, f"exec failed at N={(last if ok[(1, 'exec')] else first).n}"))
+    else:
+        out.append(V.Check(f"exec({last.n})/exec(1)", "<=", TARGET_SCALING,
+                           last.median("exec") / first.median("exec")))
+    vs = (f"exec({last.n})/pssh({last.n})", "<=", TARGET_VS_PSSH)
+    if not last.has("pssh"):
+        out.append(V.not_measured(*vs, "parallel-ssh not run: not installed (apt-get install pssh) or --pssh ''"))
+    elif not ok[(last.n, "pssh")]:
+        out.append(V.not_measured(*vs, f"pssh failed at N={last.n}"))
+    elif not ok[(last.n, "exec")]:
+        out.append(V.not_measured(*vs, f"exec failed at N={last.n}"))
+    else:
+        out.append(V.Check(*vs, last.median("exec") / last.median("pssh")))
+    return out, failures
+
+
+def verdict(rows: list[Row]) -> list[str]:
+    """The runs that failed and the targets missed, one phrase each (empty: none failed or missed;
+    `checks` says which targets were measured at all)."""
+    found, failures = checks(rows)
+    return failures + [c.shortfall for c in found if c.passed is False]
 
 
 def _interrupt(signum, frame):  # noqa: ANN001 - signal handler
@@ -351,13 +382,15 @@ def main(argv: list[str] | None = None) -> int:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--inventory", type=Path, help="use this native inventory's first N hosts (no sandbox)")
     src.add_argument("--loopback", action="store_true", help="sshd on 127.0.0.2.. of this machine (no sandbox)")
-    p.add_argument("--pssh", default=PSSH, help=f"parallel-ssh binary (default {PSSH})")
+    p.add_argument("--pssh", default=PSSH, help=f"parallel-ssh binary (default {PSSH}; '' or not installed: "
+                   "no pssh column, and exec/pssh is not measured)")
     a = p.parse_args(argv)
     nodes = sorted({int(x) for x in a.nodes.split(",") if x.strip()})
     if not nodes or nodes[0] < 1 or a.reps < 1:
         p.error("--nodes needs positive counts and --reps at least 1")
-    if not os.access(a.pssh, os.X_OK):
-        p.error(f"{a.pssh} not found: apt-get install pssh")
+    pssh = a.pssh if a.pssh and os.access(a.pssh, os.X_OK) else None
+    if a.pssh and pssh is None:
+        log(f"{a.pssh} not found (apt-get install pssh): no pssh column, exec/pssh not measured")
 
     work = Path(tempfile.mkdtemp(prefix="bootstrap-fanout-"))
     loop: Loopback | None = None
@@ -377,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for n in nodes:
             inv, hosts_file, extra = subset(inventory, n, work)
-            rows.append(measure(n, commands(inv, hosts_file, extra, a.parallel, a.pssh), a.reps))
+            rows.append(measure(n, commands(inv, hosts_file, extra, a.parallel, pssh), a.reps))
         print(f"fan-out on {source}: median of {a.reps} run(s), --parallel {a.parallel}, {os.cpu_count()} CPU(s)")
         print(table(rows))
         print("CPU floor = (our CPU + the hosts' CPU) / cores: the least wall time this machine allows when the "
@@ -385,12 +418,10 @@ def main(argv: list[str] | None = None) -> int:
         if a.png:
             write_png(rows, a.png, f"fan-out, {source}, -p {a.parallel}")
             print(f"plot: {a.png}")
-        missed = verdict(rows)
-        for m in missed:
-            print(f"target missed: {m}")
-        if not missed:
-            print(f"targets met: exec(Nmax)/exec(1) <= {TARGET_SCALING:g}, exec/pssh <= {TARGET_VS_PSSH:g}")
-        return 1 if missed else 0
+        found, failures = checks(rows)
+        for line in V.lines(found, failures):
+            print(line)
+        return V.exit_status(found, failures)
     finally:
         if loop is not None:
             loop.stop()

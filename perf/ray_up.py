@@ -12,7 +12,9 @@ alternating runs (bootstrap, ray up, bootstrap, ...), --reps each:
                 are both run with --autoscaler both; a run that does not reach every node within
                 --deadline is reported as such, not timed.
 
-Target: bootstrap <= 0.5x the working `ray up` (exit status 1 when missed or a run fails).
+Target: bootstrap <= 0.5x the fastest working `ray up`, printed as met, missed or not measured (with the
+reason: a bootstrap run failed, or no `ray up` listed every node); exit status 1 when it is missed, a
+bootstrap run fails, or no `ray up` works (nothing to compare with). See perf/verdict.py.
 
 Needs Ray's CLI on this machine, the same version as in the image (`ray --version` in a node's
 container), best in its own venv: python3 -m venv /tmp/rayenv && /tmp/rayenv/bin/pip install
@@ -36,6 +38,7 @@ from pathlib import Path
 import yaml
 
 from bootstrap.inventory import load_inventory
+from perf import verdict as V
 from perf.bringup import ROOT, bootstrap_cmd, down, must, render, sandbox_up
 
 TARGET = 0.5  # bootstrap / ray up (the working one)
@@ -141,6 +144,31 @@ def bootstrap_once(inv: Path) -> float | None:
     return took
 
 
+def median(xs: list[float | None]) -> float | None:
+    """The median of a tool's runs; None unless every run finished."""
+    ok = [x for x in xs if x is not None]
+    return statistics.median(ok) if len(ok) == len(xs) and ok else None
+
+
+def checks(times: dict[str, list[float | None]]) -> tuple[list[V.Check], list[str]]:
+    """The target against the fastest `ray up` whose runs all finished, or not measured (with the
+    reason); the failures: bootstrap runs that failed, or no `ray up` to compare with."""
+    name = ("bootstrap / fastest working ray up", "<=", TARGET)
+    ours = median(times["bootstrap"])
+    working = {k: median(xs) for k, xs in times.items() if k != "bootstrap" and median(xs) is not None}
+    failures = []
+    if ours is None:
+        bad = sum(x is None for x in times["bootstrap"])
+        failures.append(f"bootstrap up failed in {bad} of {len(times['bootstrap'])} run(s)")
+    if not working:
+        failures.append("no `ray up` run listed every node: nothing to compare with")
+    if ours is None or not working:
+        why = "bootstrap up failed" if ours is None else "no `ray up` run listed every node"
+        return [V.not_measured(*name, why)], failures
+    best = min(working, key=working.get)
+    return [V.Check(f"bootstrap / {best}", "<=", TARGET, ours / working[best])], failures
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
@@ -173,30 +201,18 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"rep {rep + 1}: ray up ({k}) {t}")
         clean_nodes(nodes, inv)
 
-    def med(xs: list[float | None]) -> float | None:
-        ok = [x for x in xs if x is not None]
-        return statistics.median(ok) if len(ok) == len(xs) and ok else None
-
-    ours = med(times["bootstrap"])
+    ours = median(times["bootstrap"])
     body = []
     for name, xs in times.items():
-        m = med(xs)
+        m = median(xs)
         runs = ", ".join("-" if x is None else f"{x:.1f}" for x in xs)
         ratio = "-" if m is None or ours is None else f"{ours / m:.2f}"
         body.append((name, runs, "did not finish" if m is None else f"{m:.1f}", ratio))
     print(render(("tool", "runs (s)", "median (s)", "bootstrap / this"), body))
-    working = [med(xs) for name, xs in times.items() if name != "bootstrap" and med(xs) is not None]
-    if ours is None:
-        print("bootstrap up failed")
-        return 1
-    if not working:
-        print("no `ray up` run listed every node: nothing to compare with")
-        return 1
-    best = min(working)
-    ok = ours / best <= TARGET
-    print(f"{'target met' if ok else 'target missed'}: bootstrap / fastest working ray up = {ours / best:.2f} "
-          f"(target <= {TARGET:g})")
-    return 0 if ok else 1
+    found, failures = checks(times)
+    for line in V.lines(found, failures):
+        print(line)
+    return V.exit_status(found, failures)
 
 
 if __name__ == "__main__":

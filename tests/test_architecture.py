@@ -4,7 +4,9 @@
   through another bootstrap module.
 - Only `bootstrap.cli` imports click or rich.
 - No capability imports another capability's `run.py` (shared remote steps live in cluster/probe,
-  cluster/ray, remote/*; shared pure pieces in the capabilities' pure modules).
+  cluster/ray, remote/*; shared pure pieces in the capabilities' pure modules), with one exception:
+  the fleet drives each replica group's cluster through cluster/run.py (up, status, down: issue 26.3),
+  the layer below it.
 - Layers run one way: remote/ never reaches cluster/ or a capability above it, cluster/ never reaches
   doctor, serve, fleet, monitor, nccl (nor the CLI or the sandbox on top), directly or through another
   bootstrap module. What both layers need lives below both (bootstrap.containers).
@@ -25,6 +27,9 @@ PURE = ("bootstrap.errors", "bootstrap.model", "bootstrap.exposure", "bootstrap.
         "bootstrap.serve.plan", "bootstrap.fleet.plan", "bootstrap.monitor.plan", "bootstrap.monitor.metrics")
 CAPABILITIES = ("cluster", "nccl", "doctor", "serve", "fleet", "monitor")
 UI_LIBS = ("click", "rich")
+#: (capability, the other capability whose run.py it may import): the fleet brings up, reads and tears
+#: down each replica group's cluster with cluster/run.py, which is below it (and refuses a fleet).
+RUN_ALLOWED = {("fleet", "cluster")}
 #: Layers run one way: what a module under each key must never reach. The capabilities built on the
 #: cluster (and the CLI and the sandbox, on top of everything) sit above cluster/; cluster/ above remote/.
 _ABOVE_CLUSTER = (*(f"bootstrap.{c}" for c in CAPABILITIES if c != "cluster"), "bootstrap.cli", "bootstrap.sandbox")
@@ -101,7 +106,7 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
         for dep in graph[mod]:
             parts = dep.split(".")
             if len(parts) == 3 and parts[0] == "bootstrap" and parts[1] in CAPABILITIES and parts[2] == "run" \
-                    and parts[1] != cap and not _under(mod, "bootstrap.cli"):
+                    and parts[1] != cap and (cap, parts[1]) not in RUN_ALLOWED and not _under(mod, "bootstrap.cli"):
                 found.append(f"{mod} imports {dep}: another capability's run.py")
     return found
 
@@ -122,6 +127,9 @@ def test_the_pure_list_names_real_modules():
     ("bootstrap.nccl.parse", "bootstrap.cluster.probe", "pure bootstrap.nccl.parse reaches bootstrap.remote"),
     ("bootstrap.cluster.run", "click", "bootstrap.cluster.run imports click"),
     ("bootstrap.fleet.run", "bootstrap.serve.run", "another capability's run.py"),
+    # the fleet may drive cluster/run.py (the layer below it); no other capability may
+    ("bootstrap.serve.run", "bootstrap.cluster.run", "another capability's run.py"),
+    ("bootstrap.monitor.run", "bootstrap.cluster.run", "another capability's run.py"),
     # layers run one way (issue 26): each import that once ran back up
     ("bootstrap.remote.docker", "bootstrap.cluster.facts",
      "bootstrap.remote.docker reaches bootstrap.cluster.facts (imported by bootstrap.remote.docker)"),
@@ -148,3 +156,14 @@ def test_imports_of_resolves_relative_imports(tmp_path, monkeypatch):
     f.write_text("from ..remote import ssh\nfrom . import run\nimport rich.table\n")
     monkeypatch.setattr(sys.modules[__name__], "PKG", tmp_path / "bootstrap")
     assert {"bootstrap.remote.ssh", "bootstrap.serve.run", "rich.table"} <= imports_of(f)
+
+
+def test_only_the_fleet_may_drive_cluster_run():
+    """The one exception to "no capability imports another's run.py": fleet/lifecycle.py runs
+    cluster/run.py per replica group. The same import from anywhere else is still caught, and the
+    fleet still may not import any other capability's run.py."""
+    graph = all_modules()
+    assert "bootstrap.cluster.run" in graph["bootstrap.fleet.lifecycle"]
+    assert not [v for v in violations(graph) if v.startswith("bootstrap.fleet.")]
+    graph["bootstrap.fleet.lifecycle"] = graph["bootstrap.fleet.lifecycle"] | {"bootstrap.monitor.run"}
+    assert any(v.startswith("bootstrap.fleet.lifecycle imports bootstrap.monitor.run") for v in violations(graph))

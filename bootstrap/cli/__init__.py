@@ -197,26 +197,29 @@ def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_key
 
     Example: bootstrap up -i hosts.yaml
     """
+    opts = dict(parallel=parallel, dry_run=dry_run, load_image=load_image, pull=pull, wait=wait,
+                accept_new_host_keys=accept_new_host_keys, allow_partial=allow_partial, lock_wait=lock_wait)
+
     def go():
         inv = read_inventory(inventory)
+        rep = LineReporter(quiet=as_json)
         if inv.cluster.replicas > 1:
             # Each replica is a serving group of its own: its own head and Ray cluster.
-            from bootstrap.fleet import plan as FP
-            for k in range(inv.cluster.replicas):
+            from bootstrap.fleet import lifecycle as FLC
+
+            def starting(k, group):
                 if not as_json:
                     render.up_replica(k, inv.replicas[k])
-                one(FP.replica_inventory(inv, k), f" replica {k}")
+            FLC.up_fleet(inv, reporter=rep, on_replica=starting,
+                         on_done=lambda r: shown(r.inv, r.result, f" replica {r.index}", r.seconds, r.started_at),
+                         **opts)
             return
-        one(inv, "")
-
-    def one(inv, label):
-        rep = LineReporter(quiet=as_json)
         t0 = time.monotonic()
         started_at = time.time()
-        res = A.up(inv, parallel=parallel, reporter=rep, dry_run=dry_run, load_image=load_image,
-                   pull=pull, wait=wait, accept_new_host_keys=accept_new_host_keys,
-                   allow_partial=allow_partial, lock_wait=lock_wait)
-        total = time.monotonic() - t0
+        res = A.up(inv, reporter=rep, **opts)
+        shown(inv, res, "", time.monotonic() - t0, started_at)
+
+    def shown(inv, res, label, total, started_at):
         render.left_out(res.skipped)
         if dry_run:
             render.plan_rows(res.actions, as_json, live=True, runtime=res.runtime, why=res.runtime_why)
@@ -253,17 +256,13 @@ def status(inventory, parallel, as_json):
 def _status_fleet(inv, parallel: int, as_json: bool) -> None:
     """status with replicas: each group's nodes (its own Ray cluster), then each replica as the
     router sees it. Exit 1 when a node is not alive or a replica does not serve."""
-    from bootstrap.fleet import plan as FP
-    from bootstrap.fleet import run as FL
-    from bootstrap.serve.state import serving_state
+    from bootstrap.fleet import lifecycle as FLC
 
-    groups = [A.cluster_status(FP.replica_inventory(inv, k), parallel=parallel, serving=serving_state)
-              for k in range(inv.cluster.replicas)]
-    fs = FL.status(inv, parallel=parallel)
-    render.fleet_status(inv, groups, fs, as_json)
+    st = FLC.fleet_status(inv, parallel=parallel)
+    render.fleet_status(inv, st.groups, st.fleet, as_json)
     if not as_json:
         _prometheus(inv)
-    if not all(r.ray_alive for g in groups for r in g.nodes) or not all(r.health == "healthy" for r in fs.replicas):
+    if not st.ok:
         sys.exit(int(ExitStatus.ERROR))
 
 
@@ -272,7 +271,11 @@ def _prometheus(inv) -> None:
     from bootstrap.monitor import plan as MP
     from bootstrap.monitor import run as MON
 
-    url = MON.running_url(inv)
+    try:
+        url = MON.running_url(inv)
+    except BootstrapError as exc:  # the monitor host or its Docker does not answer: unknown, not "not running"
+        render.prometheus_unknown(exc)
+        return
     render.prometheus(url, MP.monitor_host(inv) if url else None, inv.cluster.monitor.port)
 
 
@@ -323,21 +326,21 @@ def exec_(inventory, container, only, parallel, timeout, accept_new_host_keys, a
 def down(inventory, parallel, lock_wait):
     """Stop Ray and remove the container on every host (workers first). A second run is a no-op.
 
+    With replicas (cluster.replicas > 1) first the keepers, the router and the serve containers, then
+    each replica's node containers: nothing of the fleet stays on a host that answers.
+
     Example: bootstrap down -i hosts.yaml
     """
     def go():
         inv = read_inventory(inventory)
         if inv.cluster.replicas > 1:
-            from bootstrap.fleet import plan as FP
-            from bootstrap.fleet import run as FL
-            FL.stop_fleet(inv, parallel=parallel, reporter=LineReporter())
-            render.fleet_down(inv.cluster.replicas)
-            for k in range(inv.cluster.replicas):
-                one(FP.replica_inventory(inv, k))
-            return
-        one(inv)
+            from bootstrap.fleet import lifecycle as FLC
 
-    def one(inv):
+            res = FLC.down_fleet(inv, parallel=parallel, reporter=LineReporter(), lock_wait=lock_wait)
+            render.fleet_down(inv.cluster.replicas)
+            for group in res.replicas:
+                render.down(group)
+            return
         render.down(A.down(inv, parallel=parallel, reporter=LineReporter(), lock_wait=lock_wait))
     _run(go)
 
@@ -602,7 +605,12 @@ def top(inventory, interval, once, source, as_json):
         if source != "probe":
             from bootstrap.monitor import run as MON
 
-            prom = MON.running_url(inv)
+            try:
+                prom = MON.running_url(inv)
+            except BootstrapError as exc:  # unreachable monitor host, or its Docker does not answer
+                if source == "prometheus":
+                    raise  # names the host and why: not "Prometheus is not running"
+                render.top_without_prometheus(exc)
             if prom is None and source == "prometheus":
                 raise UsageError("top --source prometheus: Prometheus is not running (bootstrap monitor up)")
         with T.Watcher(inv) as w:
@@ -692,10 +700,13 @@ def monitor():
     """
 
 
-def _monitor_session(inventory, reporter=None):
+def _monitor_session(inventory, reporter=None, *, connect: bool = True):
+    """connect=False: connect on first use (`monitor status` asks the monitor host only, and says so
+    when that host is unreachable)."""
     inv = read_inventory(inventory, require_secrets=False)  # nothing secret goes to the monitoring containers
     sess = Session(inv, reporter=reporter)
-    sess.connect()
+    if connect:
+        sess.connect()
     return inv, sess
 
 
@@ -734,7 +745,7 @@ def monitor_status(inventory, as_json):
     from bootstrap.monitor import run as MON
 
     def go():
-        inv, sess = _monitor_session(inventory)
+        inv, sess = _monitor_session(inventory, connect=False)
         with sess:
             res = MON.monitor_status(sess)
         render.monitor_status(res, as_json)

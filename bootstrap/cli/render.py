@@ -18,7 +18,7 @@ from rich.table import Table
 
 from bootstrap.cluster.run import HostTiming
 from bootstrap.cluster.runtime import UNDECIDED as RUNTIME_UNDECIDED
-from bootstrap.errors import BootstrapError, GroupError, Interrupted
+from bootstrap.errors import BootstrapError, GroupError, Interrupted, notes_of
 
 # Wide when not on a terminal, so tables in logs and CI output do not wrap evidence mid-word.
 # No emoji codes: a `:name:` in a value is printed as it is.
@@ -100,8 +100,12 @@ def _json(doc) -> None:
 
 # -- errors --------------------------------------------------------------------------------------
 def failure(exc: BootstrapError) -> None:
-    """A domain error: one line, then each host's state (an interrupt) or result (a group)."""
+    """A domain error: one line, then each host's state (an interrupt) or result (a group), then
+    any second failure attached to an error (errors.add_note: e.g. a secret file that could not be
+    removed after the `docker run` that used it failed), one `also:` line each."""
     err.print(f"[red]error:[/] {_escape(str(exc))}")
+    for note in notes_of(exc):
+        err.print(f"  [red]also:[/] {_escape(note)}")
     if isinstance(exc, Interrupted):
         for host, state in exc.states.items():
             color = "green" if state.startswith("done") else "yellow"
@@ -110,6 +114,8 @@ def failure(exc: BootstrapError) -> None:
         for host, r in exc.results.items():
             mark = "[red]FAILED[/]" if isinstance(r, BaseException) else "[green]ok[/]"
             err.print(f"  {_escape(f'{host:<16}')} {mark} {_escape(r) if isinstance(r, BaseException) else ''}")
+            for note in notes_of(r) if isinstance(r, BaseException) else ():
+                err.print(f"  {'':<16} [red]also:[/] {_escape(note)}")
 
 
 def interrupted() -> None:
@@ -278,7 +284,8 @@ def status(inv, st, as_json: bool) -> None:
     if as_json:
         _json({"nodes": [r.as_dict() for r in rows],
                "serving": st.serving.to_dict() if st.serving else None,
-               "ray_dashboard": st.dashboard, "runtime": st.runtime})
+               "ray_dashboard": st.dashboard, "runtime": st.runtime,
+               "ray_error": st.ray_error or None, "serving_error": st.serving_error or None})
         return
     ray = st.runtime != "none"
     native = "" if ray else " (no Ray: vLLM's native multi-node mode)"
@@ -301,7 +308,8 @@ def fleet_status(inv, groups, fs, as_json: bool) -> None:
     nodes = [(k, r) for k, g in enumerate(groups) for r in g.nodes]
     if as_json:
         _json({"nodes": [{"replica": k, **r.as_dict()} for k, r in nodes],
-               "fleet": fs.to_dict(), "ray_dashboard": [g.dashboard for g in groups]})
+               "fleet": fs.to_dict(), "ray_dashboard": [g.dashboard for g in groups],
+               "ray_error": [g.ray_error or None for g in groups]})
         return
     t = Table(title=f"cluster {_escape(inv.cluster.name)}: {inv.cluster.replicas} replicas")
     for col in ("replica", "host", "ip", "role", "container", "ray", "note"):
@@ -328,6 +336,8 @@ def fleet_status(inv, groups, fs, as_json: bool) -> None:
     out.print(t)
     out.print(_escape(f"endpoint: {fs.endpoint} (router {fs.router})"))
     for k, g in enumerate(groups):
+        if g.ray_error:
+            out.print(f"Ray of replica {k}: [yellow]unknown[/]: {_escape(g.ray_error)}")
         if g.dashboard:
             out.print(_dashboard_line(f"Ray dashboard of replica {k}", g.dashboard, inv.replicas[k][0]))
 
@@ -342,8 +352,12 @@ def _uptime(seconds: float | None) -> str:
 def _status_lines(inv, st) -> list[str]:
     """The serving and dashboard lines under the node table."""
     lines = []
+    if st.ray_error:
+        lines.append(f"Ray: [yellow]unknown[/]: {_escape(st.ray_error)}")
     v = st.serving
-    if v is None:
+    if v is None and st.serving_error:
+        lines.append(f"serving: [yellow]unknown[/]: {_escape(st.serving_error)}")
+    elif v is None:
         lines.append("serving: nothing (bootstrap serve MODEL)")
     else:
         color = "green" if v.health == "healthy" else ("yellow" if v.health.startswith("starting") else "red")
@@ -373,6 +387,18 @@ def prometheus(url: str | None, host, port) -> None:
         out.print(_escape(f"Prometheus: {url} on {host.name} ({_ssh_tunnel(host, host.ip, port)})"))
     else:
         out.print("Prometheus: not running (bootstrap monitor up)")
+
+
+def prometheus_unknown(exc: BootstrapError) -> None:
+    """The line under `status` when the monitor host (or its Docker) does not answer: Prometheus'
+    state is unknown, which is not "not running"."""
+    out.print(f"Prometheus: [yellow]unknown[/]: {_escape(exc)}")
+
+
+def top_without_prometheus(exc: BootstrapError) -> None:
+    """`top --source auto` when the monitor host (or its Docker) does not answer: say so, then sample
+    with the probes."""
+    err.print(f"[yellow]warning:[/] cannot use Prometheus: {_escape(exc)}; sampling every host's container instead")
 
 
 def _ssh_tunnel(h, ip: str, port) -> str:

@@ -203,6 +203,8 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool) -> HostF
         gpus = parse_nvidia_smi(r.stdout)
     both = parse_inspect_both(got["inspect"].stdout, container, image)
     if both is None:
+        # not checked: Docker answered `docker info` above, so a failed inspect here means "no such
+        # container" / "no such image"
         ci = ssh.run(container_inspect_cmd(container), timeout=30, check=False, query=True)
         ii = ssh.run(image_id_cmd(image), timeout=30, check=False, query=True)
         both = (parse_container_inspect(ci.stdout) if ci.ok else None, ii.stdout.strip() if ii.ok else None)

@@ -11,7 +11,7 @@ from bootstrap.cluster import facts as F
 from bootstrap.cluster import imagecopy as IC
 from bootstrap.cluster import peers
 from bootstrap.cluster import plan as PL
-from bootstrap.errors import BootstrapError, CommandFailed, GroupError, PreflightFailed
+from bootstrap.errors import BootstrapError, CommandFailed, GroupError, PreflightFailed, add_note
 from bootstrap.model import Host
 from bootstrap.remote.fanout import GroupResult
 from bootstrap.remote.session import Session, check_script, last_json
@@ -75,7 +75,7 @@ def load_image(sess: Session, hosts: Sequence[Host], image: str, *, queue_chunks
                 try:
                     q.put(item, timeout=0.1)
                     return
-                except queue.Full:
+                except queue.Full:  # local flow control, not a remote step: try again until it is read
                     pass
 
         def read() -> None:
@@ -236,10 +236,15 @@ def receive_image(ssh: SSHHost, image: str, want_id: str, src_name: str, src_ip:
         tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.exit_code}"]
         raise PreflightFailed(ssh.name, f"the image stream from {src_name} was refused by docker load: "
                                         f"{tail[0][:300]}")
-    got = ssh.run(F.image_id_cmd(image), timeout=30, check=False).stdout.strip()
+    got = ssh.run(F.image_id_cmd(image), timeout=30, check=False).stdout.strip()  # "" when absent: refused below
     if got != want_id:
+        refused = PreflightFailed(ssh.name, f"the image from {src_name} loaded as {got[:19] or 'nothing'}, not "
+                                            f"{want_id[:19]}: refused")
         if got:
-            ssh.run(("docker", "image", "rm", image), timeout=60, check=False)
-        raise PreflightFailed(ssh.name, f"the image from {src_name} loaded as {got[:19] or 'nothing'}, not "
-                                        f"{want_id[:19]}: refused")
+            rm = ssh.run(("docker", "image", "rm", image), timeout=60, check=False)
+            if not rm.ok:  # the wrong image stays under the inventory's name: say so beside the refusal
+                add_note(refused, f"{ssh.name}: could not remove the wrong image {image} "
+                                  f"({(rm.stderr or rm.stdout).strip()[-200:] or f'exit {rm.exit_code}'}): "
+                                  f"remove it by hand (`docker image rm {image}`) before the next `up`")
+        raise refused
     return f"from {src_name} in {took:.1f}s"

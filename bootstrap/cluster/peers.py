@@ -8,7 +8,7 @@ import threading
 from typing import Callable, Sequence
 
 from bootstrap.cluster import imagecopy as IC
-from bootstrap.errors import BootstrapError
+from bootstrap.errors import BootstrapError, notes_of
 from bootstrap.model import Host
 from bootstrap.remote.session import Session
 
@@ -67,7 +67,7 @@ def copy_in_rounds(sess: Session, seeds: Sequence[Host], receivers: Sequence[Hos
                                     f"{IC.human_bytes(out['bytes'])} to {', '.join(t.receivers)} in {secs:.1f}s "
                                     f"({IC.human_bytes(out['bytes'] / secs)}/s)")
         for n, v in res.failed.items():
-            why = str(v)
+            why = "; ".join([str(v), *notes_of(v)])  # a note: e.g. a wrong image it could not remove
             out = outs.get(sent_by[n])
             if isinstance(out, str) and out and out not in why:
                 why += f" (sender: {out})"

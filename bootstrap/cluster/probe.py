@@ -46,6 +46,10 @@ def exposure_warnings(sess: Session, *, vllm_listen: str | None = None) -> list[
     head = sess.inv.head
     r = sess.ssh[head.name].run(F.addresses_cmd(), timeout=30, check=False)
     found = exposure.warnings(sess.inv, {head.name: F.parse_addresses(r.stdout)}, vllm_listen=vllm_listen)
+    if not r.ok and not F.parse_addresses(r.stdout):  # no addresses read: "no warning" would mean nothing
+        why = (r.stderr or r.stdout).strip()[-200:] or f"exit {r.exit_code}"
+        found.append(f"{head.name}: could not list its addresses ({why}): what a public address would reach "
+                     "was not checked")
     for w in found:
         sess.reporter.event(head.name, "exposure", "warning", w)
     return found

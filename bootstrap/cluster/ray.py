@@ -33,6 +33,7 @@ def image_has_ray(ssh: SSHHost, image: str, image_id: str | None = None) -> bool
     ok = r.ok
     if image_id:
         marker = F.ray_ok_marker(image_id) if ok else F.ray_none_marker(image_id)
+        # best effort, not checked: a marker we cannot write is only a cache miss (the check runs again)
         ssh.run(F.write_marker_cmd(marker), timeout=30, check=False)
     return ok
 

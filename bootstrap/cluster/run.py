@@ -26,11 +26,23 @@ from bootstrap.cluster.plan import (
     with_ray_members,
 )
 from bootstrap.cluster.ray import HEAD_GRACE, RAY_WAIT_TAG
-from bootstrap.errors import BootstrapError, CommandFailed, GroupError, Interrupted
+from bootstrap.errors import BootstrapError, CommandFailed, GroupError, Interrupted, UsageError
 from bootstrap.model import Host, Inventory
 from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, GroupResult
 from bootstrap.remote.session import Reporter, Session, Timings
+
+
+def _one_group_only(inv: Inventory, fn: str, fleet_fn: str, command: str) -> None:
+    """up, status and down here drive one replica group. A fleet (cluster.replicas > 1) is more: the
+    serve containers, the router and the keepers, which only bootstrap.fleet knows. The cluster layer
+    cannot call the fleet above it, so it refuses the inventory and names what to call instead:
+    cluster.run.down on a fleet would leave those containers behind."""
+    if inv.cluster.replicas > 1:
+        raise UsageError(f"cluster.run.{fn} drives one replica group and this inventory has cluster.replicas: "
+                         f"{inv.cluster.replicas}: use bootstrap.fleet.lifecycle.{fleet_fn} (what "
+                         f"`bootstrap {command}` runs), which also handles the serve containers, the router and "
+                         "the keepers")
 
 
 @dataclass(frozen=True)
@@ -80,7 +92,9 @@ def up(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter |
        wait: float = 180.0, accept_new_host_keys: bool | None = None, allow_partial: bool = False,
        lock_wait: float = 0.0) -> UpResult:
     """Bring the cluster up. Ctrl-C / SIGTERM stops the remote work and raises
-    :class:`Interrupted` with the state each host is in (a re-run continues from there)."""
+    :class:`Interrupted` with the state each host is in (a re-run continues from there). A fleet
+    (cluster.replicas > 1) is refused: bootstrap.fleet.lifecycle.up_fleet brings it up."""
+    _one_group_only(inv, "up", "up_fleet", "up")
     with Session(inv, parallel=parallel, reporter=reporter,
                  accept_new_host_keys=accept_new_host_keys) as sess:
         try:
@@ -263,7 +277,8 @@ def interrupted(sess: Session, command: str) -> Interrupted:
         unreachable = conn.failed
         ok = [h for h in inv.hosts if h.name not in unreachable]
         if inv.head in ok and inv.cluster.runtime == "ray":
-            # the Ray poller we piped into the head container would otherwise run to its deadline
+            # the Ray poller we piped into the head container would otherwise run to its deadline; not
+            # checked: this is the interrupt path, and the poller ends at its own deadline in any case
             look.ssh[inv.head.name].run(DK.kill_tagged_argv(inv.cluster.container_name, RAY_WAIT_TAG),
                                         timeout=10, check=False)
         got = look.stage("facts", ok, lambda h: probe.host_facts(look, h), strict=False)
@@ -323,6 +338,11 @@ class ClusterStatus:
     #: what the containers run: "ray", "none" (vLLM's native mode: a running container is a live
     #: node), None when unset and no container tells
     runtime: str | None = None
+    #: why Ray's view could not be read from the head ("" when it was, or not asked): the nodes then
+    #: show "no" because nobody could tell, not because Ray said so
+    ray_error: str = ""
+    #: why the serving reader failed ("" when it answered, or was not asked): "unknown", not "nothing"
+    serving_error: str = ""
 
 
 def dashboard_address(inv: Inventory) -> str | None:
@@ -341,7 +361,9 @@ def cluster_status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter
     health), read in the same session once the head's container runs.
 
     The caller passes the reader (the CLI passes serve.state.serving_state) because the cluster layer
-    never imports serve: serve builds on the cluster, not the other way round."""
+    never imports serve: serve builds on the cluster, not the other way round. A fleet
+    (cluster.replicas > 1) is refused: bootstrap.fleet.lifecycle.fleet_status reads it."""
+    _one_group_only(inv, "cluster_status", "fleet_status", "status")
     name = inv.cluster.container_name
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         conn = sess.connect(strict=False)
@@ -351,12 +373,16 @@ def cluster_status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter
                             strict=False)
         inv = RT.from_containers(inv, states)  # runtime unset: what the containers run
         view = None
+        ray_error = ""
         head_state = states.get(inv.head.name)
         if inv.cluster.runtime == "ray" and isinstance(head_state, F.ContainerState) and head_state.running:
             try:
                 view = R.ray_view(sess, inv.hosts, deadline=0)
-            except BootstrapError:
-                view = None
+            except BootstrapError as exc:  # status still shows every node; it says why Ray's column is blind
+                ray_error = f"could not ask Ray on {inv.head.name}: {exc}"
+            else:
+                if view.error and not view.nodes:
+                    ray_error = f"Ray on {inv.head.name} did not list its nodes: {view.error}"
         alive = {n.ip: n for n in (view.nodes if view else ()) if n.alive}
         rows = []
         errors = states.failed
@@ -380,12 +406,13 @@ def cluster_status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter
                 err = err or f"Ray still lists it, but the container is {cstate}"
             rows.append(NodeStatus(h.name, h.ip, h.role, True, cstate, live, node.gpus if live else 0.0, err))
         served = None
+        serving_error = ""
         if serving is not None and isinstance(head_state, F.ContainerState) and head_state.running:
             try:
                 served = serving(sess)
-            except BootstrapError:
-                served = None
-        return ClusterStatus(rows, served, dashboard_address(inv), inv.cluster.runtime)
+            except BootstrapError as exc:  # shown as "serving: unknown (why)", never as "nothing"
+                serving_error = str(exc)
+        return ClusterStatus(rows, served, dashboard_address(inv), inv.cluster.runtime, ray_error, serving_error)
 
 
 # -- down --------------------------------------------------------------------------------------
@@ -400,8 +427,11 @@ def down(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
     """`ray stop` then remove the container on every host: workers first, then the head.
 
     An unreachable host is named in the error; every other host is still torn down. The cluster
-    lock is taken on the head (not possible when the head is the unreachable one).
+    lock is taken on the head (not possible when the head is the unreachable one). A fleet
+    (cluster.replicas > 1) is refused: bootstrap.fleet.lifecycle.down_fleet also removes its serve
+    containers, router and keepers.
     """
+    _one_group_only(inv, "down", "down_fleet", "down")
     name = inv.cluster.container_name
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         conn = sess.connect(strict=False)
@@ -418,6 +448,7 @@ def down(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
             if st is None:
                 return False
             if st.running and (RT.of_container(st) or inv.cluster.runtime) == "ray":
+                # not checked: only a courtesy so Ray deregisters the node; `rm -f` below (checked) ends it anyway
                 s.run(DK.exec_argv(name, "ray", "stop"), timeout=60, check=False)
             DK.rm(s, name, check=True)
             return True
@@ -439,15 +470,18 @@ def start_container(sess: Session, action: HostAction) -> None:
     spec = action.spec
     if action.action != "create":  # "create": the facts (read under the lock) found none
         DK.rm(s, spec.name)
-    env_file = None
     secrets = {x.name: x for x in sess.inv.cluster.secrets}
-    try:
-        if spec.secret_names:
-            body = "".join(f"{n}={secrets[n].reveal()}\n" for n in spec.secret_names)
-            env_file = s.put_private_file(body.encode())
+
+    def run(env_file: str | None) -> None:
         t0 = time.time()
         s.run(spec.run_argv(env_file), timeout=120)
         sess.run_times[action.host] = (t0, time.time())
-    finally:
-        if env_file:
-            s.remove_file(env_file)
+
+    if not spec.secret_names:
+        run(None)
+        return
+    # The secrets go through a 0600 file removed as soon as `docker run` returns; a removal that fails
+    # is an error naming the host and the file (attached to the run's own error when that failed).
+    body = "".join(f"{n}={secrets[n].reveal()}\n" for n in spec.secret_names)
+    with s.private_file(body.encode()) as env_file:
+        run(env_file)

@@ -20,6 +20,8 @@ def node_net(sess: Session, h: Host) -> DR.NodeNet:
     s = sess.ssh[h.name]
     st = DK.inspect(s, sess.inv.cluster.container_name)
     env = st.env if st else {}
+    # not checked: no interfaces read means the interface rules skip this host (check_cluster), never
+    # that they report an interface missing
     ifs = s.run(IP_ADDR, timeout=30, check=False)
     socket_env = tuple(sorted((k, v) for k, v in (env or dict(h.env)).items() if k.endswith("_SOCKET_IFNAME")))
     return DR.NodeNet(h.name, h.ip, st.status if st else "absent", env.get("VLLM_HOST_IP"),

@@ -30,8 +30,7 @@ from bootstrap.remote.session import Reporter, Session, check_script, last_json_
 from bootstrap.serve import plan as P
 
 #: serve's processes inside the node containers (a single-replica serve) hold the vLLM port.
-from bootstrap.serve.state import STOP as STOP_SINGLE
-from bootstrap.serve.state import read_model_info
+from bootstrap.serve.state import read_model_info, stop_serving
 
 
 @dataclass
@@ -106,18 +105,16 @@ class RolloutResult:
 
 def _run_with_env_file(sess: Session, host: Host, argv: Sequence[str], body: str) -> None:
     """Run a `docker create/run` whose `--env-file` placeholder becomes a 0600 file holding `body`,
-    removed at once: the secrets never appear on a command line."""
+    removed at once: the secrets never appear on a command line. A removal that fails is an error
+    naming the host and the file (attached to the run's own error when that failed: SSHHost.private_file)."""
     s = sess.ssh[host.name]
     argv = list(argv)
-    env_file = None
-    try:
-        if "--env-file" in argv:
-            env_file = s.put_private_file(body.encode())
-            argv[argv.index("--env-file") + 1] = env_file
+    if "--env-file" not in argv:
         s.run(tuple(argv), timeout=120)
-    finally:
-        if env_file:
-            s.remove_file(env_file)
+        return
+    with s.private_file(body.encode()) as env_file:
+        argv[argv.index("--env-file") + 1] = env_file
+        s.run(tuple(argv), timeout=120)
 
 
 def _create_started(sess: Session, host: Host, create: Sequence[str], name: str, path: str, script: str) -> None:
@@ -148,6 +145,7 @@ def _logs(sess: Session, host: Host, name: str, tail: int = 200) -> str:
 
 
 def _rm(sess: Session, hosts: Sequence[Host], *names: str, stage: str = "remove") -> None:
+    """`docker rm -f` on every host: absent is fine, any other failure is a GroupError naming the host."""
     sess.stage(stage, hosts, lambda h: DK.rm(sess.ssh[h.name], *names, timeout=120))
 
 
@@ -241,9 +239,7 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
             on_plan(plan)
         if dry_run:
             return plan
-        name = inv.cluster.container_name
-        sess.stage("stop-old", inv.hosts, lambda h: sess.ssh[h.name].run(
-            DK.exec_argv(name, "sh", "-c", STOP_SINGLE), timeout=60, check=False))
+        sess.stage("stop-old", inv.hosts, lambda h: stop_serving(sess, h))  # what a single `serve` started
         _rm(sess, inv.hosts, FP.serve_name(inv), FP.old_name(inv), FP.router_name(inv), stage="remove-old")
         _ensure_keeper(sess, inv)
         for rp in plan.replicas:
@@ -255,10 +251,13 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
             k = min(bad)
             r = bad[k]
             cause, tail = _replica_failure(sess, inv, k, r if isinstance(r, dict) else {"error": str(r)})
-            _rm(sess, inv.hosts, FP.serve_name(inv), FP.router_name(inv), stage="stop-failed")
             others = f" (also replica {', '.join(map(str, sorted(set(bad) - {k})))})" if len(bad) > 1 else ""
-            raise ServeFailed(f"replica {k} ({', '.join(plan.replicas[k].hosts)}) did not serve: {cause}{others}",
-                              tail)
+            failed = ServeFailed(f"replica {k} ({', '.join(plan.replicas[k].hosts)}) did not serve: {cause}{others}",
+                                 tail)
+            # a removal that fails is attached to the error, not raised in its place (Session.cleanup)
+            names = (FP.serve_name(inv), FP.router_name(inv))
+            sess.cleanup("stop-failed", inv.hosts, lambda h: DK.rm(sess.ssh[h.name], *names, timeout=120), failed)
+            raise failed
         rh = FP.router_host(inv)
         sess.stage("router", [rh],
                    lambda h: _run_with_env_file(sess, h, plan.router, FP.secret_env_body(inv, router=True)))
@@ -286,9 +285,10 @@ def fleet_state(sess: Session) -> FleetState:
     inv = sess.inv
     sname = FP.serve_name(inv)
     rh = FP.router_host(inv)
-    inspected = sess.stage("inspect-serve", inv.hosts, lambda h: (_inspect(sess, h, sname),
-                                                                  DK.restart_count(sess.ssh[h.name], sname)),
-                           strict=False).succeeded
+    looked = sess.stage("inspect-serve", inv.hosts, lambda h: (_inspect(sess, h, sname),
+                                                               DK.restart_count(sess.ssh[h.name], sname)),
+                        strict=False)
+    inspected, not_inspected = looked.succeeded, looked.failed
     router = _inspect(sess, rh, FP.router_name(inv))
     urls = [FP.replica_url(inv, k) for k in range(inv.cluster.replicas)]
     if router is not None and router.running:
@@ -304,7 +304,12 @@ def fleet_state(sess: Session) -> FleetState:
     replicas = []
     for k, group in enumerate(inv.replicas):
         containers, restarts, spec = {}, 0, None
+        unknown = []
         for h in group:
+            if h.name in not_inspected:  # unreachable, or its Docker does not answer: not "absent"
+                containers[h.name] = "unknown"
+                unknown.append(f"{h.name}: {not_inspected[h.name]}")
+                continue
             got = inspected.get(h.name)
             st, n = (None, 0) if got is None else got
             containers[h.name] = st.status if st else "absent"
@@ -314,6 +319,8 @@ def fleet_state(sess: Session) -> FleetState:
         row = (view.get("replicas") or {}).get(urls[k]) or {}
         if row.get("health") == 200:
             health = "healthy"
+        elif unknown:
+            health = f"unknown ({'; '.join(unknown)})"[:300]
         elif all(v == "absent" for v in containers.values()):
             health = "not serving"
         elif any(v in ("running", "restarting") for v in containers.values()):

@@ -11,7 +11,8 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from bootstrap.errors import CommandFailed, PreflightFailed
+from bootstrap.containers import ContainerState
+from bootstrap.errors import CommandFailed, HostUnreachable, MonitorUnreachable, PreflightFailed
 from bootstrap.model import Host, Inventory
 from bootstrap.monitor import plan as MP
 from bootstrap.remote import docker as DK
@@ -122,7 +123,13 @@ def _get(sess: Session, inv: Inventory, path: str, timeout: float = 10.0) -> tup
 
 
 def _targets(sess: Session, inv: Inventory) -> list[TargetState]:
-    code, body = _get(sess, inv, "/api/v1/targets?state=active")
+    path = "/api/v1/targets?state=active"
+    try:
+        code, body = _get(sess, inv, path)
+    except OSError as exc:  # refused or no answer: Prometheus' container runs, Prometheus does not answer
+        mh = MP.monitor_host(inv)
+        raise CommandFailed(mh.name, f"GET {MP.prometheus_url(inv)}{path}", 1, str(exc),
+                            f"see `docker logs {MP.prometheus_name(inv)}` on {mh.name}") from None
     if code != 200:
         raise CommandFailed(MP.monitor_host(inv).name, "GET /api/v1/targets", code, body.decode(errors="replace")[:300])
     return parse_targets(body)
@@ -180,7 +187,7 @@ def monitor_up(sess: Session, *, wait: float = 120.0) -> MonitorResult:
             if code == 200:
                 break
             last = f"HTTP {code}: {body.decode(errors='replace')[:200]}"
-        except OSError as exc:
+        except OSError as exc:  # not answering yet: asked again; the last answer is in the error at the deadline
             last = str(exc)
         if time.monotonic() > deadline:
             tail = DK.logs(sess.ssh[mh.name], MP.prometheus_name(inv), 20)
@@ -209,21 +216,33 @@ def monitor_up(sess: Session, *, wait: float = 120.0) -> MonitorResult:
     return MonitorResult(MP.prometheus_url(inv), mh.name, targets, actions, time.monotonic() - t0, all_up, warnings)
 
 
-def running_url(inv: Inventory) -> str | None:
-    """Prometheus' URL when its container runs on the monitor host (for `status`), else None."""
+def prometheus_state(sess: Session) -> ContainerState | None:
+    """Prometheus' container on the monitor host; None when there is none. A host that does not
+    answer over SSH raises MonitorUnreachable and a Docker that does not answer CommandFailed, each
+    naming the host and why: neither may read as "Prometheus is not running"."""
+    inv = sess.inv
     mh = MP.monitor_host(inv)
+    try:
+        return DK.inspect(sess.ssh[mh.name], MP.prometheus_name(inv))
+    except HostUnreachable as exc:
+        raise MonitorUnreachable(mh.name, exc.reason, exc.hint) from None
+
+
+def running_url(inv: Inventory) -> str | None:
+    """Prometheus' URL when its container runs on the monitor host (for `status` and `top`), None
+    when it does not run; MonitorUnreachable or CommandFailed when that cannot be told (see
+    prometheus_state): the caller says so instead of "not running"."""
     with Session(inv) as sess:
-        try:
-            state = DK.inspect(sess.ssh[mh.name], MP.prometheus_name(inv))
-        except (OSError, PreflightFailed):
-            return None
+        state = prometheus_state(sess)
     return MP.prometheus_url(inv) if state is not None and state.running else None
 
 
 def monitor_status(sess: Session) -> MonitorResult:
+    """Every scrape target as Prometheus sees it. Only the monitor host is asked (the others' exporters
+    are Prometheus' targets: a host down is a target down, not a failure of this command)."""
     inv = sess.inv
     mh = MP.monitor_host(inv)
-    state = DK.inspect(sess.ssh[mh.name], MP.prometheus_name(inv))
+    state = prometheus_state(sess)
     if state is None or not state.running:
         why = f"no container {MP.prometheus_name(inv)}" if state is None else f"it is {state.status}"
         raise PreflightFailed(mh.name, f"Prometheus is not running ({why})", "run `bootstrap monitor up`")

@@ -6,6 +6,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from bootstrap.cluster import probe
 from bootstrap.doctor import network as NET
@@ -53,6 +54,23 @@ class NcclRun:
     timed_out: tuple[str, ...] = ()
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
+
+
+def cleanup_warnings(container: str, cleanup: Mapping[str, object]) -> list[str]:
+    """A warning per host where killing the check's leftovers failed (pure): a hung rank there may
+    still hold the GPUs, which the user must hear of even when the check itself passed. A container
+    that is gone or stopped has nothing left running in it."""
+    out = []
+    for host, r in cleanup.items():
+        if isinstance(r, BaseException):
+            why = str(r)
+        elif getattr(r, "exit_code", 0) != 0 and not DK.not_running_only(r):
+            why = (r.stderr or r.stdout).strip()[-200:] or f"exit {r.exit_code}"
+        else:
+            continue
+        out.append(f"{host}: could not stop the check's processes in {container} ({why}): "
+                   "a hung rank there may still hold its GPUs")
+    return out
 
 
 def torchrun_argv(inv: Inventory, h: Host, node_rank: int, *, port: int, timeout: float,
@@ -119,8 +137,8 @@ def check_nccl(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
         try:
             codes = sess.stage("check", order, run_one, strict=False)
         finally:
-            # kill whatever the check left in the containers
-            fan_out(order, lambda h: sess.ssh[h.name].run(
+            # kill whatever the check left in the containers (reported below when that fails)
+            cleanup = fan_out(order, lambda h: sess.ssh[h.name].run(
                 DK.kill_tagged_argv(name, CHECK_TAG, then=f"rm -f {CHECK_PATH}"), timeout=30, check=False),
                     key=lambda h: h.name, parallel=parallel)
         report = N.parse_events("\n".join(outputs.get(h.name, "") for h in order))
@@ -148,7 +166,7 @@ def check_nccl(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
             elif i in missing_done and not err:
                 err = "did not reach the end of the check" + (f" ({report.errors[0]})" if report.errors else "")
             nodes.append(NcclNode(h.name, h.ip, i, len(ranks), last, i not in missing_done and not errs, err))
-        warnings = []
+        warnings = cleanup_warnings(name, cleanup)
         if transport is not None:
             w = N.fallback_to_socket(transport, inv.cluster.infiniband)
             if w:

@@ -11,11 +11,14 @@ modules.
 from __future__ import annotations
 
 import io
+import re
+import shlex
 import tarfile
 import time
 from typing import Iterable, Protocol, Sequence
 
 from bootstrap.containers import ContainerState, container_inspect_cmd, parse_container_inspect
+from bootstrap.errors import CommandFailed
 
 
 class Runner(Protocol):
@@ -76,14 +79,53 @@ def tar_one(path: str, data: bytes) -> bytes:
 
 
 # -- steps on a host -------------------------------------------------------------------------------
+#: How the Docker CLI (and podman's) says that what it was asked about does not exist: `Error: No such
+#: container: x`, `Error response from daemon: No such container: x`, `Error: no such volume x`.
+_ABSENT = re.compile(r"no such (container|object|volume)", re.IGNORECASE)
+
+
+def absent_only(r) -> bool:
+    """Whether a failed `docker` step failed only because its container (or volume) does not exist:
+    every line it printed says so. Anything else (the daemon does not answer, permission denied on
+    its socket, docker not installed) is a failure the caller must not read as "absent"."""
+    lines = [ln for ln in (r.stderr + "\n" + r.stdout).splitlines() if ln.strip() and ln.strip() != "[]"]
+    return bool(lines) and all(_ABSENT.search(ln) for ln in lines)
+
+
+#: How `docker exec` says the container exists but is not running: `Error response from daemon:
+#: container 3f2a... is not running`.
+_NOT_RUNNING = re.compile(r"is not running|no such (container|object)", re.IGNORECASE)
+
+
+def not_running_only(r) -> bool:
+    """Whether a failed `docker exec` failed only because its container is absent or stopped (then
+    nothing runs in it: e.g. nothing to stop). Any other failure must be reported."""
+    lines = [ln for ln in (r.stderr + "\n" + r.stdout).splitlines() if ln.strip()]
+    return bool(lines) and all(_NOT_RUNNING.search(ln) for ln in lines)
+
+
+def _run_unless_absent(ssh: Runner, argv: Sequence[str], *, timeout: float, check: bool):
+    """Run a `docker` step: its result when it succeeded, or failed only because the container is
+    absent (unless check); else CommandFailed naming the host and the command (a `docker` that does
+    not answer is never taken for "no container")."""
+    r = ssh.run(argv, timeout=timeout, check=check)
+    if not r.ok and not absent_only(r):
+        raise CommandFailed(getattr(ssh, "name", "?"), shlex.join(argv), r.exit_code, (r.stderr or r.stdout)[-2000:])
+    return r
+
+
 def inspect(ssh: Runner, name: str, *, timeout: float = 30, check: bool = False) -> ContainerState | None:
     """`docker container inspect NAME`: the container's state; None when there is none (with check,
-    CommandFailed instead)."""
-    r = ssh.run(container_inspect_cmd(name), timeout=timeout, check=check)
+    CommandFailed instead). Any other failure raises CommandFailed: a daemon that does not answer
+    must not read as "no container" (`monitor status` said "Prometheus is not running" then)."""
+    r = _run_unless_absent(ssh, container_inspect_cmd(name), timeout=timeout, check=check)
     return parse_container_inspect(r.stdout) if r.ok else None
 
 
 def restart_count(ssh: Runner, name: str, *, timeout: float = 30) -> int:
+    """How often Docker restarted the container; 0 when it cannot tell. Safe to default: the only
+    caller (fleet status) inspects the same container in the same step, and that inspect raises when
+    Docker does not answer; an absent container has restarted 0 times."""
     r = ssh.run(("docker", "inspect", "--format", "{{.RestartCount}}", name), timeout=timeout, check=False)
     try:
         return int(r.stdout.strip())
@@ -92,14 +134,17 @@ def restart_count(ssh: Runner, name: str, *, timeout: float = 30) -> int:
 
 
 def logs(ssh: Runner, name: str, tail: int, *, timeout: float = 60) -> str:
-    """The last TAIL lines of the container's log (its stdout and stderr)."""
+    """The last TAIL lines of the container's log (its stdout and stderr). Not checked on purpose:
+    a failure's own message (`No such container`, the daemon's error) is returned as the text, so
+    whoever shows the log shows why there is none."""
     r = ssh.run(logs_argv(name, tail), timeout=timeout, check=False)
     return r.stdout + r.stderr
 
 
 def rm(ssh: Runner, *names: str, timeout: float = 60, check: bool = False):
-    """`docker rm -f NAMES`: gone whether running or not (absent is fine unless check)."""
-    return ssh.run(("docker", "rm", "-f", *names), timeout=timeout, check=check)
+    """`docker rm -f NAMES`: gone whether running or not. Absent is fine unless check; any other
+    failure raises CommandFailed (a `down` that could not remove must not say "removed")."""
+    return _run_unless_absent(ssh, ("docker", "rm", "-f", *names), timeout=timeout, check=check)
 
 
 def start(ssh: Runner, name: str, *, timeout: float = 60):
@@ -107,8 +152,9 @@ def start(ssh: Runner, name: str, *, timeout: float = 60):
 
 
 def stop(ssh: Runner, name: str, grace: int, *, timeout: float):
-    """SIGTERM, then SIGKILL after GRACE seconds."""
-    return ssh.run(("docker", "stop", "-t", str(grace), name), timeout=timeout, check=False)
+    """SIGTERM, then SIGKILL after GRACE seconds. Absent is fine; any other failure raises
+    CommandFailed (a container we could not stop still holds its GPUs)."""
+    return _run_unless_absent(ssh, ("docker", "stop", "-t", str(grace), name), timeout=timeout, check=False)
 
 
 def rename(ssh: Runner, old: str, new: str, *, timeout: float = 60):
@@ -121,17 +167,22 @@ def kill_signal(ssh: Runner, name: str, signal: str, *, timeout: float = 60):
 
 
 def volume_rm(ssh: Runner, *names: str, timeout: float = 120):
-    return ssh.run(("docker", "volume", "rm", "-f", *names), timeout=timeout, check=False)
+    """`docker volume rm -f NAMES`: absent is fine; any other failure (the volume is in use, the
+    daemon does not answer) raises CommandFailed: `monitor down --purge` must not say "data purged"."""
+    return _run_unless_absent(ssh, ("docker", "volume", "rm", "-f", *names), timeout=timeout, check=False)
 
 
 def root_dir(ssh: Runner, *, timeout: float = 20) -> str:
-    """Where the Docker daemon keeps images and containers (/var/lib/docker when it does not say)."""
+    """Where the Docker daemon keeps images and containers (/var/lib/docker when it does not say).
+    The default is safe: the only caller (doctor's free-space look) has already reported a Docker
+    daemon that does not answer (its preflight finding), and df then reads the usual place."""
     r = ssh.run(("docker", "info", "--format", "{{.DockerRootDir}}"), timeout=timeout, check=False)
     return r.stdout.strip() or "/var/lib/docker"
 
 
 def image_size(ssh: Runner, image: str, *, timeout: float = 20) -> int | None:
-    """The image's size in bytes; None when it is not there."""
+    """The image's size in bytes; None when it is not there (or Docker cannot say: the only caller,
+    doctor's disk rule, then skips the image-size comparison; doctor reports Docker itself)."""
     sz = ssh.run(("docker", "image", "inspect", "--format", "{{.Size}}", image), timeout=timeout,
                  check=False).stdout.strip()
     return int(sz) if sz.isdigit() else None

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterable, Protocol
 
+from bootstrap.errors import add_note
 from bootstrap.model import Host, Inventory, SSHSettings
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, GroupResult, fan_out, run_all
 from bootstrap.remote.ssh import HeldLock, SSHHost
@@ -149,6 +150,16 @@ class Session:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def cleanup(self, stage: str, hosts: Iterable[Host], fn: Callable[[Host], object],
+                error: BaseException) -> None:
+        """A clean-up stage on the way to raising ``error`` (e.g. stop what a failed `serve` started).
+        A host where it fails must neither replace ``error`` (what the user acts on first, with its exit
+        status) nor go unsaid (what it left may still hold GPUs or ports): each failure is attached to
+        ``error`` as a note, which the CLI prints under its line."""
+        res = self.stage(stage, hosts, fn, strict=False)
+        for _, exc in sorted(res.failed.items()):
+            add_note(error, f"{stage}: {exc}")
 
     def connect(self, hosts: Iterable[Host] | None = None, *, strict: bool = True) -> GroupResult:
         return self.stage("connect", hosts or self.inv.hosts, lambda h: self.ssh[h.name].connect(),

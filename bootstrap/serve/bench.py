@@ -644,7 +644,7 @@ class _InFlight:
         for sock in socks:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
+            except OSError:  # already closed by its request: nothing left to cancel
                 pass
 
 

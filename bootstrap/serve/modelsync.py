@@ -152,5 +152,8 @@ def _check_and_commit(sess: Session, h: Host, model: str, stream_py: str, got: d
 
 
 def _discard(sess: Session, h: Host, model: str, stream_py: str) -> None:
+    """Drop a refused copy. Not checked: every caller raises the refusal right after, and what a failed
+    discard leaves (.bootstrap-incoming) is outside the model (manifest_cmd prunes it) and replaced by
+    the next copy."""
     sess.ssh[h.name].run(stream_argv(sess.inv.cluster.container_name, "discard", model, stream_py),
                          timeout=600, check=False)

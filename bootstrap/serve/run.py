@@ -24,7 +24,7 @@ from bootstrap.remote.fanout import DEFAULT_PARALLEL
 from bootstrap.remote.session import Reporter, Session, check_script, last_json_or_error
 from bootstrap.serve import modelsync as MS
 from bootstrap.serve import plan as P
-from bootstrap.serve.state import LOG, PIDFILE, STATE, STOP, read_model_info
+from bootstrap.serve.state import LOG, PIDFILE, STATE, read_model_info, stop_serving
 
 NON_CARRY_OVER = "/root/.config/vllm/ray_non_carry_over_env_vars.json"
 # Start a command detached inside the container, its output in LOG and its pid in PIDFILE.
@@ -213,8 +213,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
                 raise PreflightFailed(", ".join(d.host for d in diffs), "after --sync-model: " + P.describe(diffs))
 
         # Replace whatever serve started before (stale workers keep their ports).
-        sess.stage("stop-old", order, lambda h: sess.ssh[h.name].run(DK.exec_argv(name, "sh", "-c", STOP),
-                                                                      timeout=60, check=False))
+        sess.stage("stop-old", order, lambda h: stop_serving(sess, h))
         state = json.dumps({**plan.to_dict(), "url_in": url_in, "served_name": served_name,
                             "nodes": [h.name for h in order], "extra": list(extra)}).encode()
         sess.ssh[inv.head.name].run_with_input(DK.exec_argv(name, "sh", "-c", f"cat > {STATE}", interactive=True),
@@ -239,6 +238,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             timeout=wait + 60, check=False)
         ready = last_json_or_error(r.stdout)
         elapsed = time.monotonic() - t0
+        # not checked: the log only adds detail (KV capacity, the failure's tail); the probe's answer decides
         log = sess.ssh[inv.head.name].run(DK.exec_argv(name, "cat", LOG), timeout=60, check=False).stdout
         if not ready.get("ready"):
             # A worker cut off from the head shows up as a hang on every node alike: name it.
@@ -251,8 +251,6 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
                     tails[h.name] = sess.ssh[h.name].run(DK.exec_argv(name, "cat", LOG), timeout=60,
                                                          check=False).stdout
             findings = D.scan_logs(tails, infiniband=c.infiniband)
-            sess.stage("stop-failed", order, lambda h: sess.ssh[h.name].run(
-                DK.exec_argv(name, "sh", "-c", STOP), timeout=60, check=False))
             what = ("vLLM exited" if ready.get("exited") else f"vLLM was not ready within {wait:g}s")
             root = D.root_cause_of(tails)
             cause = f": {root}" if root else ""
@@ -261,7 +259,10 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             if cut:
                 cause = "; " + "; ".join(f"{n}: {why}" for n, why in cut.items()) + cause
             tail = "\n".join(ln for ln in log.splitlines()[-30:])
-            raise ServeFailed(f"{what} after {elapsed:.0f}s{cause}", tail, findings)
+            failed = ServeFailed(f"{what} after {elapsed:.0f}s{cause}", tail, findings)
+            # a stop that fails is attached to the error, not raised in its place (Session.cleanup)
+            sess.cleanup("stop-failed", order, lambda h: stop_serving(sess, h), failed)
+            raise failed
         return ServeResult(f"{url_in}/v1", model, ready.get("models", []), backend, split.par, elapsed,
                            kv=P.kv_capacity(log), fit=fit, notes=notes, plan=plan)
 
@@ -269,6 +270,8 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
 def _manifests(sess: Session, hosts: Sequence[Host], model: str) -> dict:
     """{host: {relative path: size}} of the model directory in each host's container."""
     name = sess.inv.cluster.container_name
+    # not checked: `find` fails on a directory that is not there, and an empty manifest is then what the
+    # comparison reports (the model's files missing on that host); the containers were seen running
     return sess.stage("model-files", hosts, lambda h: P.model_manifest(sess.ssh[h.name].run(
         DK.exec_argv(name, *P.manifest_cmd(model)), timeout=120, check=False).stdout))
 
@@ -280,6 +283,7 @@ def _fit(sess: Session, inv: Inventory, config: dict | None, index: dict | None,
     config = config or {}
     index = index if isinstance(index, dict) else None
     size = P.model_size_from_config(config, index, manifest)
+    # not checked: the fit is advice printed with the plan; without nvidia-smi's answer there is none
     gpus = F.parse_nvidia_smi(head.run(F.NVIDIA_SMI, timeout=60, check=False).stdout)
     if not gpus:
         return None
@@ -289,9 +293,7 @@ def _fit(sess: Session, inv: Inventory, config: dict | None, index: dict | None,
 
 def stop(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None) -> list[str]:
     """Stop serving on every node; the Ray cluster keeps running."""
-    name = inv.cluster.container_name
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         sess.connect()
-        sess.stage("stop", inv.hosts, lambda h: sess.ssh[h.name].run(DK.exec_argv(name, "sh", "-c", STOP),
-                                                                      timeout=60, check=False))
+        sess.stage("stop", inv.hosts, lambda h: stop_serving(sess, h))
     return [h.name for h in inv.hosts]

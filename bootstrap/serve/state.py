@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bootstrap.errors import CommandFailed
 from bootstrap.model import Host
 from bootstrap.remote import docker as DK
-from bootstrap.remote.session import Session, check_script, last_json_or_error
+from bootstrap.remote.session import Session, check_script, last_json, last_json_or_error
 from bootstrap.serve import plan as P
 
 LOG = "/tmp/bootstrap-vllm-serve.log"
@@ -63,13 +64,28 @@ def parse_serving(probe: dict) -> ServingState | None:
                         str(st.get("split_reason") or ""))
 
 
+def stop_serving(sess: Session, h: Host) -> None:
+    """STOP in the host's node container (serve and the fleet both). A container that is absent
+    or stopped serves nothing: done. Any other failure (Docker does not answer, the exec is refused)
+    raises CommandFailed naming the host: `serve --stop` must not say "stopped" where vLLM may still run."""
+    name = sess.inv.cluster.container_name
+    r = sess.ssh[h.name].run(DK.exec_argv(name, "sh", "-c", STOP), timeout=60, check=False)
+    if not r.ok and not DK.not_running_only(r):
+        raise CommandFailed(h.name, f"docker exec {name} sh -c <stop what serve started>", r.exit_code,
+                            (r.stderr or r.stdout)[-2000:])
+
+
 def serving_state(sess: Session) -> ServingState | None:
     """Ask the head container what serve left running (one payload, one SSH round trip)."""
     inv = sess.inv
     name = inv.cluster.container_name
     r = sess.ssh[inv.head.name].run_with_input(DK.exec_python_argv(name, [STATE, PIDFILE, LOG]),
                                                [check_script("serve_state.py")], timeout=30, check=False)
-    return parse_serving(last_json_or_error(r.stdout))
+    doc = last_json(r.stdout)
+    if doc is None:  # the payload did not run (docker exec failed, no Python there): unknown, not "nothing served"
+        raise CommandFailed(inv.head.name, f"docker exec {name} serve_state.py", r.exit_code,
+                            (r.stderr or r.stdout)[-2000:])
+    return parse_serving(doc)
 
 
 def read_model_info(sess: Session, host: Host, model: str) -> dict:

@@ -250,6 +250,7 @@ def test_remote_text_in_the_status_table_is_literal(tmp_path, monkeypatch):
             NodeStatus("b", "192.0.2.2", "worker", False, "unknown", False, 0.0, "\\[red]down")]
     monkeypatch.setattr("bootstrap.cluster.run.cluster_status",
                         lambda inv, parallel, serving: ClusterStatus(rows, None, None))
+    monkeypatch.setattr("bootstrap.monitor.run.running_url", lambda inv: None)  # never dial 192.0.2.1
     r = CliRunner().invoke(main, ["status", "-i", str(inv)])
     assert r.exit_code == 1 and (r.exception is None or isinstance(r.exception, SystemExit)), r.output
     assert "[bold]running[/]" in r.stdout and "x[/]\\n\\x1b[2Jcleared" in r.stdout and "\\[red]down" in r.stdout

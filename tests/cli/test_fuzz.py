@@ -3,26 +3,39 @@
 Generated inventories (random YAML structures; valid inventories with one field replaced by a
 hostile value: control characters, rich markup, unicode, huge numbers, deep nesting; raw YAML
 text with tags and aliases) go through `validate` and `plan`, and generated argument lists
-through the argument parser of every command, in-process. Every outcome must be exit 0, or exit
-2 with exactly one printable `error:` line on stderr, never a traceback, never over 2 s, and no
-host contacted (SSH connect is a probe: an argument list that gets as far as connecting was
-accepted whole, which is also fine).
+through every command and subcommand of the CLI, in-process: the commands, their options and
+arguments come from click (`bootstrap.cli.main`), so a new command or option is fuzzed as soon as
+it exists, and `test_every_command_and_option_of_the_cli_is_fuzzed` fails if one is left out.
+Every outcome must be exit 0, or exit 2 with exactly one printable `error:` line on stderr, never a
+traceback, never over 2 s, and nothing reached outside this process: each way out is a probe that
+records the attempt and refuses it where it starts (SSH connect, a socket to anything but
+loopback, a name lookup, this machine's Docker, the sandbox's entry points, `top`'s watcher, a
+child process). An argument list that gets as far as a probe was accepted whole, which is fine.
 
-CI runs a fixed seed (derandomize) with BOOTSTRAP_FUZZ_EXAMPLES examples per property (default
-150). For a longer local run:  BOOTSTRAP_FUZZ_EXAMPLES=5000 python3 -m pytest tests/test_fuzz.py
+CI runs a fixed seed (derandomize) with BOOTSTRAP_FUZZ_EXAMPLES examples per inventory property
+(default 150) and a fifth of that (at least 20) per command and group. For a longer local run:
+    BOOTSTRAP_FUZZ_EXAMPLES=5000 python3 -m pytest tests/cli/test_fuzz.py
 """
+import dataclasses
+import errno
+import ipaddress
 import os
+import socket
+import subprocess
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
+import click
 import pytest
 import yaml
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bootstrap.cli import main
+from bootstrap.cli.params import Seconds
 from bootstrap.errors import HostUnreachable
 
 EXAMPLES = int(os.environ.get("BOOTSTRAP_FUZZ_EXAMPLES", "150"))
@@ -41,6 +54,7 @@ def teardown_module(module):
 KEY = WORK / "id_test"
 KEY.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nnot really a key\n-----END OPENSSH PRIVATE KEY-----\n")
 KEY.chmod(0o600)
+(WORK / "known_hosts").write_text("")  # BASE names it: without the file every inventory is refused
 
 # Strings a hostile user would try: control characters, markup, shell words, unicode, huge numbers.
 NASTY = st.one_of(
@@ -97,7 +111,10 @@ def _run(args, probe):
     return r, took
 
 
-def check_outcome(args, r, took, touched):
+def check_outcome(args, r, took, touched, *, loopback_load=False):
+    """The outcome of one invocation: "ok" (exit 0), "refused" (exit 2, one line), "reached" (a
+    probe stopped it: every argument was accepted), "loaded" (with loopback_load, exit 1: bench's
+    bounded load ran against a closed loopback port) or "help" (a group named alone: its help)."""
     where = f"bootstrap {' '.join(map(repr, args))}"
     assert took < LIMIT_S, f"{where}: took {took:.2f}s"
     if r.exception is not None and not isinstance(r.exception, SystemExit):
@@ -106,23 +123,107 @@ def check_outcome(args, r, took, touched):
     assert "Traceback" not in r.stderr, f"{where}: {r.stderr[-2000:]}"
     assert "hf_FUZZSECRET" not in r.output + r.stderr
     if touched:
-        return "reached"  # every argument was accepted; the probe stopped it at the first connect
+        return "reached"  # every argument was accepted; a probe stopped it where it would leave this process
+    if loopback_load and r.exit_code == 1:
+        return "loaded"
+    if args and args in [name.split() for name in GROUPS]:  # a bare group prints its help, as click does
+        assert r.exit_code == 2 and r.stderr.startswith("Usage: "), f"{where}: exit {r.exit_code}: {r.stderr!r}"
+        return "help"
     assert r.exit_code in (0, 2), f"{where}: exit {r.exit_code}: {r.stderr[-800:]}"
     if r.exit_code == 2:
         lines = r.stderr.strip("\n").split("\n")
         assert len(lines) == 1 and lines[0].startswith("error: "), f"{where}: {r.stderr!r}"
         assert lines[0].isprintable(), f"{where}: unprintable: {lines[0]!r}"
-    return r.exit_code
+        return "refused"
+    return "ok"
+
+
+def _ip(host):
+    try:
+        return ipaddress.ip_address(str(host).strip("[]").split("%")[0])
+    except ValueError:
+        return None
+
+
+def _loopback(host) -> bool:
+    return host is None or host == "localhost" or (_ip(host) is not None and _ip(host).is_loopback)
 
 
 @pytest.fixture
 def probe(monkeypatch):
+    """Every way a command could reach outside this process, stopped where it starts; returns the
+    list of what was tried (empty: nothing). Each probe fails as the real thing can (a host that
+    does not answer, a refused connection, no Docker), so the command reports it as it would."""
+    from bootstrap import sandbox
+    from bootstrap.monitor import top
+    from bootstrap.remote import localdocker
+    from bootstrap.serve import bench
+
     touched = []
 
     def connect(self):
-        touched.append(self.name)
+        touched.append(f"ssh {self.name}")
         raise HostUnreachable(self.name, "fuzz probe")
     monkeypatch.setattr("bootstrap.remote.ssh.SSHHost.connect", connect)
+
+    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
+    real_getaddrinfo = socket.getaddrinfo
+
+    def outside(sock, address) -> bool:
+        return sock.family not in (socket.AF_INET, socket.AF_INET6) or not _loopback(address[0])
+
+    def sock_connect(self, address):
+        if outside(self, address):
+            touched.append(f"socket {address!r}")
+            raise ConnectionRefusedError(errno.ECONNREFUSED, "fuzz probe: loopback only")
+        return real_connect(self, address)
+
+    def sock_connect_ex(self, address):
+        if outside(self, address):
+            touched.append(f"socket {address!r}")
+            return errno.ECONNREFUSED
+        return real_connect_ex(self, address)
+
+    def getaddrinfo(host, *args, **kw):
+        if not _loopback(host) and _ip(host) is None:  # an address literal needs no lookup
+            touched.append(f"name lookup {host!r}")
+            raise socket.gaierror(socket.EAI_NONAME, "fuzz probe: no name lookups")
+        return real_getaddrinfo(host, *args, **kw)
+    monkeypatch.setattr(socket.socket, "connect", sock_connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", sock_connect_ex)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+    def no_docker(*args, **kw):
+        touched.append("this machine's Docker")
+        raise localdocker.DockerUnavailable("localhost", "fuzz probe")
+    monkeypatch.setattr(localdocker, "_clients", {})
+    monkeypatch.setattr(localdocker, "_connect", no_docker)
+
+    def no_sandbox(*args, **kw):
+        touched.append("sandbox")
+        raise RuntimeError("fuzz probe: no sandbox")
+    monkeypatch.setattr(sandbox, "sandbox_up", no_sandbox)
+    monkeypatch.setattr(sandbox, "sandbox_down", no_sandbox)
+
+    def no_watcher(self):  # top's watcher samples (and, without --once, loops) even when every host fails
+        touched.append("top")
+        raise HostUnreachable("top", "fuzz probe")
+    monkeypatch.setattr(top.Watcher, "__enter__", no_watcher)
+
+    def no_child(self, args, *rest, **kw):
+        touched.append(f"process {args!r}")
+        raise PermissionError(errno.EPERM, "fuzz probe: no child processes")
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", no_child)
+
+    # bench's load against loopback: at most 2 requests of at most 0.5 s; its PNG a stub (matplotlib's
+    # import and drawing take seconds on a busy machine, and are not what is fuzzed here)
+    real_bench = bench.run_bench
+
+    def short_bench(cfg, **kw):
+        return real_bench(dataclasses.replace(cfg, requests=min(cfg.requests, 2), timeout=min(cfg.timeout, 0.5)),
+                          **kw)
+    monkeypatch.setattr(bench, "run_bench", short_bench)
+    monkeypatch.setattr(bench, "write_png", lambda result, path: Path(path).write_bytes(b"fuzz"))
     return touched
 
 
@@ -160,36 +261,174 @@ def test_raw_yaml_text_with_tags_aliases_and_control_characters(text, junk, at, 
     _inventory_outcomes(text[:at] + junk + text[at:], probe)
 
 
-COMMANDS = {
-    "validate": [], "plan": ["--json"], "up": ["--dry-run", "--parallel", "--wait", "--lock-wait", "--json"],
-    "status": ["--parallel", "--json"], "down": ["--lock-wait"],
-    "check-nccl": ["--sizes", "--iters", "--deadline", "--json"], "doctor": ["--json"],
-    "exec": ["--hosts", "--timeout", "--container", "--json"], "logs": ["--tail", "--follow"],
-    "serve": ["--tp", "--pp", "--backend", "--wait", "--listen", "--served-model-name", "--dry-run", "--stop"],
-    "bench": ["--url", "--model", "-n", "--concurrency", "--max-tokens", "--timeout", "--png", "--json"],
+# -- argument lists: every command and group of the CLI, from click --------------------------------
+def _walk(group, path=()):
+    """(words, command) for every command and group under `group`, from click's own table."""
+    for name in sorted(group.commands):
+        cmd = group.commands[name]
+        yield (*path, name), cmd
+        if isinstance(cmd, click.Group):
+            yield from _walk(cmd, (*path, name))
+
+
+#: every command the CLI runs, by its words ("monitor up") -> its click command
+CLI = {" ".join(words): cmd for words, cmd in _walk(main) if not isinstance(cmd, click.Group)}
+#: every group ("" is `bootstrap` itself): the words after it must name a command
+GROUPS = {"": main, **{" ".join(words): cmd for words, cmd in _walk(main) if isinstance(cmd, click.Group)}}
+
+
+def option_pool(name):
+    """The (spelling, option) pairs fuzzed for a command: every spelling of every option click
+    lists for it (the inventory's are drawn on their own, see `argument_lists`), and one it lacks."""
+    return [(o, p) for p in CLI[name].params if isinstance(p, click.Option)
+            for o in (*p.opts, *p.secondary_opts)] + [("--bogus", None)]
+
+
+#: command -> the option spellings its generated argument lists draw from
+COMMANDS = {name: sorted(o for o, p in option_pool(name) if p is not None) for name in CLI}
+
+LOOPBACK_URL = "http://127.0.0.1:9"  # nothing listens there: a load fails fast, on loopback
+# Values a user would type, by parameter name, so that whole argument lists get accepted too.
+PLAUSIBLE = {
+    "url": [LOOPBACK_URL, "https://127.0.0.1:9/v1", "http://[::1]:9", "http://node1:8000"],
+    "model": ["org/name", "/opt/models/tiny-llama", "/opt/models/with space"],
+    "image": ["reg:5000/vllm:1", "vllm/vllm-openai:v0.32.0"],
+    "only": ["node1", "node1,node2", "node9", ","],
+    "hosts": ["node1", "node2", "node9"],
+    "sizes": ["4", "1024,1048576", "3", "4,,8"],
+    "listen": ["127.0.0.1", "::1", "fe80::1%eth0", "node1"],
+    "served_model_name": ["m", "org/m"],
+    "prompt": ["hi"],
+    "png": ["out.png", "nosuchdir/out.png", "out/"],
+    "command": ["true", "echo", "sh", "-c", "x y"],
+    "extra": ["--max-model-len", "256", "--tensor-parallel-size", "2", "--port", "1"],
 }
 
 
-@FUZZ
-@given(command=st.sampled_from(sorted(COMMANDS)), data=st.data())
-def test_generated_argument_lists_are_accepted_or_refused_in_one_line(command, data, probe):
-    inv = WORK / "ok.yaml"
-    if not inv.exists():
-        inv.write_text(yaml.safe_dump(BASE))
-    args = [command, "-i", str(inv)] if command != "bench" else [command]
-    for _ in range(data.draw(st.integers(min_value=0, max_value=4))):
-        opt = data.draw(st.sampled_from(COMMANDS[command] or ["--bogus"]))
-        args.append(opt)
-        if not opt.startswith("--json") and opt not in ("--dry-run", "--stop", "--container", "--follow"):
-            args.append(data.draw(NASTY))
-    if command in ("serve", "exec", "logs"):
-        args += data.draw(st.lists(NASTY, max_size=3))
-    if command == "bench":
-        args += ["--url", "http://127.0.0.1:9"]  # nothing listens there: a load would fail fast on loopback
-        if "-n" not in args:
-            args += ["-n", "1", "--timeout", "0.5"]
-    probe.clear()
-    r, took = _run(args, probe)
-    if command == "bench" and r.exit_code == 1 and not probe:
-        return  # a valid bench ran its bounded load against a closed loopback port
-    check_outcome(args, r, took, probe)
+def _value(param):
+    """A value for a parameter: a hostile string, or one that its type or name makes plausible."""
+    t = param.type
+    plausible = list(PLAUSIBLE.get(param.name, []))
+    if isinstance(t, click.Choice):
+        plausible += list(t.choices)
+    elif isinstance(t, (click.IntRange, click.FloatRange)):
+        ends = [x for x in (t.min, t.max) if x is not None]
+        plausible += [str(x) for e in ends for x in (e, e - 1, e + 1)] + ["1", "2"]
+    elif isinstance(t, Seconds):
+        plausible += [str(x) for x in (t.least, t.most) if x is not None] + ["0.5", "1", "0", "-1", "1e3"]
+    elif t in (click.INT, click.FLOAT):
+        plausible += ["0", "1", "-1"]
+    return st.one_of(NASTY, st.sampled_from(plausible)) if plausible else NASTY
+
+
+INVENTORIES = {"ok": WORK / "ok.yaml", "fleet": WORK / "fleet.yaml"}
+INVENTORIES["ok"].write_text(yaml.safe_dump(BASE))
+INVENTORIES["fleet"].write_text(yaml.safe_dump(
+    {"cluster": dict(BASE["cluster"], replicas=2),
+     "hosts": [{"name": f"node{k}", "address": f"192.0.2.{k}"} for k in (1, 2, 3, 4)]}))
+
+
+@st.composite
+def argument_lists(draw, name):
+    """`bootstrap NAME` with an inventory (valid, a fleet's, hostile or none), 0 to 4 of its
+    options (each with a value when it takes one), and its positional arguments (sometimes after
+    `--`, sometimes too few)."""
+    cmd = CLI[name]
+    args = name.split()
+    if name == "bench" and draw(st.booleans()):
+        args += ["--url", LOOPBACK_URL]  # before the drawn options: a drawn --url wins
+    inventory = next((p for p in cmd.params if p.name == "inventory"), None)
+    if inventory is not None:
+        which = draw(st.sampled_from(["ok", "ok", "fleet", "none", "hostile"]))
+        if which != "none":
+            args += [draw(st.sampled_from(inventory.opts)),
+                     str(INVENTORIES[which]) if which in INVENTORIES else draw(NASTY)]
+    pool = [(o, p) for o, p in option_pool(name) if p is None or p is not inventory]
+    for _ in range(draw(st.integers(min_value=0, max_value=4))):
+        word, p = draw(st.sampled_from(pool))
+        args.append(word)
+        if p is not None and not p.is_flag and not p.count:
+            args += [draw(_value(p)) for _ in range(max(1, p.nargs))]
+    positional = [p for p in cmd.params if isinstance(p, click.Argument)]
+    if positional and draw(st.booleans()):
+        args.append("--")
+    for p in positional:
+        many = st.integers(min_value=0, max_value=3) if p.nargs < 0 else st.sampled_from([p.nargs] * 3 + [0])
+        n = draw(many)
+        args += [draw(_value(p)) for _ in range(n)]
+    return args
+
+
+HOSTILE = "\x1b[31m[bold]x\x07"  # control characters and markup, refused by most options
+
+
+def every_option(name):
+    """One argument list per option spelling of the command (valid inventory, the option with a
+    hostile value when it takes one, the required arguments): each option is tried by every run,
+    whatever the seed draws."""
+    cmd = CLI[name]
+    inventory = next((p for p in cmd.params if p.name == "inventory"), None)
+    required = [PLAUSIBLE.get(p.name, ["x"])[0] for p in cmd.params
+                if isinstance(p, click.Argument) and p.required for _ in range(max(1, p.nargs))]
+    base = name.split() + (["--url", LOOPBACK_URL] if name == "bench" else [])
+    base += ["-i", str(INVENTORIES["ok"])] if inventory is not None else []
+    return [base + [word] + ([HOSTILE] * max(1, p.nargs) if p is not None and not p.is_flag and not p.count else [])
+            + required for word, p in option_pool(name)]
+
+
+@st.composite
+def group_words(draw, name):
+    """`bootstrap GROUP` and 1 to 3 words that are not one of its commands' names (mostly)."""
+    near = ["--bogus", "--json", "-i", "--help", *(c + "x" for c in GROUPS[name].commands), *GROUPS[name].commands]
+    return name.split() + draw(st.lists(st.one_of(NASTY, st.sampled_from(near)), min_size=1, max_size=3))
+
+
+ARG_EXAMPLES = max(20, EXAMPLES // 5)
+PER_COMMAND = settings(FUZZ, max_examples=ARG_EXAMPLES)
+
+
+def _fuzz(strategy, name, probe, examples=()) -> Counter:
+    seen = Counter()
+
+    @PER_COMMAND
+    @given(args=strategy)
+    def one(args):
+        probe.clear()
+        r, took = _run(args, probe)
+        seen[check_outcome(args, r, took, probe, loopback_load=name == "bench")] += 1
+    for args in examples:
+        one = example(args=args)(one)
+    one()
+    return seen
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_generated_argument_lists_are_accepted_or_refused_in_one_line(name, probe):
+    seen = _fuzz(argument_lists(name), name, probe, every_option(name))
+    # both sides were exercised: some argument lists refused, some accepted whole
+    assert seen["refused"] and sum(seen.values()) > seen["refused"], f"{name}: {dict(seen)}"
+
+
+@pytest.mark.parametrize("name", sorted(GROUPS), ids=lambda name: name or "bootstrap")
+def test_words_after_a_group_are_a_command_or_refused_in_one_line(name, probe):
+    assert _fuzz(group_words(name), name, probe)["refused"]
+
+
+def test_every_command_and_option_of_the_cli_is_fuzzed():
+    """Click's own view of the CLI (list_commands/get_command, as it resolves a command line): a
+    command, a subcommand of a group or an option that the argument fuzzer does not draw fails here."""
+    def leaves(group, ctx, path=()):
+        for name in group.list_commands(ctx):
+            cmd = group.get_command(ctx, name)
+            if isinstance(cmd, click.Group):
+                yield from leaves(cmd, click.Context(cmd, parent=ctx, info_name=name), (*path, name))
+            else:
+                yield " ".join((*path, name)), cmd
+
+    found = dict(leaves(main, click.Context(main, info_name="bootstrap")))
+    assert sorted(COMMANDS) == sorted(found), "commands the fuzzer leaves out (or lists but click has not)"
+    for name, cmd in found.items():
+        options = {o for p in cmd.params if isinstance(p, click.Option) for o in (*p.opts, *p.secondary_opts)}
+        assert options <= set(COMMANDS[name]), f"{name}: options not fuzzed: {sorted(options - set(COMMANDS[name]))}"
+    assert {"rollout", "top", "bench", "monitor up", "monitor status", "monitor down", "sandbox up",
+            "sandbox down"} <= set(found)

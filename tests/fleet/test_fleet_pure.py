@@ -548,15 +548,6 @@ def invoke(*args, env=None):
     return CliRunner().invoke(main, list(args), env={"HF_TOKEN": TOKEN, **(env or {})})
 
 
-@pytest.fixture
-def no_hosts(monkeypatch):
-    """Fails a test that would contact a host."""
-    touched = []
-    monkeypatch.setattr("bootstrap.remote.ssh.SSHHost.connect", lambda self: touched.append(self.name))
-    yield touched
-    assert touched == []
-
-
 def test_cli_plan_shows_every_replica_and_the_router(tmp_path, no_hosts):
     path = write(tmp_path, fleet_yaml(cluster="router: {policy: random}"))
     r = invoke("plan", "-i", str(path))

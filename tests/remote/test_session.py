@@ -1,9 +1,13 @@
 """Session.abandon: the interrupt path closes the connections within a bound, whatever state an
-interrupted paramiko call left them in."""
+interrupted paramiko call left them in. Session.cleanup: a clean-up on an error path."""
 import threading
 import time
 
+import pytest
+
+from bootstrap.errors import CommandFailed, ServeFailed, notes_of
 from bootstrap.remote.session import Session
+from tests.support.fake_hosts import DOCKER_DOWN, FakeHost, fake_session
 from tests.support.fleet_inventories import hosts_yaml, load
 
 
@@ -35,3 +39,21 @@ def test_abandon_closes_every_connection_when_nothing_hangs(tmp_path):
     assert time.monotonic() - t < 1 and sorted(closed) == ["h0", "h1"]
     sess.close()
     assert sorted(closed) == ["h0", "h1"]  # not closed twice
+
+
+def test_cleanup_on_an_error_path_attaches_each_failure_and_replaces_nothing(tmp_path):
+    """serve's and the fleet's clean-up after vLLM did not serve: a host where it fails is said under
+    the error (a note), and the error itself stays the one raised."""
+    inv = load(tmp_path, "cluster:\n  accelerator: none\n" + hosts_yaml(2))
+    sess = fake_session(inv, {"h0": FakeHost("h0", [("docker", (0, "", ""))]),
+                              "h1": FakeHost("h1", [("docker", DOCKER_DOWN)])})
+    failed = ServeFailed("vLLM exited after 12s: CUDA out of memory")
+
+    def stop(h):
+        return sess.ssh[h.name].run(("docker", "rm", "-f", "x"))
+    sess.cleanup("stop-failed", inv.hosts, stop, failed)
+    notes = notes_of(failed)
+    assert len(notes) == 1 and notes[0].startswith("stop-failed: h1: `docker rm -f x` failed (exit 1)")
+    assert "Cannot connect to the Docker daemon" in notes[0]
+    with pytest.raises(CommandFailed):  # the same step outside a clean-up is an error of its own
+        stop(inv.host("h1"))

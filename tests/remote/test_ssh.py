@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.errors import CommandFailed, ConnectionLost, HostUnreachable
+from bootstrap.errors import CommandFailed, ConnectionLost, HostUnreachable, RemoteFileLeft
 from bootstrap.model import Host, SSHSettings, SSHTarget
 from bootstrap.remote.ssh import LockBusy, SSHHost
 from bootstrap.sandbox.sshd import SSHD, keygen, start_sshd
@@ -106,6 +106,19 @@ def test_stream_stdin_and_private_file(sshd, tmp_path):
     assert Path(path).read_bytes() == b"HF_TOKEN=hf_secret\n"
     s.remove_file(path)
     assert not Path(path).exists()
+    s.close()
+
+
+def test_a_removal_the_server_refuses_names_the_host_and_the_file(sshd, tmp_path):
+    """The real SFTP server's refusal (a directory cannot be unlinked) is an error, not a pass; a file
+    already gone is not."""
+    s = make(sshd, known(tmp_path, sshd))
+    stuck = tmp_path / "stuck"
+    stuck.mkdir()
+    with pytest.raises(RemoteFileLeft) as ei:
+        s.remove_file(str(stuck))
+    assert ei.value.host == "loop" and str(stuck) in str(ei.value) and stuck.exists()
+    s.remove_file(str(tmp_path / "never-there"))
     s.close()
 
 

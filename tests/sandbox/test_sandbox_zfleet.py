@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 
 from tests.support.dashboards import DASHBOARD, dashboard_queries
-from tests.support.sandbox import ROOT, cli, on_node, write_inventory
+from tests.support.sandbox import CONTAINER, ROOT, cli, on_node, write_inventory
 
 pytestmark = pytest.mark.sandbox
 MODEL = "/opt/models/tiny-llama"
@@ -25,6 +25,22 @@ FLAGS = ["--enforce-eager", "--max-model-len", "256"]
 SERVE = "bootstrap-vllm-serve"
 #: the fleet's API key (cluster.router.api_key names the secret FLEET_KEY; set in the fixture)
 KEY = "sk-sandbox-" + os.urandom(6).hex()
+#: node name -> what its Docker and /tmp held before the fleet came up (what_is_on): the last test
+#: shows that `down` leaves nothing beyond it
+BEFORE = {}
+
+
+def what_is_on(node):
+    """The node's containers (all; those with a bootstrap label), volumes and networks, and the secret
+    env files bootstrap writes over SFTP (/tmp/.bootstrap-<hex>, SSHHost.put_private_file; the
+    sandbox logs in as root, so its home is looked at too)."""
+    def words(*argv):
+        return sorted(on_node(node, *argv).stdout.split())
+    return {"containers": words("docker", "ps", "-a", "--format", "{{.Names}}"),
+            "labelled": words("docker", "ps", "-a", "--filter", "label=bootstrap.cluster", "--format", "{{.Names}}"),
+            "volumes": words("docker", "volume", "ls", "-q"),
+            "networks": words("docker", "network", "ls", "--format", "{{.Name}}"),
+            "env_files": words("find", "/tmp", "/root", "-maxdepth", "1", "-name", ".bootstrap-*")}
 
 
 def status(inv):
@@ -94,6 +110,7 @@ def fleet(_sandbox_session, tmp_path_factory):
         doc["cluster"]["secrets"] = [*doc["cluster"].get("secrets", []), "FLEET_KEY"]
     os.environ["FLEET_KEY"] = KEY  # the CLI reads secrets from its environment
     inv = write_inventory(sb.inventory, tmp_path_factory.mktemp("fleet") / "fleet.yaml", mutate)
+    BEFORE.update({n.name: what_is_on(n) for n in sb.nodes})
     r = cli("up", "-i", inv)
     assert r.returncode == 0, r.stderr[-3000:]
     r = cli("serve", "-i", inv, MODEL, "--", *FLAGS)
@@ -321,3 +338,31 @@ def test_a_rollout_vllm_refuses_is_rolled_back_and_the_fleet_keeps_serving(fleet
     st = status(inv)
     assert [x["extra"] for x in st["replicas"]] == [x["extra"] for x in old]
     assert [x["health"] for x in st["replicas"]] == ["healthy", "healthy"]
+
+
+def test_down_leaves_nothing_of_the_fleet_on_any_node(fleet):
+    """Last in this module: it tears the fleet down (the fixture's own `down` afterwards is a no-op).
+    `bootstrap down` on the fleet (bootstrap.fleet.lifecycle.down_fleet) removes the keepers, the
+    router, the serve containers and every replica's node containers, and leaves no container,
+    volume, network or secret env file of ours on any node: nothing that was not there before the
+    fleet came up, nothing named after the cluster's container_name or carrying its label."""
+    sb, inv, served = fleet
+    r = cli("down", "-i", inv)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert lines[0] == "removed the serve containers, the router and the keepers of 2 replicas", r.stdout
+    torn = [h for ln in lines if ln.startswith("removed the container on ") for h in ln.split(": ", 1)[1].split(", ")]
+    assert sorted(torn) == sorted(n.name for n in sb.nodes), r.stdout
+    for n in sb.nodes:
+        now, before = what_is_on(n), BEFORE[n.name]
+        print(f"{n.name} after down: {now}")
+        assert [c for c in now["containers"] if c.startswith(CONTAINER)] == [], (n.name, now)
+        assert now["labelled"] == [], (n.name, now)
+        assert set(now["containers"]) <= set(before["containers"]), (n.name, before, now)
+        assert [v for v in now["volumes"] if v.startswith(CONTAINER)] == [], (n.name, now)
+        assert set(now["volumes"]) <= set(before["volumes"]), (n.name, before, now)
+        assert set(now["networks"]) <= set(before["networks"]), (n.name, before, now)
+        assert now["env_files"] == [], (n.name, now)
+    r = cli("down", "-i", inv)  # a second run finds nothing to remove
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "removed the container on" not in r.stdout, r.stdout

@@ -1,0 +1,303 @@
+"""The fleet's whole life in the library (issue 26.3): up, status and down of an inventory with
+replicas go through bootstrap.fleet.lifecycle, from the CLI and from Python alike, and cluster/run.py
+refuses such an inventory instead of leaving the router, keepers and serve containers behind.
+Fake hosts and monkeypatched calls: no socket is opened."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bootstrap.cli import main
+from bootstrap.cluster import run as A
+from bootstrap.errors import ExitStatus, GroupError, HostUnreachable, LockBusy, UsageError
+from bootstrap.fleet import lifecycle as FLC
+from bootstrap.fleet import plan as FP
+from bootstrap.fleet import run as FL
+from bootstrap.remote.session import Session, Timings
+from tests.support.fake_hosts import FakeHost, fake_session
+from tests.support.fleet_inventories import ENVIRON, fleet_yaml, hosts_yaml, load, write
+
+RUNNING = (0, (Path(__file__).resolve().parents[1] / "data" / "docker_container_inspect.json").read_text(), "")
+ABSENT = (1, "[]", "Error: No such container: x")
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    return load(tmp_path, fleet_yaml(4, 2))
+
+
+# -- cluster/run.py refuses a fleet; the fleet functions refuse one replica ------------------------
+
+
+@pytest.mark.parametrize("call, fleet_fn, command", [
+    (lambda inv: A.up(inv), "up_fleet", "up"),
+    (lambda inv: A.down(inv), "down_fleet", "down"),
+    (lambda inv: A.cluster_status(inv), "fleet_status", "status"),
+])
+def test_cluster_run_refuses_a_fleet_and_names_what_to_call(fleet, no_hosts, call, fleet_fn, command):
+    with pytest.raises(UsageError) as ei:
+        call(fleet)
+    msg = str(ei.value)
+    assert "cluster.replicas: 2" in msg and f"bootstrap.fleet.lifecycle.{fleet_fn}" in msg
+    assert f"`bootstrap {command}`" in msg and "router" in msg and "keepers" in msg
+    assert ei.value.exit_status == ExitStatus.BAD_INPUT
+
+
+@pytest.mark.parametrize("call, single", [
+    (lambda inv: FLC.up_fleet(inv), "up"),
+    (lambda inv: FLC.down_fleet(inv), "down"),
+    (lambda inv: FLC.fleet_status(inv), "cluster_status"),
+])
+def test_the_fleet_functions_refuse_one_replica_and_name_the_cluster_ones(tmp_path, no_hosts, call, single):
+    inv = load(tmp_path, "cluster: {accelerator: none}\n" + hosts_yaml(2))
+    with pytest.raises(UsageError) as ei:
+        call(inv)
+    assert f"bootstrap.cluster.run.{single}" in str(ei.value)
+
+
+def test_the_fleet_containers_follow_the_container_name_keeper_first(tmp_path):
+    inv = load(tmp_path, fleet_yaml(4, 2, cluster="container_name: llm"))
+    assert FLC.fleet_containers(inv) == ("llm-keeper", "llm-router", "llm-serve", "llm-serve-old")
+    assert FLC.fleet_containers(inv) == (FP.keeper_name(inv), FP.router_name(inv), FP.serve_name(inv),
+                                         FP.old_name(inv))
+
+
+# -- down -----------------------------------------------------------------------------------------
+
+
+class _Held:
+    def release(self) -> None:
+        pass
+
+
+class LockingHost(FakeHost):
+    """A fake host that also takes the cluster lock (cluster.run.down takes it on each group's head)."""
+
+    def __init__(self, name, answers=(), *, busy: bool = False, **kw):
+        super().__init__(name, answers, **kw)
+        self.busy = busy
+
+    def acquire_lock(self, path, holder, *, wait=0.0, on_wait=None):
+        self.connect()
+        if self.busy:
+            raise LockBusy(self.name, path, "someone pid 1 `bootstrap up`", wait)
+        self.commands.append(f"lock {path}")
+        return _Held()
+
+
+def _docker_host(inv, name, *, serving=True, node=True, **kw) -> LockingHost:
+    """A host where Docker has (serving: ) the keeper and serve containers, and (node: ) the node
+    container; `docker rm -f` prints each container it removed, as Docker does."""
+    keeper, router, serve, old = FLC.fleet_containers(inv)
+    cname = inv.cluster.container_name
+    return LockingHost(name, [
+        (f"docker rm -f {keeper}",
+         (0, f"{keeper}\n", "") if serving else (0, "", f"Error: No such container: {keeper}")),
+        (f"docker rm -f {router} {serve} {old}",
+         (0, f"{serve}\n", f"Error: No such container: {router}\nError: No such container: {old}") if serving
+         else (0, "", "Error: No such container: x")),
+        (f"container inspect {cname}", RUNNING if node else ABSENT),
+        (f"docker rm -f {cname}", (0, f"{cname}\n", "")),
+    ], **kw)
+
+
+def _fake_sessions(monkeypatch, hosts: dict[str, FakeHost]) -> None:
+    """Every Session the fleet and the cluster open gets the fakes of its own hosts."""
+    def make(inv, **kw):
+        return fake_session(inv, {h.name: hosts[h.name] for h in inv.hosts}, **kw)
+    monkeypatch.setattr(FLC, "Session", make)
+    monkeypatch.setattr(A, "Session", make)
+
+
+def test_down_removes_the_keepers_then_router_and_serve_then_each_groups_node_containers(fleet, monkeypatch):
+    hosts = {n: _docker_host(fleet, n) for n in ("h0", "h1", "h2", "h3")}
+    _fake_sessions(monkeypatch, hosts)
+    res = FLC.down_fleet(fleet)
+    keeper, router, serve, old = FLC.fleet_containers(fleet)
+    assert res.fleet_removed == {n: (keeper, serve) for n in hosts}
+    assert [set(g.removed) for g in res.replicas] == [{"h0", "h1"}, {"h2", "h3"}]
+    assert [g.absent for g in res.replicas] == [(), ()]
+    for name, h in hosts.items():
+        rms = [c for c in h.commands if c.startswith("docker rm -f")]
+        assert rms == [f"docker rm -f {keeper}", f"docker rm -f {router} {serve} {old}",
+                       "docker rm -f bootstrap-vllm"], (name, h.commands)
+    # each group's cluster is torn down under its own head's lock, the head after its worker
+    assert [c for c in hosts["h0"].commands if c.startswith("lock")] == ["lock /tmp/bootstrap-vllm.lock"]
+    assert [c for c in hosts["h2"].commands if c.startswith("lock")] == ["lock /tmp/bootstrap-vllm.lock"]
+    assert not [c for c in hosts["h1"].commands + hosts["h3"].commands if c.startswith("lock")]
+    assert res.replicas[0].removed == ("h1", "h0") and res.replicas[1].removed == ("h3", "h2")
+
+
+def test_a_second_down_is_a_no_op(fleet, monkeypatch):
+    hosts = {n: _docker_host(fleet, n, serving=False, node=False) for n in ("h0", "h1", "h2", "h3")}
+    _fake_sessions(monkeypatch, hosts)
+    res = FLC.down_fleet(fleet)
+    assert res.fleet_removed == {n: () for n in hosts}
+    assert [set(g.absent) for g in res.replicas] == [{"h0", "h1"}, {"h2", "h3"}]
+    assert [g.removed for g in res.replicas] == [(), ()]
+
+
+def test_down_tears_down_every_other_host_when_one_is_unreachable(fleet, monkeypatch):
+    gone = HostUnreachable("h3", "timed out")
+    hosts = {n: _docker_host(fleet, n) for n in ("h0", "h1", "h2")}
+    hosts["h3"] = LockingHost("h3", unreachable=gone)
+    _fake_sessions(monkeypatch, hosts)
+    with pytest.raises(GroupError) as ei:
+        FLC.down_fleet(fleet)
+    assert set(ei.value.failures) == {"h3"} and set(ei.value.results) == {"h0", "h1", "h2", "h3"}
+    assert "h3: cannot connect over SSH: timed out" in str(ei.value)
+    for n in ("h0", "h1", "h2"):  # the fleet's containers and the node container are gone there
+        assert "docker rm -f bootstrap-vllm" in hosts[n].commands, (n, hosts[n].commands)
+        assert "docker rm -f bootstrap-vllm-keeper" in hosts[n].commands
+
+
+def test_down_goes_on_with_the_other_groups_when_a_groups_lock_is_held(fleet, monkeypatch):
+    hosts = {n: _docker_host(fleet, n, busy=(n == "h0")) for n in ("h0", "h1", "h2", "h3")}
+    _fake_sessions(monkeypatch, hosts)
+    with pytest.raises(LockBusy) as ei:  # the one error, with its own exit status
+        FLC.down_fleet(fleet)
+    assert ei.value.exit_status == ExitStatus.LOCKED and ei.value.host == "h0"
+    assert "docker rm -f bootstrap-vllm" not in hosts["h1"].commands  # replica 0 left to the run that holds it
+    for n in ("h2", "h3"):
+        assert "docker rm -f bootstrap-vllm" in hosts[n].commands, n
+    for n in hosts:  # the fleet's own containers are gone everywhere
+        assert "docker rm -f bootstrap-vllm-keeper" in hosts[n].commands, n
+
+
+def test_down_says_which_host_could_not_remove_the_fleet_containers(fleet, monkeypatch):
+    hosts = {n: _docker_host(fleet, n) for n in ("h0", "h1", "h2", "h3")}
+    denied = (1, "", "permission denied while trying to connect to the Docker daemon socket")
+    hosts["h1"].answers.insert(0, ("docker rm -f bootstrap-vllm-router", denied))
+    _fake_sessions(monkeypatch, hosts)
+    with pytest.raises(GroupError) as ei:
+        FLC.down_fleet(fleet)
+    assert set(ei.value.failures) == {"h1"} and "permission denied" in str(ei.value)
+    assert all("docker rm -f bootstrap-vllm" in hosts[n].commands for n in hosts)  # the groups still went down
+
+
+# -- up and status --------------------------------------------------------------------------------
+
+
+def _up_result(inv):
+    return A.UpResult((), None, Timings(), changed=False, runtime="none")
+
+
+def test_up_brings_each_group_up_in_turn_with_the_same_options(fleet, monkeypatch):
+    calls, seen = [], []
+
+    def up(inv, **kw):
+        calls.append(([h.name for h in inv.hosts], inv.cluster.replicas, kw))
+        return _up_result(inv)
+    monkeypatch.setattr(A, "up", up)
+    out = FLC.up_fleet(fleet, parallel=3, pull=True, wait=42.0, lock_wait=5.0, allow_partial=True,
+                       on_replica=lambda k, g: seen.append(("start", k, g.head.name)),
+                       on_done=lambda r: seen.append(("done", r.index, r.inv.head.name)))
+    assert [c[0] for c in calls] == [["h0", "h1"], ["h2", "h3"]] and {c[1] for c in calls} == {1}
+    kw = calls[1][2]
+    assert (kw["parallel"], kw["pull"], kw["wait"], kw["lock_wait"], kw["allow_partial"], kw["dry_run"]) == \
+        (3, True, 42.0, 5.0, True, False)
+    assert seen == [("start", 0, "h0"), ("done", 0, "h0"), ("start", 1, "h2"), ("done", 1, "h2")]
+    assert [r.index for r in out] == [0, 1] and all(r.seconds >= 0 for r in out)
+
+
+def test_up_stops_at_the_group_that_fails(fleet, monkeypatch):
+    calls = []
+
+    def up(inv, **kw):
+        calls.append(inv.head.name)
+        raise GroupError("preflight", {"h0": HostUnreachable("h0", "timed out")})
+    monkeypatch.setattr(A, "up", up)
+    with pytest.raises(GroupError):
+        FLC.up_fleet(fleet)
+    assert calls == ["h0"]
+
+
+def test_status_reads_each_group_then_the_fleet(fleet, monkeypatch):
+    from bootstrap.cluster.run import ClusterStatus, NodeStatus
+
+    asked = []
+
+    def cluster_status(inv, **kw):
+        asked.append(([h.name for h in inv.hosts], sorted(kw)))
+        return ClusterStatus([NodeStatus(h.name, h.ip, h.role, True, "running", True, 0.0) for h in inv.hosts],
+                             None, None, "none")
+    replica = FL.ReplicaState(0, ["h0", "h1"], "http://10.0.0.1:8000", {}, 0, None, "healthy", True)
+    state = FL.FleetState("http://10.0.0.1:30000/v1", "h0", "running", [], [replica])
+    monkeypatch.setattr(A, "cluster_status", cluster_status)
+    monkeypatch.setattr(FL, "status", lambda inv, **kw: state)
+    st = FLC.fleet_status(fleet, parallel=2)
+    assert [a[0] for a in asked] == [["h0", "h1"], ["h2", "h3"]]
+    assert all("serving" not in a[1] for a in asked)  # the fleet serves through its own containers
+    assert st.fleet is state and st.ok
+    replica.health = "starting"
+    assert not st.ok
+
+
+# -- the CLI calls the library and prints what it printed before ----------------------------------
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, list(args), env=ENVIRON)
+
+
+def test_cli_down_on_a_fleet_calls_down_fleet_and_prints_each_group(tmp_path, monkeypatch, no_hosts):
+    path = write(tmp_path, fleet_yaml(4, 2))
+    got = []
+
+    def down_fleet(inv, **kw):
+        got.append((inv.cluster.replicas, sorted(kw)))
+        return FLC.FleetDownResult({}, (A.DownResult(("h1", "h0"), ()), A.DownResult((), ("h3", "h2"))))
+    monkeypatch.setattr(FLC, "down_fleet", down_fleet)
+    r = invoke("down", "-i", str(path))
+    assert r.exit_code == 0, r.output
+    assert got == [(2, ["lock_wait", "parallel", "reporter"])]
+    assert r.stdout.splitlines() == ["removed the serve containers, the router and the keepers of 2 replicas",
+                                     "removed the container on 2 host(s): h1, h0",
+                                     "nothing to remove on 2 host(s): h3, h2"]
+
+
+def test_cli_up_on_a_fleet_names_each_replica_and_prints_its_table(tmp_path, monkeypatch, no_hosts):
+    path = write(tmp_path, fleet_yaml(4, 2))
+    monkeypatch.setattr(A, "up", lambda inv, **kw: _up_result(inv))
+    r = invoke("up", "-i", str(path))
+    assert r.exit_code == 0, r.output
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("replica ")] == ["replica 0: h0, h1",
+                                                                                 "replica 1: h2, h3"]
+    assert "cluster vllm replica 0" in r.stdout and "cluster vllm replica 1" in r.stdout
+    assert "head 10.0.0.1" in r.stdout and "head 10.0.0.3" in r.stdout  # each group's own head
+    r = invoke("up", "-i", str(path), "--json")
+    assert r.exit_code == 0, r.output
+    docs, text, dec = [], r.stdout.strip(), json.JSONDecoder()
+    while text:  # one document per replica, as before
+        doc, end = dec.raw_decode(text)
+        docs.append(doc)
+        text = text[end:].strip()
+    assert [d["changed"] for d in docs] == [False, False]
+
+
+def test_cli_status_on_a_fleet_exits_1_unless_every_replica_serves(tmp_path, monkeypatch, no_hosts):
+    from bootstrap.cluster.run import ClusterStatus
+
+    path = write(tmp_path, fleet_yaml(4, 2))
+    replica = FL.ReplicaState(0, ["h0", "h1"], "http://10.0.0.1:8000", {}, 0, None, "healthy", True)
+    groups = [ClusterStatus([], None, None, "none")] * 2
+    st = FLC.FleetStatus(groups, FL.FleetState("http://10.0.0.1:30000/v1", "h0", "running", [], [replica]))
+    monkeypatch.setattr(FLC, "fleet_status", lambda inv, **kw: st)
+    monkeypatch.setattr("bootstrap.monitor.run.running_url", lambda inv: None)
+    r = invoke("status", "-i", str(path), "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["fleet"]["replicas"][0]["health"] == "healthy"
+    replica.health = "down"
+    assert invoke("status", "-i", str(path), "--json").exit_code == 1
+
+
+def test_a_python_caller_gets_the_same_teardown_as_the_cli(fleet, monkeypatch):
+    """cluster.run.down on a fleet is refused before any host is touched; down_fleet is what the CLI runs."""
+    calls = []
+    monkeypatch.setattr(Session, "connect", lambda self, *a, **kw: calls.append(self.inv.cluster.replicas))
+    with pytest.raises(UsageError):
+        A.down(fleet)
+    assert calls == []

@@ -1,0 +1,55 @@
+"""perf/cold_up.py's verdict: registry bytes and up(Nmax)/up(1) with peers need N=1 and a larger N."""
+from pathlib import Path
+from types import SimpleNamespace
+
+from perf import bringup as B
+from perf import cold_up as C
+from perf import verdict as V
+
+# README, 2026-11-24, 4-node sandbox: up s and registry bytes per (N, mode)
+RECORDED = {(1, "pull"): (60.7, 1.38e9), (1, "peers"): (58.9, 1.38e9), (2, "pull"): (106.5, 2.76e9),
+            (2, "peers"): (175.9, 1.38e9), (4, "pull"): (179.2, 5.52e9), (4, "peers"): (254.8, 1.38e9)}
+
+
+def res(nodes):
+    return {(n, m): {"up": up, "registry": sent, "from": {}} for (n, m), (up, sent) in RECORDED.items() if n in nodes}
+
+
+def test_both_targets_from_the_recorded_run():
+    assert V.lines(C.checks(res([1, 2, 4]), [1, 2, 4])) == [
+        "target met: peers: registry bytes at N=4 / at N=1 <= 1.2 (measured 1.00)",
+        "target missed: peers: up(4)/up(1) <= 1.3 (measured 4.33)",
+        "verdict: 1 met, 1 missed, 0 not measured (of 2 targets)"]
+
+
+def test_one_n_or_no_n1_measures_neither_target():
+    for nodes, why in (([1], "one N only: --nodes 1"), ([2, 4], "no N=1 in --nodes 2,4")):
+        found = C.checks(res(nodes), nodes)
+        assert [c.passed for c in found] == [None, None]
+        assert found[1].line() == f"target not measured: peers: up(Nmax)/up(1) <= 1.3 ({why})"
+        assert V.exit_status(found) == 0
+
+
+def test_a_registry_that_sent_nothing_at_n1_is_not_a_measurement():
+    r = res([1, 4])
+    r[(1, "peers")]["registry"] = 0
+    assert C.checks(r, [1, 4])[0].line() == ("target not measured: peers: registry bytes at N=4 / at N=1 <= 1.2 "
+                                             "(the registry sent 0 bytes at N=1: its counter did not move)")
+
+
+def test_main_at_one_n_does_not_print_targets_met(monkeypatch, capsys):
+    """Before, `--nodes 1` compared N=1 with itself and printed "targets met: the registry sent one
+    image's bytes at every N; peers up(Nmax)/up(1) <= 1.3"."""
+    recorded = res([1])
+    monkeypatch.setattr(C, "subprocess", SimpleNamespace(run=lambda *a, **kw: SimpleNamespace(returncode=0)))
+    monkeypatch.setattr(C, "sandbox_up", lambda n: Path("inventory.yaml"))
+    monkeypatch.setattr(C, "first_hosts", lambda inventory, n, work: n)
+    monkeypatch.setattr(C, "with_peer_copy", lambda n, on, work: (n, "peers" if on else "pull"))
+    monkeypatch.setattr(C, "cold", lambda key: recorded[key])
+    monkeypatch.setattr(C, "down", lambda inv: B.Run(0.1, 0, "", ""))
+    code = C.main(["--nodes", "1"])
+    out = capsys.readouterr().out
+    assert "targets met" not in out
+    assert "target not measured: peers: up(Nmax)/up(1) <= 1.3 (one N only: --nodes 1)" in out
+    assert out.rstrip().endswith("verdict: 0 met, 0 missed, 2 not measured (of 2 targets)")
+    assert code == 0

@@ -1,0 +1,133 @@
+"""Stand-ins for a host's SSH connection, for unit tests that must never open a socket.
+
+FakeHost answers each command from a table (the first entry whose text is in the command line wins)
+and fails loudly on a command it was not told about, so a test cannot pass by a step it did not
+expect. FakeSFTP stands in for the SFTP channel of a real SSHHost (`put_private_file`,
+`remove_file`), FakeConn for its connection. `fake_session` is a real Session whose hosts are fakes.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import Iterable, Sequence
+
+from bootstrap.errors import CommandFailed
+from bootstrap.model import Inventory, SSHSettings
+from bootstrap.remote.session import Session
+from bootstrap.remote.ssh import Result
+
+#: What the Docker CLI prints when its daemon does not answer.
+DOCKER_DOWN = (1, "", "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+                      "Is the docker daemon running?")
+
+
+class FakeHost:
+    """answers: (text in the command line, answer); an answer is (exit code, stdout, stderr) or an
+    exception to raise (HostUnreachable: the host does not answer)."""
+
+    def __init__(self, name: str, answers: Sequence[tuple[str, object]] = (), *,
+                 unreachable: BaseException | None = None):
+        self.name = name
+        self.answers = list(answers)
+        self.unreachable = unreachable
+        self.settings = SSHSettings()
+        self.commands: list[str] = []
+
+    def connect(self) -> "FakeHost":
+        if self.unreachable is not None:
+            raise self.unreachable
+        return self
+
+    def close(self) -> None:
+        pass
+
+    def _answer(self, argv: Sequence[str], check: bool) -> Result:
+        self.connect()
+        cmd = shlex.join(argv)
+        self.commands.append(cmd)
+        for text, answer in self.answers:
+            if text in cmd:
+                if isinstance(answer, BaseException):
+                    raise answer
+                code, out, err = answer
+                res = Result(self.name, cmd, code, out, err)
+                if check and not res.ok:
+                    raise CommandFailed(self.name, cmd, code, (err or out)[-2000:])
+                return res
+        raise AssertionError(f"{self.name}: unexpected command {cmd}")
+
+    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True,
+            display: str | None = None, hangup: bool = False, query: bool = False) -> Result:
+        return self._answer(argv, check)
+
+    def run_with_input(self, argv: Sequence[str], chunks: Iterable[bytes], *, timeout: float | None = None,
+                       check: bool = True) -> Result:
+        for _ in chunks:
+            pass
+        return self._answer(argv, check)
+
+
+def fake_session(inv: Inventory, hosts: dict[str, FakeHost], **kw) -> Session:
+    """A real Session (stages, fan-out, GroupResult) whose hosts are the given fakes; every host of the
+    inventory must have one."""
+    sess = Session(inv, **kw)
+    assert set(hosts) == set(sess.ssh), (sorted(hosts), sorted(sess.ssh))
+    sess.ssh = dict(hosts)
+    return sess
+
+
+class FakeSFTP:
+    """The SFTP calls SSHHost makes. remove_error / write_error: the exception those calls raise."""
+
+    def __init__(self, remove_error: BaseException | None = None, write_error: BaseException | None = None):
+        self.remove_error, self.write_error = remove_error, write_error
+        self.files: dict[str, bytes] = {}
+        self.modes: dict[str, int] = {}
+        self.removed: list[str] = []
+
+    def open(self, path: str, mode: str) -> "_FakeFile":
+        assert mode == "wx" and path not in self.files
+        self.files[path] = b""
+        return _FakeFile(self, path)
+
+    def remove(self, path: str) -> None:
+        self.removed.append(path)
+        if self.remove_error is not None:
+            raise self.remove_error
+        if path not in self.files:
+            raise FileNotFoundError(2, "No such file")
+        del self.files[path]
+
+
+class _FakeFile:
+    def __init__(self, sftp: FakeSFTP, path: str):
+        self.sftp, self.path = sftp, path
+
+    def __enter__(self) -> "_FakeFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def chmod(self, mode: int) -> None:
+        self.sftp.modes[self.path] = mode
+
+    def write(self, data: bytes) -> None:
+        self.sftp.files[self.path] += data[: len(data) // 2]  # part of it lands before the failure
+        if self.sftp.write_error is not None:
+            raise self.sftp.write_error
+        self.sftp.files[self.path] += data[len(data) // 2:]
+
+
+class FakeConn:
+    """What SSHHost uses of a fabric Connection for its files (set as `host._conn`)."""
+
+    is_connected = True
+
+    def __init__(self, sftp: FakeSFTP):
+        self._sftp = sftp
+
+    def sftp(self) -> FakeSFTP:
+        return self._sftp
+
+    def close(self) -> None:
+        pass
