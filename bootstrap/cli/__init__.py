@@ -236,6 +236,10 @@ def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_key
 def status(inventory, parallel, as_json):
     """Show each host's container state and whether Ray sees it (exit 1 if any node is not alive).
 
+    Then what `serve` runs (model, endpoint, health, backend, TP/PP, nodes, uptime, KV cache), the
+    Ray dashboard address, and the Prometheus address when `monitor up` runs. With replicas: each
+    replica's nodes, then each replica as the router sees it (exit 1 unless every one is healthy).
+
     Example: bootstrap status -i hosts.yaml --json
     """
     from bootstrap.serve.state import serving_state
@@ -353,7 +357,8 @@ def down(inventory, parallel, lock_wait):
               help="Seconds for the whole check; a node that does not answer in time is named.")
 @click.option("--sizes", default=None, callback=check_sizes,
               help="Message sizes in bytes, comma-separated multiples of 4 (default: a sweep).")
-@click.option("--iters", type=click.IntRange(1, 1000), default=10, show_default=True)
+@click.option("--iters", type=click.IntRange(1, 1000), default=10, show_default=True,
+              help="Timed all-reduce iterations per message size (after a warm-up); more gives steadier bandwidth.")
 @click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
               help="auto: NCCL on GPUs, gloo on CPU clusters.")
 @json_option
@@ -434,17 +439,22 @@ def logs(inventory, hosts, follow, tail):
 @parallel_option
 @click.argument("model", required=False)
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
-@click.option("--tp", type=click.IntRange(1), default=None, help="Tensor-parallel size (default: GPUs per node).")
-@click.option("--pp", type=click.IntRange(1), default=None, help="Pipeline-parallel size (default: number of nodes).")
+@click.option("--tp", type=click.IntRange(1), default=None,
+              help="Tensor-parallel size (default: the split the planner picks from the model and the cluster: "
+                   "GPUs per node where the model's attention heads allow it; the plan says why).")
+@click.option("--pp", type=click.IntRange(1), default=None,
+              help="Pipeline-parallel size (default: the planner's, nodes x GPUs per node / TP; the plan says why).")
 @click.option("--backend", type=click.Choice(["ray", "native"]), default=None,
-              help="ray (default with cluster.runtime ray): the running Ray cluster; native (default with "
-                   "runtime none): vLLM's own multi-node mode (--nnodes/--node-rank/--headless).")
+              help="ray (default on GPU nodes that run Ray): the running Ray cluster; native (default on CPU "
+                   "clusters and where the nodes run no Ray, e.g. a stock image with runtime unset): vLLM's own "
+                   "multi-node mode (--nnodes/--node-rank/--headless).")
 @click.option("--sync-model", is_flag=True, help="Copy the model directory from the head to nodes where it differs.")
 @click.option("--wait", type=SECONDS, default=900.0, show_default=True,
               help="Seconds to wait for /health and /v1/models.")
 @click.option("--listen", default=None, callback=check_listen,
               help="Address vLLM binds (default: the head's data-plane IP).")
-@click.option("--served-model-name", default=None, callback=check_name)
+@click.option("--served-model-name", default=None, callback=check_name,
+              help="The model name clients send in requests (vLLM's --served-model-name; default: the MODEL argument).")
 @click.option("--stop", is_flag=True, help="Stop serving; the Ray cluster keeps running.")
 @click.option("--dry-run", is_flag=True,
               help="Read the model's config.json, print the plan (backend, TP/PP and why, each node's command) "
@@ -642,9 +652,12 @@ def top(inventory, interval, once, source, as_json):
                    "and the requests each replica served are reported).")
 @click.option("--model", default=None, callback=check_name,
               help="Model name (default: the first one /v1/models lists).")
-@click.option("-n", "--requests", "n_requests", type=click.IntRange(1, 100000), default=64, show_default=True)
-@click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True)
-@click.option("--max-tokens", type=click.IntRange(1), default=64, show_default=True)
+@click.option("-n", "--requests", "n_requests", type=click.IntRange(1, 100000), default=64, show_default=True,
+              help="Requests to send in all.")
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True,
+              help="Requests in flight at once.")
+@click.option("--max-tokens", type=click.IntRange(1), default=64, show_default=True,
+              help="max_tokens of each request (tokens generated per request, fewer if the model stops early).")
 @click.option("--prompt", default=None, callback=check_nonempty, help="Prompt text (default: a fixed paragraph).")
 @click.option("--ignore-eos", is_flag=True, help="Always generate --max-tokens tokens (vLLM extension).")
 @click.option("--timeout", type=SECONDS, default=120.0, show_default=True, help="Seconds per request.")
@@ -782,7 +795,8 @@ def sandbox():
 
 
 @sandbox.command("up")
-@click.option("--nodes", type=click.IntRange(1, 200), default=3, show_default=True)
+@click.option("--nodes", type=click.IntRange(1, 200), default=3, show_default=True,
+              help="Simulated hosts; the first is the head. A running sandbox grows without a restart.")
 @click.option("--kind", type=click.Choice(["full", "sshd"]), default="full", show_default=True,
               help="full: sshd + Docker daemon per node; sshd: sshd only (fan-out benchmarks).")
 @click.option("--without-ray", is_flag=True,

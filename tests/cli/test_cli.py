@@ -34,6 +34,20 @@ def test_every_command_has_help_with_an_example_and_is_in_the_readme(path, cmd):
     assert f"bootstrap {' '.join(path)}" in README, path
 
 
+@pytest.mark.parametrize("path,cmd", list(commands()), ids=lambda x: " ".join(x) if isinstance(x, tuple) else "")
+def test_every_option_says_what_it_does(path, cmd):
+    """A newcomer reads `--help`: no option is a bare name and a type."""
+    bare = [p.opts[-1] for p in cmd.params if isinstance(p, click.Option) and not (p.help or "").strip()]
+    assert bare == [], f"bootstrap {' '.join(path)}: options without help: {bare}"
+
+
+def test_serve_help_states_the_defaults_the_planner_uses():
+    r = CliRunner().invoke(main, ["serve", "--help"], terminal_width=200)
+    text = " ".join(r.output.split())
+    assert "default: GPUs per node)" not in text  # what --tp said, and not what serve does
+    assert "the split the planner picks from the model and the cluster" in text
+
+
 def run(*args, env=None):
     return subprocess.run([sys.executable, "-m", "bootstrap", *args], cwd=ROOT, capture_output=True,
                           text=True, env=env, timeout=60)
