@@ -354,18 +354,12 @@ def checks(rows: list[Row]) -> tuple[list[V.Check], list[str]]:
         out.append(V.not_measured(*scaling, f"no successful up at N={(last if first.up else first).n}"))
     else:
         out.append(V.Check(f"up({last.n})/up(1)", "<=", TARGET_SCALING, last.up / first.up))
+    for r in rows:  # a Check's value None prints as not measured, with its why
+        out.append(V.Check(f"overhead at N={r.n}", "<", TARGET_OVERHEAD, r.overhead, unit="s", why=(
+            "no successful up" if not r.ups else "no floor: per-host times missing from `up --json`")))
     for r in rows:
-        if r.overhead is not None:
-            out.append(V.Check(f"overhead at N={r.n}", "<", TARGET_OVERHEAD, r.overhead, unit="s"))
-        else:
-            out.append(V.not_measured(f"overhead at N={r.n}", "<", TARGET_OVERHEAD, unit="s", why=(
-                "no successful up" if not r.ups else "no floor: per-host times missing from `up --json`")))
-    for r in rows:
-        if r.convergence is not None:
-            out.append(V.Check(f"convergence at N={r.n}", "<", TARGET_CONVERGENCE, r.convergence, unit="s"))
-        else:
-            out.append(V.not_measured(f"convergence at N={r.n}", "<", TARGET_CONVERGENCE, unit="s", why=(
-                "no successful up" if not r.ups else "no ready_at or join times in `up --json`")))
+        out.append(V.Check(f"convergence at N={r.n}", "<", TARGET_CONVERGENCE, r.convergence, unit="s", why=(
+            "no successful up" if not r.ups else "no ready_at or join times in `up --json`")))
     rerun = (f"re-run up({last.n}) / first up", "<=", TARGET_RERUN)
     if last.rerun is not None and last.up:
         out.append(V.Check(*rerun, last.rerun / last.up, spec=".0%"))

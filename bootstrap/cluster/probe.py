@@ -26,7 +26,7 @@ def gather_hosts(sess: Session, hosts: Iterable[Host] | None = None) -> dict[str
     return sess.stage("facts", hosts or sess.inv.hosts, lambda h: host_facts(sess, h))
 
 
-def settle_runtime(sess: Session) -> None:
+def runtime_from_containers(sess: Session) -> None:
     """cluster.runtime unset: set sess.inv's from what the node containers run (the head's, else a
     worker's; see bootstrap.cluster.runtime). Left unset when no host has one."""
     if sess.inv.cluster.runtime is not None:

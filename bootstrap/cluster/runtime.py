@@ -30,11 +30,7 @@ def of_container(st: F.ContainerState | None) -> str | None:
     bootstrap node container, or none there)."""
     if st is None:
         return None
-    if st.path == "ray" or (not st.path and st.args[:1] == ("start",)):
-        return "ray"
-    if st.path == "sleep" or (not st.path and st.args == ("infinity",)):
-        return "none"
-    return None
+    return {"ray": "ray", "sleep": "none"}.get(st.path)
 
 
 def from_containers(inv: Inventory, states: Mapping[str, object]) -> Inventory:

@@ -154,7 +154,7 @@ def monitor_up(sess: Session, *, wait: float = 120.0) -> MonitorResult:
     from bootstrap.cluster import facts as F
     from bootstrap.cluster import probe
 
-    probe.settle_runtime(sess)  # Ray's metrics are scraped where the nodes run Ray
+    probe.runtime_from_containers(sess)  # Ray's metrics are scraped where the nodes run Ray
     inv = sess.inv
     t0 = time.monotonic()
     addrs = sess.stage("addresses", inv.hosts,
