@@ -83,6 +83,12 @@ if [[ -z $nofile ]]; then
   if [[ $nofile == unlimited || $nofile -gt 1048576 ]]; then nofile=1048576; fi
 fi
 envs[VLLM_HOST_IP]=$node_ip
+# PyTorch's and vLLM's compile caches on a volume per host that outlives the container, so a restart
+# does not compile again (bootstrap.cluster.plan.COMPILE_ENV); an -e of the same name wins.
+cache=/var/cache/bootstrap-compile
+for kv in "TORCHINDUCTOR_CACHE_DIR=$cache/inductor" "TRITON_CACHE_DIR=$cache/triton" "VLLM_CACHE_ROOT=$cache/vllm"; do
+  [[ -v "envs[${kv%%=*}]" ]] || envs[${kv%%=*}]=${kv#*=}
+done
 case "$dash_host" in
   localhost) dash_host=127.0.0.1 ;;
   data-plane) dash_host=$node_ip ;;
@@ -99,6 +105,7 @@ args+=(--ulimit "nofile=$nofile:$nofile")
 [[ $privileged == 1 ]] && args+=(--privileged)
 [[ -n $hf_home ]] && args+=(-v "$hf_home:/root/.cache/huggingface")
 for m in "${mounts[@]}"; do args+=(-v "$m"); done
+args+=(-v "$name-compile-cache:$cache")
 while IFS= read -r k; do
   args+=(-e "$k=${envs[$k]}")
 done < <(printf '%s\n' "${!envs[@]}" | LC_ALL=C sort)

@@ -412,24 +412,56 @@ def doctor(inventory, parallel, as_json):
 @main.command()
 @inventory_option
 @click.argument("hosts", nargs=-1)
+@click.option("--hosts", "only", default=None, callback=check_host_names,
+              help="Only these hosts, comma-separated (the same as naming them as arguments; default: all).")
+@click.option("--node", "groups", flag_value="node", multiple=True,
+              help="The node containers' logs (Ray, or the native mode's holder; the NCCL check).")
+@click.option("--serve", "groups", flag_value="serve", multiple=True,
+              help="vLLM's own output (the serve log in the cluster container, or each replica member's serve "
+                   "container) and the keepers that restart it.")
+@click.option("--router", "groups", flag_value="router", multiple=True, help="vllm-router's log (replicas).")
+@click.option("--monitor", "groups", flag_value="monitor", multiple=True,
+              help="Prometheus' log (after `bootstrap monitor up`).")
+@click.option("--since", default=None, metavar="WHEN",
+              help="Only lines since WHEN: a duration back from now (30s, 10m, 2h, 1d) or a UTC time "
+                   "(2026-11-25T22:10:00Z).")
 @click.option("-f", "--follow", is_flag=True, help="Keep streaming new lines (Ctrl-C to stop).")
-@click.option("--tail", type=click.IntRange(0), default=200, show_default=True, help="Lines of history per host.")
-def logs(inventory, hosts, follow, tail):
-    """The Ray/vLLM container logs of one or every node, each line prefixed with its host.
+@click.option("--tail", type=click.IntRange(0), default=200, show_default=True, help="Lines of history per log.")
+@parallel_option
+@json_option
+def logs(inventory, hosts, only, groups, since, follow, tail, parallel, as_json):
+    """Every log of the cluster, or the ones chosen, each line with its host and source.
 
-    Example: bootstrap logs -i hosts.yaml node2 --follow
+    Sources: node (each host's cluster container: Ray or the native mode's holder), vllm (vLLM's own
+    output: the serve log inside the cluster container, or each replica member's serve container),
+    keeper and router (replicas), prometheus (after `monitor up`). --node, --serve, --router and
+    --monitor choose (several combine); none: all there is. A source a host does not hold is
+    skipped, and named on stderr when asked for. Exit 1 when a log could not be read.
+
+    Example: bootstrap logs -i hosts.yaml --serve --since 10m node2
     """
+    from bootstrap.doctor import logsources as LS
     from bootstrap.doctor import run as X
 
     def go():
         inv = read_inventory(inventory)
-        check_hosts(inv, hosts)
-        emit = render.log_echo(max(len(h.name) for h in inv.hosts))
+        names = tuple(dict.fromkeys((*hosts, *(only or ()))))
+        check_hosts(inv, names)
+        try:
+            start = LS.parse_since(since, time.time()) if since is not None else None
+        except UsageError as exc:
+            raise click.BadParameter(str(exc), param_hint="--since") from None
+        emit = render.log_echo(max(len(h.name) for h in inv.hosts), as_json)
         stop = threading.Event()
         try:
-            X.logs(inv, emit, hosts=hosts, tail=tail, follow=follow, stop=stop)
+            res = X.logs(inv, emit, hosts=names, sources=LS.sources_for(groups), tail=tail, since=start,
+                         follow=follow, parallel=parallel, stop=stop)
         except KeyboardInterrupt:
             stop.set()
+            return
+        render.logs_result(res, asked=bool(groups))
+        if res.failed or not res.read:
+            sys.exit(int(ExitStatus.ERROR))
     _run(go)
 
 

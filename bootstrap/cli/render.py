@@ -18,6 +18,7 @@ from rich.table import Table
 
 from bootstrap.cluster.run import HostTiming
 from bootstrap.cluster.runtime import UNDECIDED as RUNTIME_UNDECIDED
+from bootstrap.doctor.logsources import SOURCES
 from bootstrap.errors import BootstrapError, GroupError, Interrupted, notes_of
 
 # Wide when not on a terminal, so tables in logs and CI output do not wrap evidence mid-word.
@@ -530,14 +531,33 @@ def doctor(inv, rep, as_json: bool) -> None:
 
 
 # -- logs ----------------------------------------------------------------------------------------
-def log_echo(width: int):
-    """logs' emit(host, line): the line on stdout, prefixed with its host (safe from many threads)."""
+def log_echo(width: int, as_json: bool = False):
+    """logs' emit(source, line): the line on stdout after its host and source (a JSON object per line
+    with --json); safe from many threads."""
     lock = threading.Lock()
+    sw = max(len(s) for s in SOURCES)
 
-    def emit(host: str, line: str) -> None:
+    def emit(src, line: str) -> None:
         with lock:
-            click.echo(_escape(f"{host:<{width}} | {line}", lines=True, markup=False))
+            if as_json:
+                click.echo(json.dumps({"host": src.host, "source": src.source, "line": line}))
+            else:
+                click.echo(_escape(f"{src.host:<{width}} {src.source:<{sw}} | {line}", lines=True, markup=False))
     return emit
+
+
+def logs_result(res, asked: bool) -> None:
+    """After the logs: on stderr, what was asked for and is not there, and what could not be read."""
+    if asked:
+        for src in res.absent:
+            err.print(_escape(f"note: no {src.source} log on {src.host}: "
+                              + (f"{src.path} is not in {src.container}" if src.path
+                                 else f"no container {src.container}")))
+    if not res.read:
+        err.print(_escape("error: none of the chosen logs exists on the chosen hosts"
+                          + ("" if asked else " (is the cluster up? `bootstrap up`)")))
+    for what, why in res.failed.items():
+        err.print(_escape(f"error: could not read {what}: {why}"))
 
 
 # -- serve ---------------------------------------------------------------------------------------

@@ -25,6 +25,19 @@ LABEL_CLUSTER = "bootstrap.cluster"
 LABEL_HOST = "bootstrap.host"
 LABEL_ROLE = "bootstrap.role"
 LABEL_SPEC = "bootstrap.spec"
+#: Where PyTorch's and vLLM's compile caches live in every container of a host (node and serve
+#: containers), on a named volume per host (compile_cache_volume) that outlives the containers:
+#: what vLLM compiles on its first request (Inductor's C++/Triton kernels, vLLM's torch.compile
+#: graphs) is compiled once per host, not again after each restart, rollout or keeper restart.
+#: `down` removes the volume. cluster.env may point the variables elsewhere.
+COMPILE_CACHE_IN_CONTAINER = "/var/cache/bootstrap-compile"
+COMPILE_ENV = {"TORCHINDUCTOR_CACHE_DIR": f"{COMPILE_CACHE_IN_CONTAINER}/inductor",
+               "TRITON_CACHE_DIR": f"{COMPILE_CACHE_IN_CONTAINER}/triton",
+               "VLLM_CACHE_ROOT": f"{COMPILE_CACHE_IN_CONTAINER}/vllm"}
+
+
+def compile_cache_volume(inv: Inventory) -> str:
+    return f"{inv.cluster.container_name}-compile-cache"
 
 Action = Literal["create", "recreate", "keep"]
 
@@ -82,9 +95,9 @@ def nofile_for(inv: Inventory, facts: HostFacts | None) -> int | None:
 
 
 def node_env(host: Host) -> dict[str, str]:
-    """The environment of a host's node container: its env (the cluster's with the host's over it)
-    and VLLM_HOST_IP, its data-plane IP."""
-    env = dict(host.env)
+    """The environment of a host's node container: the compile caches' places (COMPILE_ENV), its env
+    (the cluster's with the host's over it, over those) and VLLM_HOST_IP, its data-plane IP."""
+    env = {**COMPILE_ENV, **dict(host.env)}
     env["VLLM_HOST_IP"] = host.ip
     return env
 
@@ -106,6 +119,7 @@ def container_spec(inv: Inventory, host: Host, nofile: int | None) -> ContainerS
         opts += ["-v", f"{c.hf_cache}:{HF_CACHE_IN_CONTAINER}"]
     for m in c.mounts:
         opts += ["-v", m]
+    opts += ["-v", f"{compile_cache_volume(inv)}:{COMPILE_CACHE_IN_CONTAINER}"]
     env = node_env(host)
     for k in sorted(env):
         opts += ["-e", f"{k}={env[k]}"]

@@ -20,6 +20,7 @@ from bootstrap.cluster.plan import (
     HostAction,
     RayView,
     all_alive,
+    compile_cache_volume,
     plan_up,
     ray_checks_needed,
     stale_registrations,
@@ -445,13 +446,13 @@ def down(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
         def teardown(h: Host) -> bool:
             s = sess.ssh[h.name]
             st = DK.inspect(s, name, timeout=20)
-            if st is None:
-                return False
-            if st.running and (RT.of_container(st) or inv.cluster.runtime) == "ray":
-                # not checked: only a courtesy so Ray deregisters the node; `rm -f` below (checked) ends it anyway
-                s.run(DK.exec_argv(name, "ray", "stop"), timeout=60, check=False)
-            DK.rm(s, name, check=True)
-            return True
+            if st is not None:
+                if st.running and (RT.of_container(st) or inv.cluster.runtime) == "ray":
+                    # not checked: only a courtesy so Ray deregisters the node; `rm -f` below (checked) ends it anyway
+                    s.run(DK.exec_argv(name, "ray", "stop"), timeout=60, check=False)
+                DK.rm(s, name, check=True)
+            DK.volume_rm(s, compile_cache_volume(inv))  # after the containers that mount it
+            return st is not None
 
         workers = [h for h in reachable if not h.is_head]
         heads = [h for h in reachable if h.is_head]

@@ -10,10 +10,12 @@ from typing import Callable, Sequence
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import ray as R
 from bootstrap.cluster import runtime as RT
+from bootstrap.doctor import logsources as LS
 from bootstrap.doctor import network as NET
 from bootstrap.doctor import rules as DR
 from bootstrap.doctor import signatures as D
 from bootstrap.errors import PreflightFailed
+from bootstrap.fleet import plan as FP
 from bootstrap.model import Host, Inventory
 from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out
@@ -68,7 +70,8 @@ def doctor(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
             root = DK.root_dir(s)
             df = s.run(("df", "-P", "-B1", root), timeout=20, check=False)
             net = NET.node_net(sess, h)
-            logs = DK.logs(s, name, log_lines)
+            # vLLM's, the keeper's, the router's, Prometheus' logs where Docker answered the facts
+            logs = {"node": DK.logs(s, name, log_lines), **(_service_logs(sess, h, log_lines) if f else {})}
             if f is not None and f.image_id and net.container != "running" and inv.cluster.runtime == "ray":
                 r = s.run(F.ray_in_image_cmd(inv.cluster.image), timeout=120, check=False)
                 if r.exit_code == F.NO_RAY_EXIT:
@@ -108,25 +111,49 @@ def doctor(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
                                           f"the cluster container is {net.container}",
                                           f"container {name}: {net.container}",
                                           "read `bootstrap logs " + h.name + "`; then `bootstrap up` restarts it"))
-            texts[h.name] = logs
+            texts.update({(h.name, src): text for src, text in logs.items()})
             if image_size is None and f and f.image_id:
                 image_size = DK.image_size(sess.ssh[h.name], inv.cluster.image)
         findings += D.check_cluster(reports, image_size_bytes=image_size)
-        findings += D.scan_logs(texts, infiniband=inv.cluster.infiniband)
-        # Ray's own view: every inventory IP alive?
-        head_ok = any(r.host == inv.head.name for r in reports) and \
-            not any(x.id.startswith("container-") and x.host == inv.head.name for x in findings)
+        findings += D.scan_sources(texts, infiniband=inv.cluster.infiniband)
         # runtime unset: what the containers were started with
         inv = RT.from_containers(inv, {n: g[0].container for n, g in got.succeeded.items() if g and g[0]})
-        if head_ok and inv.cluster.runtime == "ray":
-            view = R.ray_view(sess, inv.hosts, deadline=0)
+        if inv.cluster.runtime == "ray":  # Ray's own view: every IP of each group alive (a Ray cluster per replica)
             by_ip = {h.ip: h.name for h in inv.hosts}
-            for ip in view.missing:
-                findings.append(D.Finding(
-                    "ray-node-missing", "error", by_ip.get(ip), "Ray does not list this node as alive",
-                    f"ray nodes alive: {', '.join(sorted(n.ip for n in view.nodes if n.alive)) or 'none'}",
-                    "vLLM will wait for a placement group it cannot get: run `bootstrap up` to restart the node"))
+            for group in _groups(inv):
+                head = group.head.name
+                if not any(r.host == head for r in reports) or \
+                        any(x.id.startswith("container-") and x.host == head for x in findings):
+                    continue
+                view = R.ray_view(sess.narrowed(group), group.hosts, deadline=0)
+                for ip in view.missing:
+                    findings.append(D.Finding(
+                        "ray-node-missing", "error", by_ip.get(ip), "Ray does not list this node as alive",
+                        f"ray nodes alive on {head}'s Ray cluster: "
+                        f"{', '.join(sorted(n.ip for n in view.nodes if n.alive)) or 'none'}",
+                        "vLLM will wait for a placement group it cannot get: run `bootstrap up` to restart the node"))
     return DoctorReport(D.sort_findings(_dedupe(findings)), len(up))
+
+
+def _groups(inv: Inventory) -> list[Inventory]:
+    """The Ray clusters of the inventory: itself, or each replica group as an inventory of its own."""
+    return [inv] if inv.cluster.replicas == 1 else [FP.replica_inventory(inv, k) for k in range(inv.cluster.replicas)]
+
+
+def _service_logs(sess: Session, h: Host, lines: int) -> dict[str, str]:
+    """The last LINES of each log beside the node container's that this host holds (vLLM's output,
+    the keeper, the router, Prometheus: doctor/logsources.py), by source."""
+    s = sess.ssh[h.name]
+    cands = [c for c in LS.candidates(sess.inv, [h.name]) if c.source != "node"]
+    names = DK.names(s)
+    found, _ = LS.present(cands, {h.name: names},
+                          {h.name: [c.path for c in cands if c.path and c.container in names
+                                    and DK.has_file(s, c.container, c.path)]})
+    out = {}
+    for c in found:  # not checked: a log that cannot be read shows why in its place (DK.logs does the same)
+        r = s.run(read_argv(c, lines), timeout=60, check=False)
+        out[c.source] = r.stdout + r.stderr
+    return out
 
 
 def _dedupe(findings: Sequence[D.Finding]) -> list[D.Finding]:
@@ -139,16 +166,60 @@ def _dedupe(findings: Sequence[D.Finding]) -> list[D.Finding]:
 
 
 # -- logs ----------------------------------------------------------------------------------------
-def logs(inv: Inventory, emit: Callable[[str, str], None], *, hosts: Sequence[str] = (), tail: int = 200,
-         follow: bool = False, parallel: int = DEFAULT_PARALLEL, stop: threading.Event | None = None) -> dict:
-    """Stream each node's container log, line by line, to emit(host, line)."""
-    chosen = [inv.host(n) for n in hosts] if hosts else list(inv.hosts)
-    name = inv.cluster.container_name
-    argv = DK.logs_argv(name, tail, follow=follow)
-    with Session(inv, parallel=parallel) as sess:
-        sess.connect(chosen)
+@dataclass
+class LogsResult:
+    #: the logs that were read, in order
+    read: list[LS.LogSource]
+    #: the selected places that hold no log (no such container, no serve log file): not an error
+    absent: list[LS.LogSource]
+    #: the logs whose reading failed: LogSource.describe() -> why (the command's exit, the exception)
+    failed: dict[str, str]
 
-        def one(h: Host) -> int:
-            return sess.ssh[h.name].stream_lines(argv, lambda line: emit(h.name, line), stop=stop)
 
-        return fan_out(chosen, one, key=lambda h: h.name, parallel=max(parallel, len(chosen)))
+def find_sources(sess: Session, cands: Sequence[LS.LogSource]) -> tuple[list[LS.LogSource], list[LS.LogSource]]:
+    """(the candidates their hosts hold, the others): each host's container names, and the serve log
+    file in the cluster container where that container runs."""
+    hosts = [sess.inv.host(n) for n in dict.fromkeys(s.host for s in cands)]
+
+    def look(h: Host) -> tuple[list[str], list[str]]:
+        s = sess.ssh[h.name]
+        names = DK.names(s)
+        files = [c.path for c in cands if c.host == h.name and c.path and c.container in names
+                 and DK.has_file(s, c.container, c.path)]
+        return names, files
+    got = sess.stage("find-logs", hosts, look)
+    return LS.present(cands, {n: v[0] for n, v in got.items()}, {n: v[1] for n, v in got.items()})
+
+
+def read_argv(src: LS.LogSource, tail: int, *, follow: bool = False, since: float | None = None) -> tuple[str, ...]:
+    """The command that prints a source's log on its host (docker logs, or tail of the file in the
+    container; a file's lines are filtered for --since by the caller: LS.SinceFilter)."""
+    if src.path is None:
+        return DK.logs_argv(src.container, tail, follow=follow, since=since)
+    return DK.file_log_argv(src.container, src.path, tail, follow=follow)
+
+
+def logs(inv: Inventory, emit: Callable[[LS.LogSource, str], None], *, hosts: Sequence[str] = (),
+         sources: Sequence[str] = LS.SOURCES, tail: int = 200, since: float | None = None, follow: bool = False,
+         parallel: int = DEFAULT_PARALLEL, stop: threading.Event | None = None,
+         reporter: Reporter | None = None) -> LogsResult:
+    """Stream the selected logs of the selected hosts (doctor/logsources.py: the node containers,
+    vLLM's output, the keepers, the router, Prometheus), line by line, to emit(source, line); all
+    at once, each line as it arrives. Returns what was read and what was not there."""
+    cands = LS.candidates(inv, hosts, sources)
+    with Session(inv, parallel=parallel, reporter=reporter) as sess:
+        sess.connect(list(dict.fromkeys(inv.host(s.host) for s in cands)))
+        found, absent = find_sources(sess, cands)
+
+        def one(src: LS.LogSource) -> int:
+            keep = LS.SinceFilter(since) if since is not None and src.path else None
+
+            def line(text: str) -> None:
+                if keep is None or keep(text):
+                    emit(src, text)
+            return sess.ssh[src.host].stream_lines(read_argv(src, tail, follow=follow, since=since), line, stop=stop)
+
+        res = fan_out(found, one, key=LS.LogSource.describe, parallel=max(parallel, len(found))) if found else {}
+    failed = {k: (f"{type(v).__name__}: {v}" if isinstance(v, BaseException) else f"the reading command exited {v}")
+              for k, v in res.items() if isinstance(v, BaseException) or v not in (0, -1)}
+    return LogsResult(found, absent, failed)

@@ -51,8 +51,26 @@ def exec_python_argv(container: str, args: Sequence[str]) -> tuple[str, ...]:
     return exec_argv(container, "sh", "-c", _PY_OF_RAY, "sh", *args, interactive=True)
 
 
-def logs_argv(name: str, tail: int, *, follow: bool = False) -> tuple[str, ...]:
-    return ("docker", "logs", "--tail", str(tail), *(("--follow",) if follow else ()), name)
+def logs_argv(name: str, tail: int, *, follow: bool = False, since: float | None = None) -> tuple[str, ...]:
+    """`docker logs` of a container: the last TAIL lines, those since a UTC epoch, then new ones."""
+    return ("docker", "logs", "--tail", str(tail), *(("--since", f"{since:.3f}") if since is not None else ()),
+            *(("--follow",) if follow else ()), name)
+
+
+def file_log_argv(container: str, path: str, tail: int, *, follow: bool = False) -> tuple[str, ...]:
+    """The last TAIL lines of a log file inside a container, then (follow) the lines added to it,
+    across a rotation or a new file of the same name (tail -F)."""
+    return exec_argv(container, "tail", "-n", str(tail), *(("-F",) if follow else ()), path)
+
+
+def names(ssh: Runner, *, timeout: float = 30) -> list[str]:
+    """The names of every container on the host, running or not. A failure raises CommandFailed."""
+    return ssh.run(("docker", "ps", "-a", "--format", "{{.Names}}"), timeout=timeout).stdout.split()
+
+
+def has_file(ssh: Runner, container: str, path: str, *, timeout: float = 30) -> bool:
+    """Whether the file exists in the (running) container."""
+    return ssh.run(exec_argv(container, "test", "-f", path), timeout=timeout, check=False).exit_code == 0
 
 
 def kill_matching(patterns: str) -> str:

@@ -83,6 +83,17 @@ class Session:
         self.gcs_open: float | None = None
 
     # -- helpers ----------------------------------------------------------------------------
+    def narrowed(self, inv: Inventory) -> "Session":
+        """A session over a part of this one's inventory (a replica group as an inventory of its own)
+        that shares this session's connections, reporter and cancel flag; closing it closes nothing."""
+        sub = Session.__new__(Session)
+        sub.__dict__.update(self.__dict__)
+        sub.inv = inv
+        sub.ssh = {h.name: self.ssh[h.name] for h in inv.hosts}
+        sub._lock = None
+        sub._abandoned = True  # close() is this session's to do
+        return sub
+
     def stage(self, stage: str, hosts: Iterable[Host], fn: Callable[[Host], object], *,
               strict: bool = True) -> GroupResult:
         """Run fn on every host (events and timing under `stage`): host name -> result. strict: one

@@ -15,8 +15,11 @@ def test_head_and_worker_argv_exact():
     assert head.run_argv() == (
         "docker", "run", "-d", "--name", "bootstrap-vllm", "--network", "host", "--ipc", "host",
         "--gpus", "all", "--ulimit", "nofile=1048576:1048576",
-        "-v", "/data/hf:/root/.cache/huggingface",
-        "-e", "NCCL_DEBUG=WARN", "-e", "NCCL_SOCKET_IFNAME=ens5", "-e", "VLLM_HOST_IP=10.10.0.11",
+        "-v", "/data/hf:/root/.cache/huggingface", "-v", "bootstrap-vllm-compile-cache:/var/cache/bootstrap-compile",
+        "-e", "NCCL_DEBUG=WARN", "-e", "NCCL_SOCKET_IFNAME=ens5",
+        "-e", "TORCHINDUCTOR_CACHE_DIR=/var/cache/bootstrap-compile/inductor",
+        "-e", "TRITON_CACHE_DIR=/var/cache/bootstrap-compile/triton",
+        "-e", "VLLM_CACHE_ROOT=/var/cache/bootstrap-compile/vllm", "-e", "VLLM_HOST_IP=10.10.0.11",
         "--label", "bootstrap.cluster=llama", "--label", "bootstrap.host=gpu-a",
         "--label", "bootstrap.role=head", "--label", f"bootstrap.spec={head.spec_hash}",
         "--entrypoint", "ray", "vllm/vllm-openai:v0.8.5",
@@ -29,6 +32,16 @@ def test_head_and_worker_argv_exact():
     assert "VLLM_HOST_IP=10.10.0.12" in worker.options
     assert "NCCL_SOCKET_IFNAME=ens6" in worker.options
     assert "nofile=65536:65536" in worker.options
+
+
+def test_the_compile_caches_sit_on_a_volume_per_host_and_cluster_env_can_move_them():
+    inv = gpu_inventory()
+    host = replace(inv.hosts[0], env=(*inv.hosts[0].env, ("TRITON_CACHE_DIR", "/scratch/triton")))
+    opts = container_spec(inv, host, nofile=1024).options
+    assert "bootstrap-vllm-compile-cache:/var/cache/bootstrap-compile" in opts
+    assert "TRITON_CACHE_DIR=/scratch/triton" in opts
+    assert "TRITON_CACHE_DIR=/var/cache/bootstrap-compile/triton" not in opts
+    assert "TORCHINDUCTOR_CACHE_DIR=/var/cache/bootstrap-compile/inductor" in opts
 
 
 @pytest.mark.parametrize("value, flag", [

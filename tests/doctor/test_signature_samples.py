@@ -191,6 +191,24 @@ SAMPLES: dict[str, tuple[str, ...]] = {
         "ValueError: User-specified max_model_len (131072) is greater than the derived max_model_len (None=8192 "
         "in model's config.json). This may lead to incorrect model",
     ),
+    "vllm-bad-argument": (
+        # test_signatures.py (test_root_cause_of_a_refused_command_line_is_vllms_usage_error): the sandbox's vLLM
+        "vllm: error: unrecognized arguments: --no-such-vllm-flag",
+        # built from argparse's error format for a bad value
+        "vllm serve: error: argument --max-model-len: invalid human_readable_int value: 'lots'",
+    ),
+    "kv-cache-too-small": (
+        # built from vllm/v1/core/kv_cache_utils.py (check_enough_kv_cache_memory)
+        "(EngineCore_DP0 pid=18799) ERROR 10-08 20:33:48 [core.py:708] ValueError: To serve at least one request "
+        "with the models's max seq len (40960), (5.62 GiB KV cache is needed, which is larger than the available "
+        "KV cache memory (4.50 GiB). Based on the available memory, the estimated maximum model length is 32768.",
+        "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+        "initializing the engine.",
+    ),
+    "serve-container-exited": (
+        # checks/keeper.py, as the sandbox fleet's kill test prints it
+        "keeper: bootstrap-vllm-serve was Exited (137) 3 seconds ago: started (204)",
+    ),
 }
 
 CASES = [pytest.param(id, line, id=f"{id}-{n}") for id, lines in SAMPLES.items() for n, line in enumerate(lines)]

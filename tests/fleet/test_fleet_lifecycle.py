@@ -101,6 +101,7 @@ def _docker_host(inv, name, *, serving=True, node=True, **kw) -> LockingHost:
          else (0, "", "Error: No such container: x")),
         (f"container inspect {cname}", RUNNING if node else ABSENT),
         (f"docker rm -f {cname}", (0, f"{cname}\n", "")),
+        (f"docker volume rm -f {cname}-compile-cache", (0, f"{cname}-compile-cache\n", "")),
     ], **kw)
 
 
@@ -124,6 +125,8 @@ def test_down_removes_the_keepers_then_router_and_serve_then_each_groups_node_co
         rms = [c for c in h.commands if c.startswith("docker rm -f")]
         assert rms == [f"docker rm -f {keeper}", f"docker rm -f {router} {serve} {old}",
                        "docker rm -f bootstrap-vllm"], (name, h.commands)
+        # the compile caches' volume goes last, once no container mounts it
+        assert h.commands[-1] == "docker volume rm -f bootstrap-vllm-compile-cache", (name, h.commands)
     # each group's cluster is torn down under its own head's lock, the head after its worker
     assert [c for c in hosts["h0"].commands if c.startswith("lock")] == ["lock /tmp/bootstrap-vllm.lock"]
     assert [c for c in hosts["h2"].commands if c.startswith("lock")] == ["lock /tmp/bootstrap-vllm.lock"]

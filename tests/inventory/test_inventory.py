@@ -974,8 +974,11 @@ DEEP_BLOCK = "".join(f"r{j}:\n" + "".join("  " * (i + 1) + f"k{i}:\n" for i in r
          "blank-lines", "one-comment"],
 )
 def test_hostile_yaml_is_refused_quickly(tmp_path, text, expect):
+    """Refused within a bounded amount of work: seconds of CPU time (process_time, not wall clock)
+    where an unbounded parse takes minutes. The two largest cases take 1.2 and 1.7 s of CPU on this
+    2-core CI machine kind (2026-11-25), so the bound is 5 s, not the 2 s that made them flaky."""
     err, seconds = timed_error(tmp_path, text)
-    assert expect in str(err) and seconds < 2
+    assert expect in str(err) and seconds < 5
 
 
 # --------------------------------------------------------------------------------------------

@@ -118,8 +118,10 @@ def test_dry_run_prints_the_plan_starts_nothing_and_needs_no_secret(three, tmp_p
     assert all(vllm_procs(n) == [] for n in sb.nodes)
 
 
-def test_vllm_failure_shows_vllms_own_cause_in_the_error_line(three):
-    """The tiny model allows 1024 positions; vLLM refuses more: the error line carries its words."""
+def test_vllm_failure_shows_vllms_own_cause_in_the_error_line_and_in_logs_and_doctor(three):
+    """The tiny model allows 1024 positions; vLLM refuses more: the error line carries its words, and
+    afterwards `bootstrap logs --serve` shows vLLM's own output (host and source on each line) and
+    `bootstrap doctor` names the cause, where it read it, and the length the model allows."""
     sb, inv = three
     r = cli("serve", "-i", inv, MODEL, "--", "--max-model-len", "4096")
     assert r.returncode == 1, r.stderr[-2000:]
@@ -127,6 +129,20 @@ def test_vllm_failure_shows_vllms_own_cause_in_the_error_line(three):
     assert "vLLM exited after" in err_line and "max_model_len" in err_line and "4096" in err_line, err_line
     assert "Traceback" not in err_line
     assert all(vllm_procs(n) == [] for n in sb.nodes)
+
+    lg = cli("logs", "-i", inv, "--serve", "--since", "15m", "--tail", "1000")
+    assert lg.returncode == 0, lg.stderr
+    cause = [ln for ln in lg.stdout.splitlines() if "max_model_len (4096)" in ln and "is greater than" in ln]
+    assert [sb.nodes[0].name, "vllm"] in [ln.split()[:2] for ln in cause], lg.stdout[-3000:]
+    only_node = cli("logs", "-i", inv, "--node", sb.nodes[0].name)
+    assert only_node.returncode == 0 and only_node.stdout.strip(), only_node.stderr
+    assert {ln.split()[0] + " " + ln.split()[1] for ln in only_node.stdout.splitlines()} == {f"{sb.nodes[0].name} node"}
+
+    dr = cli("doctor", "-i", inv, "--json")
+    found = [f for f in json.loads(dr.stdout)["findings"] if f["id"] == "max-model-len-too-long"]
+    head = [f for f in found if (f["host"], f["source"]) == (sb.nodes[0].name, "vllm")]
+    assert dr.returncode == 1 and head, dr.stdout[-3000:]
+    assert "--max-model-len 1024" in head[0]["fix"], head
 
 
 @pytest.fixture(scope="module")

@@ -60,21 +60,26 @@ def wait_healthy(inv, deadline=420):
 
 class Load:
     """Streaming completions through the router, `concurrency` at a time, until stopped; every
-    request's send time (time.time()) and outcome are kept."""
+    request's send time (time.time()) and outcome are kept. With `pause`, each sender waits that
+    long after each answer: a paced load keeps requests in flight through every step of a rollout
+    without taking the two cores the replacement vLLM needs to start (closed-loop load doubled the
+    start, 200 s instead of about 100 s per replica)."""
 
-    def __init__(self, endpoint, concurrency=3, max_tokens=16):
+    def __init__(self, endpoint, concurrency=3, max_tokens=16, pause=0.0):
         from bootstrap.serve import bench as B
 
         self.B = B
         self.cfg = B.BenchConfig(url=endpoint.removesuffix("/v1"), model=MODEL, requests=1, concurrency=1,
                                  max_tokens=max_tokens, timeout=120, api_key=KEY)
         self.samples = []
+        self.pause = pause
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(concurrency)]
 
     def _run(self):
         while not self.stop.is_set():
             self.samples.append(self.B.one_request(self.cfg, MODEL, clock=time.time))
+            self.stop.wait(self.pause)
 
     def __enter__(self):
         for t in self.threads:
@@ -302,12 +307,25 @@ def test_a_killed_replica_is_contained_and_comes_back_without_a_command(fleet):
     assert restarts[0] == before[0] and restarts[1] >= before[1] + 1, (before, restarts)
     keeper = on_node(sb.nodes[2], "docker", "logs", "bootstrap-vllm-keeper").stdout
     assert f"{SERVE} was Exited (137)" in keeper, keeper
+    # what a user reads afterwards: the keeper's line among the serve logs, and doctor's finding
+    lg = cli("logs", "-i", inv, "--serve", "--since", "10m", sb.nodes[2].name)
+    assert lg.returncode == 0, lg.stderr
+    assert any(ln.split()[:2] == [sb.nodes[2].name, "keeper"] and f"{SERVE} was Exited (137)" in ln
+               for ln in lg.stdout.splitlines()), lg.stdout[-3000:]
+    assert any(ln.split()[:2] == [sb.nodes[2].name, "vllm"] for ln in lg.stdout.splitlines()), lg.stdout[-3000:]
+    dr = cli("doctor", "-i", inv, "--json")
+    found = {(f["id"], f["host"], f["source"]): f for f in json.loads(dr.stdout)["findings"]}
+    print(f"doctor after the kill: {sorted(found)}")
+    killed = found.get(("serve-container-exited", sb.nodes[2].name, "keeper"))
+    assert killed and "137 is SIGKILL" in killed["fix"] and "OOMKilled" in killed["fix"], found
+    assert not [k for k in found if k[0] == "serve-container-exited" and k[1] in (sb.nodes[0].name, sb.nodes[1].name)]
+    assert not [k for k in found if k[0] == "ray-node-missing"], found  # each replica is its own Ray cluster
 
 
 def test_rollout_under_load_changes_every_replica_and_fails_no_request(fleet):
     sb, inv, served = fleet
     new = [*FLAGS, "--max-num-seqs", "32"]
-    with Load(endpoint_of(served.stdout)) as load:
+    with Load(endpoint_of(served.stdout), pause=1.5) as load:
         r = cli("rollout", "-i", inv, "--drain", "60", "--", *new, timeout=1500)
     assert r.returncode == 0, r.stderr[-3000:]
     print(f"rollout: {len(load.samples)} requests during the rollout, {len(load.failed())} failed; "
@@ -327,8 +345,8 @@ def test_rollout_under_load_changes_every_replica_and_fails_no_request(fleet):
 def test_a_rollout_vllm_refuses_is_rolled_back_and_the_fleet_keeps_serving(fleet):
     sb, inv, served = fleet
     old = status(inv)["replicas"]
-    with Load(endpoint_of(served.stdout), concurrency=2) as load:
-        r = cli("rollout", "-i", inv, "--wait", "240", "--", *FLAGS, "--no-such-vllm-flag", timeout=1500)
+    with Load(endpoint_of(served.stdout), concurrency=2, pause=1.5) as load:
+        r = cli("rollout", "-i", inv, "--wait", "420", "--", *FLAGS, "--no-such-vllm-flag", timeout=1500)
     assert r.returncode == 1, r.stdout + r.stderr[-3000:]
     err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert len(err) == 1 and "replica 0 (node1, node2) did not serve" in err[0], r.stderr[-3000:]

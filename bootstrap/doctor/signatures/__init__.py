@@ -22,6 +22,7 @@ A new signature is one entry in its data module and a sample line in tests/docto
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping
 
 from bootstrap.doctor.signatures import container, nccl, ray, resources, vllm
@@ -49,7 +50,7 @@ from bootstrap.doctor.signatures.rootcause import root_cause, root_cause_of
 __all__ = [
     "GIB", "MAX_EVIDENCE", "PER_NODE_ENV", "SEVERITIES", "SIGNATURES", "SOCKET_IFNAME_VARS", "Finding",
     "HostReport", "Interface", "Pattern", "Signature", "check_cluster", "mask_secrets", "parse_ip_addr",
-    "root_cause", "root_cause_of", "scan_log", "scan_logs", "signature", "sort_findings",
+    "root_cause", "root_cause_of", "scan_log", "scan_logs", "scan_sources", "signature", "sort_findings",
 ]
 
 #: Every signature, in a stable order (the data modules' in turn).
@@ -78,4 +79,19 @@ def scan_logs(logs: Mapping[str | None, str], *, infiniband: bool = False) -> li
     out: list[Finding] = []
     for host, text in logs.items():
         out.extend(scan_log(host, text, infiniband=infiniband))
+    return sort_findings(out)
+
+
+def scan_sources(logs: Mapping[tuple[str | None, str], str], *, infiniband: bool = False) -> list[Finding]:
+    """`scan_log` over each log a host holds ({(host, source): text}: the node container's, vLLM's,
+    the keeper's, the router's, Prometheus'), each finding naming its source. One finding per
+    signature and host (the first source's, in the mapping's order); a symptom is dropped when a
+    signature naming its cause is found in any log of the same host (vLLM's refusal explains the
+    node log's symptom)."""
+    per_host: dict[str | None, dict[str, Finding]] = {}
+    for (host, source), text in logs.items():
+        for f in scan_log(host, text, infiniband=infiniband):
+            per_host.setdefault(host, {}).setdefault(f.id, replace(f, source=source))
+    out = [f for found in per_host.values() for f in found.values()
+           if not any(cause in found for cause in signature(f.id).suppressed_by)]
     return sort_findings(out)

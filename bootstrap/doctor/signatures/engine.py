@@ -29,6 +29,9 @@ class Finding:
     evidence: str
     #: What to do: flags, variables, commands.
     fix: str
+    #: The log it was seen in (doctor/logsources.SOURCES: node, vllm, keeper, router, prometheus); None:
+    #: not from a log (a check of values gathered from the hosts).
+    source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,14 @@ class Signature:
     sources: tuple[str, ...] = ()
     #: Builds the fix from the evidence line, when the fix depends on what the line names.
     fix_for: Callable[[str], str] | None = field(default=None, compare=False, repr=False)
+
+
+def fix_from(regex: re.Pattern, default: str, build: Callable[[re.Match], str]) -> Callable[[str], str]:
+    """A `Signature.fix_for`: the fix built from what `regex` finds in the evidence line, else `default`."""
+    def fix(line: str) -> str:
+        m = regex.search(line)
+        return build(m) if m else default
+    return fix
 
 
 def pattern(regex: str, severity: str | None = None, *, needle: str | None = None) -> Pattern:

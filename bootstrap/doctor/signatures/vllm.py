@@ -1,11 +1,12 @@
 """vLLM's own checks of its configuration against the model: --tp against the attention heads, --pp
-against the layers, --max-model-len against the model's context.
+against the layers, --max-model-len against the model's context and the memory left for the KV cache;
+vLLM refusing its command line; and a serve container that exited under the fleet's keeper.
 """
 from __future__ import annotations
 
 import re
 
-from bootstrap.doctor.signatures.engine import Signature
+from bootstrap.doctor.signatures.engine import Signature, fix_from
 from bootstrap.doctor.signatures.engine import pattern as _p
 
 _TP_PLAN = ("put the other GPUs into pipeline stages: `bootstrap serve MODEL --tp T --pp P` with T x P = all "
@@ -44,6 +45,47 @@ def _max_len_fix(line: str) -> str:
             f"--max-model-len {limit}` (or less), or leave --max-model-len out to use the model's own; a longer "
             "context needs RoPE scaling (--hf-overrides with rope_scaling) plus VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
             "in the containers' environment.")
+
+
+_BAD_ARG_FIX = ("Check the flags after `--` against this image's vLLM: `bootstrap exec -i INV --container -- vllm "
+                "serve --help` lists them (flags change between vLLM versions); `bootstrap serve --dry-run` shows "
+                "the command each node runs.")
+_BAD_ARG = re.compile(r"error: (?:unrecognized arguments: (\S+)|argument ([^:\s]+))")
+
+
+_bad_arg_fix = fix_from(_BAD_ARG, _BAD_ARG_FIX, lambda m: (
+    f"vLLM does not accept {m[1] or m[2]} as given: drop or correct it after `--` in `bootstrap serve` (or the "
+    "rollout), checking `bootstrap exec -i INV --container -- vllm serve --help` for this image's vLLM."))
+
+
+_KV_FIX = ("Lower --max-model-len after `--` (`bootstrap serve MODEL -- --max-model-len N`), raise "
+           "--gpu-memory-utilization, or spread the model over more GPUs (a larger TP or PP leaves more memory "
+           "per GPU for the cache); on CPU, raise VLLM_CPU_KVCACHE_SPACE in the containers' environment.")
+_EST_LEN = re.compile(r"estimated maximum model length is (\d+)")
+
+
+_kv_fix = fix_from(_EST_LEN, _KV_FIX, lambda m: (
+    f"vLLM estimates the memory left holds {m[1]} tokens: pass `bootstrap serve MODEL -- --max-model-len {m[1]}` "
+    "(or less), or free memory for the cache: raise --gpu-memory-utilization or spread the model over more GPUs "
+    "(a larger TP or PP)."))
+
+
+_EXITED_FIX = ("Read that member's vLLM output for why it stopped: `bootstrap logs -i INV --serve HOST`; a group "
+               "restarts whole when one member goes, so the other members' restarts follow from it.")
+_EXIT_CODE = re.compile(r"keeper: (\S+) was Exited \((\d+)\)")
+
+
+def _exited(m: re.Match) -> str:
+    name, code = m[1], int(m[2])
+    if code == 137:
+        return (f"Exit 137 is SIGKILL: a `docker kill`, or the kernel's OOM killer; on the host, "
+                f"`docker inspect -f '{{{{.State.OOMKilled}}}}' {name}` and `dmesg | grep -i oom` say which. "
+                "Give vLLM less to hold (--max-model-len, --max-num-seqs, VLLM_CPU_KVCACHE_SPACE on CPU) or the "
+                "host more memory. " + _EXITED_FIX)
+    return f"vLLM exited with code {code}. " + _EXITED_FIX
+
+
+_exited_fix = fix_from(_EXIT_CODE, _EXITED_FIX, _exited)
 
 
 SIGNATURES: tuple[Signature, ...] = (
@@ -113,4 +155,37 @@ SIGNATURES: tuple[Signature, ...] = (
                  "https://github.com/xorbitsai/inference/issues/1715",
                  "vllm-project/vllm vllm/config/model.py (_get_and_verify_max_len)"),
     ),
+    Signature(
+        id="vllm-bad-argument",
+        severity="error",
+        patterns=(_p(r"\bvllm(?: serve)?: error: \S.*", needle=": error: "),),
+        title="vLLM refused its command line: a flag this vLLM does not know, or a value it does not accept",
+        fix=_BAD_ARG_FIX,
+        fix_for=_bad_arg_fix,
+        sources=("python argparse (ArgumentParser.error: '%(prog)s: error: %(message)s')",
+                 "vllm-project/vllm vllm/entrypoints/cli/main.py"),
+    ),
+    Signature(
+        id="kv-cache-too-small",
+        severity="error",
+        patterns=(_p(r"KV cache is needed, which is larger than the available KV cache memory",
+                     needle="larger than the available kv cache memory"),
+                  _p(r"No available memory for the cache blocks")),
+        title="The memory left after the model's weights cannot hold the KV cache of one request of "
+              "--max-model-len tokens",
+        fix=_KV_FIX,
+        fix_for=_kv_fix,
+        sources=("vllm-project/vllm vllm/v1/core/kv_cache_utils.py (check_enough_kv_cache_memory)",
+                 "vllm-project/vllm vllm/v1/worker/gpu_worker.py (determine_available_memory)"),
+    ),
+    Signature(
+        id="serve-container-exited",
+        severity="warning",
+        patterns=(_p(r"^keeper: \S+ was Exited \(\d+\)", needle="keeper: "),),
+        title="A replica's serve container exited and the keeper started it again (the group restarted)",
+        fix=_EXITED_FIX,
+        fix_for=_exited_fix,
+        sources=("checks/keeper.py (this project: the line it prints when it starts an exited container)",),
+    ),
 )
+
