@@ -24,5 +24,5 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || { echo "dev-setup: dockerd did not start; see /var/log/bootstrap-dockerd.log" >&2; exit 1; }
 fi
 
-python3 -m pip install -q -e '.[test]' 2>&1 | grep -v -i "running pip as the 'root' user" || true
+python3 -m pip install -q -e '.[test,docs]' 2>&1 | grep -v -i "running pip as the 'root' user" || true
 command -v bootstrap >/dev/null || { echo "dev-setup: the bootstrap command is not on PATH" >&2; exit 1; }

@@ -18,6 +18,7 @@ from bootstrap.cli.params import (
     SECONDS,
     FilePath,
     Seconds,
+    accept_keys_option,
     check_command_words,
     check_host_names,
     check_hosts,
@@ -40,6 +41,7 @@ from bootstrap.cli.render import LineReporter
 from bootstrap.cluster import plan as PL
 from bootstrap.cluster import run as A
 from bootstrap.errors import BootstrapError, ExitStatus, UsageError
+from bootstrap.remote.fanout import DEFAULT_PARALLEL
 from bootstrap.remote.session import Session
 from bootstrap.serve import plan as P
 
@@ -86,6 +88,26 @@ class _Command(_KnowsCommand, click.Command):
     pass
 
 
+#: The root help's sections: every command in one (a test checks), in the order a newcomer meets them.
+SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("cluster", ("validate", "plan", "up", "status", "exec", "down")),
+    ("checks", ("check-nccl", "doctor", "logs")),
+    ("serving", ("serve", "rollout", "bench")),
+    ("observe", ("top", "monitor")),
+    ("sandbox (try it on one machine)", ("sandbox",)),
+)
+#: What each exit code means, for --help (errors.ExitStatus documents them in the code).
+EXIT_MEANINGS = {
+    ExitStatus.OK: "done",
+    ExitStatus.ERROR: "a step on a host failed, or a check found an error",
+    ExitStatus.BAD_INPUT: "bad input (inventory, arguments): nothing was touched on any host",
+    ExitStatus.PREFLIGHT: "a host is not ready (unreachable, no Docker, wrong GPUs, no Ray): nothing changed",
+    ExitStatus.TIMEOUT: "a deadline passed",
+    ExitStatus.LOCKED: "another up/down holds the cluster lock: nothing changed",
+    ExitStatus.INTERRUPTED: "interrupted (Ctrl-C, SIGTERM): each host's state is listed",
+}
+
+
 class _Main(_KnowsCommand, click.Group):
     """The root command: click's usage errors (bad value, missing argument, unknown option or
     command) become one line on stderr and exit 2, like every other error here. Its commands and
@@ -93,6 +115,24 @@ class _Main(_KnowsCommand, click.Group):
 
     command_class = _Command
     group_class = type
+
+    def format_commands(self, ctx, formatter) -> None:
+        """The commands in SECTIONS, a section each; one not placed there goes under "other"."""
+        listed = {n for _, names in SECTIONS for n in names}
+        rest = sorted(n for n in self.list_commands(ctx) if n not in listed)
+        for title, names in (*SECTIONS, ("other", tuple(rest))):
+            rows = [(n, self.commands[n].get_short_help_str(formatter.width - 6 - 12))
+                    for n in names if n in self.commands and not self.commands[n].hidden]
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+    def format_epilog(self, ctx, formatter) -> None:
+        with formatter.section("Exit codes"):
+            formatter.write_dl([(str(int(s)), EXIT_MEANINGS[s]) for s in ExitStatus])
+        with formatter.section("Shell completion"):
+            formatter.write_text('bash: eval "$(_BOOTSTRAP_COMPLETE=bash_source bootstrap)" in ~/.bashrc '
+                                 '(zsh_source, fish_source for zsh and fish)')
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
@@ -114,21 +154,15 @@ class _Main(_KnowsCommand, click.Group):
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="bootstrap-vllm")
 def main() -> None:
-    """Turn GPU machines reachable over SSH and running Docker into one vLLM/Ray cluster.
+    """Turn GPU machines reachable over SSH and running Docker into one vLLM serving service.
 
     \b
-    bootstrap validate -i hosts.yaml    check the inventory (no host contacted)
-    bootstrap plan   -i hosts.yaml      what each host would get (no host contacted)
-    bootstrap up     -i hosts.yaml      start the Ray cluster of vLLM containers
-    bootstrap status -i hosts.yaml      containers and Ray nodes, per host
-    bootstrap down   -i hosts.yaml      stop Ray and remove the containers
-    bootstrap exec   -i hosts.yaml -- CMD  run CMD on every host (--container: in its container)
-    bootstrap check-nccl -i hosts.yaml  prove the nodes can all-reduce, with bandwidth
-    bootstrap doctor -i hosts.yaml      known failure signatures -> cause and fix
-    bootstrap logs   -i hosts.yaml -f   every node's container log in one stream
-    bootstrap serve  -i hosts.yaml MODEL  vllm serve across the cluster (TP=GPUs/node, PP=nodes)
-    bootstrap bench  -i hosts.yaml      load the endpoint: TTFT / ITL / E2E percentiles
-    bootstrap sandbox up --nodes 3      a local cluster of simulated hosts to try it on
+    bootstrap up -i hosts.yaml           start a vLLM container on every host, joined as one cluster
+    bootstrap check-nccl -i hosts.yaml   prove the nodes can all-reduce, with bandwidth
+    bootstrap serve -i hosts.yaml MODEL  serve MODEL with a split the model can take
+
+    Every command takes -i/--inventory (default $BOOTSTRAP_INVENTORY, then ./hosts.yaml) and
+    -h/--help. The documentation: docs/ in the repository (mkdocs serve).
     """
 
 
@@ -231,6 +265,7 @@ def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_key
 # -- status --------------------------------------------------------------------------------------
 @main.command()
 @inventory_option
+@accept_keys_option
 @parallel_option
 @json_option
 def status(inventory, parallel, as_json):
@@ -325,9 +360,11 @@ def exec_(inventory, container, only, parallel, timeout, accept_new_host_keys, a
 # -- down ----------------------------------------------------------------------------------------
 @main.command()
 @inventory_option
+@accept_keys_option
 @parallel_option
 @lock_wait_option
-def down(inventory, parallel, lock_wait):
+@json_option
+def down(inventory, parallel, lock_wait, as_json):
     """Stop Ray and remove the container on every host (workers first). A second run is a no-op.
 
     With replicas (cluster.replicas > 1) first the keepers, the router and the serve containers, then
@@ -337,21 +374,21 @@ def down(inventory, parallel, lock_wait):
     """
     def go():
         inv = read_inventory(inventory)
+        rep = LineReporter(quiet=as_json)
         if inv.cluster.replicas > 1:
             from bootstrap.fleet import lifecycle as FLC
 
-            res = FLC.down_fleet(inv, parallel=parallel, reporter=LineReporter(), lock_wait=lock_wait)
-            render.fleet_down(inv.cluster.replicas)
-            for group in res.replicas:
-                render.down(group)
+            res = FLC.down_fleet(inv, parallel=parallel, reporter=rep, lock_wait=lock_wait)
+            render.down_result(list(res.replicas), as_json, fleet=res.fleet_removed)
             return
-        render.down(A.down(inv, parallel=parallel, reporter=LineReporter(), lock_wait=lock_wait))
+        render.down_result([A.down(inv, parallel=parallel, reporter=rep, lock_wait=lock_wait)], as_json)
     _run(go)
 
 
 # -- check-nccl ----------------------------------------------------------------------------------
 @main.command("check-nccl")
 @inventory_option
+@accept_keys_option
 @parallel_option
 @click.option("--deadline", type=SECONDS, default=180.0, show_default=True,
               help="Seconds for the whole check; a node that does not answer in time is named.")
@@ -386,6 +423,7 @@ def check_nccl(inventory, parallel, deadline, sizes, iters, backend, as_json):
 # -- doctor --------------------------------------------------------------------------------------
 @main.command()
 @inventory_option
+@accept_keys_option
 @parallel_option
 @json_option
 def doctor(inventory, parallel, as_json):
@@ -411,6 +449,7 @@ def doctor(inventory, parallel, as_json):
 # -- logs ----------------------------------------------------------------------------------------
 @main.command()
 @inventory_option
+@accept_keys_option
 @click.argument("hosts", nargs=-1)
 @click.option("--hosts", "only", default=None, callback=check_host_names,
               help="Only these hosts, comma-separated (the same as naming them as arguments; default: all).")
@@ -468,6 +507,7 @@ def logs(inventory, hosts, only, groups, since, follow, tail, parallel, as_json)
 # -- serve ---------------------------------------------------------------------------------------
 @main.command(context_settings={"ignore_unknown_options": True})
 @inventory_option
+@accept_keys_option
 @parallel_option
 @click.argument("model", required=False)
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
@@ -576,6 +616,7 @@ def _serve_fleet(inv, model, extra, tp, pp, backend, sync_model, wait, listen, s
 # -- rollout -------------------------------------------------------------------------------------
 @main.command(context_settings={"ignore_unknown_options": True})
 @inventory_option
+@accept_keys_option
 @parallel_option
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 @click.option("--model", default=None, help="The model to change to (default: the one served).")
@@ -622,6 +663,7 @@ def rollout(inventory, parallel, extra, model, image, keep_flags, max_unavailabl
 # -- top -----------------------------------------------------------------------------------------
 @main.command()
 @inventory_option
+@accept_keys_option
 @click.option("--interval", type=click.FloatRange(0.5, 60), default=2.0, show_default=True,
               help="Seconds between looks.")
 @click.option("--once", is_flag=True, help="Take two looks --interval apart, print one frame and exit.")
@@ -679,6 +721,7 @@ def top(inventory, interval, once, source, as_json):
 # -- bench ---------------------------------------------------------------------------------------
 @main.command()
 @inventory_option
+@accept_keys_option
 @click.option("--url", default=None, callback=check_url,
               help="Endpoint to load (default: the inventory's head and vLLM port; with replicas, the router, "
                    "and the requests each replica served are reported).")
@@ -745,11 +788,11 @@ def monitor():
     """
 
 
-def _monitor_session(inventory, reporter=None, *, connect: bool = True):
+def _monitor_session(inventory, reporter=None, *, connect: bool = True, parallel: int = DEFAULT_PARALLEL):
     """connect=False: connect on first use (`monitor status` asks the monitor host only, and says so
     when that host is unreachable)."""
     inv = read_inventory(inventory, require_secrets=False)  # nothing secret goes to the monitoring containers
-    sess = Session(inv, reporter=reporter)
+    sess = Session(inv, reporter=reporter, parallel=parallel)
     if connect:
         sess.connect()
     return inv, sess
@@ -757,10 +800,12 @@ def _monitor_session(inventory, reporter=None, *, connect: bool = True):
 
 @monitor.command("up")
 @inventory_option
+@accept_keys_option
+@parallel_option
 @click.option("--wait", type=SECONDS, default=120.0, show_default=True,
               help="Seconds to wait for every target to be up.")
 @json_option
-def monitor_up(inventory, wait, as_json):
+def monitor_up(inventory, parallel, wait, as_json):
     """Start (or update) the exporters and Prometheus; the scrape configuration is generated from
     the inventory on every run, and a running Prometheus reloads it. Exit 1 if an exporter, Ray or
     Prometheus target is down (vLLM's and the router's come up when `serve` runs).
@@ -770,7 +815,7 @@ def monitor_up(inventory, wait, as_json):
     from bootstrap.monitor import run as MON
 
     def go():
-        inv, sess = _monitor_session(inventory, LineReporter(quiet=as_json))
+        inv, sess = _monitor_session(inventory, LineReporter(quiet=as_json), parallel=parallel)
         with sess:
             res = MON.monitor_up(sess, wait=wait)
         render.monitor_up(inv, res, as_json)
@@ -781,8 +826,10 @@ def monitor_up(inventory, wait, as_json):
 
 @monitor.command("status")
 @inventory_option
+@accept_keys_option
+@parallel_option
 @json_option
-def monitor_status(inventory, as_json):
+def monitor_status(inventory, parallel, as_json):
     """List every scrape target up or down, as Prometheus sees it (exit 1 if one is down).
 
     Example: bootstrap monitor status -i hosts.yaml
@@ -790,7 +837,7 @@ def monitor_status(inventory, as_json):
     from bootstrap.monitor import run as MON
 
     def go():
-        inv, sess = _monitor_session(inventory, connect=False)
+        inv, sess = _monitor_session(inventory, connect=False, parallel=parallel)
         with sess:
             res = MON.monitor_status(sess)
         render.monitor_status(res, as_json)
@@ -801,8 +848,11 @@ def monitor_status(inventory, as_json):
 
 @monitor.command("down")
 @inventory_option
+@accept_keys_option
+@parallel_option
 @click.option("--purge", is_flag=True, help="Also delete Prometheus' stored samples (its data volume).")
-def monitor_down(inventory, purge):
+@json_option
+def monitor_down(inventory, parallel, purge, as_json):
     """Remove Prometheus and the exporters from every host.
 
     Example: bootstrap monitor down -i hosts.yaml --purge
@@ -810,10 +860,10 @@ def monitor_down(inventory, purge):
     from bootstrap.monitor import run as MON
 
     def go():
-        inv, sess = _monitor_session(inventory, LineReporter())
+        inv, sess = _monitor_session(inventory, LineReporter(quiet=as_json), parallel=parallel)
         with sess:
             res = MON.monitor_down(sess, purge=purge)
-        render.monitor_down(len(res), purge)
+        render.monitor_down(res, purge, as_json)
     _run(go)
 
 

@@ -31,7 +31,12 @@ def read_inventory(path: str | None, check_files: bool = True, require_secrets: 
                else "is a directory, not an inventory file" if os.path.isdir(path) else None)
         if why is not None:
             raise click.BadParameter(f"{path if path.strip() else repr(path)}: {why}", param_hint=given)
-    return load_inventory(path, check_files=check_files, require_secrets=require_secrets)
+    inv = load_inventory(path, check_files=check_files, require_secrets=require_secrets)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.meta.get(ACCEPT_NEW_KEYS):  # --accept-new-host-keys on this command
+        from dataclasses import replace
+        inv = replace(inv, cluster=replace(inv.cluster, ssh=replace(inv.cluster.ssh, accept_new_host_keys=True)))
+    return inv
 
 
 def quote(value: str, limit: int = 60) -> str:
@@ -96,6 +101,21 @@ parallel_option = click.option(
     "--parallel", type=click.IntRange(1, 1024), default=DEFAULT_PARALLEL, show_default=True,
     help="How many hosts to work on at once.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON document on stdout.")
+#: ctx.meta key: --accept-new-host-keys was given (read_inventory applies it to the inventory's SSH settings)
+ACCEPT_NEW_KEYS = "bootstrap.accept_new_host_keys"
+
+
+def _accept_new_keys(ctx, param, value):
+    if value:
+        ctx.meta[ACCEPT_NEW_KEYS] = True
+    return value
+
+
+#: The same flag on every command that opens SSH connections (up and exec take it as a parameter of
+#: their own, spelled the same).
+accept_keys_option = click.option(
+    "--accept-new-host-keys", is_flag=True, expose_value=False, callback=_accept_new_keys,
+    help="Trust and record SSH host keys not yet known (changed keys are still refused).")
 lock_wait_option = click.option(
     "--lock-wait", type=Seconds(0, 86400), default=0.0, show_default=True,
     help="Seconds to wait for another `up`/`down` on this cluster to finish (0: refuse at once, exit 5).")

@@ -367,7 +367,7 @@ def _status_lines(inv, st) -> list[str]:
                      + _escape(f"(backend {v.backend}, TP={v.tp} PP={v.pp}, {len(v.nodes)} node(s), "
                                f"up {_uptime(v.uptime_s)})"))
         if v.kv is not None:
-            lines.append(f"KV cache: {v.kv.tokens:,} tokens")
+            lines.append(_escape(kv_line(v.kv)))
     if st.dashboard:
         lines.append(_dashboard_line("Ray dashboard", st.dashboard, inv.head))
     return lines
@@ -450,8 +450,19 @@ def exec_results(res, as_json: bool) -> None:
 
 
 # -- down ----------------------------------------------------------------------------------------
-def fleet_down(replicas: int) -> None:
-    out.print(_escape(f"removed the serve containers, the router and the keepers of {replicas} replicas"))
+def down_result(groups, as_json: bool, fleet=None) -> None:
+    """down's result: per replica group (one without replicas) the hosts whose container was removed
+    and those that had none; with replicas first the fleet's own containers removed per host."""
+    if as_json:
+        doc = {"groups": [{"removed": list(g.removed), "absent": list(g.absent)} for g in groups]}
+        if fleet is not None:
+            doc["fleet_removed"] = {h: list(names) for h, names in fleet.items()}
+        _json(doc)
+        return
+    if fleet is not None:
+        out.print(_escape(f"removed the serve containers, the router and the keepers of {len(groups)} replicas"))
+    for g in groups:
+        down(g)
 
 
 def down(res) -> None:
@@ -633,8 +644,16 @@ def served(res, as_json: bool) -> None:
                       f"(backend {res.backend}, TP={res.parallelism.tp}, PP={res.parallelism.pp}); "
                       f"ready in {res.ready_seconds:.0f}s"))
     if kv is not None:
-        out.print(f"KV cache: {kv.tokens:,} tokens ({_escape(kv.source_line.strip()[:120])})")
+        out.print(_escape(kv_line(kv)))
     out.print("try: " + _escape(res.curl()))
+
+
+def kv_line(kv) -> str:
+    """The KV cache capacity as figures: tokens, and how many requests of the longest length fit."""
+    line = f"KV cache: {kv.tokens:,} tokens"
+    if kv.concurrency is not None and kv.request_tokens:
+        line += f" ({kv.concurrency:g} requests of {kv.request_tokens:,} tokens at once)"
+    return line
 
 
 def fleet_serve_stopped(replicas: int) -> None:
@@ -799,8 +818,11 @@ def monitor_status(res, as_json: bool) -> None:
         targets(res)
 
 
-def monitor_down(hosts: int, purge: bool) -> None:
-    out.print(_escape(f"monitoring removed from {hosts} host(s)" + (" (data purged)" if purge else "")))
+def monitor_down(removed: dict, purge: bool, as_json: bool) -> None:
+    if as_json:
+        _json({"hosts": removed, "purged": purge})
+        return
+    out.print(_escape(f"monitoring removed from {len(removed)} host(s)" + (" (data purged)" if purge else "")))
 
 
 # -- sandbox -------------------------------------------------------------------------------------

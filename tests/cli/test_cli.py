@@ -16,7 +16,8 @@ from rich.table import Table
 from bootstrap.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+#: where every command is documented with its example: the commands page of the site
+COMMANDS_PAGE = (ROOT / "docs" / "commands.md").read_text()
 
 
 def commands(group=main, prefix=()):
@@ -29,9 +30,9 @@ def commands(group=main, prefix=()):
 
 
 @pytest.mark.parametrize("path,cmd", list(commands()), ids=lambda x: " ".join(x) if isinstance(x, tuple) else "")
-def test_every_command_has_help_with_an_example_and_is_in_the_readme(path, cmd):
+def test_every_command_has_help_with_an_example_and_is_on_the_commands_page(path, cmd):
     assert cmd.help and "Example:" in cmd.help, path
-    assert f"bootstrap {' '.join(path)}" in README, path
+    assert f"bootstrap {' '.join(path)}" in COMMANDS_PAGE, path
 
 
 @pytest.mark.parametrize("path,cmd", list(commands()), ids=lambda x: " ".join(x) if isinstance(x, tuple) else "")
@@ -303,3 +304,80 @@ def test_bench_png_without_matplotlib_names_the_extra(tmp_path, monkeypatch):
     r = CliRunner().invoke(main, ["bench", "-i", str(inv), "--png", str(tmp_path / "out.png")])
     assert r.exit_code == 2, r.output
     assert "pip install 'bootstrap-vllm[png]'" in r.output and "Traceback" not in r.output
+
+
+def test_the_kv_cache_line_is_figures_not_vllms_log_line():
+    """Seen on the main job: `KV cache: 524,288 tokens ((EngineCore pid=595) INFO ... Maximum concurrency)`."""
+    from bootstrap.cli.render import kv_line
+    from bootstrap.serve.plan import kv_capacity
+
+    log = ("(EngineCore pid=595) INFO 11-25 10:00:00 [kv_cache_utils.py:1087] CPU KV cache size: 524,288 tokens\n"
+           "(EngineCore pid=595) INFO 11-25 10:00:00 [kv_cache_utils.py:1091] Maximum concurrency for 256 tokens "
+           "per request: 2048.00x\n")
+    assert kv_line(kv_capacity(log)) == "KV cache: 524,288 tokens (2048 requests of 256 tokens at once)"
+    assert kv_line(kv_capacity(log.splitlines()[0])) == "KV cache: 524,288 tokens"
+
+
+def test_the_root_help_groups_every_command_and_lists_the_exit_codes():
+    from click.testing import CliRunner
+
+    from bootstrap.cli import EXIT_MEANINGS, SECTIONS
+    from bootstrap.errors import ExitStatus
+
+    placed = [n for _, names in SECTIONS for n in names]
+    assert sorted(placed) == sorted(main.commands) and len(set(placed)) == len(placed)
+    out = CliRunner().invoke(main, ["--help"]).output
+    for title, names in SECTIONS:
+        assert f"\n{title}:\n" in out and all(f"  {n}  " in out for n in names), title
+    assert "\nother:" not in out
+    for status in ExitStatus:
+        assert f"  {int(status):<3}  {EXIT_MEANINGS[status]}"[:40] in out, status
+    assert "_BOOTSTRAP_COMPLETE=bash_source bootstrap" in out
+
+
+def test_shell_completion_completes_command_names(monkeypatch):
+    import subprocess
+    import sys
+
+    env = {"COMP_WORDS": "bootstrap lo", "COMP_CWORD": "1", "_BOOTSTRAP_COMPLETE": "bash_complete"}
+    r = subprocess.run([sys.executable, "-m", "bootstrap"], cwd=ROOT, capture_output=True, text=True,
+                       env={**__import__("os").environ, **env}, timeout=60)
+    assert r.returncode == 0 and r.stdout.split() == ["plain,logs"], (r.stdout, r.stderr)
+
+
+#: Commands that read the inventory but contact no host (no SSH: no host keys, no parallelism).
+OFFLINE = {("validate",), ("plan",)}
+#: Commands that look at every host at once by design: a live view (top) or one endpoint (bench).
+ALL_AT_ONCE = {("top",), ("bench",)}
+
+
+@pytest.mark.parametrize("path,cmd", [(p, c) for p, c in commands() if p[0] != "sandbox"],
+                         ids=lambda x: " ".join(x) if isinstance(x, tuple) else "")
+def test_options_that_mean_the_same_are_on_every_command_that_needs_them(path, cmd):
+    opts = {o for p in cmd.params for o in p.opts}
+    assert {"-i", "--inventory"} <= opts, path
+    if path in OFFLINE:
+        assert "--accept-new-host-keys" not in opts and "--parallel" not in opts
+        return
+    assert {"--accept-new-host-keys", "--json"} <= opts, path
+    assert ("--parallel" in opts) == (path not in ALL_AT_ONCE), path
+
+
+def test_accept_new_host_keys_reaches_the_inventory_every_session_reads(tmp_path):
+    from click.testing import CliRunner
+
+    from bootstrap.cli.params import accept_keys_option, inventory_option, read_inventory
+
+    inv_file = tmp_path / "hosts.yaml"
+    inv_file.write_text("cluster: {accelerator: none}\nhosts:\n  - {name: a, address: 10.0.0.1}\n")
+    seen = []
+
+    @click.command()
+    @inventory_option
+    @accept_keys_option
+    def probe(inventory):
+        seen.append(read_inventory(inventory, check_files=False).cluster.ssh.accept_new_host_keys)
+
+    assert CliRunner().invoke(probe, ["-i", str(inv_file)]).exit_code == 0
+    assert CliRunner().invoke(probe, ["-i", str(inv_file), "--accept-new-host-keys"]).exit_code == 0
+    assert seen == [False, True]

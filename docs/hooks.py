@@ -1,0 +1,39 @@
+"""mkdocs hook: the pages generated from the code, so they cannot drift from it.
+
+`<!-- generated: troubleshooting -->` in a page becomes one section per doctor signature
+(bootstrap/doctor/signatures): what the user sees (a sample log line, from signatures/samples.py),
+the cause, the fix, and where the message comes from.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# the checkout this site is built from, before any installed copy of the package
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+MARK_TROUBLE = "<!-- generated: troubleshooting -->"
+
+
+def troubleshooting() -> str:
+    from bootstrap.doctor.signatures import SIGNATURES
+    from bootstrap.doctor.signatures.samples import SAMPLES
+
+    out = []
+    for sig in SIGNATURES:
+        sample = SAMPLES[sig.id][0]
+        out += [f"### {sig.title}", "",
+                f"`{sig.id}`, {sig.severity}{' (when InfiniBand is configured)' if sig.requires else ''}. "
+                "What you see, in a log `bootstrap logs` shows and as the evidence of `bootstrap doctor`:", "",
+                "```text", sample, "```", "",
+                f"**Fix.** {sig.fix}", ""]
+        links = [s for s in sig.sources if s.startswith("https://")]
+        if links:
+            out += ["Seen in: " + ", ".join(f"<{u}>" for u in links), ""]
+    return "\n".join(out)
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    if MARK_TROUBLE in markdown:
+        markdown = markdown.replace(MARK_TROUBLE, troubleshooting())
+    return markdown
