@@ -75,8 +75,11 @@ class Host:
 
 @dataclass(frozen=True)
 class Ports:
+    #: Ray's GCS on the head (`ray start --port`).
     ray_gcs: int = 6379
+    #: Ray's dashboard on the head.
     dashboard: int = 8265
+    #: vLLM's OpenAI-compatible API (each replica's head).
     vllm: int = 8000
     #: Ray's Prometheus metrics export on every node (`ray start --metrics-export-port`)
     ray_metrics: int = 8080
@@ -93,8 +96,11 @@ class SSHSettings:
     #: Trust and record keys of hosts not yet known (like ssh's StrictHostKeyChecking=accept-new).
     #: A changed key is always refused.
     accept_new_host_keys: bool = False
+    #: Seconds to wait for a host's SSH connection.
     connect_timeout: float = 10.0
+    #: Seconds a remote command may run unless the step sets its own deadline.
     command_timeout: float = 600.0
+    #: Retries of a refused or reset connection, with backoff (timeouts are not retried).
     connect_retries: int = 3
 
 
@@ -108,7 +114,9 @@ class Router:
 
     #: the host that runs it (None: the first replica's head)
     host: str | None = None
+    #: The router's port (the fleet's endpoint).
     port: int = 30000
+    #: How the router spreads requests (vllm-router's policies).
     policy: str = "power_of_two"
     #: its Prometheus metrics port
     metrics_port: int = 29000
@@ -125,25 +133,35 @@ class Monitor:
 
     #: the host that runs Prometheus (None: the head)
     host: str | None = None
+    #: Prometheus' port.
     port: int = 9090
+    #: Each host's node exporter.
     node_exporter_port: int = 9100
     #: seconds between scrapes
     scrape_interval: int = 5
     #: how long Prometheus keeps samples (its --storage.tsdb.retention.time)
     retention: str = "15d"
+    #: The Prometheus image.
     image: str = "prom/prometheus:v2.53.4"
+    #: The node exporter image.
     node_exporter_image: str = "prom/node-exporter:v1.8.2"
     #: NVIDIA's DCGM exporter on every host (GPU clusters)
     dcgm: bool = False
+    #: The DCGM exporter image.
     dcgm_image: str = "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04"
+    #: Each host's DCGM exporter.
     dcgm_port: int = 9400
 
 
 @dataclass(frozen=True)
 class Cluster:
+    #: The cluster's name: in labels, the lock file and messages (lowercase letters, digits, '-').
     name: str = "vllm"
+    #: The vLLM image every node runs (with or without Ray).
     image: str = DEFAULT_IMAGE
+    #: The node container's name on every host; the fleet's containers and volumes take it as prefix.
     container_name: str = DEFAULT_CONTAINER_NAME
+    #: `gpu`: `docker run --gpus all`, nvidia-smi checked; `none`: CPU hosts (the sandbox).
     accelerator: Accelerator = "gpu"
     #: ray: each container runs `ray start` (head/worker); none: the container only holds the
     #: node (vLLM's native multi-node mode, for images that do not ship Ray). None (unset): `up`
@@ -155,13 +173,17 @@ class Cluster:
     mounts: tuple[str, ...] = ()
     #: ``--ipc host`` (default) or a ``--shm-size`` when ipc_host is False.
     ipc_host: bool = True
+    #: The container's /dev/shm when ipc_host is false.
     shm_size: str = "10.24g"
+    #: The ports bootstrap uses on every host (cluster.ports).
     ports: Ports = field(default_factory=Ports)
     #: Environment for every node (NCCL_*/GLOO_*), before per-host overrides.
     env: tuple[tuple[str, str], ...] = ()
     #: Secrets taken from the caller's environment (HF_TOKEN by default, when set).
     secrets: tuple[Secret, ...] = ()
+    #: Pass /dev/infiniband with IPC_LOCK and an unlimited memlock (never --privileged).
     infiniband: bool = False
+    #: `docker run --privileged`: only when a setup needs it; InfiniBand does not.
     privileged: bool = False
     #: nofile ulimit for the container; None: the host's hard limit (read as a fact).
     nofile: int | None = None
@@ -175,10 +197,13 @@ class Cluster:
     #: Where the head's Ray dashboard listens: ``localhost`` (Ray's default, 127.0.0.1),
     #: ``data-plane`` (the head's ip), ``all`` (0.0.0.0) or a literal IP address.
     dashboard_host: str = "localhost"
+    #: SSH settings for every host (cluster.ssh).
     ssh: SSHSettings = field(default_factory=SSHSettings)
     #: Serving groups: the hosts split, in order, into this many equal groups, each its own head.
     replicas: int = 1
+    #: vllm-router in front of the replicas (cluster.router).
     router: Router = field(default_factory=Router)
+    #: Prometheus and the exporters of `bootstrap monitor` (cluster.monitor).
     monitor: Monitor = field(default_factory=Monitor)
 
 

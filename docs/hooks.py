@@ -2,7 +2,9 @@
 
 `<!-- generated: troubleshooting -->` in a page becomes one section per doctor signature
 (bootstrap/doctor/signatures): what the user sees (a sample log line, from signatures/samples.py),
-the cause, the fix, and where the message comes from.
+the cause, the fix, and where the message comes from. `<!-- generated: inventory -->` becomes the
+inventory reference (bootstrap/inventory/reference.py: every key, what it takes, its default, what
+it does, from the validators and the dataclasses the inventory is read into).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 MARK_TROUBLE = "<!-- generated: troubleshooting -->"
+MARK_INVENTORY = "<!-- generated: inventory -->"
 
 
 def troubleshooting() -> str:
@@ -36,4 +39,7 @@ def troubleshooting() -> str:
 def on_page_markdown(markdown: str, page, config, files) -> str:
     if MARK_TROUBLE in markdown:
         markdown = markdown.replace(MARK_TROUBLE, troubleshooting())
+    if MARK_INVENTORY in markdown:
+        from bootstrap.inventory.reference import markdown as inventory_reference
+        markdown = markdown.replace(MARK_INVENTORY, inventory_reference())
     return markdown

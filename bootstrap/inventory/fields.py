@@ -57,6 +57,19 @@ def _expect_str(value: Any, loc: _Loc) -> str:
     return value
 
 
+def accepts(validator: Validator) -> str:
+    """What a field's validator takes, in words (the inventory reference prints it; every validator
+    of a field says it, which tests/inventory/test_reference.py checks)."""
+    text = getattr(validator, "accepts", "")
+    return text() if callable(text) else text
+
+
+def _described(text: str, validator: Validator) -> Validator:
+    """A validator (a function or a lambda) with its `accepts` set."""
+    validator.accepts = text
+    return validator
+
+
 def _string(value: Any, loc: _Loc) -> str:
     value = _expect_str(value, loc)
     if not value:
@@ -73,6 +86,7 @@ def _pattern(rx: str, hint: str) -> Validator:
             loc.fail(f"{_quote(value)} is not valid: {hint}")
         return value
 
+    check.accepts = hint
     return check
 
 
@@ -88,6 +102,8 @@ def _int(lo: int | None = None, hi: int | None = None) -> Validator:
             loc.fail(f"must be at most {hi}, got {_int_text(value)}")
         return value
 
+    check.accepts = ("an integer" + (f" from {lo}" if lo is not None else "")
+                     + (f" to {hi}" if hi is not None else ""))
     return check
 
 
@@ -131,6 +147,7 @@ def _choice(*options: str) -> Validator:
             loc.fail(f"expected {' or '.join(options)}, got {_describe(value)}")
         return value
 
+    check.accepts = " or ".join(f"`{o}`" for o in options)
     return check
 
 
@@ -138,6 +155,7 @@ def _optional(inner: Validator) -> Validator:
     def check(value: Any, loc: _Loc) -> Any:
         return None if value is None else inner(value, loc)
 
+    check.accepts = lambda: accepts(inner)  # read when asked: inner's may be set later in this module
     return check
 
 
@@ -149,6 +167,7 @@ def _list(inner: Validator) -> Validator:
             loc.fail(f"expected a list, got {_describe(value)}")
         return tuple(inner(item, loc.item(value, i)) for i, item in enumerate(value))
 
+    check.accepts = lambda: f"a list, each {accepts(inner)}"
     return check
 
 
@@ -488,7 +507,7 @@ _CLUSTER_FIELDS: dict[str, Validator] = {
     "mounts": _list(_mount),
     "ipc_host": _bool,
     "shm_size": _shm_size,
-    "ports": lambda v, loc: v,  # checked in _ports (needs the locations of every port)
+    "ports": _described("a mapping: cluster.ports below", lambda v, loc: v),  # checked in _ports
     "env": _env,
     "secrets": _list(_env_name),
     "infiniband": _bool,
@@ -498,16 +517,17 @@ _CLUSTER_FIELDS: dict[str, Validator] = {
     "peer_copy": _bool,
     "ray_args": _list(_string),
     "dashboard_host": _dashboard_host,
-    "ssh": lambda v, loc: v,  # checked in _ssh
+    "ssh": _described("a mapping: cluster.ssh below", lambda v, loc: v),  # checked in _ssh
     "replicas": _int(1, _MAX_HOSTS),
-    "router": lambda v, loc: v,  # checked in _router (needs the ports and the secrets)
-    "monitor": lambda v, loc: v,  # checked in _monitor (needs the ports)
+    # checked in _router (needs the ports and the secrets) and _monitor (needs the ports)
+    "router": _described("a mapping: cluster.router below", lambda v, loc: v),
+    "monitor": _described("a mapping: cluster.monitor below", lambda v, loc: v),
 }
 
 _RETENTION_RX = re.compile(r"[1-9][0-9]*(ms|s|m|h|d|w|y)")
 
 _MONITOR_FIELDS: dict[str, Validator] = {
-    "host": lambda v, loc: _host_name(v, loc),
+    "host": _described("the name of a host of the inventory", lambda v, loc: _host_name(v, loc)),
     "port": _port,
     "node_exporter_port": _port,
     "scrape_interval": _int(1, 3600),
@@ -520,12 +540,13 @@ _MONITOR_FIELDS: dict[str, Validator] = {
 }
 
 _ROUTER_FIELDS: dict[str, Validator] = {
-    "host": lambda v, loc: _host_name(v, loc),
+    "host": _described("the name of a host of the inventory", lambda v, loc: _host_name(v, loc)),
     "port": _port,
     "policy": _choice(*ROUTER_POLICIES),
     "metrics_port": _port,
     "health_interval": _int(1, 60),
-    "api_key": lambda v, loc: _secret_ref(v, loc),
+    "api_key": _described("the name of a secret in cluster.secrets (the key stays in your environment)",
+                          lambda v, loc: _secret_ref(v, loc)),
 }
 
 _API_KEY_HINT = ("name the secret in cluster.secrets that holds the key; the key itself belongs in your "
@@ -746,3 +767,28 @@ _TOO_MANY_HOSTS = (
     f"more than {_MAX_HOSTS} hosts: bootstrap makes one Ray cluster, and Ray supports"
     f" {_MAX_HOSTS} nodes in one; split the machines into several clusters"
 )
+
+
+# What the plain validators take, in words (the inventory reference; see `accepts`).
+for _fn, _text in (
+    (_string, "a non-empty string"),
+    (_nofile, f"an integer from 1024 to {NOFILE_MAX}"),
+    (_positive_number, "a positive number of seconds, at most a week"),
+    (_bool, "`true` or `false`"),
+    (_path, "a path on this machine (`~` is expanded), not starting with `-`"),
+    (_remote_abs_path, "an absolute path on the hosts, without `:` or `,`"),
+    (_abs_path, "an absolute path, without `:`"),
+    (_image, "a Docker image reference (`repo[:tag]` or `repo@sha256:...`)"),
+    (_shm_size, "a size: `10.24g`, `512m` or a number of bytes"),
+    (_mount, "`SRC:DST[:ro|rw]`: an absolute host path or a volume name, and an absolute path in the container "
+             "that is not a system directory"),
+    (_address, "a host name, an IP address or a Host alias of ~/.ssh/config, without user or port"),
+    (_jump, "a bastion, `[user@]host[:port]`"),
+    (_ip, "an IPv4 or IPv6 address of this host (not the unspecified, broadcast or a multicast address)"),
+    (_dashboard_host, "`localhost`, `data-plane`, `all` or an IP address"),
+    (_env_name, "an environment variable name (letters, digits, `_`)"),
+    (_env, "a mapping of environment variable names to values"),
+    (_host_name, "a name: letters, digits, `_`, `.`, `-`, starting with a letter or digit"),
+):
+    _fn.accepts = _text
+
