@@ -4,7 +4,8 @@
 (bootstrap/doctor/signatures): what the user sees (a sample log line, from signatures/samples.py),
 the cause, the fix, and where the message comes from. `<!-- generated: inventory -->` becomes the
 inventory reference (bootstrap/inventory/reference.py: every key, what it takes, its default, what
-it does, from the validators and the dataclasses the inventory is read into).
+it does, from the validators and the dataclasses the inventory is read into); `<!-- generated: rack -->`
+the checks of `up`'s rack preflight (bootstrap/cluster/rack.py CHECKS).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 MARK_TROUBLE = "<!-- generated: troubleshooting -->"
 MARK_INVENTORY = "<!-- generated: inventory -->"
+MARK_RACK = "<!-- generated: rack -->"
 
 
 def troubleshooting() -> str:
@@ -39,6 +41,9 @@ def troubleshooting() -> str:
 def on_page_markdown(markdown: str, page, config, files) -> str:
     if MARK_TROUBLE in markdown:
         markdown = markdown.replace(MARK_TROUBLE, troubleshooting())
+    if MARK_RACK in markdown:
+        from bootstrap.cluster.rack import CHECKS
+        markdown = markdown.replace(MARK_RACK, "\n".join(f"- `{k}`: {v}" for k, v in CHECKS.items()))
     if MARK_INVENTORY in markdown:
         from bootstrap.inventory.reference import markdown as inventory_reference
         markdown = markdown.replace(MARK_INVENTORY, inventory_reference())

@@ -22,7 +22,8 @@ import pytest
 PKG = Path(__file__).resolve().parent.parent / "bootstrap"
 
 PURE = ("bootstrap.errors", "bootstrap.model", "bootstrap.exposure", "bootstrap.inventory", "bootstrap.containers",
-        "bootstrap.cluster.plan", "bootstrap.cluster.imagecopy", "bootstrap.cluster.facts",
+        "bootstrap.cluster.plan", "bootstrap.cluster.imagecopy", "bootstrap.cluster.facts", "bootstrap.cluster.rack",
+        "bootstrap.inventory.reference", "bootstrap.doctor.logsources",
         "bootstrap.nccl.parse", "bootstrap.doctor.signatures", "bootstrap.doctor.rules",
         "bootstrap.serve.plan", "bootstrap.fleet.plan", "bootstrap.monitor.plan", "bootstrap.monitor.metrics")
 CAPABILITIES = ("cluster", "nccl", "doctor", "serve", "fleet", "monitor")

@@ -40,6 +40,7 @@ from bootstrap.cli.params import (
 from bootstrap.cli.render import LineReporter
 from bootstrap.cluster import plan as PL
 from bootstrap.cluster import run as A
+from bootstrap.cluster.rack import CHECKS as RACK_CHECKS
 from bootstrap.errors import BootstrapError, ExitStatus, UsageError
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
 from bootstrap.remote.session import Session
@@ -220,19 +221,25 @@ def plan(inventory, as_json):
 @click.option("--allow-partial", is_flag=True,
               help="Start the cluster on the hosts that pass connect and preflight; workers that do not are "
                    "left as they are and named (the head is never optional).")
+@click.option("--skip-check", "skip_checks", multiple=True, type=click.Choice(sorted(RACK_CHECKS)),
+              help="Skip one check of the rack preflight (repeatable); every check runs by default: "
+                   + "; ".join(f"{k}: {v}" for k, v in RACK_CHECKS.items()) + ".")
 @lock_wait_option
 @json_option
-def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_keys, allow_partial, lock_wait,
-       as_json):
+def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_keys, allow_partial, skip_checks,
+       lock_wait, as_json):
     """Start the vLLM container on every host: the Ray head, then the workers.
 
     Idempotent: a second run with the same inventory changes nothing; a changed spec recreates
-    only the affected containers (and all workers when the head changes).
+    only the affected containers (and all workers when the head changes). Before anything changes,
+    a preflight refuses hosts that would break the cluster later (Docker, GPUs, the data-plane
+    interface and MTU, InfiniBand/RoCE ports, clocks, /dev/shm, nofile), one line per host with the fix.
 
     Example: bootstrap up -i hosts.yaml
     """
     opts = dict(parallel=parallel, dry_run=dry_run, load_image=load_image, pull=pull, wait=wait,
-                accept_new_host_keys=accept_new_host_keys, allow_partial=allow_partial, lock_wait=lock_wait)
+                accept_new_host_keys=accept_new_host_keys, allow_partial=allow_partial, lock_wait=lock_wait,
+                skip_checks=frozenset(skip_checks))
 
     def go():
         inv = read_inventory(inventory)

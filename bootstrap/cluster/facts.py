@@ -8,14 +8,18 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 # The container inspect and its parser live in the neutral pure bootstrap/containers.py, which
 # remote/docker.py reads too (remote never imports cluster); re-exported here for the facts' readers.
 from bootstrap.containers import ContainerState, container_inspect_cmd, parse_container_inspect
 from bootstrap.errors import CommandFailed, PreflightFailed
+
+if TYPE_CHECKING:
+    from bootstrap.cluster.rack import RackFacts
 
 
 class Runner(Protocol):
@@ -45,6 +49,8 @@ class HostFacts:
     ray_ok: frozenset[str] = frozenset()
     #: Markers of image IDs found without `ray` on this host (ray_none_marker names).
     ray_none: frozenset[str] = frozenset()
+    #: What the rack preflight reads (bootstrap.cluster.rack): clock, links, addresses, /dev/shm, IB ports.
+    rack: "RackFacts | None" = None
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -187,12 +193,24 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool) -> HostF
     # The other facts are independent: read them a few at a time (one SSH channel each, far
     # below sshd's MaxSessions). Docker CLI starts are what a host spends most CPU on here, so
     # the container and the image are asked for in one.
-    cmds = {"nofile": NOFILE_HARD, "inspect": inspect_both_cmd(container, image), "ray_ok": LIST_RAY_OK}
+    from bootstrap.cluster.rack import RACK_FACTS, parse_rack
+
+    cmds = {"nofile": NOFILE_HARD, "inspect": inspect_both_cmd(container, image), "ray_ok": LIST_RAY_OK,
+            "rack": RACK_FACTS}
     if want_gpus:
         cmds["gpus"] = NVIDIA_SMI
+    sent: dict[str, float] = {}
+    received: dict[str, float] = {}
+
+    def timed(k: str, argv: Sequence[str]):
+        sent[k] = time.time()
+        try:
+            return ssh.run(argv, timeout=60 if k == "gpus" else 30, check=False, query=True)
+        finally:
+            received[k] = time.time()
+
     with ThreadPoolExecutor(max_workers=FACT_CHANNELS) as pool:
-        futs = {k: pool.submit(ssh.run, argv, timeout=60 if k == "gpus" else 30, check=False, query=True)
-                for k, argv in cmds.items()}
+        futs = {k: pool.submit(timed, k, argv) for k, argv in cmds.items()}
         got = {k: f.result() for k, f in futs.items()}
     gpus = None
     if want_gpus:
@@ -212,7 +230,10 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool) -> HostF
     return HostFacts(docker_version=version, runtimes=runtimes, gpus=gpus,
                      nofile_hard=parse_nofile(got["nofile"].stdout), container=cstate,
                      image_id=image_id or None, ray_ok=parse_ray_ok(got["ray_ok"].stdout),
-                     ray_none=parse_ray_ok(got["ray_ok"].stdout, RAY_NONE_PREFIX))
+                     ray_none=parse_ray_ok(got["ray_ok"].stdout, RAY_NONE_PREFIX),
+                     # not checked: a host without iproute2 or /sys/class/infiniband prints less; what
+                     # is missing is not checked (rack.check_rack skips facts it does not have)
+                     rack=parse_rack(got["rack"].stdout, sent=sent.get("rack"), received=received.get("rack")))
 
 
 def check_preflight(name: str, facts: HostFacts, *, want_gpus: int | None) -> None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import image as IM
 from bootstrap.cluster import probe
+from bootstrap.cluster import rack as RK
 from bootstrap.cluster import ray as R
 from bootstrap.cluster import runtime as RT
 from bootstrap.cluster.plan import (
@@ -21,13 +22,14 @@ from bootstrap.cluster.plan import (
     RayView,
     all_alive,
     compile_cache_volume,
+    node_env,
     plan_up,
     ray_checks_needed,
     stale_registrations,
     with_ray_members,
 )
 from bootstrap.cluster.ray import HEAD_GRACE, RAY_WAIT_TAG
-from bootstrap.errors import BootstrapError, CommandFailed, GroupError, Interrupted, UsageError
+from bootstrap.errors import BootstrapError, CommandFailed, GroupError, Interrupted, PreflightFailed, UsageError
 from bootstrap.model import Host, Inventory
 from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, GroupResult
@@ -91,7 +93,7 @@ class UpResult:
 def up(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None,
        dry_run: bool = False, load_image: bool | None = None, pull: bool = False,
        wait: float = 180.0, accept_new_host_keys: bool | None = None, allow_partial: bool = False,
-       lock_wait: float = 0.0) -> UpResult:
+       lock_wait: float = 0.0, skip_checks: frozenset[str] = frozenset()) -> UpResult:
     """Bring the cluster up. Ctrl-C / SIGTERM stops the remote work and raises
     :class:`Interrupted` with the state each host is in (a re-run continues from there). A fleet
     (cluster.replicas > 1) is refused: bootstrap.fleet.lifecycle.up_fleet brings it up."""
@@ -100,7 +102,7 @@ def up(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter |
                  accept_new_host_keys=accept_new_host_keys) as sess:
         try:
             return _up(sess, dry_run=dry_run, load_image=load_image, pull=pull, wait=wait,
-                       allow_partial=allow_partial, lock_wait=lock_wait)
+                       allow_partial=allow_partial, lock_wait=lock_wait, skip_checks=skip_checks)
         except KeyboardInterrupt:
             raise interrupted(sess, "up") from None
 
@@ -116,8 +118,30 @@ def _usable(sess: Session, stage: str, results: GroupResult, allow_partial: bool
     skipped.update(failed)
 
 
+def rack_refusals(inv: Inventory, facts: Mapping[str, F.HostFacts], hosts: Sequence[Host],
+                  skip: frozenset[str] = frozenset()) -> GroupResult:
+    """The rack preflight (bootstrap.cluster.rack) over the hosts' facts: host -> PreflightFailed with
+    every finding on it (what, then the fixes), or True when it has none."""
+    nodes = []
+    for h in hosts:
+        f = facts[h.name]
+        if f.rack is None:
+            continue
+        driver = f.gpus[0].driver if f.gpus else None
+        nodes.append(RK.RackNode(h.name, h.ip, f.rack, node_env(h), driver, f.nofile_hard))
+    found = RK.check_rack(nodes, infiniband=inv.cluster.infiniband, ipc_host=inv.cluster.ipc_host, skip=skip)
+    out = GroupResult({h.name: True for h in hosts})
+    for h in hosts:
+        mine = [x for x in found if x.host == h.name]
+        if mine:
+            out[h.name] = PreflightFailed(
+                h.name, "; ".join(f"{x.what} [{x.check}]" for x in mine),
+                "; ".join(dict.fromkeys(x.fix for x in mine)) + " (or skip a check: up --skip-check NAME)")
+    return out
+
+
 def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wait: float,
-        allow_partial: bool, lock_wait: float) -> UpResult:
+        allow_partial: bool, lock_wait: float, skip_checks: frozenset[str] = frozenset()) -> UpResult:
     full = sess.inv
     load = full.cluster.load_image if load_image is None else load_image
     image = full.cluster.image
@@ -135,6 +159,11 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
     pre = sess.stage("preflight", live, lambda h: F.check_preflight(h.name, facts[h.name], want_gpus=gpus),
                      strict=False)
     _usable(sess, "preflight", pre, allow_partial, skipped)
+    live = [h for h in live if h.name not in skipped]
+    # across the nodes: what breaks a multi-node vLLM later (links, MTU, IB ports, clocks, ...)
+    t0 = sess.clock()
+    _usable(sess, "preflight", rack_refusals(full, facts, live, skip_checks), allow_partial, skipped)
+    sess.timings.add("rack", sess.clock() - t0)
     if skipped:
         from dataclasses import replace
         sess.inv = inv = replace(full, hosts=tuple(h for h in full.hosts if h.name not in skipped))

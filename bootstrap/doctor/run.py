@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from bootstrap.cluster import facts as F
+from bootstrap.cluster import plan as PL
+from bootstrap.cluster import rack as RK
 from bootstrap.cluster import ray as R
 from bootstrap.cluster import runtime as RT
 from bootstrap.doctor import logsources as LS
@@ -115,6 +117,7 @@ def doctor(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
             if image_size is None and f and f.image_id:
                 image_size = DK.image_size(sess.ssh[h.name], inv.cluster.image)
         findings += D.check_cluster(reports, image_size_bytes=image_size)
+        findings += _rack_findings(inv, {n: g[0] for n, g in got.succeeded.items() if g and g[0]}, order)
         findings += D.scan_sources(texts, infiniband=inv.cluster.infiniband)
         # runtime unset: what the containers were started with
         inv = RT.from_containers(inv, {n: g[0].container for n, g in got.succeeded.items() if g and g[0]})
@@ -133,6 +136,20 @@ def doctor(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
                         f"{', '.join(sorted(n.ip for n in view.nodes if n.alive)) or 'none'}",
                         "vLLM will wait for a placement group it cannot get: run `bootstrap up` to restart the node"))
     return DoctorReport(D.sort_findings(_dedupe(findings)), len(up))
+
+
+#: The rack checks doctor leaves to check_cluster, which reports the same (drivers, clocks, *_SOCKET_IFNAME).
+_RACK_IN_CHECK_CLUSTER = frozenset({"gpu-driver", "clock", "socket-ifname"})
+
+
+def _rack_findings(inv: Inventory, facts: dict[str, F.HostFacts], order: Sequence[Host]) -> list[D.Finding]:
+    """`up`'s rack preflight (bootstrap.cluster.rack) on demand: each finding as an error, `rack-<check>`."""
+    nodes = [RK.RackNode(h.name, h.ip, facts[h.name].rack, PL.node_env(h),
+                         facts[h.name].gpus[0].driver if facts[h.name].gpus else None, facts[h.name].nofile_hard)
+             for h in order if h.name in facts and facts[h.name].rack is not None]
+    found = RK.check_rack(nodes, infiniband=inv.cluster.infiniband, ipc_host=inv.cluster.ipc_host,
+                          skip=_RACK_IN_CHECK_CLUSTER)
+    return [D.Finding(f"rack-{x.check}", "error", x.host, RK.CHECKS[x.check], x.what, x.fix) for x in found]
 
 
 def _groups(inv: Inventory) -> list[Inventory]:

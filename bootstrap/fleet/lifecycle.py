@@ -60,7 +60,7 @@ class ReplicaUp:
 def up_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None,
              dry_run: bool = False, load_image: bool | None = None, pull: bool = False, wait: float = 180.0,
              accept_new_host_keys: bool | None = None, allow_partial: bool = False, lock_wait: float = 0.0,
-             on_replica: Callable[[int, Inventory], None] | None = None,
+             skip_checks: frozenset[str] = frozenset(), on_replica: Callable[[int, Inventory], None] | None = None,
              on_done: Callable[[ReplicaUp], None] | None = None) -> list[ReplicaUp]:
     """Bring every replica group's cluster up, one group after the other, each with its own head and
     Ray cluster (cluster.run.up with the same options, on FP.replica_inventory). The fleet's own
@@ -78,7 +78,7 @@ def up_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Repo
         t0, started_at = time.monotonic(), time.time()
         res = CR.up(group, parallel=parallel, reporter=reporter, dry_run=dry_run, load_image=load_image, pull=pull,
                     wait=wait, accept_new_host_keys=accept_new_host_keys, allow_partial=allow_partial,
-                    lock_wait=lock_wait)
+                    lock_wait=lock_wait, skip_checks=skip_checks)
         rep = ReplicaUp(k, group, res, time.monotonic() - t0, started_at)
         if on_done is not None:
             on_done(rep)

@@ -83,7 +83,16 @@ def test_wrong_interface_on_one_node(cluster, tmp_path):
     def bad_ifname(d):
         d["hosts"][2]["env"] = {"GLOO_SOCKET_IFNAME": "eth9"}
     inv = write_inventory(cluster.inventory, tmp_path / "badif.yaml", bad_ifname)
-    assert cli("up", "-i", inv).returncode == 0
+    # `up`'s rack preflight refuses it before anything changes, naming the node and the interface to use
+    before = [on_node(n, "docker", "inspect", "-f", "{{.Id}}", CONTAINER, check=False).stdout for n in cluster.nodes]
+    refused = cli("up", "-i", inv)
+    assert refused.returncode == 3, refused.stderr
+    assert f"{n3.name}: GLOO_SOCKET_IFNAME=eth9 selects no interface" in refused.stderr, refused.stderr
+    assert "set GLOO_SOCKET_IFNAME=eth0" in refused.stderr and "--skip-check" in refused.stderr
+    assert [on_node(n, "docker", "inspect", "-f", "{{.Id}}", CONTAINER, check=False).stdout
+            for n in cluster.nodes] == before
+    # an expert who skips the check gets the cluster, and check-nccl and doctor name the same cause
+    assert cli("up", "-i", inv, "--skip-check", "socket-ifname").returncode == 0
     t = time.monotonic()
     r, doc = nccl(inv, "--deadline", "60")
     took = time.monotonic() - t

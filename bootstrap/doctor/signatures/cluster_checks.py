@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from bootstrap.cluster.facts import parse_ip_addrs
+from bootstrap.cluster.rack import select_interfaces
 from bootstrap.doctor.signatures.engine import Finding, sort_findings
 from bootstrap.doctor.signatures.engine import one_line as _one_line
 
@@ -62,30 +63,11 @@ def parse_ip_addr(text: str) -> tuple[Interface, ...]:
 
 
 def _select_interfaces(var: str, value: str, ifaces: Sequence[Interface]) -> list[Interface] | None:
-    """The interfaces `value` selects; None when the value is not valid syntax for `var`.
-
-    NCCL_SOCKET_IFNAME: comma-separated prefixes; a leading ^ excludes them, a leading = matches names
-    exactly. GLOO_SOCKET_IFNAME: comma-separated exact names. TP_SOCKET_IFNAME: one exact name.
-    """
-    spec = value.strip()
+    """The interfaces with an address that `value` selects (bootstrap.cluster.rack.select_interfaces:
+    the variables' syntax); None when the value is not valid syntax for `var`."""
     usable = [i for i in ifaces if i.addresses]
-    if var == "NCCL_SOCKET_IFNAME":
-        exclude = spec.startswith("^")
-        spec = spec[1:] if exclude else spec
-        exact = spec.startswith("=")
-        spec = spec[1:] if exact else spec
-        names = [n.strip() for n in spec.split(",") if n.strip()]
-
-        def hit(i: Interface) -> bool:
-            return any(i.name == n if exact else i.name.startswith(n) for n in names)
-
-        return [i for i in usable if hit(i) != exclude]
-    if spec[:1] in ("^", "="):
-        return None
-    names = [n.strip() for n in spec.split(",") if n.strip()]
-    if var == "TP_SOCKET_IFNAME":
-        names = names[:1]
-    return [i for i in usable if i.name in names]
+    names = select_interfaces(var, value, [i.name for i in usable])
+    return None if names is None else [i for i in usable if i.name in names]
 
 
 def _describe(ifaces: Sequence[Interface]) -> str:

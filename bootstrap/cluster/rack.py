@@ -1,0 +1,312 @@
+"""The rack preflight: what breaks a multi-node vLLM later (a hung collective, a cryptic Ray or NCCL
+error), checked on every node before `up` changes anything, and on demand by `doctor`.
+
+Facts in, findings out; pure. One command per host (RACK_FACTS, read by `parse_rack`) gives the
+host's clock, its links (state, MTU), its addresses, the size of /dev/shm and its InfiniBand/RoCE
+ports as the kernel shows them under /sys/class/infiniband; the GPUs and the nofile limit come
+from the other facts. `check_rack` compares the nodes and returns a `RackFinding` per problem: the
+host, what is wrong or differs, and the fix. Each finding belongs to a named check (CHECKS) that an
+expert can skip (`up --skip-check NAME`).
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from bootstrap.cluster.facts import parse_ip_addrs
+
+#: Every check, by the name `--skip-check` takes, with what it looks at.
+CHECKS: dict[str, str] = {
+    "gpu-driver": "the NVIDIA driver version is the same on every node",
+    "data-interface": "the interface holding the node's IP exists and is up",
+    "socket-ifname": "NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME select an interface of the node",
+    "mtu": "the data-plane interfaces have the same MTU on every node",
+    "ib-port": "the InfiniBand/RoCE ports NCCL will use are ACTIVE",
+    "ib-link-layer": "the ports' link layer (InfiniBand or Ethernet) is the same on every node",
+    "roce-gid": "a RoCE port has a RoCE v2 GID",
+    "ib-hca": "every HCA NCCL_IB_HCA names exists on the node",
+    "clock": "the nodes' clocks agree",
+    "shm": "/dev/shm is large enough where containers share the host's (ipc_host)",
+    "nofile": "the open-files limit is high enough for Ray and vLLM",
+}
+#: Clocks further apart than this (seconds) are refused: Ray's and vLLM's timeouts, logs, tokens.
+MAX_SKEW_S = 2.0
+#: With --ipc host the containers use the host's /dev/shm (NCCL's SHM transport, vLLM's broadcast).
+MIN_SHM_BYTES = 1 << 30
+#: The open-files hard limit below which a node is refused: Ray and vLLM hold thousands of files and
+#: sockets on a busy node, and the containers get the host's hard limit (bootstrap.cluster.plan). Hosts
+#: left at 1024 or 4096 fail late with "Too many open files"; the sandbox's nodes have 20000
+#: (../shared/TESTBED.md), a usual systemd host 524288 or more.
+MIN_NOFILE = 8192
+
+#: One shell run on the host (not in a container): sections the parser splits on "== NAME".
+_SCRIPT = r"""
+echo "== clock"; date +%s.%N
+echo "== link"; ip -o link show 2>/dev/null
+echo "== addr"; ip -o addr show 2>/dev/null
+echo "== shm"; df -P -B1 /dev/shm 2>/dev/null | tail -n 1
+echo "== ib"
+[ -d /sys/class/infiniband ] && echo present
+for p in /sys/class/infiniband/*/ports/*; do
+  [ -d "$p" ] || continue
+  hca=${p#/sys/class/infiniband/}; hca=${hca%%/*}
+  v2=0
+  for t in "$p"/gid_attrs/types/*; do
+    [ "$(cat "$t" 2>/dev/null)" = "RoCE v2" ] && { v2=1; break; }
+  done
+  echo "$hca ${p##*/} $(tr -d ' ' < "$p/link_layer" 2>/dev/null) $v2 $(cat "$p/state" 2>/dev/null)"
+done
+"""
+RACK_FACTS: tuple[str, ...] = ("sh", "-c", _SCRIPT)
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str
+    #: the interface is administratively up and has a carrier (flags UP and LOWER_UP)
+    up: bool
+    mtu: int | None
+
+
+@dataclass(frozen=True)
+class IBPort:
+    hca: str
+    port: int
+    #: "InfiniBand" or "Ethernet" (RoCE)
+    link_layer: str
+    #: the port has a RoCE v2 GID (gid_attrs/types)
+    rocev2: bool
+    #: the state word: ACTIVE, DOWN, INIT, ARMED
+    state: str
+
+
+@dataclass(frozen=True)
+class RackFacts:
+    #: the host's clock minus this machine's at the moment it was read (SSH latency halved out)
+    clock_offset: float | None = None
+    links: tuple[Link, ...] = ()
+    #: (interface, address) pairs
+    addrs: tuple[tuple[str, str], ...] = ()
+    shm_bytes: int | None = None
+    #: None: no /sys/class/infiniband on the host
+    ib: tuple[IBPort, ...] | None = None
+
+
+def parse_rack(out: str, *, sent: float | None = None, received: float | None = None) -> RackFacts:
+    """RACK_FACTS' output; sent/received: this machine's time.time() around the command, to turn the
+    host's clock into an offset."""
+    sections: dict[str, list[str]] = {}
+    cur = None
+    for line in out.splitlines():
+        if line.startswith("== "):
+            cur = line[3:].strip()
+            sections[cur] = []
+        elif cur is not None and line.strip():
+            sections[cur].append(line)
+    offset = None
+    try:
+        remote = float(sections.get("clock", [""])[0])
+        if sent is not None and received is not None:
+            offset = remote - (sent + received) / 2
+    except (ValueError, IndexError):
+        pass
+    links = tuple(lk for lk in (parse_link(ln) for ln in sections.get("link", [])) if lk is not None)
+    addrs = parse_ip_addrs("\n".join(sections.get("addr", [])))
+    shm = None
+    parts = (sections.get("shm") or [""])[0].split()
+    if len(parts) >= 2 and parts[1].isdigit():
+        shm = int(parts[1])
+    ib_lines = sections.get("ib", [])
+    ib = None
+    if ib_lines and ib_lines[0] == "present":
+        ib = tuple(p for p in (parse_ib_port(ln) for ln in ib_lines[1:]) if p is not None)
+    return RackFacts(offset, links, addrs, shm, ib)
+
+
+_LINK = re.compile(r"^\d+:\s+([^:@\s]+)(?:@\S+)?:\s+<([^>]*)>.*?\bmtu (\d+)")
+
+
+def parse_link(line: str) -> Link | None:
+    """One line of `ip -o link show`: `2: eth0@if5: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 ...`."""
+    m = _LINK.match(line.strip())
+    if not m:
+        return None
+    flags = set(m[2].split(","))
+    return Link(m[1], "UP" in flags and "LOWER_UP" in flags, int(m[3]))
+
+
+def parse_ib_port(line: str) -> IBPort | None:
+    """`HCA PORT LINK_LAYER ROCEV2 STATE...` as RACK_FACTS prints it (state: `4: ACTIVE`)."""
+    parts = line.split(None, 4)
+    if len(parts) < 5 or not parts[1].isdigit():
+        return None
+    state = parts[4].split(":")[-1].strip().upper()
+    return IBPort(parts[0], int(parts[1]), parts[2], parts[3] == "1", state)
+
+
+# -- selections (NCCL's and Gloo's variables) ------------------------------------------------------
+def select_interfaces(var: str, value: str, names: Sequence[str]) -> list[str] | None:
+    """The interface names `value` selects among `names`; None when the value is not valid syntax for
+    `var`. NCCL_SOCKET_IFNAME: comma-separated prefixes; a leading ^ excludes them, a leading =
+    matches names exactly. GLOO_SOCKET_IFNAME: comma-separated exact names. TP_SOCKET_IFNAME: one
+    exact name."""
+    spec = value.strip()
+    if var == "NCCL_SOCKET_IFNAME":
+        exclude = spec.startswith("^")
+        spec = spec[1:] if exclude else spec
+        exact = spec.startswith("=")
+        spec = spec[1:] if exact else spec
+        wanted = [n.strip() for n in spec.split(",") if n.strip()]
+
+        def hit(name: str) -> bool:
+            return any(name == n if exact else name.startswith(n) for n in wanted)
+        return [n for n in names if hit(n) != exclude]
+    if spec.startswith(("^", "=")):
+        return None
+    wanted = [n.strip() for n in spec.split(",") if n.strip()]
+    if var == "TP_SOCKET_IFNAME":
+        wanted = wanted[:1]
+    return [n for n in names if n in wanted]
+
+
+def ib_hcas(value: str) -> tuple[bool, list[str]]:
+    """NCCL_IB_HCA: (exclusive list?, the HCA names it names). `mlx5_0:1,mlx5_1`, `=mlx5_0`,
+    `^mlx5_2` (an exclusion: not a list of HCAs the node must have)."""
+    spec = value.strip()
+    exclude = spec.startswith("^")
+    spec = spec.lstrip("^=")
+    return exclude, [p.split(":")[0].strip() for p in spec.split(",") if p.split(":")[0].strip()]
+
+
+# -- the checks -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RackNode:
+    """What the checks know of one node."""
+
+    host: str
+    #: the data-plane IP (the inventory's ip)
+    ip: str
+    facts: RackFacts
+    #: the node container's environment (the cluster's with the host's over it)
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: NVIDIA driver version (None: not a GPU host, or unknown)
+    driver: str | None = None
+    nofile_hard: int | None = None
+
+
+@dataclass(frozen=True)
+class RackFinding:
+    check: str
+    host: str
+    what: str
+    fix: str
+
+
+def _majority(values: Mapping[str, object]) -> object | None:
+    counts = Counter(values.values()).most_common()
+    if len(counts) > 1 and counts[0][1] == counts[1][1]:
+        return None
+    return counts[0][0] if counts else None
+
+
+def _differs(check: str, values: Mapping[str, object], what: str, fix: str) -> list[RackFinding]:
+    """A finding for each node whose value is not the majority's (every node when there is none)."""
+    if len(set(values.values())) <= 1:
+        return []
+    common = _majority(values)
+    listed = ", ".join(f"{h} {v}" for h, v in values.items())
+    return [RackFinding(check, h, f"{what}: {v}, " + (f"the other nodes {common}" if common is not None
+                                                       else f"the nodes differ ({listed})"), fix)
+            for h, v in values.items() if v != common]
+
+
+def _data_link(node: RackNode) -> Link | None:
+    holder = next((i for i, a in node.facts.addrs if a == node.ip), None)
+    return next((lk for lk in node.facts.links if lk.name == holder), None) if holder else None
+
+
+def _node_checks(n: RackNode, *, infiniband: bool, ipc_host: bool) -> list[RackFinding]:
+    out: list[RackFinding] = []
+    f = n.facts
+    names = [lk.name for lk in f.links]
+    if f.addrs:
+        holder = next((i for i, a in f.addrs if a == n.ip), None)
+        link = _data_link(n)
+        if holder is None:
+            out.append(RackFinding("data-interface", n.host, f"no interface holds its data-plane IP {n.ip}",
+                                   f"set hosts[].ip of {n.host} to an address `ip -o addr` lists on it"))
+        elif link is not None and not link.up:
+            out.append(RackFinding("data-interface", n.host, f"{holder}, which holds {n.ip}, is down",
+                                   f"bring it up on {n.host} (`ip link set {holder} up`; check the cable/switch port)"))
+    if names:
+        for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+            value = n.env.get(var)
+            if not value:
+                continue
+            chosen = select_interfaces(var, value, names)
+            if not chosen:
+                holder = next((i for i, a in f.addrs if a == n.ip), None)
+                out.append(RackFinding(
+                    "socket-ifname", n.host, f"{var}={value} selects no interface (it has {', '.join(names)})",
+                    f"set {var}" + (f"={holder} (the interface holding {n.ip})" if holder else "")
+                    + f" in {n.host}'s env"))
+    if infiniband:
+        if not f.ib:
+            out.append(RackFinding("ib-port", n.host, "no InfiniBand/RoCE port under /sys/class/infiniband",
+                                   "load the HCA driver (mlx5_ib) and check `ibstat`, or set infiniband: false"))
+        else:
+            exclude, wanted = ib_hcas(n.env.get("NCCL_IB_HCA", ""))
+            have = sorted({p.hca for p in f.ib})
+            if wanted and not exclude:
+                missing = [h for h in wanted if h not in have]
+                if missing:
+                    out.append(RackFinding("ib-hca", n.host, f"NCCL_IB_HCA names {', '.join(missing)}, which it "
+                                           f"does not have (it has {', '.join(have)})",
+                                           f"set NCCL_IB_HCA in {n.host}'s env to HCAs it has"))
+            used = [p for p in f.ib if (p.hca in wanted) != exclude] if wanted else list(f.ib)
+            for p in used:
+                if p.state != "ACTIVE":
+                    out.append(RackFinding("ib-port", n.host, f"{p.hca} port {p.port} is {p.state}, not ACTIVE",
+                                           f"check the cable and switch port of {p.hca} (`ibstat {p.hca}`), or "
+                                           "leave the HCA out of NCCL_IB_HCA"))
+                if p.link_layer == "Ethernet" and not p.rocev2:
+                    out.append(RackFinding("roce-gid", n.host, f"{p.hca} port {p.port} is RoCE without a RoCE v2 GID",
+                                           "give the interface an IP address (RoCE v2 GIDs follow it), then set "
+                                           "NCCL_IB_GID_INDEX to the RoCE v2 entry (`show_gids`)"))
+    if ipc_host and f.shm_bytes is not None and f.shm_bytes < MIN_SHM_BYTES:
+        out.append(RackFinding("shm", n.host, f"/dev/shm is {f.shm_bytes / (1 << 20):.0f} MiB and the containers "
+                               "share it (ipc_host)", "enlarge it (`mount -o remount,size=16G /dev/shm`) or set "
+                               "cluster.ipc_host: false with a shm_size"))
+    if n.nofile_hard is not None and n.nofile_hard < MIN_NOFILE:
+        out.append(RackFinding("nofile", n.host, f"the open-files limit is {n.nofile_hard}, below {MIN_NOFILE}",
+                               "raise the hard nofile limit (LimitNOFILE in docker.service, "
+                               "/etc/security/limits.conf)"))
+    return out
+
+
+def check_rack(nodes: Sequence[RackNode], *, infiniband: bool = False, ipc_host: bool = True,
+               skip: frozenset[str] = frozenset()) -> list[RackFinding]:
+    """Every finding of the checks not skipped, the head's first (put it first), then by host."""
+    out: list[RackFinding] = []
+    for n in nodes:
+        out += _node_checks(n, infiniband=infiniband, ipc_host=ipc_host)
+    out += _differs("gpu-driver", {n.host: n.driver for n in nodes if n.driver}, "NVIDIA driver",
+                    "install the same driver on every node (`nvidia-smi` shows it)")
+    mtus = {n.host: lk.mtu for n in nodes if (lk := _data_link(n)) is not None and lk.mtu}
+    out += _differs("mtu", mtus, "data-plane MTU", "give the data-plane interfaces one MTU (`ip link set DEV mtu N`, "
+                    "and the switch ports)")
+    if infiniband:
+        layers = {n.host: "/".join(sorted({p.link_layer for p in n.facts.ib})) for n in nodes if n.facts.ib}
+        out += _differs("ib-link-layer", layers, "InfiniBand link layer",
+                        "use one fabric for NCCL: InfiniBand on every node or RoCE on every node")
+    clocks = [(n.host, n.facts.clock_offset) for n in nodes if n.facts.clock_offset is not None]
+    if clocks:
+        ref_host, ref = clocks[0]
+        for host, off in clocks[1:]:
+            if abs(off - ref) > MAX_SKEW_S:
+                out.append(RackFinding("clock", host, f"its clock is {off - ref:+.1f} s from {ref_host}'s",
+                                       "enable time sync on every node (`timedatectl set-ntp true`, chrony)"))
+    order = {n.host: i for i, n in enumerate(nodes)}
+    return sorted((f for f in out if f.check not in skip), key=lambda f: (order.get(f.host, 0), f.check))

@@ -1,0 +1,144 @@
+"""The rack preflight (bootstrap/cluster/rack.py): the facts command's output parsed, and each check
+refusing what breaks a multi-node vLLM, naming the host and the fix; a healthy rack passes. The
+sandbox runs it for real on every `up` (a healthy sandbox passes: tests/sandbox)."""
+import pytest
+
+from bootstrap.cluster import rack as RK
+from bootstrap.cluster.run import rack_refusals
+
+# `ip -o link` / `ip -o addr` as a GPU host with a ConnectX RoCE port prints them
+LINKS = ("1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue state UNKNOWN mode DEFAULT group default qlen 1000\\"
+         "    link/loopback 00:00:00:00:00:00 brd 00:00:00:00:00:00\n"
+         "2: ens5: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu {mtu} qdisc mq state UP mode DEFAULT group default qlen 1000"
+         "\\    link/ether 0a:1b:2c:3d:4e:5f brd ff:ff:ff:ff:ff:ff\n"
+         "3: docker0: <NO-CARRIER,BROADCAST,MULTICAST,UP> mtu 1500 qdisc noqueue state DOWN mode DEFAULT group "
+         "default \\    link/ether 02:42:ac:11:00:01 brd ff:ff:ff:ff:ff:ff\n")
+ADDRS = ("1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever\n"
+         "2: ens5    inet {ip}/24 brd 10.10.0.255 scope global ens5\\       valid_lft forever preferred_lft forever\n"
+         "3: docker0    inet 172.17.0.1/16 brd 172.17.255.255 scope global docker0\\       valid_lft forever\n")
+
+
+def output(ip="10.10.0.11", mtu=9000, clock="1764108000.250000000", shm="tmpfs 68719476736 0 68719476736 0% /dev/shm",
+           ib=("mlx5_0 1 Ethernet 1 4: ACTIVE", "mlx5_1 1 Ethernet 1 4: ACTIVE")):
+    ib_part = "" if ib is None else "present\n" + "".join(x + "\n" for x in ib)
+    return (f"== clock\n{clock}\n== link\n{LINKS.format(mtu=mtu)}== addr\n{ADDRS.format(ip=ip)}== shm\n{shm}\n"
+            f"== ib\n{ib_part}")
+
+
+def node(name="a", ip="10.10.0.11", env=None, driver="580.159.04", nofile=1048576, sent=1764108000.0,
+         received=1764108000.5, **kw):
+    facts = RK.parse_rack(output(ip=ip, **kw), sent=sent, received=received)
+    return RK.RackNode(name, ip, facts, env or {}, driver, nofile)
+
+
+def test_the_facts_command_output_is_parsed():
+    f = RK.parse_rack(output(), sent=1764108000.0, received=1764108000.5)
+    assert f.clock_offset == pytest.approx(0.0)
+    assert [(lk.name, lk.up, lk.mtu) for lk in f.links] == [("lo", True, 65536), ("ens5", True, 9000),
+                                                           ("docker0", False, 1500)]
+    assert ("ens5", "10.10.0.11") in f.addrs and f.shm_bytes == 64 << 30
+    assert f.ib == (RK.IBPort("mlx5_0", 1, "Ethernet", True, "ACTIVE"),
+                    RK.IBPort("mlx5_1", 1, "Ethernet", True, "ACTIVE"))
+    assert RK.parse_rack(output(ib=None)).ib is None  # no /sys/class/infiniband
+    assert RK.parse_rack(output(ib=())).ib == ()  # the class is there, no port
+    assert RK.parse_rack("").links == () and RK.parse_rack("").clock_offset is None
+
+
+def test_the_script_reads_the_kernels_files():
+    script = RK.RACK_FACTS[2]
+    for part in ("ip -o link show", "ip -o addr show", "/dev/shm", "/sys/class/infiniband", "gid_attrs/types",
+                 "link_layer", "state", "date +%s.%N"):
+        assert part in script
+
+
+def test_a_healthy_rack_passes():
+    nodes = [node("a", "10.10.0.11"), node("b", "10.10.0.12")]
+    assert RK.check_rack(nodes, infiniband=True, ipc_host=True) == []
+
+
+def checks(found):
+    return [(f.check, f.host) for f in found]
+
+
+def test_a_port_down_another_link_layer_and_no_rocev2_gid_are_refused():
+    nodes = [node("a"), node("b", "10.10.0.12", ib=("mlx5_0 1 Ethernet 1 1: DOWN", "mlx5_1 1 Ethernet 0 4: ACTIVE")),
+             node("c", "10.10.0.13", ib=("mlx5_0 1 InfiniBand 0 4: ACTIVE", "mlx5_1 1 InfiniBand 0 4: ACTIVE"))]
+    found = RK.check_rack(nodes, infiniband=True)
+    assert checks(found) == [("ib-port", "b"), ("roce-gid", "b"), ("ib-link-layer", "c")]
+    assert "mlx5_0 port 1 is DOWN, not ACTIVE" in found[0].what and "ibstat mlx5_0" in found[0].fix
+    assert "InfiniBand, the other nodes Ethernet" in found[2].what
+    # without infiniband: true, none of this is looked at
+    assert RK.check_rack(nodes, infiniband=False) == []
+
+
+def test_nccl_ib_hca_naming_an_hca_the_node_lacks_is_refused_and_only_its_ports_count():
+    env = {"NCCL_IB_HCA": "mlx5_0:1,mlx5_3"}
+    found = RK.check_rack([node("a", env=env, ib=("mlx5_0 1 Ethernet 1 4: ACTIVE", "mlx5_1 1 Ethernet 1 1: DOWN"))],
+                          infiniband=True)
+    assert checks(found) == [("ib-hca", "a")] and "mlx5_3" in found[0].what  # mlx5_1 is DOWN but unused
+    assert RK.ib_hcas("^mlx5_2") == (True, ["mlx5_2"]) and RK.ib_hcas("=mlx5_0:1") == (False, ["mlx5_0"])
+    excluded = RK.check_rack([node("a", env={"NCCL_IB_HCA": "^mlx5_1"},
+                                   ib=("mlx5_0 1 Ethernet 1 4: ACTIVE", "mlx5_1 1 Ethernet 1 1: DOWN"))],
+                             infiniband=True)
+    assert excluded == []
+
+
+def test_the_data_interface_missing_or_down_and_mtus_that_differ_are_refused():
+    found = RK.check_rack([node("a"), node("b", "10.10.0.12", mtu=1500), node("c", "10.10.0.13")])
+    assert checks(found) == [("mtu", "b")] and "1500, the other nodes 9000" in found[0].what
+    wrong_ip = RK.RackNode("d", "10.10.0.99", RK.parse_rack(output(ip="10.10.0.14")), {}, None, None)
+    assert checks(RK.check_rack([wrong_ip])) == [("data-interface", "d")]
+    down = RK.parse_rack(output().replace("<BROADCAST,MULTICAST,UP,LOWER_UP> mtu 9000",
+                                          "<NO-CARRIER,BROADCAST,MULTICAST,UP> mtu 9000"))
+    found = RK.check_rack([RK.RackNode("e", "10.10.0.11", down, {}, None, None)])
+    assert checks(found) == [("data-interface", "e")] and "ens5, which holds 10.10.0.11, is down" in found[0].what
+
+
+def test_socket_ifname_that_selects_nothing_is_refused_with_the_interface_to_use():
+    found = RK.check_rack([node("a", env={"NCCL_SOCKET_IFNAME": "eth", "GLOO_SOCKET_IFNAME": "ens5"})])
+    assert checks(found) == [("socket-ifname", "a")]
+    assert "NCCL_SOCKET_IFNAME=eth selects no interface" in found[0].what and "=ens5" in found[0].fix
+    assert RK.check_rack([node("a", env={"NCCL_SOCKET_IFNAME": "^docker,lo"})]) == []
+    assert RK.select_interfaces("GLOO_SOCKET_IFNAME", "^eth0", ["eth0"]) is None
+
+
+def test_drivers_clocks_shm_and_nofile():
+    nodes = [node("a"), node("b", "10.10.0.12", driver="570.86.15", clock="1764108003.5",
+                              shm="tmpfs 67108864 0 67108864 0% /dev/shm", nofile=4096), node("c", "10.10.0.13")]
+    found = RK.check_rack(nodes, ipc_host=True)
+    assert checks(found) == [("clock", "b"), ("gpu-driver", "b"), ("nofile", "b"), ("shm", "b")]
+    assert "+3.2 s from a's" in found[0].what and "64 MiB" in found[3].what
+    # two nodes, two drivers: no majority, both named
+    both = RK.check_rack([node("a"), node("b", "10.10.0.12", driver="570.86.15")])
+    assert checks(both) == [("gpu-driver", "a"), ("gpu-driver", "b")] and "the nodes differ" in both[0].what
+    # a container of its own /dev/shm (ipc_host false) does not use the host's
+    assert ("shm", "b") not in checks(RK.check_rack(nodes, ipc_host=False))
+
+
+def test_a_named_check_can_be_skipped():
+    nodes = [node("a"), node("b", "10.10.0.12", mtu=1500)]
+    assert RK.check_rack(nodes, skip=frozenset({"mtu"})) == []
+    assert set(RK.CHECKS) >= {"gpu-driver", "data-interface", "socket-ifname", "mtu", "ib-port", "ib-link-layer",
+                              "roce-gid", "ib-hca", "clock", "shm", "nofile"}
+
+
+def test_up_turns_the_findings_into_one_refusal_per_host():
+    from bootstrap.cluster.facts import GPU, HostFacts
+    from tests.support.plan_fixtures import gpu_inventory
+
+    inv = gpu_inventory(infiniband=True)
+    a, b = inv.hosts
+    facts = {a.name: HostFacts("26.1", gpus=(GPU("H100", 81559, "580.159.04"),), nofile_hard=1048576,
+                               rack=RK.parse_rack(output(ip=a.ip))),
+             b.name: HostFacts("26.1", gpus=(GPU("H100", 81559, "580.159.04"),), nofile_hard=1048576,
+                               rack=RK.parse_rack(output(ip=b.ip, mtu=1500, ib=("mlx5_0 1 Ethernet 1 1: DOWN",))
+                                                  .replace("ens5", "ens6")))}  # its NCCL_SOCKET_IFNAME
+    got = rack_refusals(inv, facts, inv.hosts)
+    text = str(got[b.name])
+    assert text.startswith(f"{b.name}: ") and "[ib-port]" in text and "[mtu]" in text and "--skip-check" in text
+    # two nodes, two MTUs: which one is wrong is not known, so both are named
+    assert str(got[a.name]) == (f"{a.name}: data-plane MTU: 9000, the nodes differ ({a.name} 9000, {b.name} 1500) "
+                                "[mtu] -- give the data-plane interfaces one MTU (`ip link set DEV mtu N`, and the "
+                                "switch ports) (or skip a check: up --skip-check NAME)")
+    assert rack_refusals(inv, facts, inv.hosts, frozenset({"mtu"}))[a.name] is True
+    assert rack_refusals(inv, facts, inv.hosts, frozenset({"ib-port", "mtu"})).failed == {}
