@@ -371,7 +371,8 @@ def every_option(name):
     required = [PLAUSIBLE.get(p.name, ["x"])[0] for p in cmd.params
                 if isinstance(p, click.Argument) and p.required for _ in range(max(1, p.nargs))]
     base = name.split() + (["--url", LOOPBACK_URL] if name == "bench" else [])
-    base += ["-i", str(INVENTORIES["ok"])] if inventory is not None else []
+    # rollout acts on replicas only: its examples name the fleet inventory, so that they can be accepted
+    base += ["-i", str(INVENTORIES["fleet" if name == "rollout" else "ok"])] if inventory is not None else []
     return [base + [word] + ([HOSTILE] * max(1, p.nargs) if p is not None and not p.is_flag and not p.count else [])
             + required for word, p in option_pool(name)]
 
