@@ -381,3 +381,20 @@ def test_accept_new_host_keys_reaches_the_inventory_every_session_reads(tmp_path
     assert CliRunner().invoke(probe, ["-i", str(inv_file)]).exit_code == 0
     assert CliRunner().invoke(probe, ["-i", str(inv_file), "--accept-new-host-keys"]).exit_code == 0
     assert seen == [False, True]
+
+
+def test_down_prints_each_group_and_its_json_lists_them(capsys):
+    import json
+
+    from bootstrap.cli import render
+    from bootstrap.cluster.run import DownResult
+
+    groups = [DownResult(("n2", "n1"), ()), DownResult(("n4",), ("n3",))]
+    render.down_result(groups, False, fleet={"n1": ("bootstrap-vllm-keeper",)})
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["removed the serve containers, the router and the keepers of 2 replicas",
+                   "removed the container on 2 host(s): n2, n1", "removed the container on 1 host(s): n4",
+                   "nothing to remove on 1 host(s): n3"]
+    render.down_result(groups, True)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc == {"groups": [{"removed": ["n2", "n1"], "absent": []}, {"removed": ["n4"], "absent": ["n3"]}]}
