@@ -13,9 +13,13 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from bootstrap.cluster.facts import parse_ip_addrs
+
+if TYPE_CHECKING:
+    from bootstrap.cluster.facts import HostFacts
+    from bootstrap.model import Host
 
 #: Every check, by the name `--skip-check` takes, with what it looks at.
 CHECKS: dict[str, str] = {
@@ -194,6 +198,15 @@ class RackNode:
     #: NVIDIA driver version (None: not a GPU host, or unknown)
     driver: str | None = None
     nofile_hard: int | None = None
+
+
+def nodes_from(hosts: Sequence["Host"], facts: Mapping[str, "HostFacts"]) -> list[RackNode]:
+    """A RackNode for each host whose facts hold the rack facts, in the hosts' order: its data-plane IP,
+    the node container's environment (plan.node_env), the driver of its first GPU, its nofile limit."""
+    from bootstrap.cluster.plan import node_env
+
+    return [RackNode(h.name, h.ip, f.rack, node_env(h), f.gpus[0].driver if f.gpus else None, f.nofile_hard)
+            for h in hosts if (f := facts.get(h.name)) is not None and f.rack is not None]
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ from bootstrap.cluster.plan import (
     RayView,
     all_alive,
     compile_cache_volume,
-    node_env,
     plan_up,
     ray_checks_needed,
     stale_registrations,
@@ -122,13 +121,7 @@ def rack_refusals(inv: Inventory, facts: Mapping[str, F.HostFacts], hosts: Seque
                   skip: frozenset[str] = frozenset()) -> GroupResult:
     """The rack preflight (bootstrap.cluster.rack) over the hosts' facts: host -> PreflightFailed with
     every finding on it (what, then the fixes), or True when it has none."""
-    nodes = []
-    for h in hosts:
-        f = facts[h.name]
-        if f.rack is None:
-            continue
-        driver = f.gpus[0].driver if f.gpus else None
-        nodes.append(RK.RackNode(h.name, h.ip, f.rack, node_env(h), driver, f.nofile_hard))
+    nodes = RK.nodes_from(hosts, facts)
     found = RK.check_rack(nodes, infiniband=inv.cluster.infiniband, ipc_host=inv.cluster.ipc_host, skip=skip)
     out = GroupResult({h.name: True for h in hosts})
     for h in hosts:

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from bootstrap.cluster import facts as F
-from bootstrap.cluster import plan as PL
 from bootstrap.cluster import rack as RK
 from bootstrap.cluster import ray as R
 from bootstrap.cluster import runtime as RT
@@ -144,9 +143,7 @@ _RACK_IN_CHECK_CLUSTER = frozenset({"gpu-driver", "clock", "socket-ifname"})
 
 def _rack_findings(inv: Inventory, facts: dict[str, F.HostFacts], order: Sequence[Host]) -> list[D.Finding]:
     """`up`'s rack preflight (bootstrap.cluster.rack) on demand: each finding as an error, `rack-<check>`."""
-    nodes = [RK.RackNode(h.name, h.ip, facts[h.name].rack, PL.node_env(h),
-                         facts[h.name].gpus[0].driver if facts[h.name].gpus else None, facts[h.name].nofile_hard)
-             for h in order if h.name in facts and facts[h.name].rack is not None]
+    nodes = RK.nodes_from(order, facts)
     found = RK.check_rack(nodes, infiniband=inv.cluster.infiniband, ipc_host=inv.cluster.ipc_host,
                           skip=_RACK_IN_CHECK_CLUSTER)
     return [D.Finding(f"rack-{x.check}", "error", x.host, RK.CHECKS[x.check], x.what, x.fix) for x in found]
@@ -160,15 +157,10 @@ def _groups(inv: Inventory) -> list[Inventory]:
 def _service_logs(sess: Session, h: Host, lines: int) -> dict[str, str]:
     """The last LINES of each log beside the node container's that this host holds (vLLM's output,
     the keeper, the router, Prometheus: doctor/logsources.py), by source."""
-    s = sess.ssh[h.name]
-    cands = [c for c in LS.candidates(sess.inv, [h.name]) if c.source != "node"]
-    names = DK.names(s)
-    found, _ = LS.present(cands, {h.name: names},
-                          {h.name: [c.path for c in cands if c.path and c.container in names
-                                    and DK.has_file(s, c.container, c.path)]})
+    found, _ = _held(sess, h, [c for c in LS.candidates(sess.inv, [h.name]) if c.source != "node"])
     out = {}
     for c in found:  # not checked: a log that cannot be read shows why in its place (DK.logs does the same)
-        r = s.run(read_argv(c, lines), timeout=60, check=False)
+        r = sess.ssh[h.name].run(read_argv(c, lines), timeout=60, check=False)
         out[c.source] = r.stdout + r.stderr
     return out
 
@@ -193,19 +185,22 @@ class LogsResult:
     failed: dict[str, str]
 
 
-def find_sources(sess: Session, cands: Sequence[LS.LogSource]) -> tuple[list[LS.LogSource], list[LS.LogSource]]:
-    """(the candidates their hosts hold, the others): each host's container names, and the serve log
-    file in the cluster container where that container runs."""
-    hosts = [sess.inv.host(n) for n in dict.fromkeys(s.host for s in cands)]
+def _held(sess: Session, h: Host, cands: Sequence[LS.LogSource]) -> tuple[list[LS.LogSource], list[LS.LogSource]]:
+    """(the candidates on host h that it holds, the others): its container names, and each serve log
+    file in the cluster container where that container exists."""
+    s = sess.ssh[h.name]
+    mine = [c for c in cands if c.host == h.name]
+    names = DK.names(s)
+    files = [c.path for c in mine if c.path and c.container in names and DK.has_file(s, c.container, c.path)]
+    return LS.present(mine, {h.name: names}, {h.name: files})
 
-    def look(h: Host) -> tuple[list[str], list[str]]:
-        s = sess.ssh[h.name]
-        names = DK.names(s)
-        files = [c.path for c in cands if c.host == h.name and c.path and c.container in names
-                 and DK.has_file(s, c.container, c.path)]
-        return names, files
-    got = sess.stage("find-logs", hosts, look)
-    return LS.present(cands, {n: v[0] for n, v in got.items()}, {n: v[1] for n, v in got.items()})
+
+def find_sources(sess: Session, cands: Sequence[LS.LogSource]) -> tuple[list[LS.LogSource], list[LS.LogSource]]:
+    """(the candidates their hosts hold, the others), every host at once, in the candidates' order."""
+    hosts = [sess.inv.host(n) for n in dict.fromkeys(s.host for s in cands)]
+    got = sess.stage("find-logs", hosts, lambda h: _held(sess, h, cands))
+    held = {id(c) for found, _ in got.values() for c in found}
+    return [c for c in cands if id(c) in held], [c for c in cands if id(c) not in held]
 
 
 def read_argv(src: LS.LogSource, tail: int, *, follow: bool = False, since: float | None = None) -> tuple[str, ...]:
