@@ -918,14 +918,16 @@ ANSIBLE_CPU = "all:\n  vars: {bootstrap: {accelerator: none}}\n"
 def test_sixty_thousand_hosts_are_refused_quickly(tmp_path):
     native = one_cpu_host().split("hosts:")[0] + "hosts:\n" + "\n".join(
         hosts_lines(60000, "  - {{name: n{i}, address: 10.{a}.{b}.{c}}}")) + "\n"
-    err, seconds = timed_error(tmp_path, native)  # 2.4 MB: refused by its size, unread
-    assert "an inventory is at most 256 KiB (it holds at most 2000 hosts)" in str(err) and seconds < 0.1
+    # 2.4 MB: refused by its size, unread (the size check's own message says so; the CPU bound is
+    # generous: this VM kind's CPU time varies 3x from run to run, and parsing it takes far longer)
+    err, seconds = timed_error(tmp_path, native)
+    assert "an inventory is at most 256 KiB (it holds at most 2000 hosts)" in str(err) and seconds < 2
     compact = ANSIBLE_CPU + "  hosts:\n" + "\n".join(hosts_lines(60000)) + "\n"  # 1 MB
     err, seconds = timed_error(tmp_path, compact)
-    assert "an inventory is at most 256 KiB" in str(err) and seconds < 0.1
+    assert "an inventory is at most 256 KiB" in str(err) and seconds < 2
     compact = ANSIBLE_CPU + "  hosts:\n" + "\n".join(hosts_lines(60000, "    h{i}:")[:20000]) + "\n"  # 230 KB
     err, seconds = timed_error(tmp_path, compact)
-    assert "more than 32000 YAML values" in str(err) and err.line == 15998 and seconds < 2
+    assert "more than 32000 YAML values" in str(err) and err.line == 15998 and seconds < 5
 
 
 def test_more_than_2000_hosts_are_refused(tmp_path):
@@ -942,7 +944,8 @@ def test_2000_hosts_load(tmp_path):
     text = ANSIBLE_CPU + "  hosts:\n" + "\n".join(hosts_lines(2000, "    h{i}: {{ansible_host: 10.{a}.{b}.{c}}}"))
     start = time.process_time()
     inv = load(tmp_path, text + "\n")
-    assert len(inv.hosts) == 2000 and time.process_time() - start < 2
+    # a generous bound on CPU time (this VM kind varies 3x): what it catches is quadratic work
+    assert len(inv.hosts) == 2000 and time.process_time() - start < 10
 
 
 def test_groups_repeated_through_aliases_are_refused_quickly(tmp_path):
@@ -951,7 +954,7 @@ def test_groups_repeated_through_aliases_are_refused_quickly(tmp_path):
     lines += [f"    g{i}: &g{i} {{children: {{x: *g{i - 1}, y: *g{i - 1}}}}}" for i in range(1, 60)]
     err, seconds = timed_error(tmp_path, "\n".join(lines) + "\n")
     assert "the groups list hosts more than 16000 times (YAML aliases repeating a group?)" in str(err)
-    assert seconds < 0.5
+    assert seconds < 5  # expanding the aliases would list 2**59 hosts: it never ends
 
 
 DEEP_BLOCK = "".join(f"r{j}:\n" + "".join("  " * (i + 1) + f"k{i}:\n" for i in range(29)) + "  " * 30 + "v: 1\n"

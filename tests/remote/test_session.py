@@ -24,7 +24,7 @@ def test_abandon_gives_up_on_a_close_that_hangs_and_later_closes_do_nothing(tmp_
     assert 0.25 < time.monotonic() - t < 5
     t = time.monotonic()
     sess.close()  # what `with Session(...)` does on the way out: must not wait on the wedged one again
-    assert time.monotonic() - t < 0.1
+    assert time.monotonic() - t < 5  # waiting on it again would take its 30 s
     never.set()
 
 
