@@ -24,5 +24,14 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || { echo "dev-setup: dockerd did not start; see /var/log/bootstrap-dockerd.log" >&2; exit 1; }
 fi
 
+# Transparent huge pages for all anonymous memory, where root may set it: on this VM kind the first
+# touch of a 4 KiB page costs about 60 us (1 GiB took 16-20 s; with huge pages 3-4 s), and every
+# vLLM, torch and Ray process the sandbox starts pays that. BOOTSTRAP_DEV_THP=keep leaves it alone.
+thp=/sys/kernel/mm/transparent_hugepage/enabled
+if [[ ${BOOTSTRAP_DEV_THP:-always} != keep && -w $thp ]] && ! grep -q '\[always\]' "$thp"; then
+  if echo always >"$thp" 2>/dev/null; then echo "dev-setup: transparent huge pages: always" >&2
+  else echo "dev-setup: could not set transparent huge pages (left as: $(cat "$thp"))" >&2; fi
+fi
+
 python3 -m pip install -q -e '.[test,docs]' 2>&1 | grep -v -i "running pip as the 'root' user" || true
 command -v bootstrap >/dev/null || { echo "dev-setup: the bootstrap command is not on PATH" >&2; exit 1; }

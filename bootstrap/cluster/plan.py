@@ -28,8 +28,10 @@ LABEL_SPEC = "bootstrap.spec"
 #: Where PyTorch's and vLLM's compile caches live in every container of a host (node and serve
 #: containers), on a named volume per host (compile_cache_volume) that outlives the containers:
 #: what vLLM compiles on its first request (Inductor's C++/Triton kernels, vLLM's torch.compile
-#: graphs) is compiled once per host, not again after each restart, rollout or keeper restart.
-#: `down` removes the volume. cluster.env may point the variables elsewhere.
+#: graphs) is compiled once per host, not again after each restart, rollout or keeper restart, and
+#: vLLM's model-info cache (VLLM_CACHE_ROOT/modelinfos) spares each start a subprocess that imports
+#: vLLM once more to inspect the model's class. `down` removes the volume. cluster.env may point
+#: the variables elsewhere.
 COMPILE_CACHE_IN_CONTAINER = "/var/cache/bootstrap-compile"
 COMPILE_ENV = {"TORCHINDUCTOR_CACHE_DIR": f"{COMPILE_CACHE_IN_CONTAINER}/inductor",
                "TRITON_CACHE_DIR": f"{COMPILE_CACHE_IN_CONTAINER}/triton",

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bootstrap.cluster.plan import COMPILE_ENV
 from bootstrap.remote import localdocker as LD
 
 from ._util import (
@@ -74,8 +75,10 @@ PIP_TARGET = (
     "--platform", "manylinux1_x86_64",
 )
 #: CUDA builds pulled in by vLLM's dependencies; importing them breaks on CPU, vLLM serves text
-#: models without them.
-PIP_REMOVE = ("torchvision", "torchaudio", "torchcodec")
+#: models without them. Triton too (1 GB of the 4.6 GB image, required by xgrammar for its GPU
+#: kernels): vLLM's CPU platform does not use it ("Triton is installed, but doesn't include CPU
+#: backend. Disabling Triton."), and every node receives the image.
+PIP_REMOVE = ("torchvision", "torchaudio", "torchcodec", "triton")
 TINY_MODEL_DIR = "/opt/models/tiny-llama"
 STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 VENV_PATH = f"/opt/venv/bin:{STD_PATH}"
@@ -202,9 +205,18 @@ ray --version
 vllm --version
 python -c 'import vllm, ray, torch; print("vllm", vllm.__version__, "ray", ray.__version__, "torch", torch.__version__)'
 """
+#: vLLM resolves a model's architecture in a subprocess that imports vLLM again (over a minute on
+#: these machines) unless VLLM_CACHE_ROOT holds the answer; bootstrap points VLLM_CACHE_ROOT at its
+#: compile-cache volume, and a new volume starts with what the image holds at that path: the image
+#: holds the tiny model's answer there, so no node pays for it (a user's volume keeps its own).
+MODELINFO_ROOT = COMPILE_ENV["VLLM_CACHE_ROOT"]
+WARM_MODELINFO = (f"from vllm.engine.arg_utils import EngineArgs; "
+                  f"EngineArgs(model={TINY_MODEL_DIR!r}, max_model_len=256).create_model_config()")
 VLLM_MODEL_SCRIPT = f"""\
 python /recipe/make_tiny_model.py {TINY_MODEL_DIR}
 chmod -R a+rX /opt/models
+VLLM_CACHE_ROOT={MODELINFO_ROOT} python -c "{WARM_MODELINFO}"
+ls {MODELINFO_ROOT}/modelinfos/*.json
 rm -rf /root/.cache /tmp/*
 ls -la {TINY_MODEL_DIR}
 """

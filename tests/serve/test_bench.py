@@ -31,7 +31,7 @@ from bootstrap.serve import bench as B
 # The stream below is verbatim what vLLM 0.32.0 (bootstrap-sandbox/vllm-cpu image, tiny-llama)
 # sent for {"prompt": "The head starts first;", "max_tokens": 4, "temperature": 0,
 # "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}}, printed by
-# tests/test_bench_vllm.py::test_raw_stream_parses. Note the random-weight model's "\ufffd ".
+# tests/sandbox/test_sandbox_serve.py (raw_stream, against the 2-node endpoint). Note the random-weight model's "\ufffd ".
 VLLM_STREAM = """\
 data: {"id":"cmpl-9f604b68dedc3e4a","object":"text_completion","created":1795227727,"model":"/opt/models/tiny-llama","choices":[{"index":0,"text":" F","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}
 
