@@ -891,18 +891,32 @@ def sandbox():
 @click.option("--without-ray", is_flag=True,
               help="Write the inventory with a Ray-less variant of the vLLM image, as stock vllm/vllm-openai "
                    "images are: `up` then runs vLLM's native multi-node mode. Again without it: the image with Ray.")
-def sandbox_up(nodes, kind, without_ray):
+@click.option("--gpus", type=click.IntRange(0, 16), default=0, show_default=True,
+              help="GPU-shaped nodes: each shows this many (recorded H100) GPUs to nvidia-smi, and its Docker "
+                   "accepts --gpus all as with the NVIDIA Container Toolkit; no real GPU is used.")
+@click.option("--ib", type=click.Choice(["infiniband", "roce"]), default=None,
+              help="Give each node InfiniBand or RoCE ports under /sys/class/infiniband and /dev/infiniband.")
+@click.option("--hcas", type=click.IntRange(1, 8), default=1, show_default=True,
+              help="HCAs per node with --ib (mlx5_0, mlx5_1, ...).")
+def sandbox_up(nodes, kind, without_ray, gpus, ib, hcas):
     """Build the images (cached), start the registry and N nodes, write their inventory.
 
     Example: bootstrap sandbox up --nodes 3
+
+    Example (GPU-shaped): bootstrap sandbox up --nodes 2 --gpus 8 --ib roce
     """
     from bootstrap import sandbox as S
 
     def go():
         if without_ray and kind != "full":
             raise UsageError("--without-ray needs --kind full (sshd-only nodes run no containers)")
+        if (gpus or ib) and kind != "full":
+            raise UsageError("--gpus and --ib need --kind full (GPUs are seen through each node's Docker)")
+        if hcas != 1 and not ib:
+            raise UsageError("--hcas needs --ib")
+        shape = S.GpuShape(gpus=gpus, ib=ib, hcas=hcas)
         try:
-            info = S.sandbox_up(nodes, log=render.sandbox_log, kind=kind, ray=not without_ray)
+            info = S.sandbox_up(nodes, log=render.sandbox_log, kind=kind, ray=not without_ray, gpu=shape)
         except (RuntimeError, OSError, ValueError) as exc:
             raise BootstrapError(f"sandbox: {exc}") from None
         render.sandbox_up(info)

@@ -831,7 +831,8 @@ def sandbox_log(message: str) -> None:
 
 
 def sandbox_up(info) -> None:
-    out.print(_escape(f"sandbox up: {len(info.nodes)} node(s) on {info.subnet}, registry {info.registry}"))
+    out.print(_escape(f"sandbox up: {len(info.nodes)} node(s) on {info.subnet}, registry {info.registry}"
+                      + (f"; {info.gpu.describe()}" if info.gpu.shaped else "")))
     out.print(_escape(f"inventory: {info.inventory}"))
     out.print(_escape(f"next: bootstrap up -i {info.inventory}"))
 

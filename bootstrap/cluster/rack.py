@@ -34,6 +34,7 @@ CHECKS: dict[str, str] = {
     "clock": "the nodes' clocks agree",
     "shm": "/dev/shm is large enough where containers share the host's (ipc_host)",
     "nofile": "the open-files limit is high enough for Ray and vLLM",
+    "image": "the cluster image has the same ID on every node that holds it",
 }
 #: Clocks further apart than this (seconds) are refused: Ray's and vLLM's timeouts, logs, tokens.
 MAX_SKEW_S = 2.0
@@ -198,6 +199,8 @@ class RackNode:
     #: NVIDIA driver version (None: not a GPU host, or unknown)
     driver: str | None = None
     nofile_hard: int | None = None
+    #: ID of the cluster image on the node (None: not there yet)
+    image_id: str | None = None
 
 
 def nodes_from(hosts: Sequence["Host"], facts: Mapping[str, "HostFacts"]) -> list[RackNode]:
@@ -205,7 +208,8 @@ def nodes_from(hosts: Sequence["Host"], facts: Mapping[str, "HostFacts"]) -> lis
     the node container's environment (plan.node_env), the driver of its first GPU, its nofile limit."""
     from bootstrap.cluster.plan import node_env
 
-    return [RackNode(h.name, h.ip, f.rack, node_env(h), f.gpus[0].driver if f.gpus else None, f.nofile_hard)
+    return [RackNode(h.name, h.ip, f.rack, node_env(h), f.gpus[0].driver if f.gpus else None, f.nofile_hard,
+                     f.image_id)
             for h in hosts if (f := facts.get(h.name)) is not None and f.rack is not None]
 
 
@@ -307,6 +311,11 @@ def check_rack(nodes: Sequence[RackNode], *, infiniband: bool = False, ipc_host:
         out += _node_checks(n, infiniband=infiniband, ipc_host=ipc_host)
     out += _differs("gpu-driver", {n.host: n.driver for n in nodes if n.driver}, "NVIDIA driver",
                     "install the same driver on every node (`nvidia-smi` shows it)")
+    # a tag moved on some nodes only: they would run another build of the image (nodes without it
+    # get it from `up`)
+    out += _differs("image", {n.host: n.image_id.removeprefix("sha256:")[:12] for n in nodes if n.image_id},
+                    "the image's ID", "give every node the same image: `bootstrap up --pull` pulls it again "
+                    "everywhere (or `--load-image` sends this machine's)")
     mtus = {n.host: lk.mtu for n in nodes if (lk := _data_link(n)) is not None and lk.mtu}
     out += _differs("mtu", mtus, "data-plane MTU", "give the data-plane interfaces one MTU (`ip link set DEV mtu N`, "
                     "and the switch ports)")

@@ -155,7 +155,9 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
     live = [h for h in live if h.name not in skipped]
     # across the nodes: what breaks a multi-node vLLM later (links, MTU, IB ports, clocks, ...)
     t0 = sess.clock()
-    _usable(sess, "preflight", rack_refusals(full, facts, live, skip_checks), allow_partial, skipped)
+    # a pull (or a load) gives every node the image again: differing IDs are what it fixes
+    renewed = frozenset({"image"}) if pull or load else frozenset()
+    _usable(sess, "preflight", rack_refusals(full, facts, live, skip_checks | renewed), allow_partial, skipped)
     sess.timings.add("rack", sess.clock() - t0)
     if skipped:
         from dataclasses import replace

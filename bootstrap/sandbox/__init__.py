@@ -34,6 +34,7 @@ from .cluster import sandbox_down as _down
 from .cluster import sandbox_info as _info
 from .cluster import sandbox_up as _up
 from .cluster import use_image as _use_image
+from .gpu import NO_GPU, GpuShape
 from .images import TINY_MODEL_DIR, SandboxImages
 from .images import ensure_images as _ensure_images
 
@@ -42,6 +43,7 @@ DEFAULT_WORKDIR = Path(os.environ.get("BOOTSTRAP_SANDBOX_DIR", "~/.cache/bootstr
 __all__ = [
     "DEFAULT_SUBNET",
     "DEFAULT_WORKDIR",
+    "GpuShape",
     "LABEL",
     "LABEL_KV",
     "NETWORK",
@@ -68,7 +70,7 @@ def ensure_images(workdir: Path | str = DEFAULT_WORKDIR, log: Log = nolog) -> Sa
 
 def sandbox_up(
     nodes: int = 3, workdir: Path | str = DEFAULT_WORKDIR, log: Log = nolog, *, kind: str = "full",
-    ray: bool = True,
+    ray: bool = True, gpu: GpuShape = NO_GPU,
 ) -> SandboxInfo:
     """Start `nodes` nodes ("full": sshd + dockerd; "sshd": sshd only), the registry and the network.
 
@@ -76,9 +78,11 @@ def sandbox_up(
     otherwise the nodes are recreated (fresh /var/lib/docker each). Writes workdir/inventory.yaml,
     naming the vLLM image with Ray, or (ray False, kind full) its Ray-less variant, as stock
     vllm/vllm-openai images are: the inventory sets no runtime, so `up` picks it from the image.
+    `gpu` makes every node GPU-shaped (bootstrap.sandbox.gpu): GPUs for nvidia-smi and `docker run
+    --gpus`, InfiniBand/RoCE ports; a running sandbox of another shape is recreated.
     """
     workdir = Path(workdir).expanduser()
-    info = _up(nodes, workdir, log, kind=kind)
+    info = _up(nodes, workdir, log, kind=kind, gpu=gpu)
     return _use_image(workdir, ray=ray, log=log) if kind == "full" else info
 
 

@@ -29,6 +29,7 @@ import yaml
 
 from bootstrap.remote import localdocker as LD
 
+from . import gpu as GPU
 from ._util import (
     LABEL,
     LABEL_KV,
@@ -50,6 +51,7 @@ from ._util import (
     tail,
     timed,
 )
+from .gpu import GpuShape
 from .images import SandboxImages, ensure_images, planned_images
 
 NETWORK = "bootstrap-sandbox"
@@ -101,6 +103,8 @@ class SandboxInfo:
     known_hosts: Path
     #: "full" (sshd + dockerd) or "sshd" (sshd only).
     kind: str = "full"
+    #: GPUs and InfiniBand/RoCE ports each node shows (bootstrap.sandbox.gpu); none by default.
+    gpu: GpuShape = GPU.NO_GPU
 
     @property
     def head(self) -> SandboxNode:
@@ -380,8 +384,10 @@ def push_ray_less(workdir: Path, log: Log = nolog) -> str:
 # --- nodes -----------------------------------------------------------------------------------------
 
 
-def _prepare_node_files(workdir: Path, name: str, client_pub: str, registry: str) -> tuple[Path, str]:
-    """Write nodes/<name>/sandbox (mounted at /sandbox); return (dir, host public key line)."""
+def _prepare_node_files(workdir: Path, name: str, client_pub: str, registry: str, number: int,
+                        gpu: GpuShape) -> tuple[Path, str]:
+    """Write nodes/<name>/sandbox (mounted at /sandbox), with node `number`'s GPU shape; return (dir,
+    host public key line)."""
     hostkey = workdir / "hostkeys" / name / "ssh_host_ed25519_key"
     host_pub = ensure_keypair(hostkey, f"root@{name}")
     src = workdir / "nodes" / name / "sandbox"
@@ -394,8 +400,10 @@ def _prepare_node_files(workdir: Path, name: str, client_pub: str, registry: str
         "insecure-registries": [registry],
         "log-driver": "json-file",
         "log-opts": {"max-size": "20m", "max-file": "2"},
+        **GPU.daemon_runtimes(gpu),
     }
     (src / "daemon.json").write_text(json.dumps(daemon, indent=2) + "\n")
+    GPU.write_node(src, number, gpu)
     return src, host_pub
 
 
@@ -532,6 +540,7 @@ def _read_state(workdir: Path) -> tuple[SandboxInfo, dict] | None:
         nodes=tuple(SandboxNode(**n) for n in data["nodes"]),
         inventory=Path(data["inventory"]), key=Path(data["key"]),
         known_hosts=Path(data["known_hosts"]), kind=data.get("kind", "full"),
+        gpu=GpuShape.from_dict(data.get("gpu")),
     )
     return info, data
 
@@ -642,15 +651,19 @@ def sandbox_down(workdir: Path, log: Log = nolog) -> None:
         log("sandbox is down")
 
 
-def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full") -> SandboxInfo:
+def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full",
+               gpu: GpuShape = GPU.NO_GPU) -> SandboxInfo:
     """Start (or reuse) a sandbox of `nodes` nodes; returns what is running.
 
     full: every node runs sshd and its own dockerd (insecure-registries lists the sandbox registry).
-    sshd: sshd only, for fan-out tests with many hosts.
+    sshd: sshd only, for fan-out tests with many hosts. `gpu` gives every node GPUs and HCAs as SSH
+    and Docker see them (bootstrap.sandbox.gpu; kind full only).
     """
     workdir = Path(workdir).expanduser()
     if kind not in KINDS:
         raise SandboxError(f"unknown sandbox kind {kind!r}: use one of {', '.join(KINDS)}")
+    if gpu.shaped and kind != "full":
+        raise SandboxError("a GPU-shaped sandbox needs kind full: its GPUs are seen through each node's dockerd")
     subnet = subnet_from_env()
     gateway, registry_ip, ips = plan_addresses(subnet, nodes)
     port = registry_host_port()
@@ -664,12 +677,12 @@ def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full
     if current is not None:
         _, data = _read_state(workdir) or (None, {})
         same = (
-            current.kind == kind and current.subnet == subnet
+            current.kind == kind and current.subnet == subnet and current.gpu == gpu
             and data.get("node_image") == planned.node and data.get("vllm_image") == planned.vllm
             and data.get("registry_port") == port and image_exists(current.image)
         )
         if same and len(current.nodes) == nodes:
-            log(f"sandbox already up: {nodes} {kind} node(s) on {subnet}")
+            log(f"sandbox already up: {nodes} {kind} node(s) on {subnet} ({gpu.describe()})")
             return current
         if same and len(current.nodes) < nodes:
             keep = current.nodes
@@ -700,8 +713,11 @@ def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full
             for i, ip in enumerate(ips)
         )
         known = []
-        for n in sandbox_nodes:
-            _, host_pub = _prepare_node_files(workdir, n.name, client_pub, registry)
+        for i, n in enumerate(sandbox_nodes):
+            if n in keep:  # a running node keeps its files (a test may have changed its GPU shape)
+                host_pub = ensure_keypair(workdir / "hostkeys" / n.name / "ssh_host_ed25519_key", f"root@{n.name}")
+            else:
+                _, host_pub = _prepare_node_files(workdir, n.name, client_pub, registry, i + 1, gpu)
             known.append(f"{n.ip} {' '.join(host_pub.split()[:2])}")
         known_hosts = workdir / "known_hosts"
         known_hosts.write_text("\n".join(known) + "\n")
@@ -734,12 +750,13 @@ def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full
         info = SandboxInfo(
             workdir=workdir, network=NETWORK, subnet=subnet, registry=registry, image=image_ref,
             nodes=sandbox_nodes, inventory=workdir / "inventory.yaml", key=key,
-            known_hosts=known_hosts, kind=kind,
+            known_hosts=known_hosts, kind=kind, gpu=gpu,
         )
         _write_inventory(info, iface)
         _write_state(info, {
             "node_image": images.node, "vllm_image": images.vllm, "registry_image": images.registry,
             "registry_port": port, "interface": iface, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         })
-        log(f"sandbox up: {nodes} {kind} node(s) in {time.monotonic() - start:.1f}s; inventory {info.inventory}")
+        log(f"sandbox up: {nodes} {kind} node(s) ({gpu.describe()}) in {time.monotonic() - start:.1f}s; "
+            f"inventory {info.inventory}")
         return info

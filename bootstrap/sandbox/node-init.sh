@@ -22,6 +22,23 @@ fi
 
 install -d -m 755 /run/sshd
 
+# A GPU-shaped node (bootstrap/sandbox/gpu.py): nvidia-smi and the NVIDIA Container Toolkit's hook
+# on PATH before dockerd starts (dockerd looks the hook up when it starts), and a character device
+# per HCA under /dev/infiniband.
+GPU="$SRC/gpu"
+if [ -d "$GPU" ]; then
+    install -m 755 "$GPU/nvidia-smi" /usr/local/bin/nvidia-smi
+    install -m 755 "$GPU/nvidia-container-runtime-hook" /usr/local/bin/nvidia-container-runtime-hook
+    if [ -f "$GPU/uverbs" ]; then
+        install -d -m 755 /dev/infiniband
+        i=0
+        while [ "$i" -lt "$(cat "$GPU/uverbs")" ]; do
+            [ -e "/dev/infiniband/uverbs$i" ] || mknod -m 666 "/dev/infiniband/uverbs$i" c 1 3
+            i=$((i + 1))
+        done
+    fi
+fi
+
 if [ "${SANDBOX_NO_DOCKERD:-0}" != "1" ]; then
     if [ -f "$SRC/daemon.json" ]; then
         install -d -m 755 /etc/docker
@@ -43,5 +60,12 @@ if [ "${SANDBOX_NO_DOCKERD:-0}" != "1" ]; then
     echo "sandbox-node-init: dockerd ready" >&2
 fi
 
+if [ -d "$GPU/class" ]; then
+    # sysfs is read-only and /sys/class/infiniband cannot be made in it: sshd (and so every command
+    # bootstrap runs over SSH) gets its own mount namespace with the node's fake class tree over
+    # /sys/class; dockerd keeps the real one.
+    echo "sandbox-node-init: starting sshd with $GPU/class over /sys/class" >&2
+    exec unshare --mount --propagation private sh -c "mount --bind '$GPU/class' /sys/class && exec /usr/sbin/sshd -D -e"
+fi
 echo "sandbox-node-init: starting sshd" >&2
 exec /usr/sbin/sshd -D -e

@@ -26,9 +26,9 @@ def output(ip="10.10.0.11", mtu=9000, clock="1764108000.250000000", shm="tmpfs 6
 
 
 def node(name="a", ip="10.10.0.11", env=None, driver="580.159.04", nofile=1048576, sent=1764108000.0,
-         received=1764108000.5, **kw):
+         received=1764108000.5, image_id=None, **kw):
     facts = RK.parse_rack(output(ip=ip, **kw), sent=sent, received=received)
-    return RK.RackNode(name, ip, facts, env or {}, driver, nofile)
+    return RK.RackNode(name, ip, facts, env or {}, driver, nofile, image_id)
 
 
 def test_the_facts_command_output_is_parsed():
@@ -115,11 +115,23 @@ def test_drivers_clocks_shm_and_nofile():
     assert ("shm", "b") not in checks(RK.check_rack(nodes, ipc_host=False))
 
 
+def test_a_node_whose_tag_names_another_build_of_the_image_is_refused():
+    """A tag moved on one node only: that node would run another build. A node without the image
+    is not a finding (`up` gives it the image)."""
+    new, old = "sha256:" + "ab" * 32, "sha256:" + "cd" * 32
+    nodes = [node("a", image_id=new), node("b", "10.10.0.12", image_id=old), node("c", "10.10.0.13", image_id=new),
+             node("d", "10.10.0.14")]
+    found = RK.check_rack(nodes)
+    assert checks(found) == [("image", "b")]
+    assert found[0].what == "the image's ID: cdcdcdcdcdcd, the other nodes abababababab" and "up --pull" in found[0].fix
+    assert RK.check_rack(nodes[:1] + nodes[2:]) == []
+
+
 def test_a_named_check_can_be_skipped():
     nodes = [node("a"), node("b", "10.10.0.12", mtu=1500)]
     assert RK.check_rack(nodes, skip=frozenset({"mtu"})) == []
     assert set(RK.CHECKS) >= {"gpu-driver", "data-interface", "socket-ifname", "mtu", "ib-port", "ib-link-layer",
-                              "roce-gid", "ib-hca", "clock", "shm", "nofile"}
+                              "roce-gid", "ib-hca", "clock", "shm", "nofile", "image"}
 
 
 def test_up_turns_the_findings_into_one_refusal_per_host():

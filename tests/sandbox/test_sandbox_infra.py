@@ -11,6 +11,7 @@ import dataclasses
 import io
 import json
 import os
+import shlex
 import subprocess
 import tarfile
 import time
@@ -19,9 +20,12 @@ import paramiko
 import pytest
 import yaml
 
+from bootstrap.cluster import rack as R
+from bootstrap.cluster.facts import parse_nvidia_smi
 from bootstrap.sandbox import (
     DEFAULT_WORKDIR,
     LABEL_KV,
+    GpuShape,
     SandboxError,
     plan_addresses,
     sandbox_down,
@@ -29,6 +33,7 @@ from bootstrap.sandbox import (
     sandbox_up,
 )
 from bootstrap.sandbox import _util as sb_util
+from bootstrap.sandbox import gpu as sb_gpu
 from bootstrap.sandbox import images as sb_images
 from bootstrap.sandbox._util import RECIPE_LABEL, ROLE_LABEL
 
@@ -71,12 +76,14 @@ def test_bad_kind_is_refused_before_touching_anything(tmp_path):
 # --- against the real thing ------------------------------------------------------------------------
 
 N_NODES = 2
+#: the nodes are GPU-shaped (the CPU tests below do not notice): 8 H100s and two InfiniBand HCAs each
+SHAPE = GpuShape(gpus=8, ib="infiniband", hcas=2)
 
 
 @pytest.fixture(scope="module")
 def sandbox():
     lines: list[str] = []
-    info = sandbox_up(N_NODES, DEFAULT_WORKDIR, log=lines.append)
+    info = sandbox_up(N_NODES, DEFAULT_WORKDIR, log=lines.append, gpu=SHAPE)
     try:
         yield info
     finally:
@@ -165,10 +172,56 @@ def test_unknown_or_wrong_host_key_is_refused(sandbox, tmp_path):
 @pytest.mark.sandbox
 def test_up_again_with_same_shape_is_a_fast_noop(sandbox):
     start = time.monotonic()
-    again = sandbox_up(N_NODES, DEFAULT_WORKDIR)
-    assert again == sandbox
+    again = sandbox_up(N_NODES, DEFAULT_WORKDIR, gpu=SHAPE)
+    assert again == sandbox and again.gpu == SHAPE
     assert time.monotonic() - start < 15
     assert sandbox_info(DEFAULT_WORKDIR) == sandbox
+
+
+@pytest.mark.sandbox
+def test_gpu_shaped_nodes_look_like_gpu_hosts_to_ssh_and_docker(sandbox):
+    """Over real SSH and the node's own dockerd: nvidia-smi lists 8 GPUs, `docker info` the nvidia
+    runtime, /sys/class/infiniband two ACTIVE ports; `docker run --gpus all` gets all 8 into the
+    container (the hook's work), `--gpus '"device=0,1"'` two, no --gpus none; a port set DOWN on this
+    machine shows at once to the rack preflight's script; a broken toolkit fails every --gpus start."""
+    from bootstrap.sandbox.images import BASE_REF
+
+    n1, base = sandbox.nodes[0], BASE_REF  # Debian minbase: sh and cat, no python3
+    subprocess.run(f"docker save {base} | docker exec -i {n1.container} docker load -q", shell=True, check=True,
+                   capture_output=True, timeout=300)
+    client = _connect(sandbox, n1.ip)
+    try:
+        rc, out = _run(client, "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits")
+        assert rc == 0 and [g.name for g in parse_nvidia_smi(out)] == ["NVIDIA H100 80GB HBM3"] * 8, out
+        rc, out = _run(client, "docker info --format '{{json .Runtimes}}'")
+        assert rc == 0 and "nvidia" in json.loads(out), out
+        rc, out = _run(client, "ls /dev/infiniband && cat /sys/class/infiniband/mlx5_1/ports/1/link_layer")
+        assert rc == 0 and out.split() == ["uverbs0", "uverbs1", "InfiniBand"], out
+
+        def gpus_in(opts: str) -> int | str:
+            rc, out = _run(client, f"docker run --rm {opts} {base} sh -c "
+                                   "'cat /usr/local/bin/nvidia-smi.json 2>/dev/null || echo none'")
+            return len(json.loads(out)["gpus"]) if rc == 0 and out.strip() != "none" else out.strip()
+        assert gpus_in("--gpus all") == 8
+        assert gpus_in("--gpus '\"device=0,1\"'") == 2
+        assert gpus_in("--runtime nvidia --gpus all") == 8
+        assert gpus_in("") == "none"  # without --gpus a container sees no GPU
+
+        rc, out = _run(client, shlex.join(R.RACK_FACTS))
+        assert rc == 0 and [p.state for p in R.parse_rack(out).ib] == ["ACTIVE", "ACTIVE"], out
+        sb_gpu.set_port(sandbox.workdir, n1.name, "mlx5_1", state="DOWN")
+        rc, out = _run(client, shlex.join(R.RACK_FACTS))
+        node = R.RackNode(n1.name, n1.ip, R.parse_rack(out))
+        assert [f.check for f in R.check_rack([node], infiniband=True) if "mlx5_1" in f.what] == ["ib-port"], out
+
+        sb_gpu.break_hook(sandbox.workdir, n1.name, "nvidia-container-cli: initialization error: nvml error: "
+                                                    "driver/library version mismatch")
+        rc, out = _run(client, f"docker run --rm --gpus all {base} true")
+        assert rc != 0 and "driver/library version mismatch" in out, out
+    finally:
+        sb_gpu.break_hook(sandbox.workdir, n1.name, None)
+        sb_gpu.set_port(sandbox.workdir, n1.name, "mlx5_1", state="ACTIVE")
+        client.close()
 
 
 @pytest.mark.sandbox

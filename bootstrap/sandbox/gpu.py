@@ -1,0 +1,167 @@
+"""The GPU-shaped sandbox: what makes a sandbox node a GPU host as far as SSH and Docker can tell.
+
+For a node of shape `GpuShape(gpus=G, ib=...)` the node's /sandbox/gpu (a directory of this machine,
+mounted read-only, so a test changes a node by writing here) holds:
+
+- state.json: the node's GPUs (H100 80GB HBM3 as recorded in ../shared/gpu/, per-node UUIDs and bus
+  ids), driver and CUDA version, memory used and utilisation. The node's `nvidia-smi`
+  (fake_nvidia_smi.py) answers from it at each call.
+- nvidia-smi and nvidia-container-runtime-hook (fake_gpu_hook.py): node-init installs both on the
+  node's PATH before its dockerd starts, and daemon.json names the `nvidia` runtime, so `docker info`
+  lists it and `docker run --gpus all` starts a container that sees the node's GPUs.
+- class/infiniband/<hca>/ports/1/...: the InfiniBand (or RoCE) ports as the kernel shows them under
+  /sys/class/infiniband; node-init mounts class/ over /sys/class for the node's sshd (its own mount
+  namespace: dockerd keeps the real /sys/class) and makes /dev/infiniband/uverbs<N>.
+
+Nothing here talks to Docker; cluster.py writes these files when it prepares a node.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+#: ../shared/gpu/h100-nvidia-smi-query.csv and h100-nvidia-smi.txt
+GPU_NAME = "NVIDIA H100 80GB HBM3"
+GPU_MEMORY_MIB = 81559
+DRIVER = "580.159.04"
+CUDA = "13.0"
+IB_KINDS = ("infiniband", "roce")
+RATE = {"infiniband": "400 Gb/sec (4X NDR)", "roce": "200 Gb/sec (4X HDR)"}
+HERE = Path(__file__).resolve().parent
+SCRIPTS = {"nvidia-smi": HERE / "fake_nvidia_smi.py", "nvidia-container-runtime-hook": HERE / "fake_gpu_hook.py"}
+
+
+@dataclass(frozen=True)
+class GpuShape:
+    """What every node of a GPU-shaped sandbox looks like (a test may then change one node)."""
+
+    gpus: int = 0
+    #: "infiniband", "roce" or None (no HCA)
+    ib: str | None = None
+    #: HCAs per node (mlx5_0, mlx5_1, ...), one port each
+    hcas: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.gpus <= 16:
+            raise ValueError(f"gpus per node must be 0 to 16, not {self.gpus}")
+        if self.ib is not None and self.ib not in IB_KINDS:
+            raise ValueError(f"ib must be one of {', '.join(IB_KINDS)}, not {self.ib!r}")
+        if not 1 <= self.hcas <= 8:
+            raise ValueError(f"hcas per node must be 1 to 8, not {self.hcas}")
+
+    @property
+    def shaped(self) -> bool:
+        return self.gpus > 0 or self.ib is not None
+
+    def to_dict(self) -> dict:
+        return {"gpus": self.gpus, "ib": self.ib, "hcas": self.hcas}
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "GpuShape":
+        d = d or {}
+        return cls(int(d.get("gpus", 0)), d.get("ib"), int(d.get("hcas", 1)))
+
+    def describe(self) -> str:
+        if not self.shaped:
+            return "CPU nodes"
+        ib = f", {self.hcas} {'InfiniBand' if self.ib == 'infiniband' else 'RoCE'} HCA(s)" if self.ib else ""
+        return f"{self.gpus} GPU(s) per node{ib}"
+
+
+#: a CPU sandbox (the default)
+NO_GPU = GpuShape()
+
+
+def gpu_state(node: int, shape: GpuShape) -> dict:
+    """nvidia-smi's state for node number `node` (1-based): distinct UUIDs and bus ids per node."""
+    return {"driver": DRIVER, "cuda": CUDA, "gpus": [
+        {"index": i, "name": GPU_NAME, "uuid": f"GPU-5a{node:06x}-{i:04x}-4b1e-9c2d-00000000{node:02x}{i:02x}",
+         "bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0", "memory_total": GPU_MEMORY_MIB, "memory_used": 0,
+         "utilization": 0}
+        for i in range(shape.gpus)]}
+
+
+def ib_port_files(node: int, hca: int, kind: str) -> dict[str, str]:
+    """The files of port 1 of HCA `hca` (relative to ports/1), as the kernel writes them."""
+    guid = f"fe80:0000:0000:0000:0c42:a1ff:fe{node:02x}:{hca:04x}"
+    files = {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": RATE[kind],
+             "link_layer": "InfiniBand" if kind == "infiniband" else "Ethernet",
+             "gids/0": guid, "gid_attrs/types/0": "IB/RoCE v1" if kind == "roce" else ""}
+    if kind == "roce":  # RoCE v2 on the IPv4-mapped address
+        files |= {"gids/1": f"0000:0000:0000:0000:0000:ffff:0a0a:{node:02x}{hca:02x}", "gid_attrs/types/1": "RoCE v2"}
+    return files
+
+
+def write_node(src: Path, node: int, shape: GpuShape) -> None:
+    """Make (or clear) the GPU shape of the node whose /sandbox is `src`."""
+    gpu = src / "gpu"
+    if gpu.exists():
+        shutil.rmtree(gpu)
+    if not shape.shaped:
+        return
+    gpu.mkdir(parents=True)
+    for name, path in SCRIPTS.items():
+        shutil.copyfile(path, gpu / name)
+        (gpu / name).chmod(0o755)
+    (gpu / "state.json").write_text(json.dumps(gpu_state(node, shape), indent=1) + "\n")
+    if shape.ib:
+        for h in range(shape.hcas):
+            port = gpu / "class" / "infiniband" / f"mlx5_{h}" / "ports" / "1"
+            for rel, text in ib_port_files(node, h, shape.ib).items():
+                (port / rel).parent.mkdir(parents=True, exist_ok=True)
+                (port / rel).write_text(text + "\n")
+        (gpu / "uverbs").write_text(f"{shape.hcas}\n")
+
+
+def daemon_runtimes(shape: GpuShape) -> dict:
+    """daemon.json's addition: the `nvidia` runtime the NVIDIA Container Toolkit registers."""
+    return {"runtimes": {"nvidia": {"path": "runc", "runtimeArgs": []}}} if shape.gpus else {}
+
+
+# --- changing one node (what goes wrong on a real rack) ---------------------------------------------
+
+def node_dir(workdir: Path, name: str) -> Path:
+    return Path(workdir) / "nodes" / name / "sandbox" / "gpu"
+
+
+def set_gpus(workdir: Path, name: str, *, count: int | None = None, driver: str | None = None,
+             utilization: int | None = None, memory_used: int | None = None) -> None:
+    """Change node `name`'s GPUs as nvidia-smi reports them from now on (containers started before
+    keep what they were given)."""
+    path = node_dir(workdir, name) / "state.json"
+    state = json.loads(path.read_text())
+    if count is not None:
+        state["gpus"] = state["gpus"][:count]
+    if driver is not None:
+        state["driver"] = driver
+    for g in state["gpus"]:
+        if utilization is not None:
+            g["utilization"] = utilization
+        if memory_used is not None:
+            g["memory_used"] = memory_used
+    path.write_text(json.dumps(state, indent=1) + "\n")
+
+
+def set_port(workdir: Path, name: str, hca: str = "mlx5_0", *, state: str | None = None,
+             link_layer: str | None = None, roce_v2: bool | None = None) -> None:
+    """Change one port of node `name` as /sys/class/infiniband shows it from now on."""
+    port = node_dir(workdir, name) / "class" / "infiniband" / hca / "ports" / "1"
+    if state is not None:
+        (port / "state").write_text({"ACTIVE": "4: ACTIVE", "DOWN": "1: DOWN", "INIT": "2: INIT"}[state] + "\n")
+    if link_layer is not None:
+        (port / "link_layer").write_text(link_layer + "\n")
+    if roce_v2 is False:
+        for t in (port / "gid_attrs" / "types").iterdir():
+            if t.read_text().strip() == "RoCE v2":
+                t.write_text("IB/RoCE v1\n")
+
+
+def break_hook(workdir: Path, name: str, message: str | None) -> None:
+    """Make every `--gpus` container on node `name` fail to start with `message` (None: heal)."""
+    path = node_dir(workdir, name) / "hook-error"
+    if message is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_text(message.rstrip("\n") + "\n")

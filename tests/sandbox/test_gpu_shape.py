@@ -1,0 +1,166 @@
+"""The GPU-shaped sandbox's parts without Docker: its nvidia-smi and NVIDIA hook stand-ins run as the
+nodes run them (python3 subprocesses), and its /sys/class/infiniband tree read by the rack preflight's
+own script. Docker's side (dockerd calling the hook for `--gpus`) is in test_sandbox_infra.py."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bootstrap.cluster import rack as R
+from bootstrap.cluster.facts import parse_nvidia_smi
+from bootstrap.monitor.metrics import parse_gpus
+from bootstrap.sandbox import gpu as G
+
+SMI = G.SCRIPTS["nvidia-smi"]
+HOOK = G.SCRIPTS["nvidia-container-runtime-hook"]
+#: ../shared/gpu/h100-nvidia-smi-query.csv: real output of one H100 (driver 580.159.04)
+RECORDED_QUERY = "NVIDIA H100 80GB HBM3, 81559, 580.159.04\n"
+#: ../shared/gpu/h100-nvidia-smi.txt, the default table's fixed lines (the date line left out)
+RECORDED_TABLE = """\
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 580.159.04             Driver Version: 580.159.04     CUDA Version: 13.0     |
++-----------------------------------------+------------------------+----------------------+
+| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
+|                                         |                        |               MIG M. |
+|=========================================+========================+======================|
+|   0  NVIDIA H100 80GB HBM3          On  |   00000000:00:06.0 Off |                    0 |
+| N/A   36C    P0            125W /  700W |       0MiB /  81559MiB |      0%      Default |
+|                                         |                        |             Disabled |
++-----------------------------------------+------------------------+----------------------+
+"""
+
+
+def smi(state: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SMI), *args], capture_output=True, text=True, timeout=30,
+                          env={"SANDBOX_NVIDIA_SMI_STATE": str(state), "PATH": "/usr/bin:/bin"})
+
+
+@pytest.fixture
+def node(tmp_path):
+    """Node 1 of an 8-GPU sandbox with two RoCE HCAs per node, as its /sandbox looks."""
+    src = tmp_path / "nodes" / "node1" / "sandbox"
+    G.write_node(src, 1, G.GpuShape(gpus=8, ib="roce", hcas=2))
+    return tmp_path, src / "gpu"
+
+
+def test_the_query_bootstrap_makes_answers_as_a_real_h100_and_its_parser_reads_eight(node):
+    _, gpu = node
+    one = gpu.parent / "one.json"
+    one.write_text(json.dumps(G.gpu_state(1, G.GpuShape(gpus=1))))
+    q = ("--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits")
+    assert smi(one, *q).stdout == RECORDED_QUERY
+    r = smi(gpu / "state.json", *q)
+    assert r.returncode == 0 and [(g.name, g.memory_mib, g.driver) for g in parse_nvidia_smi(r.stdout)] == [
+        ("NVIDIA H100 80GB HBM3", 81559, "580.159.04")] * 8
+
+
+def test_the_default_table_is_the_recorded_one_and_top_reads_the_load(node):
+    workdir, gpu = node
+    one = gpu.parent / "one.json"
+    state = G.gpu_state(1, G.GpuShape(gpus=1))
+    state["gpus"][0]["bus_id"] = "00000000:00:06.0"  # the recorded machine's
+    one.write_text(json.dumps(state))
+    table = smi(one).stdout.splitlines()
+    assert "\n".join(table[1:12]) + "\n" == RECORDED_TABLE
+    assert "No running processes found" in table[-2]
+
+    G.set_gpus(workdir, "node1", utilization=100, memory_used=41843)
+    r = smi(gpu / "state.json", "--query-gpu=utilization.gpu,memory.used,memory.total",
+            "--format=csv,noheader,nounits")
+    samples = parse_gpus(r.stdout)
+    assert len(samples) == 8 and {(s.util, s.mem_used, s.mem_total) for s in samples} == {(100, 41843, 81559)}
+    assert smi(gpu / "state.json", "-L").stdout.splitlines()[7].startswith("GPU 7: NVIDIA H100 80GB HBM3 (UUID: GPU-")
+
+
+def test_refusals_use_the_real_tools_words(node):
+    _, gpu = node
+    r = smi(gpu / "state.json", "--query-gpu=name,bogus", "--format=csv")
+    assert r.returncode == 2 and 'Field "bogus" is not a valid field to query.' in r.stderr
+    r = smi(gpu / "state.json", "--bogus")
+    assert r.returncode == 2 and "Option --bogus is not recognized" in r.stderr
+    r = smi(gpu.parent / "no-such-state.json", "-L")
+    assert r.returncode == 9 and "couldn't communicate with the NVIDIA driver" in r.stdout
+
+
+def bundle(tmp_path: Path, env: list[str]) -> Path:
+    b = tmp_path / "bundle"
+    (b / "rootfs").mkdir(parents=True)
+    (b / "config.json").write_text(json.dumps({"root": {"path": "rootfs"}, "process": {"env": env}}))
+    return b
+
+
+def hook(gpu: Path, b: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(HOOK), *args], input=json.dumps({"bundle": str(b), "pid": 1}),
+                          capture_output=True, text=True, timeout=30,
+                          env={"SANDBOX_GPU_DIR": str(gpu), "SANDBOX_NVIDIA_SMI": str(SMI), "PATH": "/usr/bin:/bin"})
+
+
+def test_the_hook_gives_a_container_the_gpus_nvidia_visible_devices_names(node, tmp_path):
+    _, gpu = node
+    uuid3 = json.loads((gpu / "state.json").read_text())["gpus"][3]["uuid"]
+    b = bundle(tmp_path, ["PATH=/usr/bin", f"NVIDIA_VISIBLE_DEVICES=1,{uuid3}", "NVIDIA_DRIVER_CAPABILITIES=all"])
+    r = hook(gpu, b, "prestart")
+    assert r.returncode == 0, r.stderr
+    placed = b / "rootfs" / "usr" / "local" / "bin"
+    listed = subprocess.run([str(placed / "nvidia-smi"), "-L"], capture_output=True, text=True, timeout=30).stdout
+    assert [ln.split(" (UUID: ")[0] for ln in listed.splitlines()] == ["GPU 0: NVIDIA H100 80GB HBM3",
+                                                                      "GPU 1: NVIDIA H100 80GB HBM3"]
+    assert uuid3 in listed.splitlines()[1]
+
+    everything = bundle(tmp_path / "all", ["NVIDIA_VISIBLE_DEVICES=all"])
+    assert hook(gpu, everything, "prestart").returncode == 0
+    assert len(json.loads((everything / "rootfs/usr/local/bin/nvidia-smi.json").read_text())["gpus"]) == 8
+
+
+def test_the_hook_leaves_a_container_without_gpus_alone_and_fails_as_a_broken_driver_does(node, tmp_path):
+    workdir, gpu = node
+    plain = bundle(tmp_path / "plain", ["PATH=/usr/bin"])
+    assert hook(gpu, plain, "prestart").returncode == 0
+    assert not (plain / "rootfs" / "usr").exists()
+    bad = hook(gpu, bundle(tmp_path / "bad", ["NVIDIA_VISIBLE_DEVICES=9"]), "prestart")
+    assert bad.returncode == 1 and "unknown device id: 9" in bad.stderr
+    assert hook(gpu, plain, "poststop").returncode == 0
+
+    G.break_hook(workdir, "node1", "nvidia-container-cli: initialization error: nvml error: driver/library "
+                                   "version mismatch")
+    broken = hook(gpu, bundle(tmp_path / "broken", ["NVIDIA_VISIBLE_DEVICES=all"]), "prestart")
+    assert broken.returncode == 1 and "driver/library version mismatch" in broken.stderr
+    G.break_hook(workdir, "node1", None)
+    assert hook(gpu, bundle(tmp_path / "healed", ["NVIDIA_VISIBLE_DEVICES=all"]), "prestart").returncode == 0
+
+
+def rack_of(gpu: Path, host: str = "node1") -> R.RackNode:
+    """The rack preflight's own script, run against the node's class tree instead of /sys/class."""
+    script = R._SCRIPT.replace("/sys/class/", f"{gpu / 'class'}/")
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30).stdout
+    return R.RackNode(host, "127.0.0.1", R.parse_rack(out))
+
+
+def test_the_ib_tree_reads_as_active_roce_ports_and_a_port_set_down_is_refused(node):
+    workdir, gpu = node
+    ports = rack_of(gpu).facts.ib
+    assert [(p.hca, p.port, p.link_layer, p.rocev2, p.state) for p in ports] == [
+        ("mlx5_0", 1, "Ethernet", True, "ACTIVE"), ("mlx5_1", 1, "Ethernet", True, "ACTIVE")]
+    assert [f for f in R.check_rack([rack_of(gpu)], infiniband=True) if f.check.startswith(("ib", "roce"))] == []
+
+    G.set_port(workdir, "node1", "mlx5_1", state="DOWN")
+    G.set_port(workdir, "node1", "mlx5_0", roce_v2=False)
+    found = {f.check: f for f in R.check_rack([rack_of(gpu)], infiniband=True)}
+    assert "mlx5_1" in found["ib-port"].what and "mlx5_0" in found["roce-gid"].what, found
+
+
+def test_a_cpu_node_has_no_gpu_files_and_shapes_are_checked(tmp_path):
+    src = tmp_path / "sandbox"
+    G.write_node(src, 1, G.GpuShape(gpus=2))
+    assert (src / "gpu" / "state.json").exists() and not (src / "gpu" / "class").exists()
+    G.write_node(src, 1, G.NO_GPU)
+    assert not (src / "gpu").exists()
+    assert G.daemon_runtimes(G.NO_GPU) == {} and "nvidia" in G.daemon_runtimes(G.GpuShape(gpus=1))["runtimes"]
+    with pytest.raises(ValueError, match="ib must be one of infiniband, roce"):
+        G.GpuShape(gpus=1, ib="omnipath")
+    assert G.GpuShape.from_dict(G.GpuShape(8, "infiniband", 4).to_dict()) == G.GpuShape(8, "infiniband", 4)
