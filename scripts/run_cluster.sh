@@ -10,6 +10,7 @@
 #   --name NAME         container name (default: bootstrap-vllm)
 #   --cluster NAME      cluster label (default: vllm)
 #   --gpus all|none     pass --gpus all (default) or no GPUs (CPU nodes)
+#   --num-gpus N        the GPUs Ray may schedule on this node (default: what Ray counts itself)
 #   --gcs-port PORT     Ray GCS port (default 6379); --dashboard-port PORT (default 8265)
 #   --metrics-port PORT Ray's Prometheus metrics export on this node (default 8080)
 #   --dashboard-host H  where the head's dashboard listens: localhost (default, 127.0.0.1),
@@ -27,11 +28,11 @@
 #   --dry-run           print the docker command (one NUL-terminated argument each) and exit
 set -euo pipefail
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "run_cluster.sh: $*" >&2; exit 2; }
 
 name=bootstrap-vllm cluster=vllm gpus=all gcs_port=6379 dash_port=8265 metrics_port=8080 nofile="" shm=""
-infiniband=0 privileged=0 foreground=0 dry_run=0 node_ip="" env_file="" no_ray=0 dash_host=localhost
+infiniband=0 privileged=0 foreground=0 dry_run=0 node_ip="" env_file="" no_ray=0 dash_host=localhost num_gpus=""
 declare -a mounts=() extra=() positional=()
 declare -A envs=()
 
@@ -41,6 +42,7 @@ while [[ $# -gt 0 ]]; do
     --name) name=${2:?}; shift 2 ;;
     --cluster) cluster=${2:?}; shift 2 ;;
     --gpus) gpus=${2:?}; shift 2 ;;
+    --num-gpus) num_gpus=${2:?}; shift 2 ;;
     --gcs-port) gcs_port=${2:?}; shift 2 ;;
     --dashboard-port) dash_port=${2:?}; shift 2 ;;
     --metrics-port) metrics_port=${2:?}; shift 2 ;;
@@ -122,6 +124,7 @@ else
   else
     args+=("--address=$(hostport "$head_ip" "$gcs_port")" "--node-ip-address=$node_ip")
   fi
+  [[ -z $num_gpus ]] || args+=("--num-gpus=$num_gpus")
   args+=("--metrics-export-port=$metrics_port" --disable-usage-stats)
 fi
 

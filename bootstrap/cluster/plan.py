@@ -141,6 +141,10 @@ def container_spec(inv: Inventory, host: Host, nofile: int | None) -> ContainerS
             cmd += [f"--dashboard-host={dash}"]
     else:
         cmd += [f"--address={hostport(head.ip, gcs)}", f"--node-ip-address={host.ip}"]
+    if c.accelerator == "gpu" and host.gpus:
+        # Ray counts GPUs through NVML itself; the count the preflight checked with nvidia-smi is
+        # what vLLM's placement needs, whatever NVML in the container says
+        cmd += [f"--num-gpus={host.gpus}"]
     cmd += [f"--metrics-export-port={c.ports.ray_metrics}", "--disable-usage-stats", *c.ray_args]
     return ContainerSpec(host=host.name, role=host.role, name=c.container_name, image=c.image,
                          options=tuple(opts), command=tuple(cmd),

@@ -24,11 +24,12 @@ def test_head_and_worker_argv_exact():
         "--label", "bootstrap.role=head", "--label", f"bootstrap.spec={head.spec_hash}",
         "--entrypoint", "ray", "vllm/vllm-openai:v0.8.5",
         "start", "--block", "--head", "--node-ip-address=10.10.0.11", "--port=6379",
-        "--dashboard-port=8265", "--metrics-export-port=8080", "--disable-usage-stats")
+        "--dashboard-port=8265", "--num-gpus=8", "--metrics-export-port=8080", "--disable-usage-stats")
     assert head.command == ("start", "--block", "--head", "--node-ip-address=10.10.0.11", "--port=6379",
-                            "--dashboard-port=8265", "--metrics-export-port=8080", "--disable-usage-stats")
-    assert worker.command == ("start", "--block", "--address=10.10.0.11:6379",
-                              "--node-ip-address=10.10.0.12", "--metrics-export-port=8080", "--disable-usage-stats")
+                            "--dashboard-port=8265", "--num-gpus=8", "--metrics-export-port=8080",
+                            "--disable-usage-stats")
+    assert worker.command == ("start", "--block", "--address=10.10.0.11:6379", "--node-ip-address=10.10.0.12",
+                              "--num-gpus=8", "--metrics-export-port=8080", "--disable-usage-stats")
     assert "VLLM_HOST_IP=10.10.0.12" in worker.options
     assert "NCCL_SOCKET_IFNAME=ens6" in worker.options
     assert "nofile=65536:65536" in worker.options

@@ -35,6 +35,8 @@ def script_args_for(inv, h, nofile):
             "--gpus", "all" if c.accelerator == "gpu" else "none", "--nofile", str(nofile),
             "--gcs-port", str(c.ports.ray_gcs), "--dashboard-port", str(c.ports.dashboard),
             "--metrics-port", str(c.ports.ray_metrics)]
+    if c.accelerator == "gpu" and h.gpus:
+        args += ["--num-gpus", str(h.gpus)]
     if not c.ipc_host:
         args += ["--shm-size", c.shm_size]
     if c.infiniband:
