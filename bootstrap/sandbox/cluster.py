@@ -579,6 +579,26 @@ def _write_inventory(info: SandboxInfo, iface: str) -> None:
     tmp = info.inventory.with_suffix(".tmp")
     tmp.write_text(text)
     os.replace(tmp, info.inventory)
+    gpu_inv = gpu_inventory_path(info.workdir)
+    if not info.gpu.gpus:
+        gpu_inv.unlink(missing_ok=True)
+        return
+    # The same nodes as a GPU cluster (vLLM's CPU build still computes on the CPU): `--gpus all`,
+    # the GPU count checked against nvidia-smi, Ray told the count; with --ib the HCAs, IPC_LOCK,
+    # memlock and NCCL's socket interface.
+    c = doc["cluster"]
+    c.update(accelerator="gpu", gpus_per_node=info.gpu.gpus, infiniband=info.gpu.ib is not None)
+    c["env"] = {**c["env"], "NCCL_SOCKET_IFNAME": iface}
+    gpu_header = header.replace("nodes on", "GPU-shaped nodes on", 1) + (
+        f"# GPU-shaped ({info.gpu.describe()}): see bootstrap/sandbox/gpu.py for what is real.\n")
+    tmp = gpu_inv.with_suffix(".tmp")
+    tmp.write_text(gpu_header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
+    os.replace(tmp, gpu_inv)
+
+
+def gpu_inventory_path(workdir: Path) -> Path:
+    """The GPU-shaped sandbox's second inventory: the same nodes as a GPU cluster."""
+    return Path(workdir) / "inventory-gpu.yaml"
 
 
 # --- public ----------------------------------------------------------------------------------------

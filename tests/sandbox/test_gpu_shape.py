@@ -164,3 +164,25 @@ def test_a_cpu_node_has_no_gpu_files_and_shapes_are_checked(tmp_path):
     with pytest.raises(ValueError, match="ib must be one of infiniband, roce"):
         G.GpuShape(gpus=1, ib="omnipath")
     assert G.GpuShape.from_dict(G.GpuShape(8, "infiniband", 4).to_dict()) == G.GpuShape(8, "infiniband", 4)
+
+
+def test_a_gpu_shaped_sandbox_writes_a_gpu_inventory_that_plans_gpu_containers(tmp_path):
+    from bootstrap.cluster.plan import container_spec
+    from bootstrap.inventory import load_inventory
+    from bootstrap.sandbox.cluster import SandboxInfo, SandboxNode, _write_inventory, gpu_inventory_path
+
+    nodes = tuple(SandboxNode(f"node{i}", f"172.31.240.{10 + i}", f"bootstrap-sandbox-node{i}") for i in (1, 2))
+    info = SandboxInfo(workdir=tmp_path, network="n", subnet="172.31.240.0/24", registry="172.31.240.2:5000",
+                       image="172.31.240.2:5000/bootstrap/vllm-cpu:x", nodes=nodes,
+                       inventory=tmp_path / "inventory.yaml",
+                       key=tmp_path / "id", known_hosts=tmp_path / "kh", gpu=G.GpuShape(gpus=8, ib="infiniband"))
+    _write_inventory(info, "eth0")
+    inv = load_inventory(str(gpu_inventory_path(tmp_path)), {}, check_files=False)
+    assert (inv.cluster.accelerator, inv.gpus_per_node, inv.cluster.infiniband) == ("gpu", 8, True)
+    spec = container_spec(inv, inv.hosts[1], nofile=20000)
+    assert ("--gpus", "all") in zip(spec.options, spec.options[1:]) and "/dev/infiniband" in spec.options
+    assert "NCCL_SOCKET_IFNAME=eth0" in spec.options and "--num-gpus=8" in spec.command
+    assert load_inventory(str(info.inventory), {}, check_files=False).cluster.accelerator == "none"
+
+    _write_inventory(info.__class__(**{**info.__dict__, "gpu": G.NO_GPU}), "eth0")  # a CPU sandbox has none
+    assert not gpu_inventory_path(tmp_path).exists()
