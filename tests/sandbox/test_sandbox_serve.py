@@ -150,20 +150,16 @@ def test_vllm_failure_shows_vllms_own_cause_in_the_error_line_and_in_logs_and_do
 
 
 @pytest.fixture(scope="module")
-def two(sandbox3, tmp_path_factory):
-    d = tmp_path_factory.mktemp("serve")
-    inv1 = write_inventory(sandbox3.inventory, d / "one.yaml", lambda x: x.update(hosts=x["hosts"][:1]))
-    inv2 = write_inventory(sandbox3.inventory, d / "two.yaml", lambda x: x.update(hosts=x["hosts"][:2]))
-    cli("serve", "-i", str(sandbox3.inventory), "--stop")
-    cli("down", "-i", str(sandbox3.inventory))
-    assert cli("up", "-i", inv2).returncode == 0
-    yield sandbox3, inv1, inv2
+def two(three, tmp_path_factory):
+    """Two of the three nodes, as an inventory of their own (the 3-node Ray cluster stays up)."""
+    sb, inv = three
+    inv2 = write_inventory(inv, tmp_path_factory.mktemp("serve") / "two.yaml", lambda x: x.update(hosts=x["hosts"][:2]))
+    yield sb, inv, inv2
     cli("serve", "-i", inv2, "--stop")
-    cli("down", "-i", inv2)
 
 
 def test_ray_backend_on_cpu_is_refused_before_launch(two):
-    sb, inv1, inv2 = two
+    sb, inv, inv2 = two
     t = time.monotonic()
     r = cli("serve", "-i", inv2, MODEL, "--backend", "ray", *VLLM_ARGS)
     took = time.monotonic() - t
@@ -176,7 +172,7 @@ def test_ray_backend_on_cpu_is_refused_before_launch(two):
 
 def test_a_model_missing_on_a_node_is_refused_before_launch(two):
     """The copy itself (`--sync-model`) is proven in the Ray-less scenario below."""
-    sb, inv1, inv2 = two
+    sb, inv, inv2 = two
     n1, n2 = sb.nodes[0], sb.nodes[1]
     on_node(n2, "docker", "exec", CONTAINER, "rm", "-rf", "/tmp/only-on-head")
     on_node(n1, "docker", "exec", CONTAINER, "cp", "-r", MODEL, "/tmp/only-on-head")
@@ -187,7 +183,9 @@ def test_a_model_missing_on_a_node_is_refused_before_launch(two):
 
 
 def test_worker_cut_off_during_serve_is_named_and_nothing_is_left_running(two):
-    sb, inv1, inv2 = two
+    """The wait runs out while node2 cannot reach the head; bootstrap's own probe from node2's
+    container to the head names the cut (it does not depend on how far vLLM got)."""
+    sb, inv, inv2 = two
     n1, n2 = sb.nodes[0], sb.nodes[1]
     cut = [["iptables", "-I", "INPUT", "-s", n1.ip, "-j", "DROP"],
            ["iptables", "-I", "OUTPUT", "-d", n1.ip, "-j", "DROP"]]
@@ -195,20 +193,20 @@ def test_worker_cut_off_during_serve_is_named_and_nothing_is_left_running(two):
         on_node(n2, *rule)
     try:
         t = time.monotonic()
-        r = cli("serve", "-i", inv2, MODEL, "--backend", "native", "--wait", "60", *VLLM_ARGS)
+        r = cli("serve", "-i", inv2, MODEL, "--backend", "native", "--wait", "30", *VLLM_ARGS)
         took = time.monotonic() - t
     finally:
         on_node(n2, "iptables", "-F", "INPUT")
         on_node(n2, "iptables", "-F", "OUTPUT")
     assert r.returncode == 1, r.stderr[-2000:]
     err_line = next(ln for ln in r.stderr.splitlines() if ln.startswith("error:"))
-    assert "not ready within 60s" in err_line and f"{n2.name}: " in err_line, err_line
+    assert "not ready within 30s" in err_line and f"{n2.name}: " in err_line, err_line
     assert f"cannot reach the head {n1.ip}:" in err_line or f"likely cut off from {n1.ip}:" in err_line, err_line
     assert n1.name + ":" not in err_line.split("error:", 1)[1].split("cannot reach")[0].replace(n2.name, "")
-    assert took < 60 + 60, took
+    assert took < 30 + 60, took
     assert vllm_procs(n1) == [] and vllm_procs(n2) == []  # stopped on every node
-    # Ray may have lost node2 during the cut: `up` heals it for the next tests.
-    assert cli("up", "-i", inv2, "--wait", "120").returncode == 0
+    # Ray may have lost node2 during the cut: `up` heals the cluster.
+    assert cli("up", "-i", inv, "--wait", "120").returncode == 0
 
 
 def raw_stream(endpoint, model):
@@ -241,10 +239,10 @@ def test_an_image_without_ray_serves_natively_with_a_secret_kept_off_argv_and_lo
     from bootstrap.serve import bench as B
     from tests.support.sandbox import ROOT
 
-    sb, inv1, inv2 = two
+    sb, three_nodes, inv2 = two
     nodes = sb.nodes[:2]
     cli("serve", "-i", inv2, "--stop")
-    assert cli("down", "-i", inv2).returncode == 0  # the Ray image's cluster makes way
+    assert cli("down", "-i", three_nodes).returncode == 0  # the Ray image's cluster makes way
     name = "bootstrap-noray"
     image = push_ray_less(sb.workdir, log=lambda m: print(f"sandbox: {m}", flush=True))
 
