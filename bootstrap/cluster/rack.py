@@ -35,6 +35,7 @@ CHECKS: dict[str, str] = {
     "shm": "/dev/shm is large enough where containers share the host's (ipc_host)",
     "nofile": "the open-files limit is high enough for Ray and vLLM",
     "image": "the cluster image has the same ID on every node that holds it",
+    "memlock": "Docker can give the containers the unlimited locked memory RDMA needs (infiniband)",
 }
 #: Clocks further apart than this (seconds) are refused: Ray's and vLLM's timeouts, logs, tokens.
 MAX_SKEW_S = 2.0
@@ -63,6 +64,11 @@ for p in /sys/class/infiniband/*/ports/*; do
   done
   echo "$hca ${p##*/} $(tr -d ' ' < "$p/link_layer" 2>/dev/null) $v2 $(cat "$p/state" 2>/dev/null)"
 done
+echo "== dockerd"
+d=$(pgrep -o -x dockerd 2>/dev/null || pidof -s dockerd 2>/dev/null)
+if [ -n "$d" ]; then
+  grep -e "^Max locked memory" /proc/$d/limits 2>/dev/null; grep -e "^CapEff:" /proc/$d/status 2>/dev/null
+fi
 """
 RACK_FACTS: tuple[str, ...] = ("sh", "-c", _SCRIPT)
 
@@ -97,6 +103,10 @@ class RackFacts:
     shm_bytes: int | None = None
     #: None: no /sys/class/infiniband on the host
     ib: tuple[IBPort, ...] | None = None
+    #: dockerd's hard limit of locked memory in bytes (-1: unlimited; None: not read)
+    dockerd_memlock: int | None = None
+    #: dockerd may raise a container's limits past its own (CAP_SYS_RESOURCE; None: not read)
+    dockerd_sys_resource: bool | None = None
 
 
 def parse_rack(out: str, *, sent: float | None = None, received: float | None = None) -> RackFacts:
@@ -127,7 +137,30 @@ def parse_rack(out: str, *, sent: float | None = None, received: float | None = 
     ib = None
     if ib_lines and ib_lines[0] == "present":
         ib = tuple(p for p in (parse_ib_port(ln) for ln in ib_lines[1:]) if p is not None)
-    return RackFacts(offset, links, addrs, shm, ib)
+    memlock, sys_resource = parse_dockerd(sections.get("dockerd", []))
+    return RackFacts(offset, links, addrs, shm, ib, memlock, sys_resource)
+
+
+#: CAP_SYS_RESOURCE's bit in /proc/PID/status CapEff
+CAP_SYS_RESOURCE = 24
+
+
+def parse_dockerd(lines: Sequence[str]) -> tuple[int | None, bool | None]:
+    """(hard memlock limit, has CAP_SYS_RESOURCE) from dockerd's /proc limits and status lines."""
+    memlock = caps = None
+    for ln in lines:
+        if ln.startswith("Max locked memory"):
+            hard = ln.split()[4:5]
+            if hard == ["unlimited"]:
+                memlock = -1
+            elif hard and hard[0].isdigit():
+                memlock = int(hard[0])
+        elif ln.startswith("CapEff:"):
+            try:
+                caps = bool(int(ln.split()[1], 16) >> CAP_SYS_RESOURCE & 1)
+            except (IndexError, ValueError):
+                caps = None
+    return memlock, caps
 
 
 _LINK = re.compile(r"^\d+:\s+([^:@\s]+)(?:@\S+)?:\s+<([^>]*)>.*?\bmtu (\d+)")
@@ -292,6 +325,12 @@ def _node_checks(n: RackNode, *, infiniband: bool, ipc_host: bool) -> list[RackF
                     out.append(RackFinding("roce-gid", n.host, f"{p.hca} port {p.port} is RoCE without a RoCE v2 GID",
                                            "give the interface an IP address (RoCE v2 GIDs follow it), then set "
                                            "NCCL_IB_GID_INDEX to the RoCE v2 entry (`show_gids`)"))
+    if infiniband and f.dockerd_sys_resource is False and f.dockerd_memlock not in (None, -1):
+        out.append(RackFinding("memlock", n.host, f"its Docker cannot give the containers unlimited locked memory "
+                               f"(--ulimit memlock=-1, which RDMA needs): dockerd's own limit is "
+                               f"{f.dockerd_memlock / (1 << 20):.0f} MiB and it lacks CAP_SYS_RESOURCE (rootless "
+                               "or confined Docker)", "run dockerd with LimitMEMLOCK=infinity (systemctl edit "
+                               "docker) as root, or set infiniband: false"))
     if ipc_host and f.shm_bytes is not None and f.shm_bytes < MIN_SHM_BYTES:
         out.append(RackFinding("shm", n.host, f"/dev/shm is {f.shm_bytes / (1 << 20):.0f} MiB and the containers "
                                "share it (ipc_host)", "enlarge it (`mount -o remount,size=16G /dev/shm`) or set "

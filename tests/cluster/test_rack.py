@@ -127,11 +127,32 @@ def test_a_node_whose_tag_names_another_build_of_the_image_is_refused():
     assert RK.check_rack(nodes[:1] + nodes[2:]) == []
 
 
+def test_a_docker_that_cannot_raise_memlock_is_refused_where_rdma_needs_it():
+    """dockerd's own hard limit and capabilities, as /proc shows them (the sandbox's nodes: 8 MiB and no
+    CAP_SYS_RESOURCE, so `--ulimit memlock=-1` fails with "error setting rlimit type 8")."""
+    mib8 = "Max locked memory         8388608              8388608              bytes"
+    confined = (mib8, "CapEff:\t000001fffeffffff")
+    root = (mib8, "CapEff:\t000001ffffffffff")
+    unlimited = ("Max locked memory         unlimited            unlimited            bytes",
+                 "CapEff:\t0000000000000000")
+    assert RK.parse_dockerd(confined) == (8388608, False) and RK.parse_dockerd(root) == (8388608, True)
+    assert RK.parse_dockerd(unlimited) == (-1, False) and RK.parse_dockerd([]) == (None, None)
+
+    def with_dockerd(lines, name="a"):
+        n = node(name)
+        facts = RK.parse_rack(output() + "== dockerd\n" + "\n".join(lines) + "\n")
+        return RK.RackNode(n.host, n.ip, facts, n.env, n.driver, n.nofile_hard)
+    found = RK.check_rack([with_dockerd(confined)], infiniband=True)
+    assert checks(found) == [("memlock", "a")] and "8 MiB" in found[0].what and "LimitMEMLOCK" in found[0].fix
+    assert RK.check_rack([with_dockerd(confined)], infiniband=False) == []  # memlock=-1 is asked for IB only
+    assert RK.check_rack([with_dockerd(root), with_dockerd(unlimited, "b")], infiniband=True) == []
+
+
 def test_a_named_check_can_be_skipped():
     nodes = [node("a"), node("b", "10.10.0.12", mtu=1500)]
     assert RK.check_rack(nodes, skip=frozenset({"mtu"})) == []
     assert set(RK.CHECKS) >= {"gpu-driver", "data-interface", "socket-ifname", "mtu", "ib-port", "ib-link-layer",
-                              "roce-gid", "ib-hca", "clock", "shm", "nofile", "image"}
+                              "roce-gid", "ib-hca", "clock", "shm", "nofile", "image", "memlock"}
 
 
 def test_up_turns_the_findings_into_one_refusal_per_host():

@@ -225,6 +225,24 @@ def test_gpu_shaped_nodes_look_like_gpu_hosts_to_ssh_and_docker(sandbox):
 
 
 @pytest.mark.sandbox
+def test_up_on_the_gpu_shaped_nodes_checks_the_gpus_and_refuses_what_rdma_would_break(sandbox):
+    """`up` with the sandbox's GPU inventory (8 GPUs, InfiniBand): the NVIDIA runtime and the GPU count
+    pass, and the preflight refuses before any container starts, on every node: these nodes' Docker
+    cannot give a container the unlimited locked memory RDMA needs (dockerd's limit is 8 MiB and it
+    lacks CAP_SYS_RESOURCE), which would otherwise fail at `docker run` with "error setting rlimit type 8"."""
+    from bootstrap.sandbox.cluster import gpu_inventory_path
+    from tests.support.sandbox import cli, on_node
+
+    r = cli("up", "-i", str(gpu_inventory_path(sandbox.workdir)))
+    assert r.returncode == 3, r.stderr[-2000:]
+    for n in sandbox.nodes:
+        assert f"{n.name}: its Docker cannot give the containers unlimited locked memory" in r.stderr, r.stderr
+        assert on_node(n, "docker", "ps", "-aq").stdout.strip() == "", n.name  # nothing was started
+    assert "[memlock]" in r.stderr and "LimitMEMLOCK=infinity" in r.stderr
+    assert "NVIDIA runtime" not in r.stderr and "GPU(s)" not in r.stderr  # the GPU facts passed
+
+
+@pytest.mark.sandbox
 def test_a_stage_builds_commits_and_logs_through_the_docker_sdk(sandbox, tmp_path):
     """The build path cached images skip: a stage's script runs in a container of its parent with
     its files at /recipe (output into its log), the container is committed with the stage's
