@@ -122,12 +122,15 @@ def test_dry_run_prints_the_plan_starts_nothing_and_needs_no_secret(three, tmp_p
     assert all(vllm_procs(n) == [] for n in sb.nodes)
 
 
-def test_vllm_failure_shows_vllms_own_cause_in_the_error_line_and_in_logs_and_doctor(three):
+def test_vllm_failure_shows_vllms_own_cause_in_the_error_line_and_in_logs_and_doctor(three, tmp_path):
     """The tiny model allows 1024 positions; vLLM refuses more: the error line carries its words, and
     afterwards `bootstrap logs --serve` shows vLLM's own output (host and source on each line) and
-    `bootstrap doctor` names the cause, where it read it, and the length the model allows."""
+    `bootstrap doctor` names the cause, where it read it, and the length the model allows. vLLM is
+    started on the head alone (an inventory of node1 only): one vLLM fails as three would, for a third
+    of the CPU; `logs` and `doctor` then read all three nodes."""
     sb, inv = three
-    r = cli("serve", "-i", inv, MODEL, "--", "--max-model-len", "4096")
+    head_only = write_inventory(inv, tmp_path / "head-only.yaml", lambda d: d.update(hosts=d["hosts"][:1]))
+    r = cli("serve", "-i", head_only, MODEL, "--", "--max-model-len", "4096")
     assert r.returncode == 1, r.stderr[-2000:]
     err_line = next(ln for ln in r.stderr.splitlines() if ln.startswith("error:"))
     assert "vLLM exited after" in err_line and "max_model_len" in err_line and "4096" in err_line, err_line
