@@ -834,9 +834,9 @@ def sandbox_up(info) -> None:
     out.print(_escape(f"sandbox up: {len(info.nodes)} node(s) on {info.subnet}, registry {info.registry}"
                       + (f"; {info.gpu.describe()}" if info.gpu.shaped else "")))
     out.print(_escape(f"inventory: {info.inventory}"))
-    if info.gpu.gpus:
-        gpu_inv = info.inventory.with_name("inventory-gpu.yaml")
-        out.print(_escape(f"GPU inventory: {gpu_inv} (the same nodes as a GPU cluster; vLLM still computes on CPU)"))
+    if info.gpu_inventory:
+        out.print(_escape(f"GPU inventory: {info.gpu_inventory} (the same nodes as a GPU cluster; vLLM still "
+                          "computes on CPU)"))
     out.print(_escape(f"next: bootstrap up -i {info.inventory}"))
 
 

@@ -107,6 +107,11 @@ class SandboxInfo:
     gpu: GpuShape = GPU.NO_GPU
 
     @property
+    def gpu_inventory(self) -> Path | None:
+        """The same nodes as a GPU cluster (inventory-gpu.yaml), for a sandbox with GPUs."""
+        return gpu_inventory_path(self.workdir) if self.gpu.gpus else None
+
+    @property
     def head(self) -> SandboxNode:
         return self.nodes[0]
 
@@ -384,11 +389,15 @@ def push_ray_less(workdir: Path, log: Log = nolog) -> str:
 # --- nodes -----------------------------------------------------------------------------------------
 
 
+def _host_key(workdir: Path, name: str) -> Path:
+    return workdir / "hostkeys" / name / "ssh_host_ed25519_key"
+
+
 def _prepare_node_files(workdir: Path, name: str, client_pub: str, registry: str, number: int,
                         gpu: GpuShape) -> tuple[Path, str]:
     """Write nodes/<name>/sandbox (mounted at /sandbox), with node `number`'s GPU shape; return (dir,
     host public key line)."""
-    hostkey = workdir / "hostkeys" / name / "ssh_host_ed25519_key"
+    hostkey = _host_key(workdir, name)
     host_pub = ensure_keypair(hostkey, f"root@{name}")
     src = workdir / "nodes" / name / "sandbox"
     src.mkdir(parents=True, exist_ok=True)
@@ -579,9 +588,9 @@ def _write_inventory(info: SandboxInfo, iface: str) -> None:
     tmp = info.inventory.with_suffix(".tmp")
     tmp.write_text(text)
     os.replace(tmp, info.inventory)
-    gpu_inv = gpu_inventory_path(info.workdir)
-    if not info.gpu.gpus:
-        gpu_inv.unlink(missing_ok=True)
+    gpu_inv = info.gpu_inventory
+    if gpu_inv is None:
+        gpu_inventory_path(info.workdir).unlink(missing_ok=True)
         return
     # The same nodes as a GPU cluster (vLLM's CPU build still computes on the CPU): `--gpus all`,
     # the GPU count checked against nvidia-smi, Ray told the count; with --ib the HCAs, IPC_LOCK,
@@ -735,7 +744,7 @@ def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full
         known = []
         for i, n in enumerate(sandbox_nodes):
             if n in keep:  # a running node keeps its files (a test may have changed its GPU shape)
-                host_pub = ensure_keypair(workdir / "hostkeys" / n.name / "ssh_host_ed25519_key", f"root@{n.name}")
+                host_pub = ensure_keypair(_host_key(workdir, n.name), f"root@{n.name}")
             else:
                 _, host_pub = _prepare_node_files(workdir, n.name, client_pub, registry, i + 1, gpu)
             known.append(f"{n.ip} {' '.join(host_pub.split()[:2])}")
