@@ -10,8 +10,8 @@ import re
 import shlex
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
 # The container inspect and its parser live in the neutral pure bootstrap/containers.py, which
 # remote/docker.py reads too (remote never imports cluster); re-exported here for the facts' readers.
@@ -51,10 +51,18 @@ class HostFacts:
     ray_none: frozenset[str] = frozenset()
     #: What the rack preflight reads (bootstrap.cluster.rack): clock, links, addresses, /dev/shm, IB ports.
     rack: "RackFacts | None" = None
+    #: The newest CUDA the host's driver supports (`nvidia-smi --version`'s "CUDA Version"; None: unknown).
+    driver_cuda: str | None = None
+    #: The cluster image's CUDA_VERSION and NVIDIA_REQUIRE_CUDA (NVIDIA's CUDA images set them) where
+    #: the image is on the host: {} when it is not, or does not say.
+    image_cuda: Mapping[str, str] = field(default_factory=dict)
 
 
 # -- commands --------------------------------------------------------------------------------
 NVIDIA_SMI = ("nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits")
+#: The driver's own versions: "CUDA Version        : 13.0" is the newest CUDA it runs (not a --query-gpu
+#: field: tests/data/gpu/h200-facts.txt).
+NVIDIA_SMI_VERSION = ("nvidia-smi", "--version")
 NOFILE_HARD = ("sh", "-c", "ulimit -Hn")
 #: The server version and the runtimes in one Docker CLI start (each start costs ~40 ms of a host's CPU).
 DOCKER_INFO = ("docker", "info", "--format", "{{.ServerVersion}} {{json .Runtimes}}")
@@ -143,6 +151,35 @@ def parse_inspect_both(out: str, container: str, image: str) -> tuple[ContainerS
     return cstate, image_id
 
 
+#: The image variables the CUDA check reads (bootstrap.cluster.rack, check cuda-driver).
+IMAGE_CUDA_VARS = ("CUDA_VERSION", "NVIDIA_REQUIRE_CUDA")
+
+
+def parse_image_cuda(out: str) -> dict[str, str]:
+    """IMAGE_CUDA_VARS from the image's Config.Env in inspect_both_cmd's output (the object without a
+    State, i.e. not the container); {} when the image is not in it or sets none."""
+    for line in out.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(obj, dict) or "State" in obj:
+            continue
+        env = (obj.get("Config") or {}).get("Env") or []
+        pairs = (str(e).split("=", 1) for e in env if "=" in str(e))
+        return {k: v for k, v in pairs if k in IMAGE_CUDA_VARS}
+    return {}
+
+
+_CUDA_LINE = re.compile(r"^\s*CUDA Version\s*:\s*(\d+\.\d+)", re.MULTILINE)
+
+
+def parse_driver_cuda(out: str) -> str | None:
+    """"13.0" from `nvidia-smi --version` (or the table's header, or `-q`); None when absent."""
+    m = _CUDA_LINE.search(out) or re.search(r"CUDA Version:\s*(\d+\.\d+)", out)
+    return m[1] if m else None
+
+
 def parse_ray_ok(out: str, prefix: str = RAY_OK_PREFIX) -> frozenset[str]:
     """The marker names with this prefix in LIST_RAY_OK's output."""
     return frozenset(ln.strip() for ln in out.splitlines()
@@ -199,6 +236,7 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool) -> HostF
             "rack": RACK_FACTS}
     if want_gpus:
         cmds["gpus"] = NVIDIA_SMI
+        cmds["cuda"] = NVIDIA_SMI_VERSION
     sent: dict[str, float] = {}
     received: dict[str, float] = {}
 
@@ -227,13 +265,16 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool) -> HostF
         ii = ssh.run(image_id_cmd(image), timeout=30, check=False, query=True)
         both = (parse_container_inspect(ci.stdout) if ci.ok else None, ii.stdout.strip() if ii.ok else None)
     cstate, image_id = both
+    driver_cuda = parse_driver_cuda(got["cuda"].stdout) if "cuda" in got and got["cuda"].ok else None
     return HostFacts(docker_version=version, runtimes=runtimes, gpus=gpus,
                      nofile_hard=parse_nofile(got["nofile"].stdout), container=cstate,
                      image_id=image_id or None, ray_ok=parse_ray_ok(got["ray_ok"].stdout),
                      ray_none=parse_ray_ok(got["ray_ok"].stdout, RAY_NONE_PREFIX),
                      # not checked: a host without iproute2 or /sys/class/infiniband prints less; what
                      # is missing is not checked (rack.check_rack skips facts it does not have)
-                     rack=parse_rack(got["rack"].stdout, sent=sent.get("rack"), received=received.get("rack")))
+                     rack=parse_rack(got["rack"].stdout, sent=sent.get("rack"), received=received.get("rack")),
+                     driver_cuda=driver_cuda,
+                     image_cuda=parse_image_cuda(got["inspect"].stdout) if image_id else {})
 
 
 def check_preflight(name: str, facts: HostFacts, *, want_gpus: int | None) -> None:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 #: Every check, by the name `--skip-check` takes, with what it looks at.
 CHECKS: dict[str, str] = {
     "gpu-driver": "the NVIDIA driver version is the same on every node",
+    "cuda-driver": "the NVIDIA driver runs the CUDA version the image is built for (where the image is on the node)",
     "data-interface": "the interface holding the node's IP exists and is up",
     "socket-ifname": "NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME select an interface of the node",
     "mtu": "the data-plane interfaces have the same MTU on every node",
@@ -234,6 +235,9 @@ class RackNode:
     nofile_hard: int | None = None
     #: ID of the cluster image on the node (None: not there yet)
     image_id: str | None = None
+    #: the newest CUDA the node's driver runs (nvidia-smi --version), and the image's CUDA variables
+    driver_cuda: str | None = None
+    image_cuda: Mapping[str, str] = field(default_factory=dict)
 
 
 def nodes_from(hosts: Sequence["Host"], facts: Mapping[str, "HostFacts"]) -> list[RackNode]:
@@ -242,7 +246,7 @@ def nodes_from(hosts: Sequence["Host"], facts: Mapping[str, "HostFacts"]) -> lis
     from bootstrap.cluster.plan import node_env
 
     return [RackNode(h.name, h.ip, f.rack, node_env(h), f.gpus[0].driver if f.gpus else None, f.nofile_hard,
-                     f.image_id)
+                     f.image_id, f.driver_cuda, f.image_cuda)
             for h in hosts if (f := facts.get(h.name)) is not None and f.rack is not None]
 
 
@@ -272,13 +276,70 @@ def _differs(check: str, values: Mapping[str, object], what: str, fix: str) -> l
             for h, v in values.items() if v != common]
 
 
+def _version(text: str | None) -> tuple[int, ...] | None:
+    """"12.8.1" -> (12, 8, 1); None when it does not start with a number."""
+    m = re.match(r"\s*(\d+(?:\.\d+)*)", text or "")
+    return tuple(int(x) for x in m[1].split(".")) if m else None
+
+
+def image_cuda_need(env: Mapping[str, str]) -> str | None:
+    """The CUDA (major.minor) an image is built for: CUDA_VERSION, else NVIDIA_REQUIRE_CUDA's cuda>=X."""
+    v = _version(env.get("CUDA_VERSION"))
+    if v is None:
+        m = re.search(r"(?:^|\s)cuda>=(\d+\.\d+)", env.get("NVIDIA_REQUIRE_CUDA", ""))
+        v = _version(m[1]) if m else None
+    return ".".join(map(str, v[:2])) if v else None
+
+
+def forward_compatible(require: str, driver: str | None) -> bool:
+    """Whether NVIDIA_REQUIRE_CUDA lets this driver run the image anyway: its space-separated
+    alternatives are ORed, the comma-separated constraints of one ANDed (the NVIDIA Container
+    Toolkit's rule), and `brand=...,driver>=535,driver<536` alternatives name the drivers the image's
+    CUDA forward-compatibility libraries serve. The GPU brand is not compared (any brand passes)."""
+    d = _version(driver)
+    if d is None:
+        return False
+    for alt in require.split():
+        conds = [c for c in alt.split(",") if c.startswith("driver")]
+        if not conds or any(not c.startswith("driver") and not c.startswith("brand=") for c in alt.split(",")):
+            continue
+        ok = True
+        for c in conds:
+            m = re.match(r"driver(>=|<=|<|>|=)(\S+)", c)
+            want = _version(m[2]) if m else None
+            if want is None:
+                ok = False
+                break
+            have = d[:len(want)]
+            ok = {">=": have >= want, "<=": have <= want, "<": have < want, ">": have > want, "=": have == want}[m[1]]
+            if not ok:
+                break
+        if ok:
+            return True
+    return False
+
+
+def _cuda_check(n: RackNode) -> list[RackFinding]:
+    need = image_cuda_need(n.image_cuda)
+    have = _version(n.driver_cuda)
+    if need is None or have is None or have[:2] >= _version(need)[:2]:
+        return []
+    if forward_compatible(n.image_cuda.get("NVIDIA_REQUIRE_CUDA", ""), n.driver):
+        return []
+    driver = f"NVIDIA driver {n.driver}" if n.driver else "NVIDIA driver"
+    return [RackFinding("cuda-driver", n.host, f"its {driver} runs CUDA up to {n.driver_cuda}, "
+                        f"the image is built for CUDA {need}",
+                        f"install a driver for CUDA {need} or newer on {n.host} (`nvidia-smi` shows its \"CUDA "
+                        f"Version\"), or use an image built for CUDA {n.driver_cuda} or older")]
+
+
 def _data_link(node: RackNode) -> Link | None:
     holder = next((i for i, a in node.facts.addrs if a == node.ip), None)
     return next((lk for lk in node.facts.links if lk.name == holder), None) if holder else None
 
 
 def _node_checks(n: RackNode, *, infiniband: bool, ipc_host: bool) -> list[RackFinding]:
-    out: list[RackFinding] = []
+    out: list[RackFinding] = _cuda_check(n)
     f = n.facts
     names = [lk.name for lk in f.links]
     if f.addrs:

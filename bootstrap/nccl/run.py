@@ -2,6 +2,7 @@
 phase with a deadline. The output is read by the pure parse.py."""
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -73,6 +74,43 @@ def cleanup_warnings(container: str, cleanup: Mapping[str, object]) -> list[str]
     return out
 
 
+def parse_cuda_probe(out: str) -> dict | None:
+    """checks/cuda_probe.py's JSON line (the last line that parses), or None."""
+    for line in reversed(out.splitlines()):
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and "devices" in doc:
+            return doc
+    return None
+
+
+def cuda_findings(seen: Mapping[str, dict | None], gpus: int) -> list[D.Finding]:
+    """A finding per host whose container's CUDA sees fewer GPUs than nvidia-smi listed (pure)."""
+    out = []
+    for host, doc in seen.items():
+        if doc is None:
+            out.append(D.Finding("cuda-unusable", "error", host, "the CUDA probe printed nothing in the container",
+                                 "no answer from checks/cuda_probe.py", "run `bootstrap doctor`; read the node's log"))
+            continue
+        n = int(doc.get("devices") or 0)
+        if n >= gpus:
+            continue
+        why = doc.get("error") or ""
+        cuda = doc.get("cuda")
+        ev = f"torch {doc.get('torch')} (CUDA {cuda or 'none: a CPU build'}) sees {n} GPU(s)"
+        ev += f": {why}" if why else ""
+        out.append(D.Finding(
+            "cuda-unusable", "error", host,
+            f"CUDA in the container sees {n} of the {gpus} GPU(s) nvidia-smi lists, so NCCL cannot run",
+            ev,
+            "use a CUDA build of the image (vllm/vllm-openai), a driver at least as new as the image's CUDA, "
+            "and --gpus all (check `docker run --rm --gpus all IMAGE nvidia-smi`); "
+            "`check-nccl --backend gloo` measures the network over CPU meanwhile"))
+    return out
+
+
 def torchrun_argv(inv: Inventory, h: Host, node_rank: int, *, port: int, timeout: float,
                   sizes: str | None, iters: int, backend: str) -> tuple[str, ...]:
     c = inv.cluster
@@ -112,6 +150,20 @@ def check_nccl(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
                      for i, h in enumerate(order)]
             verdict = f"FAIL on {', '.join(cut)}: " + nodes[[h.name for h in order].index(next(iter(cut)))].error
             return NcclRun(False, verdict, None, None, nodes, [], None, findings, (), time.monotonic() - t0)
+        # On a GPU cluster, CUDA in each container must see the node's GPUs before NCCL is tried:
+        # without, `--backend auto` would fall back to gloo and pass on CPU (fake or unusable GPUs).
+        gpus = inv.gpus_per_node if inv.cluster.accelerator == "gpu" else 0
+        if gpus and backend != "gloo":
+            seen = sess.stage("cuda", order, lambda h: parse_cuda_probe(sess.ssh[h.name].run_with_input(
+                DK.exec_python_argv(name, []), [check_script("cuda_probe.py")], timeout=60, check=False).stdout))
+            short = cuda_findings(seen, gpus)
+            if short:
+                nodes = [NcclNode(h.name, h.ip, i, 0, None, not any(f.host == h.name for f in short),
+                                  next((f.evidence for f in short if f.host == h.name), ""))
+                         for i, h in enumerate(order)]
+                verdict = f"FAIL on {', '.join(f.host for f in short)}: {short[0].title} ({short[0].evidence})"
+                return NcclRun(False, verdict, None, None, nodes, [], None, [*findings, *short], (),
+                               time.monotonic() - t0)
         # Per-phase deadline inside the check; the whole run gets the overall deadline.
         phase_timeout = max(10.0, min(60.0, deadline / 3))
         port = 29600 + random.randrange(300)

@@ -175,3 +175,60 @@ def test_up_turns_the_findings_into_one_refusal_per_host():
                                 "switch ports) (or skip a check: up --skip-check NAME)")
     assert rack_refusals(inv, facts, inv.hosts, frozenset({"mtu"}))[a.name] is True
     assert rack_refusals(inv, facts, inv.hosts, frozenset({"ib-port", "mtu"})).failed == {}
+
+
+# The H200's real values (tests/data/gpu/h200-facts.txt, h200-cuda-probe.txt): driver 580.159.04 runs
+# CUDA 13.0; its image (a torch cu130 build on NVIDIA's CUDA image) says CUDA_VERSION=13.0.2 and an
+# NVIDIA_REQUIRE_CUDA whose brand alternatives admit drivers 535, 550, 565, 570 and 575.
+_GPU = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "gpu"
+H200_FACTS = (_GPU / "h200-facts.txt").read_text()
+H200_IMAGE = {"CUDA_VERSION": "13.0.2",
+              "NVIDIA_REQUIRE_CUDA": H200_FACTS.split("NVIDIA_REQUIRE_CUDA=", 1)[1].splitlines()[0]}
+
+
+def test_the_drivers_cuda_is_read_from_nvidia_smis_version_and_its_header():
+    from bootstrap.cluster.facts import parse_driver_cuda
+
+    probe = (_GPU / "h200-cuda-probe.txt").read_text()
+    assert parse_driver_cuda(probe) == "13.0"  # `nvidia-smi --version`
+    assert parse_driver_cuda(H200_FACTS) == "13.0"  # the table's header and -q say the same
+    assert parse_driver_cuda('Field "cuda_version" is not a valid field to query.') is None
+
+
+def test_the_images_cuda_comes_from_its_environment_in_the_inspect_output():
+    import json
+
+    from bootstrap.cluster.facts import parse_image_cuda
+
+    container = {"Name": "/vllm-node", "State": {"Status": "running"}, "Config": {"Env": ["CUDA_VERSION=9.9"]}}
+    image = {"Id": "sha256:ab", "Config": {"Env": ["PATH=/usr/bin", "CUDA_VERSION=13.0.2",
+                                                   "NVIDIA_REQUIRE_CUDA=" + H200_IMAGE["NVIDIA_REQUIRE_CUDA"]]}}
+    out = json.dumps(container) + "\n" + json.dumps(image) + "\n"
+    assert parse_image_cuda(out) == H200_IMAGE
+    assert parse_image_cuda(json.dumps(container)) == {}  # the image is not on the host
+    assert RK.image_cuda_need(H200_IMAGE) == "13.0"
+    assert RK.image_cuda_need({"NVIDIA_REQUIRE_CUDA": "cuda>=12.8 brand=tesla,driver>=535,driver<536"}) == "12.8"
+    assert RK.image_cuda_need({}) is None
+
+
+def _gpu_node(name, driver, driver_cuda, image=H200_IMAGE):
+    return RK.RackNode(name, "10.10.0.11", RK.RackFacts(), {}, driver, None, "sha256:ab", driver_cuda, image)
+
+
+def test_a_driver_older_than_the_images_cuda_is_refused_unless_the_image_serves_it_forward_compatibly():
+    assert RK.check_rack([_gpu_node("a", "580.159.04", "13.0")]) == []  # the H200 as recorded
+    (f,) = RK.check_rack([_gpu_node("a", "580.159.04", "13.0"), _gpu_node("b", "560.35.03", "12.6")],
+                         skip=frozenset({"gpu-driver"}))
+    assert (f.check, f.host) == ("cuda-driver", "b")
+    assert f.what == "its NVIDIA driver 560.35.03 runs CUDA up to 12.6, the image is built for CUDA 13.0"
+    assert "install a driver for CUDA 13.0 or newer on b" in f.fix
+    # 535 is one of the branches the image's compat libraries name (brand=tesla,driver>=535,driver<536)
+    assert RK.check_rack([_gpu_node("a", "535.104.05", "12.2")]) == []
+    assert not RK.forward_compatible(H200_IMAGE["NVIDIA_REQUIRE_CUDA"], "536.1")
+    # an image that names no forward-compatible branch
+    assert [f.check for f in RK.check_rack([_gpu_node("a", "535.104.05", "12.2", {"CUDA_VERSION": "12.8.1"})])] \
+        == ["cuda-driver"]
+    # unknown on either side: not checked; skippable by name
+    assert RK.check_rack([_gpu_node("a", "535.104.05", None)]) == []
+    assert RK.check_rack([_gpu_node("a", "560.35.03", "12.6", {})]) == []
+    assert RK.check_rack([_gpu_node("b", "560.35.03", "12.6")], skip=frozenset({"cuda-driver"})) == []

@@ -15,6 +15,10 @@ SIGNATURES: tuple[Signature, ...] = (
             _p(r"No platform detected, vLLM is running on UnspecifiedPlatform",
                needle="No platform detected"),
             _p(r"NVIDIA Driver was not detected"),
+            # torch's own words when CUDA cannot use what it was given (recorded on an H200 with the
+            # GPU hidden: tests/data/gpu/h200-cuda-probe.txt) or has no driver at all
+            _p(r"No CUDA GPUs are available"),
+            _p(r"Found no NVIDIA driver on your system"),
         ),
         title="The container sees no GPU (Docker has no NVIDIA runtime, or the container was started "
               "without GPUs)",

@@ -76,6 +76,12 @@ SAMPLES: dict[str, tuple[str, ...]] = {
         "INFO 05-14 04:44:35 [__init__.py:243] No platform detected, vLLM is running on UnspecifiedPlatform",
         # the banner of NVIDIA's CUDA images started without GPUs
         "WARNING: The NVIDIA Driver was not detected.  GPU functionality will not be available.",
+        # checks/cuda_probe.py on an H200 with the GPU hidden (tests/data/gpu/h200-cuda-probe.txt)
+        '{"torch": "2.11.0+cu130", "cuda": "13.0", "devices": 0, "visible": "0", "error": "RuntimeError: No CUDA '
+        'GPUs are available"}',
+        # a container started without --gpus (github.com/kcosta42/VQGAN-CLIP-Docker/issues/1)
+        "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and "
+        "installed a driver from http://www.nvidia.com/Download/index.aspx",
     ),
     "gloo-loopback": (
         # gloo-loopback__2.log, __1.log
