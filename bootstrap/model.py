@@ -87,6 +87,12 @@ class Ports:
     image_copy: int = 8476
 
 
+#: vLLM's native multi-node mode in a fleet replica: torch.distributed's rendezvous on the replica's
+#: head, and the members' own coordination port beside it (checks/member.py).
+NATIVE_MASTER_PORT = 29600
+NATIVE_COORD_PORT = 29599
+
+
 @dataclass(frozen=True)
 class SSHSettings:
     """Cluster-wide SSH behaviour."""

@@ -104,7 +104,36 @@ def node_env(host: Host) -> dict[str, str]:
     return env
 
 
-def container_spec(inv: Inventory, host: Host, nofile: int | None) -> ContainerSpec:
+#: The variables derived_env may set: each selects something of one node, so it is per node.
+DERIVED_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX")
+
+
+def derived_env(inv: Inventory, host: Host, facts: HostFacts | None) -> dict[str, str]:
+    """NCCL's and Gloo's per-node variables from the node's own facts, for those its env leaves unset:
+    the socket interface is the one holding its data-plane IP; with InfiniBand, NCCL_IB_HCA lists its
+    ACTIVE HCAs, and on RoCE NCCL_IB_GID_INDEX is the RoCE v2 GID's index when every active port has it
+    at the same index (NCCL takes one index for all HCAs). {} without facts (an offline plan)."""
+    rack = facts.rack if facts is not None else None
+    if rack is None:
+        return {}
+    out: dict[str, str] = {}
+    holder = next((i for i, a in rack.addrs if a == host.ip and i), None)
+    if holder:
+        out.update(NCCL_SOCKET_IFNAME=holder, GLOO_SOCKET_IFNAME=holder)
+    active = [p for p in rack.ib or () if p.state == "ACTIVE"]
+    if inv.cluster.infiniband and active:
+        out["NCCL_IB_HCA"] = ",".join(sorted({p.hca for p in active}))
+        roce = [p for p in active if p.link_layer == "Ethernet"]
+        indexes = {p.rocev2_index for p in roce}
+        if roce and len(indexes) == 1 and None not in indexes:
+            out["NCCL_IB_GID_INDEX"] = str(indexes.pop())
+    own = dict(host.env)
+    return {k: v for k, v in out.items() if k not in own}
+
+
+def container_spec(inv: Inventory, host: Host, nofile: int | None,
+                   derived: Mapping[str, str] | None = None) -> ContainerSpec:
+    """The node container of a host; `derived`: derived_env's variables (the host's env wins)."""
     c = inv.cluster
     head = inv.head
     opts: list[str] = ["--network", "host"]
@@ -122,7 +151,7 @@ def container_spec(inv: Inventory, host: Host, nofile: int | None) -> ContainerS
     for m in c.mounts:
         opts += ["-v", m]
     opts += ["-v", f"{compile_cache_volume(inv)}:{COMPILE_CACHE_IN_CONTAINER}"]
-    env = node_env(host)
+    env = {**(derived or {}), **node_env(host)}
     for k in sorted(env):
         opts += ["-e", f"{k}={env[k]}"]
 
@@ -165,7 +194,7 @@ def plan_up(inv: Inventory, facts: Mapping[str, HostFacts]) -> tuple[HostAction,
     actions: list[HostAction] = []
     for host in (inv.head, *inv.workers):
         f = facts.get(host.name)
-        spec = container_spec(inv, host, nofile_for(inv, f))
+        spec = container_spec(inv, host, nofile_for(inv, f), derived_env(inv, host, f))
         action, reason = _decide(spec, f)
         actions.append(HostAction(host.name, action, reason, spec))
     head = actions[0]

@@ -6,11 +6,13 @@ doctor/network.py: it fills doctor's NodeNet, and the cluster layer never import
 from __future__ import annotations
 
 import json
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from bootstrap import exposure
 from bootstrap.cluster import facts as F
+from bootstrap.cluster import reach as RC
 from bootstrap.cluster import runtime as RT
+from bootstrap.cluster.rack import RackFinding
 from bootstrap.model import Host
 from bootstrap.remote import docker as DK
 from bootstrap.remote.session import Session, check_script
@@ -77,3 +79,45 @@ def _reach_error(r, head_ip: str, port: int) -> str:
     except (ValueError, IndexError):
         detail = (r.stderr or r.stdout).strip()[-200:]
     return f"cannot reach the head {head_ip}:{port} from this node over the data network ({detail})"
+
+
+def port_reachability(sess: Session, hosts: Sequence[Host]) -> tuple[list[RackFinding], list[str]]:
+    """Every node listens on its planned ports (checks/port_probe.py on the host, with its python3),
+    then every node dials every other's, at once (bootstrap.cluster.reach). Returns the findings and
+    the hosts where the probe could not run (no python3, a failed SSH command): not checked there."""
+    inv = sess.inv
+    plan = RC.planned_ports(inv)
+    script = [check_script("port_probe.py")]
+
+    pids: dict[str, int] = {}
+
+    def listen(h: Host) -> dict | None:
+        argv = ("python3", "-", "listen", h.ip, f"{RC.LISTEN_SECONDS:g}", str(len(hosts) - 1),
+                *(str(p) for p, _ in plan[h.name]))
+        doc = RC.parse_line(sess.ssh[h.name].run_with_input(argv, script, timeout=30, check=False).stdout, "ports")
+        if not doc or not isinstance(doc["ports"], dict):
+            return None
+        if isinstance(doc.get("pid"), int):
+            pids[h.name] = doc["pid"]
+        return doc["ports"]
+
+    bound = {n: v for n, v in sess.stage("ports-listen", hosts, listen, strict=False).items()
+             if isinstance(v, dict)}
+    listening = [h for h in hosts if h.name in bound]
+    dial = RC.targets(listening, bound)
+
+    def connect(h: Host) -> list | None:
+        argv = ("python3", "-", "connect", f"{RC.CONNECT_TIMEOUT:g}", *dial[h.name])
+        r = sess.ssh[h.name].run_with_input(argv, script, timeout=30 + RC.CONNECT_TIMEOUT, check=False)
+        doc = RC.parse_line(r.stdout, "results")
+        return doc["results"] if doc and isinstance(doc["results"], list) else None
+
+    try:
+        dialled = {n: v for n, v in sess.stage("ports-connect", listening, connect, strict=False).items()
+                   if isinstance(v, list)}
+    finally:
+        # free the ports for the cluster now (a listener left alone exits by itself within LISTEN_SECONDS)
+        sess.stage("ports-stop", [h for h in hosts if h.name in pids], lambda h: sess.ssh[h.name].run(
+            ("kill", str(pids[h.name])), timeout=30, check=False), strict=False)
+    unchecked = [h.name for h in hosts if h.name not in bound or h.name not in dialled]
+    return RC.findings(inv, listening, bound, dialled), unchecked

@@ -36,6 +36,8 @@ CHECKS: dict[str, str] = {
     "shm": "/dev/shm is large enough where containers share the host's (ipc_host)",
     "nofile": "the open-files limit is high enough for Ray and vLLM",
     "image": "the cluster image has the same ID on every node that holds it",
+    "ports": "every node opens TCP to the others' cluster ports (Ray GCS, vLLM, an ephemeral port) on the "
+             "data-plane IPs, tested between the nodes",
     "memlock": "Docker can give the containers the unlimited locked memory RDMA needs (infiniband)",
 }
 #: Clocks further apart than this (seconds) are refused: Ray's and vLLM's timeouts, logs, tokens.
@@ -61,7 +63,7 @@ for p in /sys/class/infiniband/*/ports/*; do
   hca=${p#/sys/class/infiniband/}; hca=${hca%%/*}
   v2=0
   for t in "$p"/gid_attrs/types/*; do
-    [ "$(cat "$t" 2>/dev/null)" = "RoCE v2" ] && { v2=1; break; }
+    [ "$(cat "$t" 2>/dev/null)" = "RoCE v2" ] && { v2="1@${t##*/}"; break; }
   done
   echo "$hca ${p##*/} $(tr -d ' ' < "$p/link_layer" 2>/dev/null) $v2 $(cat "$p/state" 2>/dev/null)"
 done
@@ -92,6 +94,8 @@ class IBPort:
     rocev2: bool
     #: the state word: ACTIVE, DOWN, INIT, ARMED
     state: str
+    #: the index of its first RoCE v2 GID (gid_attrs/types/N), where known
+    rocev2_index: int | None = None
 
 
 @dataclass(frozen=True)
@@ -177,12 +181,14 @@ def parse_link(line: str) -> Link | None:
 
 
 def parse_ib_port(line: str) -> IBPort | None:
-    """`HCA PORT LINK_LAYER ROCEV2 STATE...` as RACK_FACTS prints it (state: `4: ACTIVE`)."""
+    """`HCA PORT LINK_LAYER ROCEV2 STATE...` as RACK_FACTS prints it (state: `4: ACTIVE`; ROCEV2: 0, or
+    1@N with N the GID index, or a bare 1)."""
     parts = line.split(None, 4)
     if len(parts) < 5 or not parts[1].isdigit():
         return None
     state = parts[4].split(":")[-1].strip().upper()
-    return IBPort(parts[0], int(parts[1]), parts[2], parts[3] == "1", state)
+    flag, _, index = parts[3].partition("@")
+    return IBPort(parts[0], int(parts[1]), parts[2], flag == "1", state, int(index) if index.isdigit() else None)
 
 
 # -- selections (NCCL's and Gloo's variables) ------------------------------------------------------

@@ -16,6 +16,7 @@ from bootstrap.cluster import image as IM
 from bootstrap.cluster import probe
 from bootstrap.cluster import rack as RK
 from bootstrap.cluster import ray as R
+from bootstrap.cluster import reach as RC
 from bootstrap.cluster import runtime as RT
 from bootstrap.cluster.plan import (
     HostAction,
@@ -123,6 +124,11 @@ def rack_refusals(inv: Inventory, facts: Mapping[str, F.HostFacts], hosts: Seque
     every finding on it (what, then the fixes), or True when it has none."""
     nodes = RK.nodes_from(hosts, facts)
     found = RK.check_rack(nodes, infiniband=inv.cluster.infiniband, ipc_host=inv.cluster.ipc_host, skip=skip)
+    return refusals(found, hosts)
+
+
+def refusals(found: Sequence[RK.RackFinding], hosts: Sequence[Host]) -> GroupResult:
+    """host -> PreflightFailed naming every finding on it (what, then the fixes), or True."""
     out = GroupResult({h.name: True for h in hosts})
     for h in hosts:
         mine = [x for x in found if x.host == h.name]
@@ -158,6 +164,14 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
     # a pull (or a load) gives every node the image again: differing IDs are what it fixes
     renewed = frozenset({"image"}) if pull or load else frozenset()
     _usable(sess, "preflight", rack_refusals(full, facts, live, skip_checks | renewed), allow_partial, skipped)
+    live = [h for h in live if h.name not in skipped]
+    if len(live) > 1 and RC.CHECK not in skip_checks:
+        # between the nodes, on the ports the cluster will use: before anything starts
+        found, unchecked = probe.port_reachability(sess, live)
+        for n in unchecked:
+            sess.reporter.event(n, "ports", "warning", "could not run checks/port_probe.py with the host's "
+                                "python3: node-to-node ports not checked there")
+        _usable(sess, "preflight", refusals(found, live), allow_partial, skipped)
     sess.timings.add("rack", sess.clock() - t0)
     if skipped:
         from dataclasses import replace

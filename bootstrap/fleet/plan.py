@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from bootstrap.cluster import plan as PL
 from bootstrap.errors import FleetError
-from bootstrap.model import Host, Inventory
+from bootstrap.model import NATIVE_COORD_PORT, NATIVE_MASTER_PORT, Host, Inventory
 from bootstrap.serve import plan as P
 
 LABEL_KEEP = "bootstrap.keep"
@@ -26,8 +26,8 @@ LABEL_REPLICA = "bootstrap.replica"
 #: JSON of what the replica serves (model, flags, image): what a rollout changes and compares.
 LABEL_SERVE = "bootstrap.serve"
 #: torch.distributed's rendezvous inside a replica, and the members' own (checks/member.py).
-MASTER_PORT = 29600
-COORD_PORT = 29599
+MASTER_PORT = NATIVE_MASTER_PORT
+COORD_PORT = NATIVE_COORD_PORT
 #: Seconds vLLM gets to finish in-flight requests when a replica is stopped on purpose.
 STOP_GRACE = 30
 #: Where the member supervisor lives in a serve container (copied in before the first start).
@@ -162,11 +162,11 @@ def check_backend(inv: Inventory, backend: str | None) -> None:
 
 def member_create_argv(inv: Inventory, host: Host, nofile: int | None, *, replica: int, rank: int,
                        nodes: int, vllm: Sequence[str], spec: Spec, env_file: str | None = None,
-                       name: str | None = None) -> tuple[str, ...]:
+                       name: str | None = None, derived: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """The serve container of one host: the node's own docker options (network, IPC, GPUs,
     InfiniBand, mounts, per-node env from plan.container_spec), a restart policy, the labels the
     keeper and a rollout read, and the member supervisor as its command."""
-    node = PL.container_spec(replica_inventory(inv, replica), host, nofile)
+    node = PL.container_spec(replica_inventory(inv, replica), host, nofile, derived)
     head = inv.replicas[replica][0]
     argv = ["docker", "create", "--name", name or serve_name(inv), *node.options,
             "--restart", "unless-stopped", "--stop-timeout", str(STOP_GRACE + 10),
@@ -237,8 +237,9 @@ def keeper_create_argv(inv: Inventory) -> tuple[str, ...]:
 
 
 def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice, *, nofile: dict[str, int | None],
-               notes: Sequence[str] = ()) -> FleetPlan:
-    """Every replica's members (the same split on each), the router and the keeper."""
+               notes: Sequence[str] = (), derived: Mapping[str, Mapping[str, str]] | None = None) -> FleetPlan:
+    """Every replica's members (the same split on each), the router and the keeper; `derived`: each
+    host's plan.derived_env."""
     c = inv.cluster
     replicas = []
     for k, group in enumerate(inv.replicas):
@@ -247,7 +248,8 @@ def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice, *, nofile: dict
                                      master_port=MASTER_PORT, served_name=spec.served_name,
                                      extra=spec.extra)
         members = tuple(MemberLaunch(h.name, k, rank, member_create_argv(
-            inv, h, nofile.get(h.name), replica=k, rank=rank, nodes=len(group), vllm=vllms[rank], spec=spec),
+            inv, h, nofile.get(h.name), replica=k, rank=rank, nodes=len(group), vllm=vllms[rank], spec=spec,
+            derived=(derived or {}).get(h.name)),
             vllms[rank]) for rank, h in enumerate(group))
         replicas.append(ReplicaPlan(k, tuple(h.name for h in group), replica_url(inv, k), members))
     urls = [r.url for r in replicas]

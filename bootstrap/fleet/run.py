@@ -187,9 +187,11 @@ def _split(sess: Session, inv: Inventory, model: str, tp: int | None, pp: int | 
     return split, notes
 
 
-def _nofiles(sess: Session, inv: Inventory) -> dict[str, int | None]:
+def _node_facts(sess: Session, inv: Inventory) -> dict:
+    """plan_fleet's per-host facts: nofile= (the limit to give) and derived= (plan.derived_env)."""
     facts = probe.gather_hosts(sess, inv.hosts)
-    return {h.name: PL.nofile_for(inv, facts.get(h.name)) for h in inv.hosts}
+    return {"nofile": {h.name: PL.nofile_for(inv, facts.get(h.name)) for h in inv.hosts},
+            "derived": {h.name: PL.derived_env(inv, h, facts.get(h.name)) for h in inv.hosts}}
 
 
 def _ensure_keeper(sess: Session, inv: Inventory) -> None:
@@ -234,7 +236,7 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
         sess.connect()
         _preflight(sess, inv)
         split, notes = _split(sess, inv, model, tp, pp, extra)
-        plan = FP.plan_fleet(inv, spec, split, nofile=_nofiles(sess, inv), notes=notes)
+        plan = FP.plan_fleet(inv, spec, split, notes=notes, **_node_facts(sess, inv))
         if on_plan is not None:
             on_plan(plan)
         if dry_run:
@@ -407,7 +409,7 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
         max_unavailable = min(max_unavailable, len(inv.replicas) - 1)
         split, _ = _split(sess, inv, target.model, None, None, target.extra)
         inv_t = inv if not image else _with_image(inv, target.image)
-        plan = FP.plan_fleet(inv_t, target, split, nofile=_nofiles(sess, inv))
+        plan = FP.plan_fleet(inv_t, target, split, **_node_facts(sess, inv))
         states = {k: "new" if k not in todo else "old" for k in range(len(inv.replicas))}
         steps: dict[int, dict[str, float]] = {}
         for i in range(0, len(todo), max_unavailable):

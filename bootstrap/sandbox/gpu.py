@@ -158,6 +158,33 @@ def set_port(workdir: Path, name: str, hca: str = "mlx5_0", *, state: str | None
                 t.write_text("IB/RoCE v1\n")
 
 
+#: Rewrites the GPUs of a running container's nvidia-smi (the file the hook placed), as a busy GPU
+#: shows to nvidia-smi at once: python3 -c CODE UTILIZATION MEMORY_USED (in the container).
+_LOAD_CODE = """
+import json, os, sys
+p = '/usr/local/bin/nvidia-smi.json'
+if os.path.exists(p):
+    s = json.load(open(p))
+    for g in s.get('gpus', []):
+        g['utilization'] = int(sys.argv[1]); g['memory_used'] = int(sys.argv[2])
+    json.dump(s, open(p, 'w'))
+    print('loaded')
+"""
+
+
+def set_load(workdir: Path, name: str, node_container: str, *, utilization: int, memory_used: int) -> int:
+    """Make node `name`'s GPUs busy (or idle) as nvidia-smi shows them from now on, on the node and in
+    every running container that was given GPUs (a real GPU's load shows in every process at once).
+    Returns how many containers were changed."""
+    import subprocess
+
+    set_gpus(workdir, name, utilization=utilization, memory_used=memory_used)
+    loop = ('for c in $(docker ps -q); do docker exec "$c" python3 -c "$0" "$1" "$2" 2>/dev/null; done')
+    r = subprocess.run(["docker", "exec", node_container, "sh", "-c", loop, _LOAD_CODE, str(utilization),
+                        str(memory_used)], capture_output=True, text=True, timeout=120)
+    return r.stdout.split().count("loaded")
+
+
 def break_hook(workdir: Path, name: str, message: str | None) -> None:
     """Make every `--gpus` container on node `name` fail to start with `message` (None: heal)."""
     path = node_dir(workdir, name) / "hook-error"

@@ -174,3 +174,51 @@ def test_runtime_none_holds_the_node_without_ray():
     assert spec.run_argv()[-3:] == ("sleep", inv.cluster.image, "infinity")
     assert "--entrypoint" in spec.run_argv() and "ray" not in spec.run_argv()
     assert spec.spec_hash != container_spec(cpu_inventory(2), cpu_inventory(2).hosts[1], nofile=20000).spec_hash
+
+
+def _rack(ip, iface, ib=()):
+    from bootstrap.cluster import rack as RK
+
+    return RK.RackFacts(addrs=(("lo", "127.0.0.1"), (iface, ip)), ib=tuple(RK.parse_ib_port(p) for p in ib))
+
+
+def test_each_nodes_nccl_variables_come_from_its_own_facts_where_the_inventory_leaves_them_unset():
+    from bootstrap.cluster.plan import derived_env
+
+    inv = gpu_inventory(infiniband=True)
+    a, b = inv.hosts
+    a = replace(a, env=(("NCCL_SOCKET_IFNAME", "ens5"),))  # set by the user: kept
+    b = replace(b, env=())
+    inv = replace(inv, hosts=(a, b))
+    facts = {
+        "gpu-a": HostFacts("20.10", rack=_rack("10.10.0.11", "ens5", ("mlx5_0 1 InfiniBand 0 4: ACTIVE",
+                                                                      "mlx5_1 1 InfiniBand 0 4: ACTIVE"))),
+        # b differs: its data-plane interface is another, one HCA is DOWN
+        "gpu-b": HostFacts("20.10", rack=_rack("10.10.0.12", "enp1s0", ("mlx5_0 1 InfiniBand 0 4: ACTIVE",
+                                                                        "mlx5_1 1 InfiniBand 0 1: DOWN"))),
+    }
+    assert derived_env(inv, a, facts["gpu-a"]) == {"GLOO_SOCKET_IFNAME": "ens5", "NCCL_IB_HCA": "mlx5_0,mlx5_1"}
+    assert derived_env(inv, b, facts["gpu-b"]) == {"NCCL_SOCKET_IFNAME": "enp1s0", "GLOO_SOCKET_IFNAME": "enp1s0",
+                                                   "NCCL_IB_HCA": "mlx5_0"}
+    acts = plan_up(inv, facts)
+    env_b = [x for x in acts[1].spec.run_argv() if x.startswith(("NCCL_", "GLOO_"))]
+    assert env_b == ["GLOO_SOCKET_IFNAME=enp1s0", "NCCL_IB_HCA=mlx5_0", "NCCL_SOCKET_IFNAME=enp1s0"]
+    # without facts (an offline plan) nothing is guessed; without InfiniBand no HCA is named
+    assert derived_env(inv, b, None) == {}
+    assert "NCCL_IB_HCA" not in derived_env(replace(inv, cluster=replace(inv.cluster, infiniband=False)), b,
+                                            facts["gpu-b"])
+
+
+def test_roce_gets_the_rocev2_gid_index_only_when_every_active_port_has_the_same():
+    from bootstrap.cluster.plan import derived_env
+
+    inv = gpu_inventory(infiniband=True)
+    b = replace(inv.hosts[1], env=())
+    same = HostFacts("20.10", rack=_rack("10.10.0.12", "ens6", ("mlx5_0 1 Ethernet 1@3 4: ACTIVE",
+                                                                "mlx5_1 1 Ethernet 1@3 4: ACTIVE")))
+    assert derived_env(inv, b, same)["NCCL_IB_GID_INDEX"] == "3"
+    mixed = HostFacts("20.10", rack=_rack("10.10.0.12", "ens6", ("mlx5_0 1 Ethernet 1@3 4: ACTIVE",
+                                                                 "mlx5_1 1 Ethernet 1@1 4: ACTIVE")))
+    assert "NCCL_IB_GID_INDEX" not in derived_env(inv, b, mixed)
+    old_format = HostFacts("20.10", rack=_rack("10.10.0.12", "ens6", ("mlx5_0 1 Ethernet 1 4: ACTIVE",)))
+    assert "NCCL_IB_GID_INDEX" not in derived_env(inv, b, old_format)

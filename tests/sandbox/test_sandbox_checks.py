@@ -183,3 +183,60 @@ def test_doctor_names_an_image_without_ray(cluster, tmp_path):
     assert r.returncode == 1
     ids = {(x["id"], x["host"]) for x in doc["findings"]}
     assert ("ray-missing", n1.name) in ids, ids
+
+
+def test_the_same_nodes_as_a_gpu_cluster_run_the_gpu_paths_and_check_nccl_will_not_pass_on_fake_gpus(cluster):
+    """The shared sandbox's nodes are GPU-shaped (2 fake GPUs each, tests/support/sandbox.shared_shape);
+    its GPU inventory makes them a GPU cluster: `up` starts every container with --gpus all and tells Ray
+    the GPU count, the container's nvidia-smi lists that node's own GPUs, `status` shows them, `serve
+    --dry-run` plans TP = GPUs per node and PP = nodes on Ray and refuses a split the model cannot take,
+    `check-nccl` fails in one line naming every node because CUDA in the container (vLLM's CPU build)
+    cannot use the GPUs nvidia-smi lists, `--backend gloo` still measures over 2 ranks per node, and
+    `top` shows a GPU made busy on one node. The CPU cluster is put back at the end."""
+    from bootstrap.sandbox import gpu as sb_gpu
+
+    gpu_inv = str(cluster.gpu_inventory)
+    n1, n2, n3 = cluster.nodes
+    try:
+        r = cli("up", "-i", gpu_inv)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert "Ray cluster ready: 3 node(s), 6 GPU(s)" in r.stdout, r.stdout[-1500:]
+        uuids = set()
+        for n in cluster.nodes:
+            listed = on_node(n, "docker", "exec", CONTAINER, "nvidia-smi", "-L").stdout.splitlines()
+            assert len(listed) == 2 and all(ln.startswith("GPU ") for ln in listed), (n.name, listed)
+            uuids |= {ln.split("UUID: ")[1] for ln in listed}
+        assert len(uuids) == 6  # each node its own GPUs
+        st = json.loads(cli("status", "-i", gpu_inv, "--json").stdout)
+        assert [(x["host"], x["gpus"], x["ray_alive"]) for x in st["nodes"]] == [
+            (n.name, 2.0, True) for n in cluster.nodes]
+
+        r = cli("serve", "-i", gpu_inv, "/opt/models/tiny-llama", "--dry-run")
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert "backend: ray (GPU cluster running Ray)" in r.stdout
+        assert "split:   TP=2 PP=3: TP = GPUs per node, PP = nodes" in r.stdout
+        assert "--tensor-parallel-size 2 --pipeline-parallel-size 3 --distributed-executor-backend ray" in r.stdout
+        r = cli("serve", "-i", gpu_inv, "/opt/models/tiny-llama", "--dry-run", "--tp", "3")
+        assert r.returncode != 0 and "4 attention heads do not divide by TP=3" in r.stderr, r.stderr[-1000:]
+
+        r, doc = nccl(gpu_inv)
+        assert r.returncode == 1 and not doc["ok"], r.stderr[-2000:]
+        assert doc["verdict"].startswith(f"FAIL on {n1.name}, {n2.name}, {n3.name}: CUDA in the container sees 0 of "
+                                         "the 2 GPU(s) nvidia-smi lists, so NCCL cannot run"), doc["verdict"]
+        assert "Torch not compiled with CUDA enabled" in doc["verdict"]
+        assert {f["id"] for f in doc["findings"] if f["severity"] == "error"} == {"cuda-unusable"}
+        r, doc = nccl(gpu_inv, "--backend", "gloo")
+        assert r.returncode == 0 and doc["ok"] and doc["world_size"] == 6, r.stderr[-2000:]
+        for n in cluster.nodes:
+            assert leftovers(n) == ([], False), n.name
+
+        assert sb_gpu.set_load(cluster.workdir, n2.name, n2.container, utilization=100, memory_used=78000) == 1
+        t = cli("top", "-i", gpu_inv, "--once", "--json")
+        rows = {x["name"]: x for x in json.loads(t.stdout)["nodes"]}
+        assert (rows[n2.name]["gpu_util"], round(rows[n2.name]["gpu_mem"])) == (100.0, 96), rows[n2.name]
+        assert rows[n1.name]["gpu_util"] == 0.0 and rows[n3.name]["gpu_mem"] == 0.0
+    finally:
+        sb_gpu.set_load(cluster.workdir, n2.name, n2.container, utilization=0, memory_used=0)
+        back = cli("up", "-i", str(cluster.inventory))
+    assert back.returncode == 0, back.stderr[-2000:]
+    assert "Ray cluster ready: 3 node(s), 0 GPU(s)" in back.stdout

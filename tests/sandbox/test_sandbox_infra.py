@@ -242,6 +242,120 @@ def test_up_on_the_gpu_shaped_nodes_checks_the_gpus_and_refuses_what_rdma_would_
     assert "NVIDIA runtime" not in r.stderr and "GPU(s)" not in r.stderr  # the GPU facts passed
 
 
+def _gpu_inventory_without_env(sandbox, tmp_path) -> str:
+    """The sandbox's GPU inventory without its NCCL/GLOO_SOCKET_IFNAME: what each node's own facts
+    give them shows in the plan."""
+    from bootstrap.sandbox.cluster import gpu_inventory_path
+    from tests.support.sandbox import write_inventory
+
+    return write_inventory(gpu_inventory_path(sandbox.workdir), tmp_path / "gpu.yaml",
+                           lambda d: d["cluster"].pop("env", None))
+
+
+def _argv_env(action: dict) -> dict[str, str]:
+    argv = action["argv"]
+    return dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "-e")
+
+
+@pytest.mark.sandbox
+def test_the_gpu_plan_takes_each_nodes_own_facts_and_a_fault_in_one_node_is_refused_before_anything_starts(
+        sandbox, tmp_path):
+    """The fault matrix of the rack preflight on a healthy GPU-shaped sandbox (2 nodes, 8 GPUs, two
+    InfiniBand HCAs each; memlock skipped: these nodes' Docker cannot raise it, see the test above).
+    Each fault is made the way it happens on a rack (a port file DOWN, a node with 7 GPUs or another
+    driver, another link layer, `ip link set mtu`, an iptables rule dropping Ray's GCS port between the
+    nodes, a driver older than the image's CUDA), `up` refuses in one line naming the host, the check
+    and the fix, nothing starts on any node, and the fault is undone. Clock skew is not injected: a
+    node's clock is this machine's kernel clock (setting it in a node would set it here)."""
+    from tests.support.sandbox import cli, on_node
+
+    inv = _gpu_inventory_without_env(sandbox, tmp_path)
+    n1, n2 = sandbox.nodes
+    skip = ("--skip-check", "memlock")
+
+    def healthy_plan(*extra: str) -> dict[str, dict[str, str]]:
+        r = cli("up", "-i", inv, "--dry-run", "--json", *skip, *extra)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return {a["host"]: a for a in json.loads(r.stdout)}
+
+    plan = healthy_plan()
+    for n in (n1, n2):
+        a, env = plan[n.name], _argv_env(plan[n.name])
+        assert a["argv"][a["argv"].index("--gpus") + 1] == "all" and "--num-gpus=8" in a["argv"]
+        assert "/dev/infiniband" in a["argv"] and "memlock=-1:-1" in a["argv"]
+        assert env["VLLM_HOST_IP"] == n.ip
+        # from the node's own facts: the interface holding its IP, its ACTIVE HCAs
+        assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"], env["NCCL_IB_HCA"]) == \
+            ("eth0", "eth0", "mlx5_0,mlx5_1")
+
+    gpu_dir = sb_gpu.node_dir(sandbox.workdir, n2.name)
+    saved = {p: p.read_bytes() for p in gpu_dir.rglob("*") if p.is_file()}
+    image = yaml.safe_load(open(inv))["cluster"]["image"]
+    from bootstrap.sandbox.images import BASE_REF
+
+    def cuda_image_on_node2():
+        subprocess.run(f"docker save {BASE_REF} | docker exec -i {n2.container} docker load -q", shell=True,
+                       check=True, capture_output=True, timeout=300)
+        on_node(n2, "sh", "-c", f"printf 'FROM {BASE_REF}\\nENV CUDA_VERSION=13.0.2\\n' | docker build -q -t {image} -")
+        state = json.loads((gpu_dir / "state.json").read_text())
+        (gpu_dir / "state.json").write_text(json.dumps({**state, "driver": "560.35.03", "cuda": "12.6"}))
+
+    drop_gcs = ["INPUT", "-p", "tcp", "--dport", "6379", "-s", n2.ip, "-j", "DROP"]
+    faults = [
+        ("ib-port", lambda: sb_gpu.set_port(sandbox.workdir, n2.name, "mlx5_1", state="DOWN"),
+         [f"{n2.name}: mlx5_1 port 1 is DOWN, not ACTIVE [ib-port]"]),
+        ("gpus", lambda: sb_gpu.set_gpus(sandbox.workdir, n2.name, count=7),
+         [f"{n2.name}: nvidia-smi shows 7 GPU(s), the inventory expects 8"]),
+        ("gpu-driver", lambda: sb_gpu.set_gpus(sandbox.workdir, n2.name, driver="570.86.15"),
+         [f"{n2.name}: NVIDIA driver: 570.86.15", "[gpu-driver]"]),
+        ("ib-link-layer", lambda: [sb_gpu.set_port(sandbox.workdir, n2.name, h, link_layer="Ethernet")
+                                   for h in ("mlx5_0", "mlx5_1")],
+         [f"{n2.name}: InfiniBand link layer: Ethernet", "[ib-link-layer]"]),
+        ("mtu", lambda: on_node(n2, "ip", "link", "set", "eth0", "mtu", "1400"),
+         [f"{n2.name}: data-plane MTU: 1400", "[mtu]"]),
+        ("ports", lambda: on_node(n1, "iptables", "-I", *drop_gcs),
+         [f"{n1.name}: TCP port 6379 (Ray's GCS) is not reachable from {n2.name} (no answer within 2s: a "
+          "firewall drops it) [ports]"]),
+        ("cuda-driver", cuda_image_on_node2,
+         [f"{n2.name}: its NVIDIA driver 560.35.03 runs CUDA up to 12.6, the image is built for CUDA 13.0 "
+          "[cuda-driver]"]),
+    ]
+    undo = {
+        "mtu": lambda: on_node(n2, "ip", "link", "set", "eth0", "mtu", "1500"),
+        "ports": lambda: on_node(n1, "iptables", "-D", *drop_gcs),
+        "cuda-driver": lambda: on_node(n2, "docker", "rmi", "-f", image),
+    }
+    seen: dict[str, float] = {}
+    for name, inject, expected in faults:
+        inject()
+        try:
+            r = cli("up", "-i", inv, *skip)
+        finally:
+            for p, data in saved.items():
+                p.write_bytes(data)
+            if name in undo:
+                undo[name]()
+        seen[name] = r.seconds
+        assert r.returncode == 3, (name, r.stderr[-2000:])
+        err = next(ln for ln in r.stderr.splitlines() if ln.startswith("error: "))
+        assert "preflight failed" in err, (name, err)
+        for text in expected:
+            assert text in err, (name, text, err)
+        for n in (n1, n2):  # refused before anything started
+            assert on_node(n, "docker", "ps", "-aq").stdout.strip() == "", (name, n.name)
+    print("fault -> refusal seconds:", seen)
+
+    # an expert can skip a check: the down port is then left out of that node's NCCL_IB_HCA only
+    sb_gpu.set_port(sandbox.workdir, n2.name, "mlx5_1", state="DOWN")
+    try:
+        plan = healthy_plan("--skip-check", "ib-port")
+    finally:
+        sb_gpu.set_port(sandbox.workdir, n2.name, "mlx5_1", state="ACTIVE")
+    assert _argv_env(plan[n2.name])["NCCL_IB_HCA"] == "mlx5_0"
+    assert _argv_env(plan[n1.name])["NCCL_IB_HCA"] == "mlx5_0,mlx5_1"
+    healthy_plan()  # every fault undone: the healthy sandbox passes again
+
+
 @pytest.mark.sandbox
 def test_a_stage_builds_commits_and_logs_through_the_docker_sdk(sandbox, tmp_path):
     """The build path cached images skip: a stage's script runs in a container of its parent with

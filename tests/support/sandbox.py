@@ -13,6 +13,16 @@ ROOT = Path(__file__).resolve().parents[2]
 CONTAINER = "bootstrap-vllm"
 
 
+def shared_shape():
+    """The shape of the 3-node sandbox the cluster, checks, faults and serve modules share, and of the
+    4-node fleet grown from it: two fake GPUs per node, no HCA. The CPU inventory does not notice
+    (no --gpus, no GPU fact asked); the GPU inventory beside it runs the GPU paths on the same nodes
+    and the same pulled image (bootstrap.sandbox.gpu)."""
+    from bootstrap.sandbox import GpuShape
+
+    return GpuShape(gpus=2)
+
+
 def cli(*args, timeout=900):
     t = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "bootstrap", *args], cwd=ROOT, capture_output=True,

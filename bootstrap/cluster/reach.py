@@ -1,0 +1,127 @@
+"""Node-to-node reachability on the ports the cluster will use, tested between the nodes themselves
+(not from this machine), before `up` starts anything: a firewall that drops Ray's GCS port between
+two nodes, or every port but a few, otherwise shows up later as a worker that never joins or a
+collective that hangs.
+
+Pure: which ports each node listens on (`planned_ports`), whom each node dials (`targets`), and the
+findings from what came back (`findings`). The remote steps (checks/port_probe.py on every host,
+listen then connect) are in bootstrap.cluster.probe.port_reachability.
+"""
+from __future__ import annotations
+
+import json
+from typing import Mapping, Sequence
+
+from bootstrap.cluster.rack import RackFinding
+from bootstrap.model import NATIVE_COORD_PORT, NATIVE_MASTER_PORT, Host, Inventory
+
+#: The check's name (`up --skip-check ports`).
+CHECK = "ports"
+#: Seconds one connection may take before it counts as dropped.
+CONNECT_TIMEOUT = 2.0
+#: Seconds a listener waits for its peers at most (the connect step takes CONNECT_TIMEOUT + SSH).
+LISTEN_SECONDS = 15.0
+#: An ephemeral port stands for those NCCL, Gloo and Ray's workers open at run time.
+EPHEMERAL = 0
+
+
+def planned_ports(inv: Inventory) -> dict[str, list[tuple[int, str]]]:
+    """host -> [(port, what uses it)]: the head's Ray GCS (Ray clusters) and vLLM API, and the
+    torch.distributed master and coordination ports of vLLM's native multi-node mode (a fleet
+    replica's; `serve --backend native` picks its master port at random); on every node an ephemeral
+    port, and the image-copy port where peers copy the image."""
+    c = inv.cluster
+    out: dict[str, list[tuple[int, str]]] = {}
+    for h in inv.hosts:
+        mine: list[tuple[int, str]] = []
+        if h.is_head:
+            if c.runtime != "none":
+                mine.append((c.ports.ray_gcs, "Ray's GCS"))
+            mine.append((c.ports.vllm, "vLLM's API"))
+            if c.runtime != "ray":
+                mine.append((NATIVE_MASTER_PORT, "vLLM's torch.distributed master port"))
+                mine.append((NATIVE_COORD_PORT, "the replica members' coordination"))
+        if c.peer_copy:
+            mine.append((c.ports.image_copy, "the image copy between peers"))
+        mine.append((EPHEMERAL, "an ephemeral port (NCCL, Gloo and Ray's workers use them)"))
+        out[h.name] = mine
+    return out
+
+
+def parse_line(out: str, key: str) -> dict | None:
+    """The last JSON object in the probe's output that has `key`."""
+    for line in reversed(out.splitlines()):
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and key in doc:
+            return doc
+    return None
+
+
+def targets(hosts: Sequence[Host], bound: Mapping[str, Mapping[str, object]]) -> dict[str, list[str]]:
+    """source host -> the IP:PORT targets it dials: every other node's planned ports as its listener
+    reported them (an ephemeral port by the number it got; a busy port as it is: whatever holds it
+    answers; one that failed to bind is left out, and said in findings)."""
+    out: dict[str, list[str]] = {}
+    for src in hosts:
+        mine = []
+        for dst in hosts:
+            if dst.name == src.name:
+                continue
+            for key, got in (bound.get(dst.name) or {}).items():
+                port = got if isinstance(got, int) else (int(key) if got == "busy" else None)
+                if port:
+                    mine.append(_hostport(dst.ip, port))
+        out[src.name] = mine
+    return out
+
+
+def _hostport(ip: str, port: int) -> str:
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def findings(inv: Inventory, hosts: Sequence[Host], bound: Mapping[str, Mapping[str, object]],
+             dialled: Mapping[str, Sequence[Mapping[str, object]]]) -> list[RackFinding]:
+    """A finding per node and port that another node could not reach (named on the node whose port
+    it is: its firewall, or the path to it, drops or rejects it), and per port a node could not
+    listen on for another reason than being busy."""
+    plan = planned_ports(inv)
+    by_target: dict[str, tuple[str, int, str]] = {}
+    for h in hosts:
+        what = dict(plan.get(h.name, ()))
+        for key, got in (bound.get(h.name) or {}).items():
+            port = got if isinstance(got, int) else int(key)
+            by_target[_hostport(h.ip, port)] = (h.name, port, what.get(int(key), "a cluster port"))
+    out: list[RackFinding] = []
+    for h in hosts:
+        for key, got in (bound.get(h.name) or {}).items():
+            if isinstance(got, str) and got.startswith("error"):
+                out.append(RackFinding(CHECK, h.name, f"cannot listen on port {key} on {h.ip} ({got[7:]})",
+                                       f"free the port on {h.name} or move it (cluster.ports)"))
+    blocked: dict[tuple[str, int], list[tuple[str, str]]] = {}
+    for src, results in dialled.items():
+        for r in results:
+            if r.get("ok") or str(r.get("target")) not in by_target:
+                continue
+            dst, port, _ = by_target[str(r["target"])]
+            blocked.setdefault((dst, port), []).append((src, str(r.get("error") or "failed")))
+    for (dst, port), srcs in blocked.items():
+        _, _, what = by_target[_hostport(next(h.ip for h in hosts if h.name == dst), port)]
+        errors = sorted({e for _, e in srcs})
+        how = ("no answer within %gs: a firewall drops it" % CONNECT_TIMEOUT if errors == ["timeout"] else
+               "refused: a firewall rejects it" if errors == ["refused"] else ", ".join(errors))
+        src_names = ", ".join(s for s, _ in srcs)
+        out.append(RackFinding(
+            CHECK, dst, f"TCP port {port} ({what}) is not reachable from {src_names} ({how})",
+            f"allow TCP from the other nodes' data-plane IPs to {dst} (`ufw allow from SUBNET`, "
+            f"`iptables -I INPUT -s SUBNET -j ACCEPT`), ports {_listed(plan.get(dst, ()))}"))
+    order = {h.name: i for i, h in enumerate(hosts)}
+    return sorted(out, key=lambda f: (order.get(f.host, 0), f.what))
+
+
+def _listed(ports: Sequence[tuple[int, str]]) -> str:
+    named = [str(p) for p, _ in ports if p != EPHEMERAL]
+    eph = any(p == EPHEMERAL for p, _ in ports)
+    return ", ".join(named) + (" and the ephemeral range" if eph else "") if named else "the ephemeral range"

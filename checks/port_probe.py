@@ -1,0 +1,108 @@
+"""Can the nodes open TCP connections to each other on the ports the cluster will use? Runs on the
+HOST (not in a container: `up` runs it before any container starts), fed on stdin to python3, in two
+steps the controller runs on every node at once:
+
+  port_probe.py listen IP SECONDS EXPECT PORT...
+      Binds each PORT on IP (0: an ephemeral port, as NCCL, Gloo and Ray's workers use), prints one
+      JSON line {"ports": {"PORT": bound port | "busy" | "error: ..."}, "pid": the listener's pid | null}
+      and returns at once, leaving that detached child to accept (and close) connections until EXPECT
+      connections arrived on every port it bound, SECONDS passed or it is killed (the controller
+      kills it after the connect step, so the ports are free for the cluster at once). A busy port is
+      not listened on (whatever holds it answers).
+  port_probe.py connect SECONDS IP:PORT...
+      Connects to every target at once, each within SECONDS, and prints one JSON line
+      {"results": [{"target": "IP:PORT", "ok": bool, "ms": float, "error": null | "timeout" | "refused" | "..."}]}
+
+Standard library only; exit 0 whenever the line was printed.
+"""
+import json
+import os
+import select
+import socket
+import sys
+import threading
+import time
+
+
+def listen(ip, seconds, expect, ports):
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    socks, out = [], {}
+    for p in ports:
+        s = socket.socket(family, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((ip, p))
+            s.listen(64)
+        except OSError as exc:
+            s.close()
+            out[str(p)] = "busy" if exc.errno == 98 else f"error: {exc}"
+            continue
+        out[str(p)] = s.getsockname()[1]
+        socks.append(s)
+    pid = os.fork() if socks else 0
+    if pid or not socks:
+        print(json.dumps({"ports": out, "pid": pid or None}), flush=True)
+        return 0
+    # the child: detached from the SSH channel, so the command returns while it listens
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    left = {s: expect for s in socks}
+    end = time.monotonic() + seconds
+    while left and time.monotonic() < end:
+        ready, _, _ = select.select(list(left), [], [], max(0.0, end - time.monotonic()))
+        for s in ready:
+            try:
+                c, _ = s.accept()
+                c.close()
+            except OSError:
+                continue
+            left[s] -= 1
+            if left[s] <= 0:
+                del left[s]
+                s.close()
+    os._exit(0)
+
+
+def _one(target, seconds, results, i):
+    host, _, port = target.rpartition(":")
+    host = host.strip("[]")
+    t = time.monotonic()
+    err = None
+    try:
+        with socket.create_connection((host, int(port)), timeout=seconds):
+            pass
+    except socket.timeout:
+        err = "timeout"
+    except ConnectionRefusedError:
+        err = "refused"
+    except OSError as exc:
+        err = f"{type(exc).__name__}: {exc}"
+    results[i] = {"target": target, "ok": err is None, "ms": round((time.monotonic() - t) * 1000, 1), "error": err}
+
+
+def connect(seconds, targets):
+    results = [None] * len(targets)
+    threads = [threading.Thread(target=_one, args=(t, seconds, results, i), daemon=True)
+               for i, t in enumerate(targets)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(seconds + 2)
+    print(json.dumps({"results": [r or {"target": t, "ok": False, "ms": None, "error": "timeout"}
+                                  for r, t in zip(results, targets)]}), flush=True)
+    return 0
+
+
+def main(argv):
+    if argv[:1] == ["listen"]:
+        return listen(argv[1], float(argv[2]), int(argv[3]), [int(p) for p in argv[4:]])
+    if argv[:1] == ["connect"]:
+        return connect(float(argv[1]), argv[2:])
+    print(json.dumps({"error": "usage: port_probe.py listen|connect ..."}))
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,103 @@
+"""Node-to-node reachability (bootstrap/cluster/reach.py, checks/port_probe.py): the probe run for
+real on this machine's loopback (a listener, a dialler, a port a rule would drop simulated by a
+port nobody listens on), and the findings it leads to. The sandbox drops a port with iptables
+between two nodes (tests/sandbox/test_sandbox_infra.py)."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bootstrap.cluster import reach as RC
+from tests.support.plan_fixtures import cpu_inventory
+
+PROBE = (Path(__file__).resolve().parents[2] / "checks" / "port_probe.py").read_text()
+
+
+def probe(*args: str) -> dict:
+    r = subprocess.run([sys.executable, "-", *args], input=PROBE, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_listener_binds_returns_at_once_and_frees_its_ports_after_the_expected_connections():
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    free = _free_port()
+    t = time.monotonic()
+    doc = probe("listen", "127.0.0.1", "20", "1", str(free), str(busy.getsockname()[1]), "0")
+    assert time.monotonic() - t < 10  # it did not wait for its peers
+    ports = doc["ports"]
+    assert ports[str(free)] == free and ports[str(busy.getsockname()[1])] == "busy"
+    eph = ports["0"]
+    assert isinstance(eph, int) and eph > 1024 and isinstance(doc["pid"], int)
+    got = probe("connect", "2", f"127.0.0.1:{free}", f"127.0.0.1:{eph}", f"127.0.0.1:{busy.getsockname()[1]}")
+    assert [r["ok"] for r in got["results"]] == [True, True, True]
+    # one connection each was expected: the listener has closed its ports and exited
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", free), timeout=1):
+                time.sleep(0.2)
+        except OSError:
+            break
+    else:
+        raise AssertionError("the listener still holds its port")
+    busy.close()
+
+
+def test_a_port_nobody_answers_is_reported_refused():
+    port = _free_port()
+    (r,) = probe("connect", "1", f"127.0.0.1:{port}")["results"]
+    assert r == {"target": f"127.0.0.1:{port}", "ok": False, "ms": r["ms"], "error": "refused"}
+
+
+def test_the_head_listens_for_ray_and_vllm_every_node_on_an_ephemeral_port():
+    inv = cpu_inventory(3, peer_copy=False)  # runtime ray
+    plan = RC.planned_ports(inv)
+    assert [p for p, _ in plan["node1"]] == [6379, 8000, 0]
+    assert [p for p, _ in plan["node2"]] == [0]
+    from dataclasses import replace
+    native = replace(inv, cluster=replace(inv.cluster, runtime="none", peer_copy=True))
+    assert [p for p, _ in RC.planned_ports(native)["node1"]] == [8000, 29600, 29599, 8476, 0]
+
+
+def test_a_dropped_port_is_named_on_the_node_whose_port_it_is_with_who_could_not_reach_it():
+    inv = cpu_inventory(3, peer_copy=False)
+    h1, h2, h3 = inv.hosts
+    bound = {"node1": {"6379": 6379, "8000": "busy", "0": 40001}, "node2": {"0": 40002}, "node3": {"0": 40003}}
+    dial = RC.targets(inv.hosts, bound)
+    assert dial["node2"] == [f"{h1.ip}:6379", f"{h1.ip}:8000", f"{h1.ip}:40001", f"{h3.ip}:40003"]
+    ok = {n: [{"target": t, "ok": True, "error": None} for t in ts] for n, ts in dial.items()}
+    assert RC.findings(inv, inv.hosts, bound, ok) == []
+    # node3 cannot reach the head's GCS (dropped), node1 cannot reach node2's ephemeral port (rejected)
+    bad = {n: [dict(r) for r in rs] for n, rs in ok.items()}
+    for r in bad["node3"]:
+        if r["target"] == f"{h1.ip}:6379":
+            r.update(ok=False, error="timeout")
+    for r in bad["node1"]:
+        if r["target"] == f"{h2.ip}:40002":
+            r.update(ok=False, error="refused")
+    found = RC.findings(inv, inv.hosts, bound, bad)
+    assert [(f.check, f.host) for f in found] == [("ports", "node1"), ("ports", "node2")]
+    assert found[0].what == ("TCP port 6379 (Ray's GCS) is not reachable from node3 "
+                             "(no answer within 2s: a firewall drops it)")
+    assert "6379, 8000 and the ephemeral range" in found[0].fix
+    assert "refused: a firewall rejects it" in found[1].what and "ephemeral" in found[1].what
+
+
+def test_a_port_that_cannot_be_bound_for_another_reason_is_a_finding():
+    inv = cpu_inventory(2)
+    (f,) = RC.findings(inv, inv.hosts, {"node1": {"6379": "error: [Errno 99] Cannot assign requested address"}},
+                       {})
+    assert f.host == "node1" and "cannot listen on port 6379" in f.what
