@@ -188,16 +188,21 @@ def test_doctor_names_an_image_without_ray(cluster, tmp_path):
 def test_the_same_nodes_as_a_gpu_cluster_run_the_gpu_paths_and_check_nccl_will_not_pass_on_fake_gpus(cluster):
     """The shared sandbox's nodes are GPU-shaped (2 fake GPUs each, tests/support/sandbox.shared_shape);
     its GPU inventory makes them a GPU cluster: `up` starts every container with --gpus all and tells Ray
-    the GPU count, the container's nvidia-smi lists that node's own GPUs, `status` shows them, `serve
+    the GPU count (`plan` shows the same offline), the container's nvidia-smi lists that node's own
+    GPUs, `status` shows them, `serve
     --dry-run` plans TP = GPUs per node and PP = nodes on Ray and refuses a split the model cannot take,
     `check-nccl` fails in one line naming every node because CUDA in the container (vLLM's CPU build)
     cannot use the GPUs nvidia-smi lists, `--backend gloo` still measures over 2 ranks per node, and
-    `top` shows a GPU made busy on one node. The CPU cluster is put back at the end."""
+    `top` shows a GPU made busy on one node, and `doctor` names a node whose driver differs. The CPU
+    cluster is put back at the end."""
     from bootstrap.sandbox import gpu as sb_gpu
 
     gpu_inv = str(cluster.gpu_inventory)
     n1, n2, n3 = cluster.nodes
     try:
+        r = cli("plan", "-i", gpu_inv)  # offline: from the inventory alone
+        assert r.returncode == 0 and r.stdout.count("--gpus all") == 3 and r.stdout.count("--num-gpus=2") == 3, \
+            r.stdout
         r = cli("up", "-i", gpu_inv)
         assert r.returncode == 0, r.stderr[-2000:]
         assert "Ray cluster ready: 3 node(s), 6 GPU(s)" in r.stdout, r.stdout[-1500:]
@@ -235,7 +240,15 @@ def test_the_same_nodes_as_a_gpu_cluster_run_the_gpu_paths_and_check_nccl_will_n
         rows = {x["name"]: x for x in json.loads(t.stdout)["nodes"]}
         assert (rows[n2.name]["gpu_util"], round(rows[n2.name]["gpu_mem"])) == (100.0, 96), rows[n2.name]
         assert rows[n1.name]["gpu_util"] == 0.0 and rows[n3.name]["gpu_mem"] == 0.0
+
+        # doctor reads the GPU facts: node3 given another driver after `up` is named
+        sb_gpu.set_gpus(cluster.workdir, n3.name, driver="570.86.15")
+        d = cli("doctor", "-i", gpu_inv, "--json")
+        found = [(f["id"], f["host"]) for f in json.loads(d.stdout)["findings"]]
+        assert ("driver-mismatch", n3.name) in found and ("driver-mismatch", n1.name) not in found, found
+        assert not any(i == "gpu-not-visible" for i, _ in found), found
     finally:
+        sb_gpu.set_gpus(cluster.workdir, n3.name, driver=sb_gpu.DRIVER)
         sb_gpu.set_load(cluster.workdir, n2.name, n2.container, utilization=0, memory_used=0)
         back = cli("up", "-i", str(cluster.inventory))
     assert back.returncode == 0, back.stderr[-2000:]

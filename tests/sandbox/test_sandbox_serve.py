@@ -266,17 +266,30 @@ def test_an_image_without_ray_serves_natively_with_a_secret_kept_off_argv_and_lo
         print(f"$ bootstrap {' '.join(args)}  -> {r.returncode} in {time.monotonic() - t:.1f}s\n{r.stdout}\n{r.stderr}")
         return r
 
-    argvs, stop = [], threading.Event()
     all_cmdlines = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"
+    argvs: list[str] = []
+    # Every process's argv on both nodes (nested containers' included: one PID namespace tree), every
+    # 0.5 s, by one long-lived `docker exec` per node: a new exec (and a `tr` per process) each
+    # sample would cost the CPU that vLLM's start needs on this 2-core machine.
+    stop_file = f"/tmp/.argv-sampler-stop-{pysecrets.token_hex(4)}"
+    sampler = (f'end=$(($(date +%s) + 1200)); while [ ! -e {stop_file} ] && [ $(date +%s) -lt $end ]; do '
+               'cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" " "; echo; echo =sample=; sleep 0.5; done; '
+               f'rm -f {stop_file}')
+    watchers = [subprocess.Popen(["docker", "exec", n.container, "sh", "-c", sampler], stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, text=True) for n in nodes]
 
-    def watch():  # every process on both nodes, nested containers' included (one PID namespace tree)
-        while not stop.is_set():
-            for n in nodes:
-                argvs.append(on_node(n, "sh", "-c", all_cmdlines, check=False).stdout)
-            time.sleep(0.5)
+    def read(proc):
+        cur: list[str] = []
+        for line in proc.stdout:
+            if line.strip() == "=sample=":
+                argvs.append("".join(cur))
+                cur = []
+            else:
+                cur.append(line)
 
-    w = threading.Thread(target=watch, daemon=True)
-    w.start()
+    readers = [threading.Thread(target=read, args=(p,), daemon=True) for p in watchers]
+    for t in readers:
+        t.start()
     try:
         plan = run("plan", "-i", inv)
         assert plan.returncode == 0 and "runtime: ray or none, decided from the image: `up` reads the image" in \
@@ -352,8 +365,15 @@ def test_an_image_without_ray_serves_natively_with_a_secret_kept_off_argv_and_lo
         bad = run("serve", "-i", inv, "/opt/models/does-not-exist")
         assert bad.returncode != 0  # an error path, whose message must not carry the secret either
     finally:
-        stop.set()
-        w.join(30)
+        for n in nodes:  # the sampling loop in each node ends at its next turn
+            on_node(n, "touch", stop_file, check=False)
+        for p in watchers:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for t in readers:
+            t.join(30)
         run("serve", "-i", inv, "--stop")
     try:
         samples = len(argvs)
