@@ -15,7 +15,7 @@ from bootstrap.cluster import runtime as RT
 from bootstrap.cluster.rack import RackFinding
 from bootstrap.model import Host
 from bootstrap.remote import docker as DK
-from bootstrap.remote.session import Session, check_script
+from bootstrap.remote.session import Session, check_script, last_json
 
 
 def host_facts(sess: Session, h: Host) -> F.HostFacts:
@@ -94,8 +94,8 @@ def port_reachability(sess: Session, hosts: Sequence[Host]) -> tuple[list[RackFi
     def listen(h: Host) -> dict | None:
         argv = ("python3", "-", "listen", h.ip, f"{RC.LISTEN_SECONDS:g}", str(len(hosts) - 1),
                 *(str(p) for p, _ in plan[h.name]))
-        doc = RC.parse_line(sess.ssh[h.name].run_with_input(argv, script, timeout=30, check=False).stdout, "ports")
-        if not doc or not isinstance(doc["ports"], dict):
+        doc = last_json(sess.ssh[h.name].run_with_input(argv, script, timeout=30, check=False).stdout)
+        if not doc or not isinstance(doc.get("ports"), dict):
             return None
         if isinstance(doc.get("pid"), int):
             pids[h.name] = doc["pid"]
@@ -109,8 +109,8 @@ def port_reachability(sess: Session, hosts: Sequence[Host]) -> tuple[list[RackFi
     def connect(h: Host) -> list | None:
         argv = ("python3", "-", "connect", f"{RC.CONNECT_TIMEOUT:g}", *dial[h.name])
         r = sess.ssh[h.name].run_with_input(argv, script, timeout=30 + RC.CONNECT_TIMEOUT, check=False)
-        doc = RC.parse_line(r.stdout, "results")
-        return doc["results"] if doc and isinstance(doc["results"], list) else None
+        doc = last_json(r.stdout)
+        return doc["results"] if doc and isinstance(doc.get("results"), list) else None
 
     try:
         dialled = {n: v for n, v in sess.stage("ports-connect", listening, connect, strict=False).items()

@@ -9,7 +9,6 @@ listen then connect) are in bootstrap.cluster.probe.port_reachability.
 """
 from __future__ import annotations
 
-import json
 from typing import Mapping, Sequence
 
 from bootstrap.cluster.rack import RackFinding
@@ -46,18 +45,6 @@ def planned_ports(inv: Inventory) -> dict[str, list[tuple[int, str]]]:
         mine.append((EPHEMERAL, "an ephemeral port (NCCL, Gloo and Ray's workers use them)"))
         out[h.name] = mine
     return out
-
-
-def parse_line(out: str, key: str) -> dict | None:
-    """The last JSON object in the probe's output that has `key`."""
-    for line in reversed(out.splitlines()):
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and key in doc:
-            return doc
-    return None
 
 
 def targets(hosts: Sequence[Host], bound: Mapping[str, Mapping[str, object]]) -> dict[str, list[str]]:
@@ -100,15 +87,13 @@ def findings(inv: Inventory, hosts: Sequence[Host], bound: Mapping[str, Mapping[
             if isinstance(got, str) and got.startswith("error"):
                 out.append(RackFinding(CHECK, h.name, f"cannot listen on port {key} on {h.ip} ({got[7:]})",
                                        f"free the port on {h.name} or move it (cluster.ports)"))
-    blocked: dict[tuple[str, int], list[tuple[str, str]]] = {}
+    blocked: dict[tuple[str, int, str], list[tuple[str, str]]] = {}
     for src, results in dialled.items():
         for r in results:
             if r.get("ok") or str(r.get("target")) not in by_target:
                 continue
-            dst, port, _ = by_target[str(r["target"])]
-            blocked.setdefault((dst, port), []).append((src, str(r.get("error") or "failed")))
-    for (dst, port), srcs in blocked.items():
-        _, _, what = by_target[_hostport(next(h.ip for h in hosts if h.name == dst), port)]
+            blocked.setdefault(by_target[str(r["target"])], []).append((src, str(r.get("error") or "failed")))
+    for (dst, port, what), srcs in blocked.items():
         errors = sorted({e for _, e in srcs})
         how = ("no answer within %gs: a firewall drops it" % CONNECT_TIMEOUT if errors == ["timeout"] else
                "refused: a firewall rejects it" if errors == ["refused"] else ", ".join(errors))

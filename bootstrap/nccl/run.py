@@ -2,7 +2,6 @@
 phase with a deadline. The output is read by the pure parse.py."""
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
@@ -18,7 +17,7 @@ from bootstrap.model import Host, Inventory
 from bootstrap.nccl import parse as N
 from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out
-from bootstrap.remote.session import Reporter, Session, check_script
+from bootstrap.remote.session import Reporter, Session, check_script, last_json
 
 CHECK_PATH = "/tmp/bootstrap_nccl_check.py"
 
@@ -75,15 +74,9 @@ def cleanup_warnings(container: str, cleanup: Mapping[str, object]) -> list[str]
 
 
 def parse_cuda_probe(out: str) -> dict | None:
-    """checks/cuda_probe.py's JSON line (the last line that parses), or None."""
-    for line in reversed(out.splitlines()):
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and "devices" in doc:
-            return doc
-    return None
+    """checks/cuda_probe.py's JSON line (the last one of the output), or None."""
+    doc = last_json(out)
+    return doc if doc is not None and "devices" in doc else None
 
 
 def cuda_findings(seen: Mapping[str, dict | None], gpus: int) -> list[D.Finding]:
