@@ -10,7 +10,10 @@ with nothing but the standard library.
   status ROUTER METRICS URL...
                           each replica's health and load, the router's list and its health view
                           (from METRICS, its Prometheus endpoint; "-": no router / no metrics)
-  add ROUTER URL          put a replica in the router's rotation (checked in its list)
+  add ROUTER URL [METRICS [DEADLINE]]
+                          put a replica in the router's rotation (checked in its list); with
+                          METRICS, wait until the router would send it requests (healthy in its
+                          own checks, circuit breaker closed)
   remove ROUTER URL       take it out (checked)
 """
 import json
@@ -113,17 +116,35 @@ def workers(router):
     return [u if isinstance(u, str) else u.get("url") for u in urls or []]
 
 
-def router_health(text):
-    """The router's own health view from its /metrics: worker URL -> healthy (its last checks)."""
+def _per_worker(text, name):
     out = {}
     for line in text.splitlines():
-        if line.startswith('vllm_router_worker_health{') and 'worker="' in line:
+        if line.startswith(name + "{") and 'worker="' in line:
             url = line.split('worker="', 1)[1].split('"', 1)[0]
             try:
-                out[url.rstrip("/")] = float(line.rsplit(" ", 1)[1]) >= 1.0
+                out[url.rstrip("/")] = float(line.rsplit(" ", 1)[1])
             except ValueError:
                 pass
     return out
+
+
+def router_health(text):
+    """The router's own health view from its /metrics: worker URL -> healthy (its last checks)."""
+    return {url: v >= 1.0 for url, v in _per_worker(text, "vllm_router_worker_health").items()}
+
+
+def router_circuits(text):
+    """Worker URL -> whether the router's circuit breaker for it is closed (vllm_router_cb_state 0).
+    Open or half-open, the router sends it no request, or only a trial one, whatever its health
+    checks say: a worker that failed requests stays out until the breaker's timeout has passed."""
+    return {url: v == 0 for url, v in _per_worker(text, "vllm_router_cb_state").items()}
+
+
+def router_available(text):
+    """Worker URL -> whether the router would send it a request now: healthy and circuit closed.
+    Absent from the health view: unknown (not in the answer)."""
+    circuits = router_circuits(text)
+    return {url: ok and circuits.get(url, True) for url, ok in router_health(text).items()}
 
 
 def status(router, metrics, urls):
@@ -138,7 +159,9 @@ def status(router, metrics, urls):
             try:
                 code, body = http("GET", metrics, timeout=3)
                 if code == 200:
-                    out["router"]["healthy"] = router_health(body.decode(errors="replace"))
+                    text = body.decode(errors="replace")
+                    out["router"]["healthy"] = router_health(text)
+                    out["router"]["circuit_closed"] = router_circuits(text)
             except Exception:  # an older router without the metric: the view is simply absent
                 pass
     for url in urls:
@@ -153,12 +176,27 @@ def status(router, metrics, urls):
     return out
 
 
-def change(router, url, add):
+def change(router, url, add, metrics="-", deadline=30.0):
     path = "/add_worker" if add else "/remove_worker"
     code, body = http("POST", f"{router}{path}?url={urllib.parse.quote(url, safe='')}", timeout=30)
     listed = workers(router)
     ok = (url in listed) == add
-    return {"ok": ok, "code": code, "answer": body[:200].decode(errors="replace"), "workers": listed}
+    out = {"ok": ok, "code": code, "answer": body[:200].decode(errors="replace"), "workers": listed}
+    if add and ok and metrics != "-":
+        start, seen, view = time.monotonic(), None, None
+        while time.monotonic() - start < deadline:
+            try:
+                mcode, mbody = http("GET", metrics, timeout=3)
+                view = router_available(mbody.decode(errors="replace")) if mcode == 200 else None
+            except Exception:
+                view = None
+            seen = (view or {}).get(url)
+            if seen or view == {}:  # healthy, or a router that does not export its view: nothing to wait for
+                break
+            time.sleep(0.5)
+        out["router_available"], out["waited"] = seen, round(time.monotonic() - start, 2)
+        out["ok"] = bool(seen) or view == {}
+    return out
 
 
 def main(argv):
@@ -170,7 +208,8 @@ def main(argv):
     elif cmd == "status":
         doc = status(argv[1].rstrip("/"), argv[2], [u.rstrip("/") for u in argv[3:]])
     elif cmd in ("add", "remove"):
-        doc = change(argv[1].rstrip("/"), argv[2].rstrip("/"), cmd == "add")
+        doc = change(argv[1].rstrip("/"), argv[2].rstrip("/"), cmd == "add", *argv[3:4],
+                     *(float(x) for x in argv[4:5]))
     else:
         doc = {"error": f"unknown command {cmd}"}
     print(json.dumps(doc), flush=True)

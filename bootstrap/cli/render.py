@@ -331,7 +331,8 @@ def fleet_status(inv, groups, fs, as_json: bool) -> None:
         color = "green" if r.health == "healthy" else ("yellow" if r.health.startswith("starting") else "red")
         rot = "-" if r.in_rotation is None else ("[green]yes[/]" if r.in_rotation else "[yellow]no[/]")
         model = f"{r.spec.model} {' '.join(r.spec.extra)}".strip() if r.spec else "-"
-        says = "-" if r.router_healthy is None else ("[green]healthy[/]" if r.router_healthy else "[red]unhealthy[/]")
+        says = ("-" if r.router_healthy is None else "[red]unhealthy[/]" if not r.router_healthy
+                else "[yellow]circuit open[/]" if r.router_circuit_closed is False else "[green]healthy[/]")
         t.add_row(str(r.index), _escape(", ".join(r.hosts)), _escape(r.url), f"[{color}]{_escape(r.health)}[/]",
                   rot, says, num(r.running), num(r.waiting), num(r.succeeded), str(r.restarts), _escape(model))
     out.print(t)

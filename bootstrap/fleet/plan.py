@@ -205,9 +205,20 @@ def secret_env_body(inv: Inventory, *, router: bool = False) -> str:
     return "".join(f"{k}={v}\n" for k, v in secrets.items())
 
 
+#: seconds the router's circuit breaker keeps a replica that failed requests out before it tries it
+#: again (vllm-router's default is 60 s: a healed replica would sit out that long, and a rollout
+#: waits for it, since taking the other replica out then leaves the router none)
+CB_TIMEOUT = 20
+
+
 def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = None,
                     env_file: str | None = None) -> tuple[str, ...]:
-    """vllm-router, detached with a restart policy, bound to the router host's data-plane IP."""
+    """vllm-router, detached with a restart policy, bound to the router host's data-plane IP.
+
+    Its health checks use the router's own timeout and failure count (5 s, 3 in a row): a replica
+    busy enough to answer /health slowly is still serving, and marking it unhealthy when it is the
+    only one in the rotation (one replica is out during a rollout) answers every request 503. A dead
+    replica is found sooner anyway: its connections are refused, and the router retries on another."""
     r = inv.cluster.router
     h = router_host(inv)
     key = ("--env-file", env_file or f"<0600 file with {API_KEY_ENV}>") if r.api_key else ()
@@ -217,9 +228,10 @@ def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = Non
             "--entrypoint", "vllm-router", image or inv.cluster.image,
             "--host", h.ip, "--port", str(r.port), "--policy", r.policy,
             "--worker-urls", *urls,
-            "--health-check-interval-secs", str(r.health_interval), "--health-check-timeout-secs", "2",
-            "--health-failure-threshold", "2", "--health-success-threshold", "1",
+            "--health-check-interval-secs", str(r.health_interval), "--health-check-timeout-secs", "5",
+            "--health-failure-threshold", "3", "--health-success-threshold", "1",
             "--health-check-endpoint", "/health",
+            "--cb-timeout-duration-secs", str(CB_TIMEOUT),
             "--worker-startup-timeout-secs", "30",
             "--prometheus-host", h.ip, "--prometheus-port", str(r.metrics_port))
 

@@ -49,13 +49,24 @@ class ReplicaState:
     succeeded: float | None = None
     #: the router's own health view of it (vllm_router_worker_health; None: not known)
     router_healthy: bool | None = None
+    #: whether the router's circuit breaker for it is closed (vllm_router_cb_state 0; None: not known):
+    #: open, the router sends it nothing, healthy or not, until the breaker's timeout has passed
+    router_circuit_closed: bool | None = None
+
+    @property
+    def router_available(self) -> bool | None:
+        """Would the router send it a request now (healthy and circuit closed)? None: not known."""
+        if self.router_healthy is None:
+            return None
+        return self.router_healthy and self.router_circuit_closed is not False
 
     def to_dict(self) -> dict:
         return {"replica": self.index, "hosts": self.hosts, "url": self.url, "containers": self.containers,
                 "restarts": self.restarts, "model": self.spec.model if self.spec else None,
                 "extra": list(self.spec.extra) if self.spec else None, "health": self.health,
                 "in_rotation": self.in_rotation, "running": self.running, "waiting": self.waiting,
-                "succeeded": self.succeeded, "router_healthy": self.router_healthy}
+                "succeeded": self.succeeded, "router_healthy": self.router_healthy,
+                "router_circuit_closed": self.router_circuit_closed}
 
 
 @dataclass
@@ -155,8 +166,15 @@ def _stop(sess: Session, host: Host, name: str) -> None:
 
 
 def _router_call(sess: Session, inv: Inventory, verb: str, url: str) -> dict:
+    """Add or remove a replica; an added one counts once the router's own health view has it
+    healthy (the router routes only to workers it sees healthy: taking the next replica out before
+    that leaves it none)."""
     h = FP.router_host(inv)
-    return _probe(sess, h, FP.router_name(inv), [verb, FP.router_url(inv), url], timeout=60)
+    args = [verb, FP.router_url(inv), url]
+    if verb == "add":
+        wait = max(30, 4 * inv.cluster.router.health_interval + 10)
+        args += [FP.http_url(h.ip, inv.cluster.router.metrics_port) + "/metrics", str(wait)]
+    return _probe(sess, h, FP.router_name(inv), args, timeout=120)
 
 
 # -- serve ----------------------------------------------------------------------------------------
@@ -303,6 +321,7 @@ def fleet_state(sess: Session) -> FleetState:
     rview = view.get("router") or {}
     workers = rview.get("workers") if isinstance(rview, dict) and "workers" in rview else None
     healthy = rview.get("healthy") if isinstance(rview, dict) else None
+    closed = rview.get("circuit_closed") if isinstance(rview, dict) else None
     replicas = []
     for k, group in enumerate(inv.replicas):
         containers, restarts, spec = {}, 0, None
@@ -332,7 +351,8 @@ def fleet_state(sess: Session) -> FleetState:
         replicas.append(ReplicaState(k, [h.name for h in group], urls[k], containers, restarts, spec, health,
                                      (urls[k] in workers) if workers is not None else None,
                                      row.get("running"), row.get("waiting"), row.get("succeeded"),
-                                     healthy.get(urls[k]) if isinstance(healthy, dict) else None))
+                                     healthy.get(urls[k]) if isinstance(healthy, dict) else None,
+                                     closed.get(urls[k]) if isinstance(closed, dict) else None))
     rstate = router.status if router else "absent"
     return FleetState(FP.router_url(inv) + "/v1", rh.name, rstate, workers, replicas)
 
@@ -414,10 +434,10 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
         steps: dict[int, dict[str, float]] = {}
         for i in range(0, len(todo), max_unavailable):
             batch = todo[i:i + max_unavailable]
-            others = [r.index for r in fleet_state(sess).replicas if r.index not in batch and r.health == "healthy"]
+            others = _others_serving(sess, inv, batch, step)
             if not others:
-                raise RolloutFailed(f"no other replica is healthy: replica {', '.join(map(str, batch))} stays as it is",
-                                    states)
+                raise RolloutFailed(f"no other replica is healthy and in the router's rotation: replica "
+                                    f"{', '.join(map(str, batch))} stays as it is", states)
             try:
                 res = _replace_batch(sess, inv, [plan.replicas[k] for k in batch], drain, wait, step, steps)
             except KeyboardInterrupt:
@@ -437,6 +457,28 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
                                     "the other replicas keep serving", states, getattr(err, "log_tail", ""))
         return RolloutResult(FP.router_url(inv) + "/v1", target, todo,
                              [k for k in range(len(inv.replicas)) if k not in todo], time.monotonic() - t0, steps)
+
+
+def _others_serving(sess: Session, inv: Inventory, batch: Sequence[int],
+                    step: Callable[[int, str], None]) -> list[int]:
+    """The replicas outside `batch` that serve now, as they and the router see them (healthy, in
+    the rotation, the router's circuit for them closed). A replica whose circuit is open (it failed
+    requests, say it was restarted a moment ago) is waited for, up to the breaker's timeout: taking
+    the batch out before that leaves the router no replica to send a request to."""
+    deadline = time.monotonic() + FP.CB_TIMEOUT + 3 * inv.cluster.router.health_interval + 10
+    said = False
+    while True:
+        reps = [r for r in fleet_state(sess).replicas if r.index not in batch]
+        ready = [r.index for r in reps if r.health == "healthy" and r.in_rotation is not False
+                 and r.router_available is not False]
+        held = [r.index for r in reps if r.health == "healthy" and r.in_rotation and r.router_available is False]
+        if ready or not held or time.monotonic() > deadline:
+            return ready
+        if not said:
+            step(batch[0], f"waiting: the router holds replica {', '.join(map(str, held))} out (circuit open after "
+                           f"failed requests, or its health checks); it tries again within {FP.CB_TIMEOUT}s")
+            said = True
+        time.sleep(1.0)
 
 
 def _replace_batch(sess: Session, inv: Inventory, rps: list[FP.ReplicaPlan], drain: float, wait: float,

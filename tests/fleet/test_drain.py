@@ -4,10 +4,11 @@ in flight while they still read zero."""
 import http.server
 import importlib.util
 import pathlib
-import threading
 import time
 
 import pytest
+
+from tests.support.loopback import Loopback, reply
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -19,7 +20,7 @@ def load_probe():
     return mod
 
 
-class Replica:
+class Replica(Loopback):
     """A /metrics endpoint whose values follow a script: [(seconds from start, running, waiting, done)]."""
 
     def __init__(self, script):
@@ -30,20 +31,11 @@ class Replica:
             def do_GET(self):
                 replica.hits += 1
                 running, waiting, done = replica.now()
-                body = (f'vllm:num_requests_running{{model_name="m"}} {running}\n'
-                        f'vllm:num_requests_waiting{{model_name="m"}} {waiting}\n'
-                        f'vllm:request_success_total{{finished_reason="stop",model_name="m"}} {done}\n').encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                reply(self, (f'vllm:num_requests_running{{model_name="m"}} {running}\n'
+                             f'vllm:num_requests_waiting{{model_name="m"}} {waiting}\n'
+                             f'vllm:request_success_total{{finished_reason="stop",model_name="m"}} {done}\n').encode())
 
-            def log_message(self, *a):
-                pass
-
-        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+        super().__init__(H)
 
     def now(self):
         t = time.monotonic() - self.t0
@@ -52,10 +44,6 @@ class Replica:
             if r[0] <= t:
                 row = r
         return row[1:]
-
-    def close(self):
-        self.srv.shutdown()
-        self.srv.server_close()
 
 
 @pytest.fixture

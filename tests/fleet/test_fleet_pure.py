@@ -425,6 +425,10 @@ def test_router_on_a_named_host_binds_its_ip(tmp_path):
     assert r[r.index("--port") + 1] == "31000" and r[r.index("--prometheus-port") + 1] == "31001"
     assert r[r.index("--health-check-interval-secs") + 1] == "7"
     assert r[r.index("--policy") + 1] == "power_of_two"
+    # a slow /health is not a dead replica (5 s, 3 in a row); a replica that failed requests is
+    # tried again after CB_TIMEOUT, not vllm-router's 60 s
+    assert r[r.index("--health-check-timeout-secs") + 1] == "5" and r[r.index("--health-failure-threshold") + 1] == "3"
+    assert r[r.index("--cb-timeout-duration-secs") + 1] == str(FP.CB_TIMEOUT)
     assert inv.cluster.image in r  # no image given: the cluster's
     k = list(FP.keeper_create_argv(inv))
     assert k[k.index(FP.KEEPER_PATH) + 2] == "5"  # the keeper's interval is capped at 5 seconds
@@ -621,3 +625,53 @@ def test_router_health_view_from_its_real_metrics():
     text = (root / "tests" / "data" / "vllm-router-metrics.txt").read_text()
     assert probe.router_health(text) == {"http://127.0.0.1:18101": True, "http://127.0.0.1:18102": False}
     assert probe.router_health("vllm_router_active_workers 1\n") == {}
+
+
+def test_router_circuit_view_from_its_real_metrics():
+    """A worker healthy in the router's own checks but with its circuit breaker open gets no
+    request (the router answers 503 "No available workers"); the probe reads both. Captured from
+    vllm-router 0.1.17 on loopback: two workers that answer /health and drop every request, 30
+    completions sent through the router (10 failures each open both circuits), then
+    `curl http://127.0.0.1:18110/metrics`."""
+    import importlib.util
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("fleet_probe", root / "checks" / "fleet_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    text = (root / "tests" / "data" / "vllm-router-metrics-circuit-open.txt").read_text()
+    both = {"http://127.0.0.1:18101", "http://127.0.0.1:18102"}
+    assert probe.router_health(text) == {u: True for u in both}
+    assert probe.router_circuits(text) == {u: False for u in both}
+    assert probe.router_available(text) == {u: False for u in both}
+    closed = (root / "tests" / "data" / "vllm-router-metrics.txt").read_text()  # one answering, one not
+    assert probe.router_available(closed) == {"http://127.0.0.1:18101": True, "http://127.0.0.1:18102": False}
+
+
+def test_a_rollout_waits_while_the_router_holds_the_only_other_replica_out(tmp_path, monkeypatch):
+    """Replica 1 healthy and in the rotation, but the router's circuit for it open (it failed
+    requests a moment ago): taking replica 0 out now leaves the router nothing to send a request
+    to (503 for every client), so the rollout waits until the circuit closes."""
+    from bootstrap.fleet import run as FR
+
+    inv = load(tmp_path, fleet_yaml())
+
+    def rep(k, closed):
+        return FR.ReplicaState(k, [], f"http://r{k}", {}, 0, None, "healthy", True, router_healthy=True,
+                               router_circuit_closed=closed)
+    views = iter([[rep(0, True), rep(1, False)], [rep(0, True), rep(1, False)], [rep(0, True), rep(1, True)]])
+    looked = []
+
+    def fleet_state(sess):
+        looked.append(1)
+        return FR.FleetState("http://x/v1", "h0", "running", [], next(views))
+    monkeypatch.setattr(FR, "fleet_state", fleet_state)
+    monkeypatch.setattr(FR.time, "sleep", lambda s: None)
+    said = []
+    assert FR._others_serving(None, inv, [0], lambda k, what: said.append((k, what))) == [1]
+    assert len(looked) == 3
+    assert len(said) == 1 and said[0][0] == 0 and "holds replica 1 out" in said[0][1], said
+    # none held and none serving: nothing to wait for
+    views = iter([[rep(0, True), FR.ReplicaState(1, [], "http://r1", {}, 0, None, "down", False)]])
+    assert FR._others_serving(None, inv, [0], lambda k, what: said.append((k, what))) == []
+    assert len(said) == 1
