@@ -77,6 +77,13 @@ def _jump_parts(jump: str) -> tuple[str | None, str, int | None]:
     return (user or None), host, port
 
 
+def _close_quietly(conn: Connection) -> None:
+    try:
+        conn.close()
+    except Exception:  # a transport another thread is tearing down (see SSHHost.close)
+        pass
+
+
 class SSHHost:
     """One host's SSH session. Constructing it does no I/O; :meth:`connect` does."""
 
@@ -196,17 +203,21 @@ class SSHHost:
         return self._conn
 
     def close(self) -> None:
+        """Best effort: after Ctrl-C another thread can be tearing the same transport down (the
+        command in flight failing), and paramiko's Transport.close then trips over a channel that
+        thread already unlinked (AttributeError: 'NoneType' object has no attribute
+        '_unlink_channel', seen in the interrupt test). The socket is gone either way."""
         with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            _close_quietly(conn)
 
     def _drop(self, conn: Connection) -> None:
         """Forget ``conn`` after it failed under us, unless another thread already replaced it."""
         with self._lock:
             if self._conn is conn:
                 self._conn = None
-        conn.close()
+        _close_quietly(conn)
 
     # -- commands ---------------------------------------------------------------------------
     def run(self, argv: Argv, *, timeout: float | None = None, check: bool = True,
