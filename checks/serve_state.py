@@ -7,7 +7,9 @@ the controller). Uptime is measured on the head's clock (the state file's age).
 
 Args: STATE_FILE PIDFILE LOG
 Output: {"serving": bool, "state": {...}|null, "uptime_s": float|null, "process": bool,
-         "health": "ok"|"<error>"|null, "models": [...], "kv_lines": [...]}
+         "health": "ok"|"<error>"|null, "models": [...], "kv_lines": [...],
+         "engines": {engine index: requests finished}|null}  (from /metrics, by its `engine` label:
+         with data parallel, one per DP engine)
 """
 import json
 import os
@@ -37,10 +39,23 @@ def get(url, timeout=3.0):
         return r.status, r.read()
 
 
+ENGINE = re.compile(r'^vllm:request_success_total\{[^}]*engine="([^"]+)"[^}]*\}\s+([0-9.eE+-]+)')
+
+
+def engines(text):
+    """Requests finished per engine (vLLM labels its metrics with the engine's index)."""
+    out = {}
+    for line in text.splitlines():
+        m = ENGINE.match(line)
+        if m:
+            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(2))
+    return out or None
+
+
 def main(argv):
     state_file, pidfile, log = argv[1:4]
     out = {"serving": False, "state": None, "uptime_s": None, "process": False, "health": None,
-           "models": [], "kv_lines": []}
+           "models": [], "kv_lines": [], "engines": None}
     try:
         with open(state_file, encoding="utf-8") as fh:
             out["state"] = json.load(fh)
@@ -60,6 +75,11 @@ def main(argv):
         try:
             _, body = get(url + "/v1/models")
             out["models"] = [m.get("id") for m in json.loads(body).get("data", [])]
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            _, body = get(url + "/metrics")
+            out["engines"] = engines(body.decode(errors="replace"))
         except Exception:  # noqa: BLE001
             pass
     try:

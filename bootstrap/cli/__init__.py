@@ -523,6 +523,10 @@ def logs(inventory, hosts, only, groups, since, follow, tail, parallel, as_json)
                    "GPUs per node where the model's attention heads allow it; the plan says why).")
 @click.option("--pp", type=click.IntRange(1), default=None,
               help="Pipeline-parallel size (default: the planner's, nodes x GPUs per node / TP; the plan says why).")
+@click.option("--dp", type=click.IntRange(1), default=None,
+              help="Data parallel: this many vLLM engines (each --tp GPUs within one node, the same number on "
+                   "every node; on CPU nodes one engine per node), balanced by the head's API server "
+                   "(vLLM's own --data-parallel-size; native backend). For a model that fits one node.")
 @click.option("--backend", type=click.Choice(["ray", "native"]), default=None,
               help="ray (default on GPU nodes that run Ray): the running Ray cluster; native (default on CPU "
                    "clusters and where the nodes run no Ray, e.g. a stock image with runtime unset): vLLM's own "
@@ -539,7 +543,7 @@ def logs(inventory, hosts, only, groups, since, follow, tail, parallel, as_json)
               help="Read the model's config.json, print the plan (backend, TP/PP and why, each node's command) "
                    "and stop; secrets need not be set.")
 @json_option
-def serve(inventory, parallel, model, extra, tp, pp, backend, sync_model, wait, listen, served_model_name, stop,
+def serve(inventory, parallel, model, extra, tp, pp, dp, backend, sync_model, wait, listen, served_model_name, stop,
           dry_run, as_json):
     """Serve MODEL (a Hugging Face id or a path inside the containers) across the cluster.
 
@@ -558,7 +562,7 @@ def serve(inventory, parallel, model, extra, tp, pp, backend, sync_model, wait, 
 
     def go():
         inv = read_inventory(inventory, require_secrets=not dry_run)
-        check_parallelism(inv, tp, pp)
+        check_parallelism(inv, tp, pp, dp)
         if inv.cluster.replicas > 1:
             return _serve_fleet(inv, model, extra, tp, pp, backend, sync_model, wait, listen, served_model_name,
                                 stop, dry_run, as_json, parallel)
@@ -568,13 +572,14 @@ def serve(inventory, parallel, model, extra, tp, pp, backend, sync_model, wait, 
             return
         show = None if as_json else (lambda plan: render.serve_plan(plan, dry_run))
         try:
-            res = V.serve(inv, model, tp=tp, pp=pp, backend=backend, extra=extra, sync_model=sync_model,
+            res = V.serve(inv, model, tp=tp, pp=pp, dp=dp, backend=backend, extra=extra, sync_model=sync_model,
                           wait=wait, listen=listen, served_name=served_model_name, parallel=parallel,
                           dry_run=dry_run, on_plan=show, reporter=LineReporter(quiet=as_json))
         except P.ModelSplitError as exc:
-            given = tp is not None or pp is not None
-            raise click.UsageError(f"{'--tp/--pp' if given and str(exc).startswith('TP=') else 'serve'}: {exc}") \
-                from None
+            given = tp is not None or pp is not None or dp is not None
+            flag = "--dp" if dp is not None else "--tp/--pp"
+            raise click.UsageError(f"{flag if given and str(exc).startswith(('TP=', 'DP=', '--dp')) else 'serve'}: "
+                                   f"{exc}") from None
         except V.ServeFailed as exc:
             render.serve_failed(exc)
             raise

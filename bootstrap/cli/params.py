@@ -261,8 +261,18 @@ def check_serve_args(ctx: click.Context, model: str | None, extra: tuple[str, ..
         raise click.UsageError(str(exc)) from None
 
 
-def check_parallelism(inv, tp: int | None, pp: int | None) -> None:
-    """serve's --tp/--pp, when given: a split the cluster (its first replica) can hold."""
+def check_parallelism(inv, tp: int | None, pp: int | None, dp: int | None = None) -> None:
+    """serve's --tp/--pp/--dp, when given: a split the cluster (its first replica) can hold."""
+    if dp is not None:
+        if inv.cluster.replicas > 1:
+            raise click.UsageError("--dp: data parallel engines serve one cluster behind its head's API server; "
+                                   "with cluster.replicas > 1 each replica is a TP x PP group behind the router "
+                                   "(drop --dp, or set replicas: 1)")
+        try:
+            P.data_parallel(len(inv.hosts), inv.gpus_per_node, dp, tp, pp, accelerator=inv.cluster.accelerator)
+        except P.ServePlanError as exc:
+            raise click.UsageError(f"--dp: {exc}") from None
+        return
     if tp is not None or pp is not None:
         try:
             P.parallelism(len(inv.replicas[0]), inv.gpus_per_node, tp, pp, accelerator=inv.cluster.accelerator)

@@ -40,6 +40,44 @@ class Parallelism:
     pp: int
     #: tp * pp: the number of workers (GPUs, or CPU workers) the engine uses.
     world: int
+    #: data parallel engines (vLLM's own DP: one API server on the head balancing over them), each
+    #: of `world` workers; 1: one engine
+    dp: int = 1
+
+
+def data_parallel(nodes: int, gpus_per_node: int, dp: int, tp: int | None, pp: int | None, *,
+                  accelerator: str) -> Parallelism:
+    """DP engines over the cluster (--dp), each TP x 1 within one node, the same number on every
+    node, every device used. vLLM places a DP engine's workers on one node (--data-parallel-size-local
+    engines per node); pipeline stages with DP are not planned. CPU nodes run one worker each: one
+    engine per node, TP=1."""
+    if accelerator not in ("gpu", "none"):
+        raise ServePlanError(f"accelerator must be 'gpu' or 'none', not {accelerator!r}")
+    if dp < 1:
+        raise ServePlanError(f"DP must be at least 1, got {dp}")
+    if tp is not None and tp < 1:
+        raise ServePlanError(f"TP must be at least 1, got {tp}")
+    if pp not in (None, 1):
+        raise ServePlanError(f"--dp {dp} with --pp {pp}: each data parallel engine is planned within one node "
+                             "(TP only); drop --pp, or drop --dp for a TP x PP split")
+    if accelerator == "none":
+        if tp not in (None, 1):
+            raise ServePlanError(f"--dp {dp} with --tp {tp} on a CPU cluster: each node runs one CPU worker, so "
+                                 "each engine is TP=1; drop --tp")
+        if dp != nodes:
+            raise ServePlanError(f"--dp {dp} on a CPU cluster of {nodes} node(s): each node runs one engine "
+                                 f"(one CPU worker each), so DP = nodes = {nodes}")
+        return Parallelism(1, 1, 1, dp)
+    if gpus_per_node < 1:
+        raise ServePlanError(f"a GPU cluster needs at least 1 GPU per node, got {gpus_per_node}")
+    total = nodes * gpus_per_node
+    tp_ = tp if tp is not None else (total // dp if total % dp == 0 else 0)
+    if not tp_ or dp * tp_ != total or gpus_per_node % tp_:
+        raise ServePlanError(
+            f"--dp {dp}{f' --tp {tp}' if tp else ''} does not fit {nodes} node(s) x {gpus_per_node} GPUs: DP x TP "
+            f"must use every GPU, with each engine's TP within one node (TP divides {gpus_per_node}); e.g. "
+            f"--dp {nodes} --tp {gpus_per_node}, or --dp {total} --tp 1")
+    return Parallelism(tp_, 1, tp_, dp)
 
 
 def parallelism(nodes: int, gpus_per_node: int, tp: int | None, pp: int | None, *,
@@ -187,7 +225,7 @@ def _divisors(n: int) -> list[int]:
 
 
 def choose_split(shape: ModelShape | None, nodes: int, gpus_per_node: int, *, accelerator: str,
-                 tp: int | None = None, pp: int | None = None) -> SplitChoice:
+                 tp: int | None = None, pp: int | None = None, dp: int | None = None) -> SplitChoice:
     """TP x PP for this model on this cluster, with the reason in one line.
 
     GPU: TP = GPUs per node, PP = nodes (vLLM's documented layout) when the model takes it;
@@ -196,9 +234,24 @@ def choose_split(shape: ModelShape | None, nodes: int, gpus_per_node: int, *, ac
     there are more stages than layers. CPU (one worker per node): TP across the nodes (the fast
     layout measured on the sandbox), else the largest TP that divides the nodes, the rest as PP.
     An explicit --tp/--pp is checked against the cluster (`parallelism`) and then against the
-    model: ModelSplitError names the model's numbers and the split that would work.
+    model: ModelSplitError names the model's numbers and the split that would work. --dp: DP
+    engines of TP each (`data_parallel`), checked against the model the same way; a
+    mixture-of-experts model with DP > 1 on CPU nodes is refused (vLLM-CPU cannot run it).
     """
     shape = shape or ModelShape()
+    if dp is not None:
+        par = data_parallel(nodes, gpus_per_node, dp, tp, pp, accelerator=accelerator)
+        if accelerator == "none" and shape.experts and dp > 1:
+            raise ModelSplitError(
+                f"--dp {dp} with a mixture-of-experts model ({shape.describe()}) on CPU nodes: vLLM's CPU "
+                "communicator has no all_gatherv, which its MoE layers need across DP engines (a request "
+                "fails with 500 while /health says 200); serve it with a TP x PP split (drop --dp)")
+        problems = split_problems(shape, par.tp, 1)
+        if problems:
+            raise ModelSplitError(f"{_split(par)} does not fit the model ({shape.describe()}): {'; '.join(problems)}")
+        per_node = dp // nodes
+        return SplitChoice(par, f"{_split(par)}: {dp} data parallel engines, {per_node} per node, behind the "
+                                f"head's API server (--dp)", True)
     if tp is not None or pp is not None:
         par = parallelism(nodes, gpus_per_node, tp, pp, accelerator=accelerator)
         problems = split_problems(shape, par.tp, par.pp)
@@ -268,6 +321,8 @@ def check_engine_flags(accelerator: str, par: Parallelism, extra: Sequence[str])
 
 
 def _split(par: Parallelism) -> str:
+    if par.dp > 1:
+        return f"DP={par.dp} x TP={par.tp}"
     return f"TP={par.tp} PP={par.pp}"
 
 
@@ -281,13 +336,18 @@ _OWNED_RAY = ("--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp"
               "--distributed-executor-backend", "--host", "--port", "--served-model-name", "--model")
 _OWNED_NATIVE = _OWNED_RAY + ("--nnodes", "-n", "--node-rank", "-r", "--master-addr",
                               "--master-port", "--headless")
+#: vLLM's data parallel flags: the plan sets them with --dp (refused in `extra` on both backends)
+_OWNED_DP = ("--data-parallel-size", "-dp", "--data-parallel-size-local", "-dpl", "--data-parallel-address",
+             "-dpa", "--data-parallel-rpc-port", "-dpp", "--data-parallel-start-rank", "-dpr",
+             "--data-parallel-rank", "--data-parallel-backend", "-dpb")
 _BY_INVENTORY = "the inventory's hosts (the native backend sets it per node)"
 #: What to use instead of each owned flag (said in the refusal).
 _INSTEAD = {"--tensor-parallel-size": "--tp", "-tp": "--tp", "--pipeline-parallel-size": "--pp", "-pp": "--pp",
             "--distributed-executor-backend": "--backend", "--host": "--listen",
             "--port": "cluster.ports.vllm in the inventory",
             "--served-model-name": "--served-model-name before --", "--model": "the MODEL argument",
-            **{f: _BY_INVENTORY for f in _OWNED_NATIVE[len(_OWNED_RAY):]}}
+            **{f: _BY_INVENTORY for f in _OWNED_NATIVE[len(_OWNED_RAY):]},
+            **{f: "--dp" for f in _OWNED_DP}}
 
 # A Hugging Face repo id: `name` or `org/name`; letters, digits, '-', '_', '.'; no '--' or '..'
 # (huggingface_hub's validate_repo_id), at most 96 characters a part.
@@ -322,7 +382,7 @@ def check_model_ref(model: str) -> None:
 def check_extra(extra: Sequence[str], backend: str | None = None) -> tuple[str, ...]:
     """Refuse extra vllm arguments that would override what the plan sets (argparse keeps the
     last value, so the plan would be silently overridden). backend None: either backend's flags."""
-    return _check_extra(extra, _OWNED_RAY if backend == "ray" else _OWNED_NATIVE)
+    return _check_extra(extra, (_OWNED_RAY if backend == "ray" else _OWNED_NATIVE) + _OWNED_DP)
 
 
 def _check_extra(extra: Sequence[str], owned: Sequence[str]) -> tuple[str, ...]:
@@ -352,7 +412,7 @@ def _check_port(name: str, port: int) -> None:
 def ray_serve_argv(model: str, par: Parallelism, *, port: int, host: str,
                    served_name: str | None = None, extra: Sequence[str] = ()) -> tuple[str, ...]:
     """`vllm serve` on the head, on the Ray cluster the containers form (one command in all)."""
-    extra = _check_common(model, port, extra, _OWNED_RAY)
+    extra = _check_common(model, port, extra, _OWNED_RAY + _OWNED_DP)
     argv = ("vllm", "serve", model,
             "--tensor-parallel-size", str(par.tp), "--pipeline-parallel-size", str(par.pp),
             "--distributed-executor-backend", "ray", "--host", host, "--port", str(port))
@@ -371,7 +431,7 @@ def native_serve_argvs(model: str, par: Parallelism, nodes_ips: Sequence[str], *
     world size must divide evenly. `--distributed-executor-backend mp` is explicit, as in vLLM's
     own example, so that a Ray runtime in the container is never picked instead.
     """
-    extra = _check_common(model, port, extra, _OWNED_NATIVE)
+    extra = _check_common(model, port, extra, _OWNED_NATIVE + _OWNED_DP)
     _check_port("master port", master_port)
     ips = list(nodes_ips)
     if not ips:
@@ -379,6 +439,9 @@ def native_serve_argvs(model: str, par: Parallelism, nodes_ips: Sequence[str], *
     if len(set(ips)) != len(ips):
         raise ServePlanError(f"node IPs must be distinct, got {', '.join(ips)}")
     n = len(ips)
+    if par.dp > 1:
+        return _dp_argvs(model, par, ips, port=port, host=host, rpc_port=master_port, served_name=served_name,
+                         extra=extra)
     if par.world % n:
         raise ServePlanError(
             f"TP {par.tp} x PP {par.pp} = {par.world} workers do not split evenly over {n} nodes")
@@ -395,6 +458,32 @@ def native_serve_argvs(model: str, par: Parallelism, nodes_ips: Sequence[str], *
                 argv += ("--served-model-name", served_name)
         else:
             argv += ("--headless",)
+        out.append(argv + extra)
+    return out
+
+
+def _dp_argvs(model: str, par: Parallelism, ips: list[str], *, port: int, host: str, rpc_port: int,
+              served_name: str | None, extra: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """vLLM's own data parallel over the nodes: every node runs dp / nodes engines of TP workers;
+    the first node's `vllm serve` is the API server that balances requests over every engine and
+    the DP coordinator at its IP and `rpc_port`; the others run `--headless` from their first
+    global rank (`--data-parallel-start-rank`)."""
+    n = len(ips)
+    if par.dp % n:
+        raise ServePlanError(f"DP={par.dp} engines do not split evenly over {n} nodes")
+    local = par.dp // n
+    common = ("vllm", "serve", model, "--tensor-parallel-size", str(par.tp), "--pipeline-parallel-size", "1",
+              "--distributed-executor-backend", "mp", "--data-parallel-size", str(par.dp),
+              "--data-parallel-size-local", str(local), "--data-parallel-address", ips[0],
+              "--data-parallel-rpc-port", str(rpc_port))
+    out = []
+    for rank in range(n):
+        if rank == 0:
+            argv = common + ("--host", host, "--port", str(port))
+            if served_name:
+                argv += ("--served-model-name", served_name)
+        else:
+            argv = common + ("--headless", "--data-parallel-start-rank", str(rank * local))
         out.append(argv + extra)
     return out
 

@@ -62,7 +62,8 @@ class ServePlan:
 
     def to_dict(self) -> dict:
         return {"model": self.model, "backend": self.backend, "backend_reason": self.backend_reason,
-                "tp": self.split.par.tp, "pp": self.split.par.pp, "split_reason": self.split.reason,
+                "tp": self.split.par.tp, "pp": self.split.par.pp, "dp": self.split.par.dp,
+                "split_reason": self.split.reason,
                 "model_shape": self.shape.describe() if self.shape and self.shape.known else None,
                 "config_source": self.config_source, "config_error": self.config_error,
                 "endpoint": self.endpoint, "secrets": self.secrets, "notes": self.notes,
@@ -117,7 +118,8 @@ def choose_backend(accelerator: str, runtime: str | None, requested: str | None)
     return "ray", "GPU cluster running Ray"
 
 
-def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None = None, backend: str | None = None,
+def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None = None, dp: int | None = None,
+          backend: str | None = None,
           extra: Sequence[str] = (), sync_model: bool = False, wait: float = 900.0, listen: str | None = None,
           served_name: str | None = None, parallel: int = DEFAULT_PARALLEL, dry_run: bool = False,
           on_plan: Callable[[ServePlan], None] | None = None,
@@ -129,9 +131,18 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
     name = c.container_name
     order = [inv.head, *inv.workers]
     requested = backend
+    if dp is not None:
+        if requested == "ray":
+            raise UsageError("--dp with --backend ray: bootstrap runs vLLM's data parallel engines with its native "
+                             "backend (one `vllm serve` per node); drop --backend ray")
+        requested = "native"
     backend, backend_why = choose_backend(c.accelerator, c.runtime, requested)
-    # The cluster's shape alone (no model yet): bad --tp/--pp for these nodes fail before connecting.
-    P.parallelism(len(order), inv.gpus_per_node, tp, pp, accelerator=c.accelerator)
+    if dp is not None:
+        backend_why = "--dp: vLLM's own data parallel (one `vllm serve` per node, the head's balancing every engine)"
+        P.data_parallel(len(order), inv.gpus_per_node, dp, tp, pp, accelerator=c.accelerator)
+    else:
+        # The cluster's shape alone (no model yet): bad --tp/--pp for these nodes fail before connecting.
+        P.parallelism(len(order), inv.gpus_per_node, tp, pp, accelerator=c.accelerator)
     port = c.ports.vllm
     host_bind = listen or inv.head.ip
     url_in = f"http://{inv.head.ip if host_bind in ('0.0.0.0', '::') else host_bind}:{port}"
@@ -147,12 +158,14 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             inv = sess.inv = RT.from_containers(inv, states)
             c = inv.cluster
             backend, backend_why = choose_backend(c.accelerator, c.runtime, requested)
+            if dp is not None:
+                backend_why = "--dp: vLLM's own data parallel (one `vllm serve` per node)"
 
         # What the model allows: its config.json, read where vLLM will read it (the head container).
         info = read_model_info(sess, inv.head, model)
         config = info.get("config") if isinstance(info.get("config"), dict) else None
         shape = P.model_shape(config) if config else None
-        split = P.choose_split(shape, len(order), inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp)
+        split = P.choose_split(shape, len(order), inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp, dp=dp)
         P.check_engine_flags(c.accelerator, split.par, extra)
         if config is None:
             notes.append(f"could not read the model's config.json ({info.get('error') or 'no answer'}): "
@@ -178,9 +191,12 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
                 raise PreflightFailed(", ".join(d.host for d in diffs), P.describe(diffs),
                                       "copy the model to every node, or pass --sync-model to copy it from the head")
             sync_to = [d.host for d in diffs]
-            fit = _fit(sess, inv, config, info.get("index"), manifests[inv.head.name])
+            fit = _fit(sess, inv, config, info.get("index"), manifests[inv.head.name], split.par)
             if fit is not None and not fit.fits:
-                raise PreflightFailed("cluster", fit.message, "add nodes of this shape, or a smaller/quantized model")
+                fix = ("each data parallel engine holds the whole model in its TP GPUs: a smaller --dp (a larger "
+                       "TP), or drop --dp" if split.par.dp > 1
+                       else "add nodes of this shape, or a smaller/quantized model")
+                raise PreflightFailed("cluster", fit.message, fix)
 
         master_port = None
         if backend == "ray":
@@ -276,7 +292,9 @@ def _manifests(sess: Session, hosts: Sequence[Host], model: str) -> dict:
         DK.exec_argv(name, *P.manifest_cmd(model)), timeout=120, check=False).stdout))
 
 
-def _fit(sess: Session, inv: Inventory, config: dict | None, index: dict | None, manifest: dict):
+def _fit(sess: Session, inv: Inventory, config: dict | None, index: dict | None, manifest: dict,
+         par: P.Parallelism | None = None):
+    """Does the model fit? With data parallel, in one engine's GPUs (each engine holds it whole)."""
     if inv.cluster.accelerator != "gpu":
         return None
     head = sess.ssh[inv.head.name]
@@ -287,6 +305,9 @@ def _fit(sess: Session, inv: Inventory, config: dict | None, index: dict | None,
     gpus = F.parse_nvidia_smi(head.run(F.NVIDIA_SMI, timeout=60, check=False).stdout)
     if not gpus:
         return None
+    if par is not None and par.dp > 1:
+        return P.fit(size.weight_bytes, gpu_mem_bytes_per_gpu=gpus[0].memory_mib * (1 << 20),
+                     gpus_per_node=par.tp, nodes=1, label=f"{size.label}, in each engine's {par.tp} GPU(s)")
     return P.fit(size.weight_bytes, gpu_mem_bytes_per_gpu=gpus[0].memory_mib * (1 << 20),
                  gpus_per_node=inv.gpus_per_node, nodes=len(inv.hosts), label=size.label)
 

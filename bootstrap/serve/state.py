@@ -37,12 +37,16 @@ class ServingState:
     kv: P.KvCapacity | None
     nodes: list[str]
     split_reason: str = ""
+    #: data parallel engines (1: one engine)
+    dp: int = 1
+    #: requests finished per engine index (from the API server's /metrics; None: not read)
+    engines: dict[str, float] | None = None
 
     def to_dict(self) -> dict:
         return {"model": self.model, "served": self.served, "backend": self.backend, "tp": self.tp, "pp": self.pp,
-                "endpoint": self.endpoint, "health": self.health, "uptime_s": self.uptime_s,
+                "dp": self.dp, "endpoint": self.endpoint, "health": self.health, "uptime_s": self.uptime_s,
                 "kv_cache_tokens": self.kv.tokens if self.kv else None, "nodes": self.nodes,
-                "split_reason": self.split_reason}
+                "split_reason": self.split_reason, "engines": self.engines}
 
 
 def parse_serving(probe: dict) -> ServingState | None:
@@ -61,7 +65,13 @@ def parse_serving(probe: dict) -> ServingState | None:
     return ServingState(str(st.get("model", "?")), list(probe.get("models") or []), str(st.get("backend", "?")),
                         int(st.get("tp") or 0), int(st.get("pp") or 0), str(st.get("endpoint", "")), word,
                         probe.get("uptime_s"), kv, [str(n) for n in st.get("nodes") or []],
-                        str(st.get("split_reason") or ""))
+                        str(st.get("split_reason") or ""), int(st.get("dp") or 1), _engines(probe.get("engines")))
+
+
+def _engines(got: object) -> dict[str, float] | None:
+    if not isinstance(got, dict):
+        return None
+    return {str(k): float(v) for k, v in got.items() if isinstance(v, (int, float))}
 
 
 def stop_serving(sess: Session, h: Host) -> None:
