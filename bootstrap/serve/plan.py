@@ -292,6 +292,25 @@ def choose_split(shape: ModelShape | None, nodes: int, gpus_per_node: int, *, ac
                           f"the model ({shape.describe()}): {'; '.join(first)}")
 
 
+def auto_data_parallel(shape: ModelShape | None, nodes: int, gpus_per_node: int, *, accelerator: str,
+                       nodes_needed: int) -> SplitChoice | None:
+    """The planner's own data parallel: on GPU nodes, a model that one node holds (`nodes_needed`
+    1, from `fit`) is served as a copy per node, TP = GPUs per node, DP = nodes (vLLM's guide: TP
+    within a node, and no pipeline across nodes a model does not need), rather than TP x PP
+    stretched over every node. None where that is not the plan: CPU nodes (the multi-node split is
+    what the sandbox shows), one node, a model that needs more than one node, a mixture-of-experts
+    model (expert parallel is planned separately), or heads TP = GPUs per node cannot split."""
+    if accelerator != "gpu" or nodes < 2 or nodes_needed != 1:
+        return None
+    shape = shape or ModelShape()
+    if shape.experts or split_problems(shape, gpus_per_node, 1):
+        return None
+    par = Parallelism(gpus_per_node, 1, gpus_per_node, nodes)
+    return SplitChoice(par, f"{_split(par)}: the model fits one node, so each of the {nodes} nodes serves a copy "
+                            f"(TP = GPUs per node) behind the head's API server; --tp/--pp for one copy across "
+                            "the nodes", True)
+
+
 def _eager(extra: Sequence[str]) -> str | None:
     """The flag in `extra` that turns vLLM's compilation off (--enforce-eager, -O0), if any."""
     args = list(extra)

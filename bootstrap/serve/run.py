@@ -165,22 +165,14 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
         info = read_model_info(sess, inv.head, model)
         config = info.get("config") if isinstance(info.get("config"), dict) else None
         shape = P.model_shape(config) if config else None
-        split = P.choose_split(shape, len(order), inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp, dp=dp)
-        P.check_engine_flags(c.accelerator, split.par, extra)
         if config is None:
             notes.append(f"could not read the model's config.json ({info.get('error') or 'no answer'}): "
                          "the split is not checked against the model")
 
-        if backend == "ray":
-            view = R.ray_view(sess, order, deadline=10)
-            if not view.ready:
-                by_ip = {h.ip: h.name for h in order}
-                raise PreflightFailed(", ".join(by_ip.get(i, i) for i in view.missing),
-                                      "Ray does not list this node as alive", "run `bootstrap up` to restart it")
-
         # The model must be the same on every node (or come from the hub through the HF cache).
         fit = None
         sync_to: list[str] = []
+        manifests: dict = {}
         if is_path(model):
             manifests = _manifests(sess, order, model)
             if not manifests[inv.head.name]:
@@ -191,12 +183,33 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
                 raise PreflightFailed(", ".join(d.host for d in diffs), P.describe(diffs),
                                       "copy the model to every node, or pass --sync-model to copy it from the head")
             sync_to = [d.host for d in diffs]
+            fit = _fit(sess, inv, config, info.get("index"), manifests[inv.head.name])
+
+        split = None
+        if dp is None and tp is None and pp is None and requested is None and fit is not None and fit.fits:
+            # a model one node holds is served by a copy on every node, not stretched across them
+            split = P.auto_data_parallel(shape, len(order), inv.gpus_per_node, accelerator=c.accelerator,
+                                         nodes_needed=fit.nodes_needed)
+            if split is not None:
+                backend, backend_why = "native", "data parallel: vLLM's own DP runs one `vllm serve` per node"
+        if split is None:
+            split = P.choose_split(shape, len(order), inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp,
+                                   dp=dp)
+        P.check_engine_flags(c.accelerator, split.par, extra)
+        if split.par.dp > 1 and manifests:
             fit = _fit(sess, inv, config, info.get("index"), manifests[inv.head.name], split.par)
-            if fit is not None and not fit.fits:
-                fix = ("each data parallel engine holds the whole model in its TP GPUs: a smaller --dp (a larger "
-                       "TP), or drop --dp" if split.par.dp > 1
-                       else "add nodes of this shape, or a smaller/quantized model")
-                raise PreflightFailed("cluster", fit.message, fix)
+        if fit is not None and not fit.fits:
+            fix = ("each data parallel engine holds the whole model in its TP GPUs: a smaller --dp (a larger "
+                   "TP), or drop --dp" if split.par.dp > 1
+                   else "add nodes of this shape, or a smaller/quantized model")
+            raise PreflightFailed("cluster", fit.message, fix)
+
+        if backend == "ray":
+            view = R.ray_view(sess, order, deadline=10)
+            if not view.ready:
+                by_ip = {h.ip: h.name for h in order}
+                raise PreflightFailed(", ".join(by_ip.get(i, i) for i in view.missing),
+                                      "Ray does not list this node as alive", "run `bootstrap up` to restart it")
 
         master_port = None
         if backend == "ray":

@@ -190,7 +190,8 @@ def test_the_same_nodes_as_a_gpu_cluster_run_the_gpu_paths_and_check_nccl_will_n
     its GPU inventory makes them a GPU cluster: `up` starts every container with --gpus all and tells Ray
     the GPU count (`plan` shows the same offline), the container's nvidia-smi lists that node's own
     GPUs, `status` shows them, `serve
-    --dry-run` plans TP = GPUs per node and PP = nodes on Ray and refuses a split the model cannot take,
+    --dry-run` plans a copy per node (data parallel: the model fits one node), TP = GPUs per node and
+    PP = nodes on Ray with --pp, and refuses a split the model cannot take,
     `check-nccl` fails in one line naming every node because CUDA in the container (vLLM's CPU build)
     cannot use the GPUs nvidia-smi lists, `--backend gloo` still measures over 2 ranks per node, and
     `top` shows a GPU made busy on one node, and `doctor` names a node whose driver differs. The CPU
@@ -216,13 +217,34 @@ def test_the_same_nodes_as_a_gpu_cluster_run_the_gpu_paths_and_check_nccl_will_n
         assert [(x["host"], x["gpus"], x["ray_alive"]) for x in st["nodes"]] == [
             (n.name, 2.0, True) for n in cluster.nodes]
 
+        # the model fits one node (the fit reads each GPU's memory from nvidia-smi): a copy per node
         r = cli("serve", "-i", gpu_inv, "/opt/models/tiny-llama", "--dry-run")
         assert r.returncode == 0, r.stderr[-2000:]
+        assert "split:   DP=3 x TP=2: the model fits one node, so each of the 3 nodes serves a copy" in r.stdout, \
+            r.stdout
+        assert "backend: native (data parallel: vLLM's own DP" in r.stdout, r.stdout
+        assert r.stdout.count("--data-parallel-size 3 --data-parallel-size-local 1") == 3, r.stdout
+        # one copy across the nodes, as the mission's layout: TP = GPUs per node, PP = nodes, on Ray
+        r = cli("serve", "-i", gpu_inv, "/opt/models/tiny-llama", "--dry-run", "--pp", "3")
+        assert r.returncode == 0, r.stderr[-2000:]
         assert "backend: ray (GPU cluster running Ray)" in r.stdout
-        assert "split:   TP=2 PP=3: TP = GPUs per node, PP = nodes" in r.stdout
+        assert "split:   TP=2 PP=3: as given by --tp/--pp" in r.stdout, r.stdout
         assert "--tensor-parallel-size 2 --pipeline-parallel-size 3 --distributed-executor-backend ray" in r.stdout
         r = cli("serve", "-i", gpu_inv, "/opt/models/tiny-llama", "--dry-run", "--tp", "3")
         assert r.returncode != 0 and "4 attention heads do not divide by TP=3" in r.stderr, r.stderr[-1000:]
+        # data parallel on the GPU nodes: an engine per GPU (2 per node), vLLM's own DP, native backend
+        r = cli("serve", "-i", gpu_inv, "/opt/models/tiny-llama", "--dry-run", "--dp", "6")
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert "split:   DP=6 x TP=1: 6 data parallel engines, 2 per node, behind the head's API server" in r.stdout
+        assert "backend: native (--dp: vLLM's own data parallel" in r.stdout, r.stdout
+        cmds = [next(ln for ln in r.stdout.splitlines() if ln.strip().startswith(n.name + " ")) for n in cluster.nodes]
+        assert all("--data-parallel-size 6 --data-parallel-size-local 2" in c for c in cmds), cmds
+        assert [c.split("--data-parallel-start-rank ")[1].split()[0] if "--headless" in c else None for c in cmds] == \
+            [None, "2", "4"], cmds
+        r = cli("serve", "-i", gpu_inv, "/opt/models/tiny-llama", "--dry-run", "--dp", "3")
+        assert r.returncode == 0 and "split:   DP=3 x TP=2: 3 data parallel engines, 1 per node" in r.stdout, r.stdout
+        r = cli("serve", "-i", gpu_inv, "/opt/models/tiny-llama", "--dry-run", "--dp", "4")
+        assert r.returncode == 2 and "--dp 4 does not fit 3 node(s) x 2 GPUs" in r.stderr, r.stderr[-1000:]
 
         r, doc = nccl(gpu_inv)
         assert r.returncode == 1 and not doc["ok"], r.stderr[-2000:]

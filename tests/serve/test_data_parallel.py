@@ -118,3 +118,17 @@ def test_status_reads_dp_and_engines_from_what_serve_left():
     assert st.dp == 3 and st.engines == {"0": 4.0, "1": 5.0, "2": 3.0}
     old = parse_serving({"serving": True, "health": "ok", "state": {"model": "m", "tp": 2, "pp": 1}})
     assert old.dp == 1 and old.engines is None  # what an older serve left: one engine
+
+
+def test_the_planner_serves_a_model_one_gpu_node_holds_as_a_copy_per_node():
+    from bootstrap.serve.plan import auto_data_parallel
+
+    got = auto_data_parallel(model_shape(LLAMA_31_8B), 2, 8, accelerator="gpu", nodes_needed=1)
+    assert got.par == Parallelism(8, 1, 8, 2) and got.reason.startswith("DP=2 x TP=8: the model fits one node")
+    # not where a copy per node is not the plan
+    assert auto_data_parallel(model_shape(LLAMA_31_8B), 2, 8, accelerator="gpu", nodes_needed=2) is None
+    assert auto_data_parallel(model_shape(LLAMA_31_8B), 1, 8, accelerator="gpu", nodes_needed=1) is None
+    assert auto_data_parallel(model_shape(TINY_LLAMA), 3, 1, accelerator="none", nodes_needed=1) is None
+    assert auto_data_parallel(model_shape(MIXTRAL_8X7B), 2, 8, accelerator="gpu", nodes_needed=1) is None
+    assert auto_data_parallel(model_shape(TINY_LLAMA), 2, 8, accelerator="gpu", nodes_needed=1) is None  # 4 heads, TP=8
+    assert auto_data_parallel(None, 2, 8, accelerator="gpu", nodes_needed=1).par.dp == 2  # no config: the default
