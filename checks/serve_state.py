@@ -78,7 +78,9 @@ def main(argv):
         except Exception:  # noqa: BLE001
             pass
         try:
-            _, body = get(url + "/metrics")
+            # with data parallel vLLM runs an API server per engine and gathers their metrics on each
+            # scrape: slower than the other answers under load
+            _, body = get(url + "/metrics", timeout=15.0)
             out["engines"] = engines(body.decode(errors="replace"))
         except Exception:  # noqa: BLE001
             pass

