@@ -166,9 +166,9 @@ def _stop(sess: Session, host: Host, name: str) -> None:
 
 
 def _router_call(sess: Session, inv: Inventory, verb: str, url: str) -> dict:
-    """Add or remove a replica; an added one counts once the router's own health view has it
-    healthy (the router routes only to workers it sees healthy: taking the next replica out before
-    that leaves it none)."""
+    """Add or remove a replica; an added one counts once the router would send it requests (its
+    own health view healthy, its circuit breaker closed): taking the next replica out before that
+    leaves the router none."""
     h = FP.router_host(inv)
     args = [verb, FP.router_url(inv), url]
     if verb == "add":

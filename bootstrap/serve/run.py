@@ -97,6 +97,10 @@ def is_path(model: str) -> bool:
     return model.startswith("/")
 
 
+#: why the backend is native with --dp
+DP_WHY = "--dp: vLLM's own data parallel (one `vllm serve` per node, the head's balancing every engine)"
+
+
 def choose_backend(accelerator: str, runtime: str | None, requested: str | None) -> tuple[str, str]:
     """(backend, why) from the cluster's facts; an impossible request is refused (exit 2) before
     anything starts. vLLM's Ray executor needs GPUs ("current platform cpu does not support ray").
@@ -138,7 +142,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
         requested = "native"
     backend, backend_why = choose_backend(c.accelerator, c.runtime, requested)
     if dp is not None:
-        backend_why = "--dp: vLLM's own data parallel (one `vllm serve` per node, the head's balancing every engine)"
+        backend_why = DP_WHY
         P.data_parallel(len(order), inv.gpus_per_node, dp, tp, pp, accelerator=c.accelerator)
     else:
         # The cluster's shape alone (no model yet): bad --tp/--pp for these nodes fail before connecting.
@@ -159,7 +163,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             c = inv.cluster
             backend, backend_why = choose_backend(c.accelerator, c.runtime, requested)
             if dp is not None:
-                backend_why = "--dp: vLLM's own data parallel (one `vllm serve` per node)"
+                backend_why = DP_WHY
 
         # What the model allows: its config.json, read where vLLM will read it (the head container).
         info = read_model_info(sess, inv.head, model)
