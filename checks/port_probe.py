@@ -2,13 +2,15 @@
 HOST (not in a container: `up` runs it before any container starts), fed on stdin to python3, in two
 steps the controller runs on every node at once:
 
-  port_probe.py listen IP SECONDS EXPECT PORT...
+  port_probe.py listen IP SECONDS PORT...
       Binds each PORT on IP (0: an ephemeral port, as NCCL, Gloo and Ray's workers use), prints one
       JSON line {"ports": {"PORT": bound port | "busy" | "error: ..."}, "pid": the listener's pid | null}
-      and returns at once, leaving that detached child to accept (and close) connections until EXPECT
-      connections arrived on every port it bound, SECONDS passed or it is killed (the controller
-      kills it after the connect step, so the ports are free for the cluster at once). A busy port is
-      not listened on (whatever holds it answers).
+      and returns at once, leaving that detached child to accept (and close) connections until it is
+      killed (the controller kills it after the connect step, so the ports are free for the cluster at
+      once) or SECONDS passed. It does not stop after as many connections as there are peers: others
+      than the probe dial these ports too (the Ray workers of a head that died reconnect to its GCS
+      port from the very peers' addresses), and a listener that counted them closed the port before
+      the probe came. A busy port is not listened on (whatever holds it answers).
   port_probe.py connect SECONDS IP:PORT...
       Connects to every target at once, each within SECONDS, and prints one JSON line
       {"results": [{"target": "IP:PORT", "ok": bool, "ms": float, "error": null | "timeout" | "refused" | "..."}]}
@@ -24,7 +26,7 @@ import threading
 import time
 
 
-def listen(ip, seconds, expect, ports):
+def listen(ip, seconds, ports):
     family = socket.AF_INET6 if ":" in ip else socket.AF_INET
     socks, out = [], {}
     for p in ports:
@@ -48,20 +50,14 @@ def listen(ip, seconds, expect, ports):
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    left = {s: expect for s in socks}
     end = time.monotonic() + seconds
-    while left and time.monotonic() < end:
-        ready, _, _ = select.select(list(left), [], [], max(0.0, end - time.monotonic()))
+    while time.monotonic() < end:
+        ready, _, _ = select.select(socks, [], [], max(0.0, end - time.monotonic()))
         for s in ready:
             try:
-                c, _ = s.accept()
-                c.close()
+                s.accept()[0].close()
             except OSError:
                 continue
-            left[s] -= 1
-            if left[s] <= 0:
-                del left[s]
-                s.close()
     os._exit(0)
 
 
@@ -97,7 +93,7 @@ def connect(seconds, targets):
 
 def main(argv):
     if argv[:1] == ["listen"]:
-        return listen(argv[1], float(argv[2]), int(argv[3]), [int(p) for p in argv[4:]])
+        return listen(argv[1], float(argv[2]), [int(p) for p in argv[3:]])
     if argv[:1] == ["connect"]:
         return connect(float(argv[1]), argv[2:])
     print(json.dumps({"error": "usage: port_probe.py listen|connect ..."}))

@@ -92,8 +92,7 @@ def port_reachability(sess: Session, hosts: Sequence[Host]) -> tuple[list[RackFi
     pids: dict[str, int] = {}
 
     def listen(h: Host) -> dict | None:
-        argv = ("python3", "-", "listen", h.ip, f"{RC.LISTEN_SECONDS:g}", str(len(hosts) - 1),
-                *(str(p) for p, _ in plan[h.name]))
+        argv = ("python3", "-", "listen", h.ip, f"{RC.LISTEN_SECONDS:g}", *(str(p) for p, _ in plan[h.name]))
         doc = last_json(sess.ssh[h.name].run_with_input(argv, script, timeout=30, check=False).stdout)
         if not doc or not isinstance(doc.get("ports"), dict):
             return None
