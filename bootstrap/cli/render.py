@@ -366,7 +366,8 @@ def _status_lines(inv, st) -> list[str]:
         name = v.served[0] if v.served else v.model
         lines.append(f"serving: {_escape(name)} on {_escape(v.endpoint)} [{color}]{_escape(v.health)}[/] "
                      + _escape(f"(backend {v.backend}, {f'DP={v.dp} x ' if v.dp > 1 else ''}TP={v.tp} PP={v.pp}, "
-                               f"{len(v.nodes)} node(s), up {_uptime(v.uptime_s)})"))
+                               + (f"EP={v.ep} over {v.all2all or 'the default all-to-all'}, " if v.ep > 1 else "")
+                               + f"{len(v.nodes)} node(s), up {_uptime(v.uptime_s)})"))
         if v.dp > 1 and v.engines is not None:
             lines.append(_escape("engines: " + ", ".join(f"{k}: {n:g} request(s) served"
                                                           for k, n in sorted(v.engines.items(), key=lambda x: x[0]))))
@@ -638,7 +639,7 @@ def served(res, as_json: bool) -> None:
         _json({
             "endpoint": res.endpoint, "model": res.model, "served": res.served, "backend": res.backend,
             "tp": res.parallelism.tp, "pp": res.parallelism.pp, "dp": res.parallelism.dp,
-            "ready_seconds": round(res.ready_seconds, 1),
+            "ep": res.parallelism.ep_size, "ready_seconds": round(res.ready_seconds, 1),
             "kv_cache_tokens": getattr(kv, "tokens", None), "notes": res.notes,
             "split_reason": res.plan.split.reason if res.plan else None,
             "backend_reason": res.plan.backend_reason if res.plan else None})
@@ -646,8 +647,9 @@ def served(res, as_json: bool) -> None:
     for n in res.notes:
         out.print(f"note: {_escape(n)}")
     dp_part = f"DP={res.parallelism.dp} x " if res.parallelism.dp > 1 else ""
+    ep_part = f", EP={res.parallelism.ep_size}" if res.parallelism.ep else ""
     out.print(_escape(f"serving {res.served[0] if res.served else res.model} on {res.endpoint} "
-                      f"(backend {res.backend}, {dp_part}TP={res.parallelism.tp}, PP={res.parallelism.pp}); "
+                      f"(backend {res.backend}, {dp_part}TP={res.parallelism.tp}, PP={res.parallelism.pp}{ep_part}); "
                       f"ready in {res.ready_seconds:.0f}s"))
     if kv is not None:
         out.print(_escape(kv_line(kv)))

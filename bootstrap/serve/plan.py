@@ -43,6 +43,13 @@ class Parallelism:
     #: data parallel engines (vLLM's own DP: one API server on the head balancing over them), each
     #: of `world` workers; 1: one engine
     dp: int = 1
+    #: expert parallel (vLLM's --enable-expert-parallel): the experts spread over all dp x tp ranks
+    ep: bool = False
+
+    @property
+    def ep_size(self) -> int:
+        """The ranks the experts are spread over (vLLM: EP size = TP x DP); 1 without EP."""
+        return self.dp * self.tp if self.ep else 1
 
 
 def data_parallel(nodes: int, gpus_per_node: int, dp: int, tp: int | None, pp: int | None, *,
@@ -218,6 +225,8 @@ class SplitChoice:
     reason: str
     #: True when the documented default layout was taken (or the user's own --tp/--pp)
     default: bool
+    #: with expert parallel: vLLM's --all2all-backend (None: vLLM's own default, no flag)
+    all2all: str | None = None
 
 
 def _divisors(n: int) -> list[int]:
@@ -248,9 +257,10 @@ def choose_split(shape: ModelShape | None, nodes: int, gpus_per_node: int, *, ac
                 "fails with 500 while /health says 200); serve it with a TP x PP split (drop --dp)")
         problems = split_problems(shape, par.tp, 1)
         if problems:
-            raise ModelSplitError(f"{_split(par)} does not fit the model ({shape.describe()}): {'; '.join(problems)}")
+            raise ModelSplitError(f"{split_label(par)} does not fit the model ({shape.describe()}): "
+                                  f"{'; '.join(problems)}")
         per_node = dp // nodes
-        return SplitChoice(par, f"{_split(par)}: {dp} data parallel engines, {per_node} per node, behind the "
+        return SplitChoice(par, f"{split_label(par)}: {dp} data parallel engines, {per_node} per node, behind the "
                                 f"head's API server (--dp)", True)
     if tp is not None or pp is not None:
         par = parallelism(nodes, gpus_per_node, tp, pp, accelerator=accelerator)
@@ -258,26 +268,26 @@ def choose_split(shape: ModelShape | None, nodes: int, gpus_per_node: int, *, ac
         if problems:
             try:
                 alt = choose_split(shape, nodes, gpus_per_node, accelerator=accelerator)
-                hint = f"; this cluster can serve it with {_split(alt.par)} (drop --tp/--pp to take it)"
+                hint = f"; this cluster can serve it with {split_label(alt.par)} (drop --tp/--pp to take it)"
             except ModelSplitError:
                 hint = ""
-            raise ModelSplitError(f"{_split(par)} does not fit the model ({shape.describe()}): "
+            raise ModelSplitError(f"{split_label(par)} does not fit the model ({shape.describe()}): "
                                   f"{'; '.join(problems)}{hint}")
-        return SplitChoice(par, f"{_split(par)}: as given by --tp/--pp", True)
+        return SplitChoice(par, f"{split_label(par)}: as given by --tp/--pp", True)
 
     par = parallelism(nodes, gpus_per_node, None, None, accelerator=accelerator)
     if accelerator == "none":
         workers = nodes
         preferred = (workers, 1)
         tp_as = f"{nodes} nodes" if nodes > 1 else None
-        plain = (f"{_split(par)}: tensor parallel across the {nodes} nodes (one CPU worker each)"
-                 if nodes > 1 else f"{_split(par)}: one node, one CPU worker")
+        plain = (f"{split_label(par)}: tensor parallel across the {nodes} nodes (one CPU worker each)"
+                 if nodes > 1 else f"{split_label(par)}: one node, one CPU worker")
         ordered = [(t, workers // t) for t in sorted(_divisors(workers), reverse=True)]
     else:
         workers = nodes * gpus_per_node
         preferred = (gpus_per_node, nodes)
         tp_as = f"{gpus_per_node} GPUs per node" if gpus_per_node > 1 else None
-        plain = f"{_split(par)}: TP = GPUs per node, PP = nodes (vLLM's default layout)"
+        plain = f"{split_label(par)}: TP = GPUs per node, PP = nodes (vLLM's default layout)"
         within = [(t, workers // t) for t in sorted(_divisors(gpus_per_node), reverse=True)]
         across = [(t, workers // t) for t in _divisors(workers) if t > gpus_per_node]
         ordered = within + across
@@ -287,7 +297,7 @@ def choose_split(shape: ModelShape | None, nodes: int, gpus_per_node: int, *, ac
     for t, p in ordered:
         if (t, p) != preferred and not split_problems(shape, t, p):
             chosen = Parallelism(t, p, t * p)
-            return SplitChoice(chosen, f"{_split(chosen)}: {first[0]}", False)
+            return SplitChoice(chosen, f"{split_label(chosen)}: {first[0]}", False)
     raise ModelSplitError(f"no split of {workers} {'GPUs' if accelerator == 'gpu' else 'CPU workers'} fits "
                           f"the model ({shape.describe()}): {'; '.join(first)}")
 
@@ -306,7 +316,7 @@ def auto_data_parallel(shape: ModelShape | None, nodes: int, gpus_per_node: int,
     if shape.experts or split_problems(shape, gpus_per_node, 1):
         return None
     par = Parallelism(gpus_per_node, 1, gpus_per_node, nodes)
-    return SplitChoice(par, f"{_split(par)}: the model fits one node, so each of the {nodes} nodes serves a copy "
+    return SplitChoice(par, f"{split_label(par)}: the model fits one node, so each of the {nodes} nodes serves a copy "
                             f"(TP = GPUs per node) behind the head's API server; --tp/--pp for one copy across "
                             "the nodes", True)
 
@@ -339,7 +349,10 @@ def check_engine_flags(accelerator: str, par: Parallelism, extra: Sequence[str])
             f"in sync_and_gather_intermediate_tensors); drop {flag}, or pick a split with PP=1")
 
 
-def _split(par: Parallelism) -> str:
+def split_label(par: Parallelism) -> str:
+    """"DP=16 x TP=1, EP=16", "DP=2 x TP=8", "TP=8 PP=2"."""
+    if par.ep:
+        return f"DP={par.dp} x TP={par.tp}, EP={par.ep_size}"
     if par.dp > 1:
         return f"DP={par.dp} x TP={par.tp}"
     return f"TP={par.tp} PP={par.pp}"
@@ -359,6 +372,8 @@ _OWNED_NATIVE = _OWNED_RAY + ("--nnodes", "-n", "--node-rank", "-r", "--master-a
 _OWNED_DP = ("--data-parallel-size", "-dp", "--data-parallel-size-local", "-dpl", "--data-parallel-address",
              "-dpa", "--data-parallel-rpc-port", "-dpp", "--data-parallel-start-rank", "-dpr",
              "--data-parallel-rank", "--data-parallel-backend", "-dpb")
+#: vLLM's expert parallel flags: the plan sets them (--ep, --all2all)
+_OWNED_EP = ("--enable-expert-parallel", "-ep", "--all2all-backend")
 _BY_INVENTORY = "the inventory's hosts (the native backend sets it per node)"
 #: What to use instead of each owned flag (said in the refusal).
 _INSTEAD = {"--tensor-parallel-size": "--tp", "-tp": "--tp", "--pipeline-parallel-size": "--pp", "-pp": "--pp",
@@ -366,7 +381,8 @@ _INSTEAD = {"--tensor-parallel-size": "--tp", "-tp": "--tp", "--pipeline-paralle
             "--port": "cluster.ports.vllm in the inventory",
             "--served-model-name": "--served-model-name before --", "--model": "the MODEL argument",
             **{f: _BY_INVENTORY for f in _OWNED_NATIVE[len(_OWNED_RAY):]},
-            **{f: "--dp" for f in _OWNED_DP}}
+            **{f: "--dp" for f in _OWNED_DP}, "--enable-expert-parallel": "--ep", "-ep": "--ep",
+            "--all2all-backend": "--all2all"}
 
 # A Hugging Face repo id: `name` or `org/name`; letters, digits, '-', '_', '.'; no '--' or '..'
 # (huggingface_hub's validate_repo_id), at most 96 characters a part.
@@ -401,7 +417,7 @@ def check_model_ref(model: str) -> None:
 def check_extra(extra: Sequence[str], backend: str | None = None) -> tuple[str, ...]:
     """Refuse extra vllm arguments that would override what the plan sets (argparse keeps the
     last value, so the plan would be silently overridden). backend None: either backend's flags."""
-    return _check_extra(extra, (_OWNED_RAY if backend == "ray" else _OWNED_NATIVE) + _OWNED_DP)
+    return _check_extra(extra, (_OWNED_RAY if backend == "ray" else _OWNED_NATIVE) + _OWNED_DP + _OWNED_EP)
 
 
 def _check_extra(extra: Sequence[str], owned: Sequence[str]) -> tuple[str, ...]:
@@ -431,7 +447,7 @@ def _check_port(name: str, port: int) -> None:
 def ray_serve_argv(model: str, par: Parallelism, *, port: int, host: str,
                    served_name: str | None = None, extra: Sequence[str] = ()) -> tuple[str, ...]:
     """`vllm serve` on the head, on the Ray cluster the containers form (one command in all)."""
-    extra = _check_common(model, port, extra, _OWNED_RAY + _OWNED_DP)
+    extra = _check_common(model, port, extra, _OWNED_RAY + _OWNED_DP + _OWNED_EP)
     argv = ("vllm", "serve", model,
             "--tensor-parallel-size", str(par.tp), "--pipeline-parallel-size", str(par.pp),
             "--distributed-executor-backend", "ray", "--host", host, "--port", str(port))
@@ -442,7 +458,7 @@ def ray_serve_argv(model: str, par: Parallelism, *, port: int, host: str,
 
 def native_serve_argvs(model: str, par: Parallelism, nodes_ips: Sequence[str], *, port: int,
                        host: str, master_port: int, served_name: str | None = None,
-                       extra: Sequence[str] = ()) -> list[tuple[str, ...]]:
+                       extra: Sequence[str] = (), all2all: str | None = None) -> list[tuple[str, ...]]:
     """vLLM's own multi-node mode (multiprocessing executor, torch.distributed, no Ray): one
     `vllm serve` per node, in `nodes_ips` order; the first is node rank 0, the API server, and
     its IP is the master address. The others run `--headless` (no API server, so no
@@ -450,7 +466,7 @@ def native_serve_argvs(model: str, par: Parallelism, nodes_ips: Sequence[str], *
     world size must divide evenly. `--distributed-executor-backend mp` is explicit, as in vLLM's
     own example, so that a Ray runtime in the container is never picked instead.
     """
-    extra = _check_common(model, port, extra, _OWNED_NATIVE + _OWNED_DP)
+    extra = _check_common(model, port, extra, _OWNED_NATIVE + _OWNED_DP + _OWNED_EP)
     _check_port("master port", master_port)
     ips = list(nodes_ips)
     if not ips:
@@ -458,6 +474,11 @@ def native_serve_argvs(model: str, par: Parallelism, nodes_ips: Sequence[str], *
     if len(set(ips)) != len(ips):
         raise ServePlanError(f"node IPs must be distinct, got {', '.join(ips)}")
     n = len(ips)
+    if par.ep:
+        # the experts over every rank of every engine (vLLM's expert parallel deployment guide)
+        ep = ("--enable-expert-parallel",) + (("--all2all-backend", all2all) if all2all else ())
+        return _dp_argvs(model, par, ips, port=port, host=host, rpc_port=master_port, served_name=served_name,
+                         extra=ep + extra)
     if par.dp > 1:
         return _dp_argvs(model, par, ips, port=port, host=host, rpc_port=master_port, served_name=served_name,
                          extra=extra)
@@ -646,6 +667,25 @@ def params_from_config(config: Mapping[str, Any]) -> float:
     norms = layers * 2 * h + h
     embed = vocab * h * (1 if cfg.get("tie_word_embeddings") else 2)
     return float(layers * attn + mlp_total + norms + embed)
+
+
+def expert_fraction(config: Mapping[str, Any] | None) -> float | None:
+    """The share of a mixture-of-experts model's parameters in its routed experts (what expert
+    parallel spreads over the ranks; attention, embeddings and shared experts stay whole on each
+    engine); None for a dense model or a config that cannot be counted."""
+    cfg = _text_config(config)
+    experts = _pos_int(cfg, "num_local_experts", "num_experts", "n_routed_experts")
+    try:
+        total = params_from_config(cfg)
+        h = int(cfg["hidden_size"])
+        layers = int(cfg["num_hidden_layers"])
+        width = int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"])
+    except (ServePlanError, KeyError, TypeError, ValueError):
+        return None
+    if not experts or total <= 0:
+        return None
+    moe_layers = layers - int(cfg.get("first_k_dense_replace") or 0)
+    return min(1.0, moe_layers * experts * 3 * h * width / total)
 
 
 _NAME_SIZE = re.compile(r"(?<![A-Za-z0-9.])(?:(\d+)x)?(\d+(?:\.\d+)?)([BbMmTt])(?![A-Za-z0-9])")

@@ -22,6 +22,7 @@ from bootstrap.model import Host, Inventory
 from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
 from bootstrap.remote.session import Reporter, Session, check_script, last_json_or_error
+from bootstrap.serve import experts as EX
 from bootstrap.serve import modelsync as MS
 from bootstrap.serve import plan as P
 from bootstrap.serve.state import LOG, PIDFILE, STATE, read_model_info, stop_serving
@@ -63,6 +64,7 @@ class ServePlan:
     def to_dict(self) -> dict:
         return {"model": self.model, "backend": self.backend, "backend_reason": self.backend_reason,
                 "tp": self.split.par.tp, "pp": self.split.par.pp, "dp": self.split.par.dp,
+                "ep": self.split.par.ep_size, "all2all": self.split.all2all,
                 "split_reason": self.split.reason,
                 "model_shape": self.shape.describe() if self.shape and self.shape.known else None,
                 "config_source": self.config_source, "config_error": self.config_error,
@@ -99,6 +101,8 @@ def is_path(model: str) -> bool:
 
 #: why the backend is native with --dp
 DP_WHY = "--dp: vLLM's own data parallel (one `vllm serve` per node, the head's balancing every engine)"
+#: why the backend is native with expert parallel
+EP_WHY = "expert parallel: vLLM's data parallel engines (one `vllm serve` per node, the head's balancing every engine)"
 
 
 def choose_backend(accelerator: str, runtime: str | None, requested: str | None) -> tuple[str, str]:
@@ -123,7 +127,7 @@ def choose_backend(accelerator: str, runtime: str | None, requested: str | None)
 
 
 def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None = None, dp: int | None = None,
-          backend: str | None = None,
+          ep: bool = False, all2all: str | None = None, backend: str | None = None,
           extra: Sequence[str] = (), sync_model: bool = False, wait: float = 900.0, listen: str | None = None,
           served_name: str | None = None, parallel: int = DEFAULT_PARALLEL, dry_run: bool = False,
           on_plan: Callable[[ServePlan], None] | None = None,
@@ -135,13 +139,20 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
     name = c.container_name
     order = [inv.head, *inv.workers]
     requested = backend
-    if dp is not None:
+    ep = ep or all2all is not None
+    if ep and pp not in (None, 1):
+        raise UsageError(f"--ep with --pp {pp}: expert parallel runs data parallel engines within a node (TP only); "
+                         "drop --pp")
+    if dp is not None or ep:
+        flag = "--dp" if dp is not None else "--ep"
         if requested == "ray":
-            raise UsageError("--dp with --backend ray: bootstrap runs vLLM's data parallel engines with its native "
+            raise UsageError(f"{flag} with --backend ray: bootstrap runs vLLM's data parallel engines with its native "
                              "backend (one `vllm serve` per node); drop --backend ray")
         requested = "native"
     backend, backend_why = choose_backend(c.accelerator, c.runtime, requested)
-    if dp is not None:
+    if ep:
+        backend_why = EP_WHY
+    elif dp is not None:
         backend_why = DP_WHY
         P.data_parallel(len(order), inv.gpus_per_node, dp, tp, pp, accelerator=c.accelerator)
     else:
@@ -162,7 +173,9 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             inv = sess.inv = RT.from_containers(inv, states)
             c = inv.cluster
             backend, backend_why = choose_backend(c.accelerator, c.runtime, requested)
-            if dp is not None:
+            if ep:
+                backend_why = EP_WHY
+            elif dp is not None:
                 backend_why = DP_WHY
 
         # What the model allows: its config.json, read where vLLM will read it (the head container).
@@ -190,7 +203,16 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             fit = _fit(sess, inv, config, info.get("index"), manifests[inv.head.name])
 
         split = None
-        if dp is None and tp is None and pp is None and requested is None and fit is not None and fit.fits:
+        plain = dp is None and tp is None and pp is None and requested is None
+        if ep or (plain and c.accelerator == "gpu" and shape is not None and shape.experts):
+            # a mixture-of-experts model: its experts spread over every GPU (vLLM's expert parallel)
+            split, ep_fit, ep_not = _plan_experts(sess, inv, shape, config, info, manifests, forced=ep, tp=tp,
+                                                  dp=dp, all2all=all2all)
+            if split is not None:
+                backend, backend_why, fit = "native", EP_WHY, ep_fit or fit
+            elif ep_not:
+                notes.append(f"expert parallel not planned: {ep_not}")
+        if split is None and plain and fit is not None and fit.fits:
             # a model one node holds is served by a copy on every node, not stretched across them
             split = P.auto_data_parallel(shape, len(order), inv.gpus_per_node, accelerator=c.accelerator,
                                          nodes_needed=fit.nodes_needed)
@@ -200,10 +222,12 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             split = P.choose_split(shape, len(order), inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp,
                                    dp=dp)
         P.check_engine_flags(c.accelerator, split.par, extra)
-        if split.par.dp > 1 and manifests:
+        if split.par.dp > 1 and not split.par.ep and manifests:
             fit = _fit(sess, inv, config, info.get("index"), manifests[inv.head.name], split.par)
         if fit is not None and not fit.fits:
-            fix = ("each data parallel engine holds the whole model in its TP GPUs: a smaller --dp (a larger "
+            fix = ("each rank holds attention whole and its share of the experts: more GPUs, or a smaller/quantized "
+                   "model" if split.par.ep else
+                   "each data parallel engine holds the whole model in its TP GPUs: a smaller --dp (a larger "
                    "TP), or drop --dp" if split.par.dp > 1
                    else "add nodes of this shape, or a smaller/quantized model")
             raise PreflightFailed("cluster", fit.message, fix)
@@ -223,7 +247,8 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
         else:
             master_port = 29500 + random.randrange(400)
             argvs = P.native_serve_argvs(model, split.par, [h.ip for h in order], port=port, host=host_bind,
-                                         master_port=master_port, served_name=served_name, extra=extra)
+                                         master_port=master_port, served_name=served_name, extra=extra,
+                                         all2all=split.all2all)
             launches = [NodeLaunch(h.name, h.ip, argvs[i]) for i, h in enumerate(order)]
         plan = ServePlan(model, backend, backend_why, split, shape, info.get("source"), info.get("error"),
                          launches, f"{url_in}/v1", url_in, master_port,
@@ -307,6 +332,26 @@ def _manifests(sess: Session, hosts: Sequence[Host], model: str) -> dict:
     # comparison reports (the model's files missing on that host); the containers were seen running
     return sess.stage("model-files", hosts, lambda h: P.model_manifest(sess.ssh[h.name].run(
         DK.exec_argv(name, *P.manifest_cmd(model)), timeout=120, check=False).stdout))
+
+
+def _plan_experts(sess: Session, inv: Inventory, shape, config: dict | None, info: dict, manifests: dict, *,
+                  forced: bool, tp: int | None, dp: int | None, all2all: str | None):
+    """The expert parallel split (bootstrap.serve.experts), with each rank's share of the weights
+    checked against one GPU's memory where the model's size and the GPUs are known."""
+    weight = gpu_mem = None
+    if inv.cluster.accelerator == "gpu" and config:
+        index = info.get("index") if isinstance(info.get("index"), dict) else None
+        try:
+            weight = P.model_size_from_config(config, index, manifests.get(inv.head.name)).weight_bytes
+        except P.ServePlanError:
+            weight = None
+        # not checked: without nvidia-smi's answer the per-rank fit is not checked (the plan says so)
+        gpus = F.parse_nvidia_smi(sess.ssh[inv.head.name].run(F.NVIDIA_SMI, timeout=60, check=False).stdout)
+        gpu_mem = gpus[0].memory_mib * (1 << 20) if gpus else None
+    return EX.plan_experts(shape, len(inv.hosts), inv.gpus_per_node, accelerator=inv.cluster.accelerator,
+                           caps=EX.EngineCaps.from_doc(info.get("engine")), rdma=inv.cluster.infiniband,
+                           forced=forced, tp=tp, dp=dp, all2all=all2all, weight_bytes=weight,
+                           expert_fraction=P.expert_fraction(config), gpu_mem_bytes=gpu_mem)
 
 
 def _fit(sess: Session, inv: Inventory, config: dict | None, index: dict | None, manifest: dict,

@@ -41,12 +41,15 @@ class ServingState:
     dp: int = 1
     #: requests finished per engine index (from the API server's /metrics; None: not read)
     engines: dict[str, float] | None = None
+    #: ranks the experts are spread over (expert parallel; 1: none) and its all-to-all backend
+    ep: int = 1
+    all2all: str | None = None
 
     def to_dict(self) -> dict:
         return {"model": self.model, "served": self.served, "backend": self.backend, "tp": self.tp, "pp": self.pp,
                 "dp": self.dp, "endpoint": self.endpoint, "health": self.health, "uptime_s": self.uptime_s,
                 "kv_cache_tokens": self.kv.tokens if self.kv else None, "nodes": self.nodes,
-                "split_reason": self.split_reason, "engines": self.engines}
+                "split_reason": self.split_reason, "engines": self.engines, "ep": self.ep, "all2all": self.all2all}
 
 
 def parse_serving(probe: dict) -> ServingState | None:
@@ -65,7 +68,12 @@ def parse_serving(probe: dict) -> ServingState | None:
     return ServingState(str(st.get("model", "?")), list(probe.get("models") or []), str(st.get("backend", "?")),
                         int(st.get("tp") or 0), int(st.get("pp") or 0), str(st.get("endpoint", "")), word,
                         probe.get("uptime_s"), kv, [str(n) for n in st.get("nodes") or []],
-                        str(st.get("split_reason") or ""), int(st.get("dp") or 1), _engines(probe.get("engines")))
+                        str(st.get("split_reason") or ""), int(st.get("dp") or 1), _engines(probe.get("engines")),
+                        _int(st.get("ep"), 1), st.get("all2all") if isinstance(st.get("all2all"), str) else None)
+
+
+def _int(v: object, default: int) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default
 
 
 def _engines(got: object) -> dict[str, float] | None:

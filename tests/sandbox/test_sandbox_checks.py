@@ -25,6 +25,20 @@ def cluster(sandbox3):
     cli("down", "-i", inv)
 
 
+#: a mixture-of-experts model's config.json alone (a dry run reads nothing else): 8 experts, 4 heads
+TINY_MOE_DIR = "/tmp/tiny-moe"
+TINY_MOE = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 64,
+            "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+            "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000, "torch_dtype": "float32"}
+
+
+def put_config(node, directory, config):
+    """A config.json in the node's container (gone with the container)."""
+    subprocess.run(["docker", "exec", "-i", node.container, "docker", "exec", "-i", CONTAINER, "sh", "-c",
+                    f"mkdir -p {directory} && cat > {directory}/config.json"], input=json.dumps(config), text=True,
+                   check=True, capture_output=True, timeout=60)
+
+
 def leftovers(node):
     """Processes of the check still alive inside the node's container, and its script file."""
     ps = on_node(node, "docker", "exec", CONTAINER, "sh", "-c",
@@ -246,6 +260,25 @@ def test_the_same_nodes_as_a_gpu_cluster_run_the_gpu_paths_and_check_nccl_will_n
         r = cli("serve", "-i", gpu_inv, "/opt/models/tiny-llama", "--dry-run", "--dp", "4")
         assert r.returncode == 2 and "--dp 4 does not fit 3 node(s) x 2 GPUs" in r.stderr, r.stderr[-1000:]
 
+        # a mixture-of-experts model (its config.json on every node): expert parallel over the 6 GPUs, with the
+        # all-to-all the image's vLLM has and the hardware runs (no DeepEP in the image, no RDMA: over NCCL)
+        for n in cluster.nodes:
+            put_config(n, TINY_MOE_DIR, TINY_MOE)
+        r = cli("serve", "-i", gpu_inv, TINY_MOE_DIR, "--dry-run")
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert ("split:   DP=6 x TP=1, EP=6: a mixture-of-experts model (8 experts): 6 engines (2 per node) share "
+                "the experts over all 6 GPUs; all-to-all allgather_reducescatter: over NCCL (no DeepEP: "
+                "deepep_low_latency needs the deep_ep module, which the image does not have)") in r.stdout, r.stdout
+        assert "backend: native (expert parallel: vLLM's data parallel engines" in r.stdout, r.stdout
+        cmds = [next(ln for ln in r.stdout.splitlines() if ln.strip().startswith(n.name + " ")) for n in cluster.nodes]
+        assert all("--data-parallel-size 6 --data-parallel-size-local 2" in c and
+                   "--enable-expert-parallel --all2all-backend allgather_reducescatter" in c for c in cmds), cmds
+        r = cli("serve", "-i", gpu_inv, TINY_MOE_DIR, "--dry-run", "--all2all", "deepep_low_latency")
+        assert r.returncode == 2 and "--all2all deepep_low_latency: deepep_low_latency needs the deep_ep module" in \
+            r.stderr, r.stderr[-1000:]
+        r = cli("serve", "-i", gpu_inv, "/opt/models/tiny-llama", "--dry-run", "--ep")
+        assert r.returncode == 2 and "--ep: the model has no experts" in r.stderr, r.stderr[-1000:]
+
         r, doc = nccl(gpu_inv)
         assert r.returncode == 1 and not doc["ok"], r.stderr[-2000:]
         assert doc["verdict"].startswith(f"FAIL on {n1.name}, {n2.name}, {n3.name}: CUDA in the container sees 0 of "
@@ -275,3 +308,17 @@ def test_the_same_nodes_as_a_gpu_cluster_run_the_gpu_paths_and_check_nccl_will_n
         back = cli("up", "-i", str(cluster.inventory))
     assert back.returncode == 0, back.stderr[-2000:]
     assert "Ray cluster ready: 3 node(s), 0 GPU(s)" in back.stdout
+
+
+def test_a_mixture_of_experts_model_on_cpu_nodes_is_refused_data_and_expert_parallel(cluster):
+    """vLLM-CPU cannot run MoE across DP engines nor expert parallel: refused before anything starts."""
+    inv = str(cluster.inventory)
+    for n in cluster.nodes:
+        put_config(n, TINY_MOE_DIR, TINY_MOE)
+    r = cli("serve", "-i", inv, TINY_MOE_DIR, "--dry-run", "--dp", "3")
+    assert r.returncode == 2 and "no all_gatherv" in r.stderr, r.stderr[-1000:]
+    r = cli("serve", "-i", inv, TINY_MOE_DIR, "--ep")
+    assert r.returncode == 2 and "--ep: vLLM-CPU runs no expert parallel" in r.stderr, r.stderr[-1000:]
+    # without either, it is split TP x PP like any model
+    r = cli("serve", "-i", inv, TINY_MOE_DIR, "--dry-run")
+    assert r.returncode == 0 and "split:   TP=" in r.stdout, r.stdout + r.stderr[-1000:]

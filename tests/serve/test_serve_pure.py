@@ -60,6 +60,11 @@ def test_serving_state_from_the_head_probe():
     assert parse_serving({**probe, "health": None}).health == "starting"
     down = parse_serving({**probe, "process": False, "health": "URLError: <urlopen error [Errno 111]>"})
     assert down.health.startswith("down: the vLLM server process has exited (URLError")
+    assert (st.ep, st.all2all) == (1, None)
+    ep = parse_serving({**probe, "state": {**probe["state"], "tp": 1, "pp": 1, "dp": 16, "ep": 16,
+                                           "all2all": "deepep_low_latency"}})
+    assert (ep.dp, ep.ep, ep.all2all) == (16, 16, "deepep_low_latency")
+    assert parse_serving({**probe, "state": {**probe["state"], "ep": "x", "all2all": 3}}).ep == 1
 
 
 def test_serve_state_payload_reads_state_health_and_kv(tmp_path):
@@ -110,7 +115,9 @@ def test_model_info_payload_reads_a_path(tmp_path):
     script = Path(__file__).resolve().parents[2] / "checks" / "model_info.py"
     got = json.loads(subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
                                     timeout=30).stdout)
-    assert got == {"config": {"num_attention_heads": 4}, "index": None, "source": "path", "error": None}
+    assert {k: v for k, v in got.items() if k != "engine"} == {"config": {"num_attention_heads": 4}, "index": None,
+                                                               "source": "path", "error": None}
+    assert set(got["engine"]) == {"version", "all2all", "modules", "nixl_connector"}
     missing = json.loads(subprocess.run([sys.executable, str(script), str(tmp_path / "nope")], capture_output=True,
                                         text=True, timeout=30).stdout)
     assert missing["config"] is None and "no config.json" in missing["error"]

@@ -56,3 +56,8 @@ H100 = 80 * GB
 
 
 A10 = 24 * GB
+#: Qwen/Qwen3-30B-A3B's config.json (the fields the planner reads): 128 routed experts, no shared one.
+QWEN3_30B_A3B = {"hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,
+                 "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_hidden_layers": 48,
+                 "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936, "tie_word_embeddings": False,
+                 "torch_dtype": "bfloat16"}
