@@ -85,6 +85,9 @@ class Ports:
     ray_metrics: int = 8080
     #: where a node that has the image serves it to its peers during `up` (data-plane IP only)
     image_copy: int = 8476
+    #: the KV cache transfer's side channel on every serve member when prefill and decode are
+    #: disaggregated (cluster.router.prefill; vLLM's VLLM_NIXL_SIDE_CHANNEL_PORT)
+    kv_transfer: int = 5600
 
 
 #: vLLM's native multi-node mode in a fleet replica: torch.distributed's rendezvous on the replica's
@@ -131,6 +134,10 @@ class Router:
     #: the name of the secret (cluster.secrets) that holds the API key: the replicas get it as
     #: VLLM_API_KEY and refuse /v1 requests without it; the router passes the client's header on
     api_key: str | None = None
+    #: replicas that only prefill (prefill/decode disaggregation: vllm-router's PD mode, the KV
+    #: cache moved to a decode replica by vLLM's NixlConnector); the others decode. Empty: every
+    #: replica serves whole requests.
+    prefill: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

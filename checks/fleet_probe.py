@@ -57,7 +57,10 @@ def load(url):
     text = body.decode(errors="replace")
     return {"running": metric(text, "vllm:num_requests_running"),
             "waiting": metric(text, "vllm:num_requests_waiting"),
-            "succeeded": metric(text, "vllm:request_success_total")}
+            "succeeded": metric(text, "vllm:request_success_total"),
+            # a disaggregated decode replica's pulls of the KV cache (vLLM's NixlConnector; absent elsewhere)
+            "kv_transfers": metric(text, "vllm:nixl_xfer_time_seconds_count"),
+            "kv_failed": metric(text, "vllm:nixl_num_failed_transfers_total")}
 
 
 def ready(url, deadline):

@@ -320,9 +320,11 @@ def fleet_status(inv, groups, fs, as_json: bool) -> None:
         t.add_row(str(k), _escape(r.host), _escape(r.ip), _escape(r.role), cont,
                   "[green]alive[/]" if r.ray_alive else "[red]no[/]", _escape(r.error[:120]))
     out.print(t)
-    t = Table(title=f"serving through the router on {_escape(fs.router_host)} ({_escape(fs.router)})")
-    for col in ("replica", "hosts", "url", "health", "in router", "router says", "running", "waiting", "served",
-                "restarts", "model"):
+    pd = any(r.role for r in fs.replicas)
+    t = Table(title=f"serving through the router on {_escape(fs.router_host)} ({_escape(fs.router)})"
+              + (": prefill/decode disaggregated" if pd else ""))
+    for col in ("replica", *(("serves", "KV pulled (failed)") if pd else ()), "hosts", "url", "health", "in router",
+                "router says", "running", "waiting", "served", "restarts", "model"):
         t.add_column(col)
     def num(v: float | None) -> str:
         return "-" if v is None else f"{v:g}"
@@ -333,8 +335,11 @@ def fleet_status(inv, groups, fs, as_json: bool) -> None:
         model = f"{r.spec.model} {' '.join(r.spec.extra)}".strip() if r.spec else "-"
         says = ("-" if r.router_healthy is None else "[red]unhealthy[/]" if not r.router_healthy
                 else "[yellow]circuit open[/]" if r.router_circuit_closed is False else "[green]healthy[/]")
-        t.add_row(str(r.index), _escape(", ".join(r.hosts)), _escape(r.url), f"[{color}]{_escape(r.health)}[/]",
-                  rot, says, num(r.running), num(r.waiting), num(r.succeeded), str(r.restarts), _escape(model))
+        kv = ("-" if r.kv_transfers is None and r.kv_failed is None
+              else f"{num(r.kv_transfers)} ({'[red]' + num(r.kv_failed) + '[/]' if r.kv_failed else num(r.kv_failed)})")
+        t.add_row(str(r.index), *((_escape(r.role or "-"), kv) if pd else ()), _escape(", ".join(r.hosts)),
+                  _escape(r.url), f"[{color}]{_escape(r.health)}[/]", rot, says, num(r.running), num(r.waiting),
+                  num(r.succeeded), str(r.restarts), _escape(model))
     out.print(t)
     out.print(_escape(f"endpoint: {fs.endpoint} (router {fs.router})"))
     for k, g in enumerate(groups):
@@ -604,7 +609,7 @@ def fleet_serve_plan(plan, dry_run: bool) -> None:
     out.print(f"model:    {_escape(plan.spec.model)} (image {_escape(plan.spec.image)})")
     out.print(f"split:    {_escape(plan.split.reason)} on each replica (backend native)")
     for r in plan.replicas:
-        out.print(_escape(f"replica {r.index}: {', '.join(r.hosts)} -> {r.url}"))
+        out.print(_escape(f"replica {r.index}{f' ({r.role})' if r.role else ''}: {', '.join(r.hosts)} -> {r.url}"))
         for m in r.members:
             out.print(_escape(f"  {m.host} rank {m.rank}: {shlex.join(m.vllm)}"))
     out.print(_escape(f"router on {plan.router_host}: {shlex.join(plan.router)}"))

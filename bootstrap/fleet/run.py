@@ -27,6 +27,7 @@ from bootstrap.model import Host, Inventory
 from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, GroupResult, fan_out
 from bootstrap.remote.session import Reporter, Session, check_script, last_json_or_error
+from bootstrap.serve import experts as EX
 from bootstrap.serve import plan as P
 
 #: serve's processes inside the node containers (a single-replica serve) hold the vLLM port.
@@ -52,6 +53,12 @@ class ReplicaState:
     #: whether the router's circuit breaker for it is closed (vllm_router_cb_state 0; None: not known):
     #: open, the router sends it nothing, healthy or not, until the breaker's timeout has passed
     router_circuit_closed: bool | None = None
+    #: 'prefill' or 'decode' in a disaggregated fleet; None: whole requests
+    role: str | None = None
+    #: KV cache transfers this replica pulled, and those that failed (vLLM's NixlConnector metrics on a
+    #: decode replica; None: not exported)
+    kv_transfers: float | None = None
+    kv_failed: float | None = None
 
     @property
     def router_available(self) -> bool | None:
@@ -66,7 +73,8 @@ class ReplicaState:
                 "extra": list(self.spec.extra) if self.spec else None, "health": self.health,
                 "in_rotation": self.in_rotation, "running": self.running, "waiting": self.waiting,
                 "succeeded": self.succeeded, "router_healthy": self.router_healthy,
-                "router_circuit_closed": self.router_circuit_closed}
+                "router_circuit_closed": self.router_circuit_closed, "role": self.role,
+                "kv_transfers": self.kv_transfers, "kv_failed": self.kv_failed}
 
 
 @dataclass
@@ -198,6 +206,8 @@ def _split(sess: Session, inv: Inventory, model: str, tp: int | None, pp: int | 
     shape = P.model_shape(config) if config else None
     split = P.choose_split(shape, nodes, inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp)
     P.check_engine_flags(c.accelerator, split.par, extra)
+    engine = EX.EngineCaps.from_doc(info.get("engine"))
+    FP.check_pd(inv, extra, nixl_connector=engine.nixl_connector, nixl="nixl" in engine.modules)
     notes = []
     if config is None:
         notes.append(f"could not read the model's config.json ({info.get('error') or 'no answer'}): "
@@ -206,10 +216,12 @@ def _split(sess: Session, inv: Inventory, model: str, tp: int | None, pp: int | 
 
 
 def _node_facts(sess: Session, inv: Inventory) -> dict:
-    """plan_fleet's per-host facts: nofile= (the limit to give) and derived= (plan.derived_env)."""
+    """plan_fleet's per-host facts: nofile= (the limit to give), derived= (plan.derived_env) and
+    ucx= (plan.ucx_env)."""
     facts = probe.gather_hosts(sess, inv.hosts)
     return {"nofile": {h.name: PL.nofile_for(inv, facts.get(h.name)) for h in inv.hosts},
-            "derived": {h.name: PL.derived_env(inv, h, facts.get(h.name)) for h in inv.hosts}}
+            "derived": {h.name: PL.derived_env(inv, h, facts.get(h.name)) for h in inv.hosts},
+            "ucx": {h.name: PL.ucx_env(inv, h, facts.get(h.name)) for h in inv.hosts}}
 
 
 def _ensure_keeper(sess: Session, inv: Inventory) -> None:
@@ -352,7 +364,8 @@ def fleet_state(sess: Session) -> FleetState:
                                      (urls[k] in workers) if workers is not None else None,
                                      row.get("running"), row.get("waiting"), row.get("succeeded"),
                                      healthy.get(urls[k]) if isinstance(healthy, dict) else None,
-                                     closed.get(urls[k]) if isinstance(closed, dict) else None))
+                                     closed.get(urls[k]) if isinstance(closed, dict) else None,
+                                     FP.role(inv, k), row.get("kv_transfers"), row.get("kv_failed")))
     rstate = router.status if router else "absent"
     return FleetState(FP.router_url(inv) + "/v1", rh.name, rstate, workers, replicas)
 
@@ -418,6 +431,10 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
                          image or base.image or inv.cluster.image,
                          served_name if served_name is not None else base.served_name)
         todo = FP.rollout_order(current, target)
+        if todo and FP.is_pd(inv):
+            raise UsageError("rollout replaces replicas one at a time behind the router, which is not built for a "
+                             "disaggregated fleet (cluster.router.prefill) yet: `bootstrap serve` with the new model "
+                             "or flags restarts every replica")
         if state.router != "running":
             raise PreflightFailed(state.router_host, f"the router container is {state.router}",
                                   "run `bootstrap serve` to start it")

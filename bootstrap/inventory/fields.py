@@ -480,7 +480,7 @@ class _SSHDefaults:
 
 
 _PORT_FIELDS: dict[str, Validator] = {"ray_gcs": _port, "dashboard": _port, "vllm": _port, "ray_metrics": _port,
-                                       "image_copy": _port}
+                                       "image_copy": _port, "kv_transfer": _port}
 
 _SSH_FIELDS: dict[str, Validator] = {
     "user": _optional(_user),
@@ -547,7 +547,23 @@ _ROUTER_FIELDS: dict[str, Validator] = {
     "health_interval": _int(1, 60),
     "api_key": _described("the name of a secret in cluster.secrets (the key stays in your environment)",
                           lambda v, loc: _secret_ref(v, loc)),
+    "prefill": _described("a list of replica numbers (0-based) that prefill; the others decode",
+                          lambda v, loc: _replica_list(v, loc)),
 }
+
+
+def _replica_list(value: Any, loc: _Loc) -> tuple[int, ...]:
+    """A list of distinct replica numbers (checked against cluster.replicas in _router)."""
+    if not isinstance(value, list) or not value:
+        loc.fail("a non-empty list of replica numbers (0-based), e.g. [0]: the replicas that prefill")
+    out: list[int] = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            loc.fail(f"{v!r} is not a replica number (0, 1, ...)")
+        if v in out:
+            loc.fail(f"replica {v} is listed twice")
+        out.append(v)
+    return tuple(out)
 
 _API_KEY_HINT = ("name the secret in cluster.secrets that holds the key; the key itself belongs in your "
                  "environment, never in the inventory")
@@ -578,6 +594,17 @@ def _router(value: Any, loc: _Loc, ports: Ports, replicas: int = 1,
         taken[port] = f"{loc.field}.{name}"
     if router.api_key is not None and router.api_key not in secret_names:
         locs["api_key"].fail(f"that name is not listed in cluster.secrets: {_API_KEY_HINT}")
+    if router.prefill:
+        where = locs["prefill"]
+        outside = [k for k in router.prefill if k >= replicas]
+        if outside:
+            where.fail(f"replica {outside[0]} is not a replica of this cluster: replicas are numbered 0 to "
+                       f"{replicas - 1} (cluster.replicas: {replicas})")
+        if len(router.prefill) >= replicas:
+            where.fail(f"every replica would prefill and none decode: list fewer than cluster.replicas ({replicas}); "
+                       "the replicas not listed decode")
+        if router.port == ports.kv_transfer or router.metrics_port == ports.kv_transfer:
+            where.fail(f"the router's ports and cluster.ports.kv_transfer ({ports.kv_transfer}) must differ")
     return router, locs.get("host")
 
 

