@@ -489,56 +489,34 @@ def _build_stage(stage: Stage, workdir: Path, log: Log) -> str:
 
 
 def _ensure_wheels(workdir: Path, log: Log) -> Path:
-    wheels = workdir / "wheels"
-    marker = wheels / f".complete-{digest(*PIP_REQS, *PIP_TARGET)}"
-    if marker.exists():
-        return wheels
-    wheels.mkdir(parents=True, exist_ok=True)
-    logfile = workdir / "logs" / "pip-download.log"
-    logfile.unlink(missing_ok=True)
-    with timed(log, f"pip download {' '.join(PIP_REQS)} into {wheels} (log: {logfile})"):
-        run_logged(
-            [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q",
-             "-d", str(wheels), *PIP_TARGET, *PIP_REQS],
-            logfile, what="pip download", timeout=3600,
-        )
-    marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
-    return wheels
+    return _download(workdir, "wheels", PIP_REQS, log)
 
 
 def _ensure_router_wheels(workdir: Path, log: Log) -> Path:
     """vllm-router and what it needs that the vLLM stage lacks, downloaded here (the image has no
     index to install from)."""
-    wheels = workdir / "router-wheels"
-    marker = wheels / f".complete-{digest(ROUTER_REQ, *PIP_TARGET)}"
-    if marker.exists():
-        return wheels
-    wheels.mkdir(parents=True, exist_ok=True)
-    logfile = workdir / "logs" / "pip-download-router.log"
-    logfile.unlink(missing_ok=True)
-    with timed(log, f"pip download {ROUTER_REQ} into {wheels} (log: {logfile})"):
-        run_logged(
-            [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q",
-             "-d", str(wheels), *PIP_TARGET, ROUTER_REQ],
-            logfile, what="pip download", timeout=3600,
-        )
-    marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
-    return wheels
+    return _download(workdir, "router-wheels", (ROUTER_REQ,), log)
 
 
 def _ensure_nixl_wheels(workdir: Path, log: Log) -> Path:
     """NIXL's wheels (no dependencies: see NIXL_REQS), downloaded here for the image's Python."""
-    wheels = workdir / "nixl-wheels"
-    marker = wheels / f".complete-{digest(*NIXL_REQS, *PIP_TARGET)}"
+    return _download(workdir, "nixl-wheels", NIXL_REQS, log, "--no-deps")
+
+
+def _download(workdir: Path, folder: str, reqs: tuple[str, ...], log: Log, *options: str) -> Path:
+    """`pip download` of `reqs` for the image's Python into workdir/folder, once (a marker names
+    what was downloaded)."""
+    wheels = workdir / folder
+    marker = wheels / f".complete-{digest(*reqs, *options, *PIP_TARGET)}"
     if marker.exists():
         return wheels
     wheels.mkdir(parents=True, exist_ok=True)
-    logfile = workdir / "logs" / "pip-download-nixl.log"
+    logfile = workdir / "logs" / f"pip-download-{folder}.log"
     logfile.unlink(missing_ok=True)
-    with timed(log, f"pip download {' '.join(NIXL_REQS)} into {wheels} (log: {logfile})"):
+    with timed(log, f"pip download {' '.join(reqs)} into {wheels} (log: {logfile})"):
         run_logged(
-            [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q", "--no-deps",
-             "-d", str(wheels), *PIP_TARGET, *NIXL_REQS],
+            [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q", *options,
+             "-d", str(wheels), *PIP_TARGET, *reqs],
             logfile, what="pip download", timeout=3600,
         )
     marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
