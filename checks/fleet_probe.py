@@ -60,7 +60,12 @@ def load(url):
             "succeeded": metric(text, "vllm:request_success_total"),
             # a disaggregated decode replica's pulls of the KV cache (vLLM's NixlConnector; absent elsewhere)
             "kv_transfers": metric(text, "vllm:nixl_xfer_time_seconds_count"),
-            "kv_failed": metric(text, "vllm:nixl_num_failed_transfers_total")}
+            "kv_failed": metric(text, "vllm:nixl_num_failed_transfers_total"),
+            # the engine's own latencies (histogram sums and counts): a role's share of a request
+            "ttft_sum": metric(text, "vllm:time_to_first_token_seconds_sum"),
+            "ttft_count": metric(text, "vllm:time_to_first_token_seconds_count"),
+            "itl_sum": metric(text, "vllm:inter_token_latency_seconds_sum"),
+            "itl_count": metric(text, "vllm:inter_token_latency_seconds_count")}
 
 
 def ready(url, deadline):

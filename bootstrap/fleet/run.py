@@ -59,6 +59,9 @@ class ReplicaState:
     #: decode replica; None: not exported)
     kv_transfers: float | None = None
     kv_failed: float | None = None
+    #: the engine's own latency histograms, sum (seconds) and count: time to first token and
+    #: inter-token latency (vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds)
+    latency: dict[str, float] | None = None
 
     @property
     def router_available(self) -> bool | None:
@@ -74,7 +77,7 @@ class ReplicaState:
                 "in_rotation": self.in_rotation, "running": self.running, "waiting": self.waiting,
                 "succeeded": self.succeeded, "router_healthy": self.router_healthy,
                 "router_circuit_closed": self.router_circuit_closed, "role": self.role,
-                "kv_transfers": self.kv_transfers, "kv_failed": self.kv_failed}
+                "kv_transfers": self.kv_transfers, "kv_failed": self.kv_failed, "latency": self.latency}
 
 
 @dataclass
@@ -365,7 +368,8 @@ def fleet_state(sess: Session) -> FleetState:
                                      row.get("running"), row.get("waiting"), row.get("succeeded"),
                                      healthy.get(urls[k]) if isinstance(healthy, dict) else None,
                                      closed.get(urls[k]) if isinstance(closed, dict) else None,
-                                     FP.role(inv, k), row.get("kv_transfers"), row.get("kv_failed")))
+                                     FP.role(inv, k), row.get("kv_transfers"), row.get("kv_failed"),
+                                     {n: float(row[n]) for n in LATENCY_KEYS if isinstance(row.get(n), (int, float))}))
     rstate = router.status if router else "absent"
     return FleetState(FP.router_url(inv) + "/v1", rh.name, rstate, workers, replicas)
 
@@ -376,11 +380,21 @@ def status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
         return fleet_state(sess)
 
 
+#: the histogram sums and counts fleet_probe.py reads from each replica's /metrics
+LATENCY_KEYS = ("ttft_sum", "ttft_count", "itl_sum", "itl_count")
+
+
 @dataclass(frozen=True)
 class Spread:
-    """Requests each replica finished between two status samples (vllm:request_success_total)."""
+    """Requests each replica finished between two status samples (vllm:request_success_total), and
+    in a disaggregated fleet each role's own latency over them (the engines' histograms)."""
 
     per_replica: dict[int, int]
+    #: replica -> its role ('prefill'/'decode'; absent: whole requests)
+    roles: dict[int, str] = field(default_factory=dict)
+    #: replica -> {"ttft_ms", "itl_ms"}: the engine's mean time to first token and inter-token latency
+    #: between the samples (None: nothing measured)
+    latency_ms: dict[int, dict[str, float | None]] = field(default_factory=dict)
 
     @property
     def ratio(self) -> float | None:
@@ -388,20 +402,46 @@ class Spread:
         return max(vals) / min(vals) if vals and min(vals) > 0 else None
 
     def to_dict(self) -> dict:
-        return {"per_replica": {str(k): v for k, v in self.per_replica.items()}, "max_over_min": self.ratio}
+        return {"per_replica": {str(k): v for k, v in self.per_replica.items()}, "max_over_min": self.ratio,
+                "roles": {str(k): v for k, v in self.roles.items()},
+                "latency_ms": {str(k): v for k, v in self.latency_ms.items()}}
 
     def describe(self) -> str:
         parts = ", ".join(f"replica {k}: {v}" for k, v in sorted(self.per_replica.items()))
         r = self.ratio
-        return f"spread over replicas: {parts} (max/min {r:.2f})" if r else f"spread over replicas: {parts}"
+        line = f"spread over replicas: {parts} (max/min {r:.2f})" if r else f"spread over replicas: {parts}"
+        if not self.roles:
+            return line
+        per = []
+        for k, role in sorted(self.roles.items()):
+            lat = self.latency_ms.get(k) or {}
+            what = (("TTFT", lat.get("ttft_ms")),) if role == "prefill" else (("TTFT", lat.get("ttft_ms")),
+                                                                               ("ITL", lat.get("itl_ms")))
+            per.append(f"replica {k} ({role}): " + ", ".join(
+                f"{n} mean {v:.1f} ms" if v is not None else f"{n} -" for n, v in what))
+        return line + "\nper role, as the engines measure it: " + "; ".join(per)
 
 
 def spread(before: FleetState, after: FleetState) -> Spread:
-    got = {}
+    got, roles, lat = {}, {}, {}
     for b, a in zip(before.replicas, after.replicas):
         d = (a.succeeded or 0) - (b.succeeded or 0)
         got[a.index] = int(d if d >= 0 else (a.succeeded or 0))  # a restarted replica counts from 0
-    return Spread(got)
+        if a.role:
+            roles[a.index] = a.role
+        lat[a.index] = {f"{n}_ms": _mean_ms(b.latency, a.latency, n) for n in ("ttft", "itl")}
+    return Spread(got, roles, lat)
+
+
+def _mean_ms(before: dict | None, after: dict | None, name: str) -> float | None:
+    """The mean of a histogram between two samples, in ms (None: not exported, or no new samples)."""
+    b, a = before or {}, after or {}
+    try:
+        n = a[f"{name}_count"] - b.get(f"{name}_count", 0.0)
+        total = a[f"{name}_sum"] - b.get(f"{name}_sum", 0.0)
+    except KeyError:
+        return None
+    return total / n * 1000 if n > 0 and total >= 0 else None
 
 
 # -- rollout --------------------------------------------------------------------------------------

@@ -103,3 +103,29 @@ def test_the_plans_connector_flag_and_an_image_without_nixl_are_refused(tmp_path
         FP.check_pd(inv, (), nixl_connector=True, nixl=False)
     FP.check_pd(inv, (), nixl_connector=True, nixl=True)
     FP.check_pd(load(tmp_path, fleet_yaml(2, 2)), ("--kv-transfer-config", "{}"), nixl_connector=None, nixl=False)
+
+
+def test_bench_reports_each_roles_own_latency_from_the_engines_histograms():
+    from bootstrap.fleet.run import FleetState, ReplicaState, spread
+
+    def state(succeeded, lat):
+        return FleetState("e", "h0", "running", [], [
+            ReplicaState(0, ["h0"], "u0", {}, 0, None, "healthy", True, succeeded=succeeded[0], role="prefill",
+                         latency=lat[0]),
+            ReplicaState(1, ["h1"], "u1", {}, 0, None, "healthy", True, succeeded=succeeded[1], role="decode",
+                         latency=lat[1])])
+    before = state((4, 4), ({"ttft_sum": 1.0, "ttft_count": 4}, {"ttft_sum": 2.0, "ttft_count": 4,
+                                                                 "itl_sum": 0.5, "itl_count": 50}))
+    after = state((12, 12), ({"ttft_sum": 1.4, "ttft_count": 12}, {"ttft_sum": 3.0, "ttft_count": 12,
+                                                                   "itl_sum": 1.3, "itl_count": 130}))
+    got = spread(before, after)
+    assert got.per_replica == {0: 8, 1: 8} and got.roles == {0: "prefill", 1: "decode"}
+    assert got.latency_ms[0]["ttft_ms"] == pytest.approx(50.0) and got.latency_ms[1]["itl_ms"] == pytest.approx(10.0)
+    assert got.latency_ms[0]["itl_ms"] is None  # the prefill engine exports no inter-token latency
+    assert got.describe().splitlines()[1] == ("per role, as the engines measure it: replica 0 (prefill): TTFT mean "
+                                              "50.0 ms; replica 1 (decode): TTFT mean 125.0 ms, ITL mean 10.0 ms")
+    plain = spread(FleetState("e", "h0", "running", [], [ReplicaState(0, ["h0"], "u0", {}, 0, None, "healthy", True,
+                                                                      succeeded=1)]),
+                   FleetState("e", "h0", "running", [], [ReplicaState(0, ["h0"], "u0", {}, 0, None, "healthy", True,
+                                                                      succeeded=3)]))
+    assert "\n" not in plain.describe() and plain.roles == {}
