@@ -428,7 +428,7 @@ def test_prefill_and_decode_on_two_nodes_serve_through_the_router_and_the_kv_cac
         doc = json.loads(b.stdout)
         assert doc["ok"] == 8 and doc["spread"]["roles"] == {"0": "prefill", "1": "decode"}, doc
         lat = doc["spread"]["latency_ms"]
-        print(f"per role, the engines' own means: {lat}; client TTFT p50 {doc.get('ttft', {}).get('p50')}")
+        print(f"per role, the engines' own means: {lat}; client TTFT p50 {(doc.get('ttft_ms') or {}).get('p50')} ms")
         assert lat["0"]["ttft_ms"] > 0 and lat["1"]["itl_ms"] > 0, lat
         st = status(inv)
         prefill, decode = st["replicas"]
