@@ -572,7 +572,7 @@ def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, s
         inv = read_inventory(inventory, require_secrets=not dry_run)
         check_parallelism(inv, tp, pp, dp, ep=ep or all2all is not None)
         if inv.cluster.replicas > 1:
-            return _serve_fleet(inv, model, extra, tp, pp, backend, sync_model, wait, listen, served_model_name,
+            return _serve_fleet(inv, model, extra, tp, pp, dp, backend, sync_model, wait, listen, served_model_name,
                                 stop, dry_run, as_json, parallel)
         if stop:
             V.stop(inv, parallel=parallel, reporter=LineReporter(quiet=as_json))
@@ -600,7 +600,7 @@ def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, s
     _run(go)
 
 
-def _serve_fleet(inv, model, extra, tp, pp, backend, sync_model, wait, listen, served_name, stop, dry_run,
+def _serve_fleet(inv, model, extra, tp, pp, dp, backend, sync_model, wait, listen, served_name, stop, dry_run,
                  as_json, parallel) -> None:
     """serve with cluster.replicas > 1: every replica, then the router in front."""
     from bootstrap.fleet import plan as FP
@@ -620,7 +620,7 @@ def _serve_fleet(inv, model, extra, tp, pp, backend, sync_model, wait, listen, s
         return
     show = None if as_json else (lambda plan: render.fleet_serve_plan(plan, dry_run))
     try:
-        res = FL.serve_fleet(inv, model, tp=tp, pp=pp, backend=backend, extra=extra, wait=wait,
+        res = FL.serve_fleet(inv, model, tp=tp, pp=pp, dp=dp, backend=backend, extra=extra, wait=wait,
                              served_name=served_name, parallel=parallel, dry_run=dry_run, on_plan=show, reporter=rep)
     except FP.FleetError as exc:
         raise click.UsageError(str(exc)) from None

@@ -281,12 +281,11 @@ def check_parallelism(inv, tp: int | None, pp: int | None, dp: int | None = None
             raise click.UsageError(f"--ep: {bad}")
         return
     if dp is not None:
-        if inv.cluster.replicas > 1:
-            raise click.UsageError("--dp: data parallel engines serve one cluster behind its head's API server; "
-                                   "with cluster.replicas > 1 each replica is a TP x PP group behind the router "
-                                   "(drop --dp, or set replicas: 1)")
-        try:
-            P.data_parallel(len(inv.hosts), inv.gpus_per_node, dp, tp, pp, accelerator=inv.cluster.accelerator)
+        if inv.cluster.replicas > 1 and inv.cluster.router.prefill:
+            raise click.UsageError("--dp with cluster.router.prefill: a disaggregated fleet's replicas are TP x PP "
+                                   "groups (drop --dp)")
+        try:  # with replicas, each replica's engines within its own nodes
+            P.data_parallel(len(inv.replicas[0]), inv.gpus_per_node, dp, tp, pp, accelerator=inv.cluster.accelerator)
         except P.ServePlanError as exc:
             raise click.UsageError(f"--dp: {exc}") from None
         return

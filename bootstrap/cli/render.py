@@ -20,6 +20,7 @@ from bootstrap.cluster.run import HostTiming
 from bootstrap.cluster.runtime import UNDECIDED as RUNTIME_UNDECIDED
 from bootstrap.doctor.logsources import SOURCES
 from bootstrap.errors import BootstrapError, GroupError, Interrupted, notes_of
+from bootstrap.serve.plan import split_label
 
 # Wide when not on a terminal, so tables in logs and CI output do not wrap evidence mid-word.
 # No emoji codes: a `:name:` in a value is printed as it is.
@@ -685,7 +686,7 @@ def fleet_served(inv, res, as_json: bool) -> None:
     ready = ", ".join(f"replica {k} {t:.0f}s" for k, t in sorted(res.ready_seconds.items()))
     par = res.plan.split.par
     out.print(_escape(f"serving {res.served[0] if res.served else res.plan.spec.model} on {res.endpoint} "
-                      f"({len(res.plan.replicas)} replicas x TP={par.tp} PP={par.pp}, router "
+                      f"({len(res.plan.replicas)} replicas x {split_label(par)}, router "
                       f"{inv.cluster.router.policy} on {res.plan.router_host}); ready: {ready}; "
                       f"took {res.seconds:.0f}s"))
     out.print("try: " + _escape(res.curl()))

@@ -149,23 +149,28 @@ class Spec:
     extra: tuple[str, ...] = ()
     image: str = ""
     served_name: str | None = None
+    #: vLLM data parallel engines in each replica (serve --dp; None: one engine, TP x PP)
+    dp: int | None = None
 
     def to_label(self) -> str:
         return json.dumps({"model": self.model, "extra": list(self.extra), "image": self.image,
-                           "served_name": self.served_name}, sort_keys=True)
+                           "served_name": self.served_name, "dp": self.dp}, sort_keys=True)
 
     @classmethod
     def from_label(cls, text: str | None) -> "Spec | None":
         try:
             d = json.loads(text or "")
-            return cls(str(d["model"]), tuple(str(x) for x in d.get("extra") or ()), str(d.get("image") or ""),
-                       d.get("served_name"))
+            model, dp = str(d["model"]), d.get("dp")
+            dp = dp if isinstance(dp, int) and not isinstance(dp, bool) and dp > 0 else None
+            return cls(model, tuple(str(x) for x in d.get("extra") or ()), str(d.get("image") or ""),
+                       d.get("served_name"), dp)
         except (ValueError, KeyError, TypeError):
             return None
 
     def describe(self) -> str:
         flags = " ".join(self.extra)
-        return f"{self.model}{' ' + flags if flags else ''} on {self.image}"
+        dp = f" (--dp {self.dp})" if self.dp else ""
+        return f"{self.model}{' ' + flags if flags else ''}{dp} on {self.image}"
 
 
 @dataclass(frozen=True)

@@ -200,14 +200,19 @@ def _preflight(sess: Session, inv: Inventory) -> None:
 
 
 def _split(sess: Session, inv: Inventory, model: str, tp: int | None, pp: int | None,
-           extra: Sequence[str]) -> tuple[P.SplitChoice, list[str]]:
+           extra: Sequence[str], dp: int | None = None) -> tuple[P.SplitChoice, list[str]]:
+    """Each replica's split (the same on each): TP x PP, or with dp vLLM's data parallel engines
+    within the replica's nodes behind its head's API server."""
     c = inv.cluster
     nodes = len(inv.replicas[0])
-    P.parallelism(nodes, inv.gpus_per_node, tp, pp, accelerator=c.accelerator)
+    if dp is None:
+        P.parallelism(nodes, inv.gpus_per_node, tp, pp, accelerator=c.accelerator)
+    else:
+        P.data_parallel(nodes, inv.gpus_per_node, dp, tp, pp, accelerator=c.accelerator)
     info = read_model_info(sess, inv.replicas[0][0], model)
     config = info.get("config") if isinstance(info.get("config"), dict) else None
     shape = P.model_shape(config) if config else None
-    split = P.choose_split(shape, nodes, inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp)
+    split = P.choose_split(shape, nodes, inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp, dp=dp)
     P.check_engine_flags(c.accelerator, split.par, extra)
     engine = EX.EngineCaps.from_doc(info.get("engine"))
     FP.check_pd(inv, extra, nixl_connector=engine.nixl_connector, nixl="nixl" in engine.modules)
@@ -256,7 +261,7 @@ def _replica_failure(sess: Session, inv: Inventory, k: int, ready: dict) -> tupl
 
 
 def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None = None,
-                backend: str | None = None, extra: Sequence[str] = (), wait: float = 900.0,
+                dp: int | None = None, backend: str | None = None, extra: Sequence[str] = (), wait: float = 900.0,
                 served_name: str | None = None, parallel: int = DEFAULT_PARALLEL, dry_run: bool = False,
                 on_plan: Callable[[FP.FleetPlan], None] | None = None,
                 reporter: Reporter | None = None) -> FleetResult | FP.FleetPlan:
@@ -264,11 +269,11 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
     front and check a completion through it."""
     FP.check_backend(inv, backend)
     t0 = time.monotonic()
-    spec = FP.Spec(model, tuple(extra), inv.cluster.image, served_name)
+    spec = FP.Spec(model, tuple(extra), inv.cluster.image, served_name, dp)
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         sess.connect()
         _preflight(sess, inv)
-        split, notes = _split(sess, inv, model, tp, pp, extra)
+        split, notes = _split(sess, inv, model, tp, pp, extra, dp)
         plan = FP.plan_fleet(inv, spec, split, notes=notes, **_node_facts(sess, inv))
         if on_plan is not None:
             on_plan(plan)
@@ -469,7 +474,7 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
             raise PreflightFailed("fleet", "no replica is serving", "run `bootstrap serve MODEL` first")
         target = FP.Spec(model or base.model, tuple(extra) if extra is not None else base.extra,
                          image or base.image or inv.cluster.image,
-                         served_name if served_name is not None else base.served_name)
+                         served_name if served_name is not None else base.served_name, base.dp)
         todo = FP.rollout_order(current, target)
         if todo and FP.is_pd(inv):
             raise UsageError("rollout replaces replicas one at a time behind the router, which is not built for a "
@@ -484,7 +489,7 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
                                   "while another is replaced", "see `bootstrap status`; `bootstrap serve` starts over")
         # never every replica at once: one keeps serving
         max_unavailable = min(max_unavailable, len(inv.replicas) - 1)
-        split, _ = _split(sess, inv, target.model, None, None, target.extra)
+        split, _ = _split(sess, inv, target.model, None, None, target.extra, target.dp)
         inv_t = inv if not image else _with_image(inv, target.image)
         plan = FP.plan_fleet(inv_t, target, split, **_node_facts(sess, inv))
         states = {k: "new" if k not in todo else "old" for k in range(len(inv.replicas))}

@@ -129,3 +129,24 @@ def test_bench_reports_each_roles_own_latency_from_the_engines_histograms():
                    FleetState("e", "h0", "running", [], [ReplicaState(0, ["h0"], "u0", {}, 0, None, "healthy", True,
                                                                       succeeded=3)]))
     assert "\n" not in plain.describe() and plain.roles == {}
+
+
+def test_data_parallel_replicas_behind_the_router(tmp_path):
+    """serve --dp with replicas: each replica runs vLLM's DP engines over its own nodes behind its head's
+    API server, and the router balances over the replicas; the spec keeps --dp, so a rollout keeps it."""
+    from bootstrap.serve.plan import choose_split
+
+    inv = load(tmp_path, fleet_yaml(4, 2))
+    split = choose_split(None, 2, 1, accelerator="none", dp=2)
+    plan = FP.plan_fleet(inv, FP.Spec("/m", dp=2), split, nofile={})
+    for r in plan.replicas:
+        head, other = r.members
+        assert "--data-parallel-size 2 --data-parallel-size-local 1" in " ".join(head.vllm)
+        assert f"--data-parallel-address {inv.host(head.host).ip}" in " ".join(other.vllm)
+        assert "--headless --data-parallel-start-rank 1" in " ".join(other.vllm)
+    assert "--worker-urls" in plan.router
+    spec = FP.Spec("/m", ("--max-model-len", "256"), "img", None, 2)
+    assert FP.Spec.from_label(spec.to_label()) == spec and "(--dp 2)" in spec.describe()
+    old = FP.Spec.from_label('{"model": "/m", "extra": [], "image": "img", "served_name": null}')
+    assert old == FP.Spec("/m", (), "img") and old.dp is None  # a label written before --dp
+    assert FP.Spec.from_label('{"model": "/m", "dp": true}').dp is None
