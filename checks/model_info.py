@@ -9,7 +9,8 @@ downloaded: only these two small JSON files.
 It also says what the image's vLLM offers, without importing vLLM (seconds of start-up): its
 version, the names its `--all2all-backend` accepts (the `All2AllBackend` literal in
 vllm/config/parallel.py, which changes between versions), which all-to-all kernel modules the
-image can import (looked up, not imported) and whether vLLM's NixlConnector is there.
+image can import (looked up, not imported) and whether vLLM's KV connector factory registers
+NixlConnector.
 
 Args: MODEL
 Output: {"config": {...}|null, "index": {...}|null, "source": "path"|"hf-cache"|"hub"|null,
@@ -125,9 +126,19 @@ def engine():
     except ImportError:
         pass
     out["all2all"] = _all2all(root)
-    out["nixl_connector"] = os.path.isfile(os.path.join(
-        root, "distributed", "kv_transfer", "kv_connector", "v1", "nixl_connector.py"))
+    out["nixl_connector"] = _registered(root, "NixlConnector")
     return out
+
+
+def _registered(root, name):
+    """Is `name` registered in vLLM's KV connector factory (its module moved between versions:
+    v1/nixl_connector.py, then the package v1/nixl/)? None: no factory to read."""
+    try:
+        with open(os.path.join(root, "distributed", "kv_transfer", "kv_connector", "factory.py"),
+                  encoding="utf-8") as fh:
+            return f'"{name}"' in fh.read()
+    except OSError:
+        return None
 
 
 def main(argv):

@@ -107,7 +107,7 @@ def check_pd(inv: Inventory, extra: Sequence[str], *, nixl_connector: bool | Non
                          "producer on the prefill replicas, consumer on the decode ones); drop it")
     if nixl_connector is False:
         raise FleetError("cluster.router.prefill disaggregates prefill and decode with vLLM's NixlConnector, and "
-                         "the image's vLLM has none (vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py); "
+                         "the image's vLLM has none (its KV connector factory does not register it); "
                          "use a vLLM with it, or drop cluster.router.prefill")
     if not nixl:
         raise FleetError("cluster.router.prefill needs NIXL in the image (the `nixl` Python package, which "

@@ -233,7 +233,7 @@ VLLM_NIXL_SCRIPT = f"""\
 /opt/venv/bin/pip install --no-index --no-deps --find-links /nixl-wheels --no-cache-dir --disable-pip-version-check -q {' '.join(NIXL_REQS)}
 rm -rf /root/.cache /tmp/*
 python -c 'import nixl, nixl._api; print("nixl", nixl.__file__)'
-test -f /opt/venv/lib/python3.11/site-packages/vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py
+grep -q '"NixlConnector"' /opt/venv/lib/python3.11/site-packages/vllm/distributed/kv_transfer/kv_connector/factory.py
 """  # noqa: E501 (as above)
 
 #: Prometheus and its node exporter from Debian (`bootstrap monitor` on the sandbox), named as in

@@ -130,16 +130,17 @@ def test_engine_caps_tolerate_any_document():
 
 
 def test_the_image_probe_reads_the_backends_without_importing_vllm(tmp_path):
-    """checks/model_info.py on a fake vLLM tree: the Literal parsed, the connector file found, the
+    """checks/model_info.py on a fake vLLM tree: the Literal parsed, the connector's registration found, the
     version from the dist-info, and vLLM never imported (its __init__ raises)."""
     pkg = tmp_path / "vllm"
     (pkg / "config").mkdir(parents=True)
     (pkg / "__init__.py").write_text("raise SystemExit('imported')\n")
     (pkg / "config" / "parallel.py").write_text(
         "from typing import Literal\nAll2AllBackend = Literal[\n    'naive',\n    'deepep_low_latency',\n]\n")
-    conn = pkg / "distributed" / "kv_transfer" / "kv_connector" / "v1"
+    conn = pkg / "distributed" / "kv_transfer" / "kv_connector"
     conn.mkdir(parents=True)
-    (conn / "nixl_connector.py").write_text("")
+    (conn / "factory.py").write_text('KVConnectorFactory.register_connector(\n    "NixlConnector",\n    '
+                                     '"vllm.distributed.kv_transfer.kv_connector.v1.nixl",\n    "NixlConnector",\n)\n')
     dist = tmp_path / "vllm-0.32.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0\n")
