@@ -585,10 +585,9 @@ def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, s
                           parallel=parallel, dry_run=dry_run, on_plan=show, reporter=LineReporter(quiet=as_json))
         except P.ModelSplitError as exc:
             msg = str(exc)
-            if not msg.startswith(("--ep", "--all2all")):  # those name their option themselves
-                given = tp is not None or pp is not None or dp is not None
-                flag = "--dp" if dp is not None else "--tp/--pp"
-                msg = f"{flag if given and msg.startswith(('TP=', 'DP=', '--dp')) else 'serve'}: {msg}"
+            given = tp is not None or pp is not None or dp is not None
+            if given and msg.startswith(("TP=", "DP=")):  # the split the user's option asked for
+                msg = f"{'--dp' if dp is not None else '--tp/--pp'}: {msg}"
             raise click.UsageError(msg) from None
         except V.ServeFailed as exc:
             render.serve_failed(exc)

