@@ -28,14 +28,13 @@ KEY = "sk-sandbox-" + os.urandom(6).hex()
 #: node name -> what its Docker and /tmp held before the fleet came up (what_is_on): the last test
 #: shows that `down` leaves nothing beyond it
 BEFORE = {}
-#: one greedy completion through the plain fleet (prompt -> text): the disaggregated fleet must give
-#: the same, token for token
-PROMPT = "The capital of France is"
-GREEDY = {}
+PROMPT = "The quick brown fox"
 
 
 def complete(endpoint, prompt, key=None, max_tokens=16):
-    body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0})
+    # every token shown (the tiny random model's greedy tokens may be special or EOS)
+    body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                       "ignore_eos": True, "skip_special_tokens": False})
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
     with urllib.request.urlopen(urllib.request.Request(endpoint + "/completions", body.encode(), headers),
                                 timeout=120) as resp:
@@ -166,8 +165,7 @@ def test_serve_puts_both_replicas_behind_the_router_and_spreads_requests(fleet):
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(req, timeout=60)
         assert refused.value.code == 401, url
-    GREEDY[PROMPT] = complete(endpoint, PROMPT, KEY)
-    assert GREEDY[PROMPT]
+    assert complete(endpoint, PROMPT, KEY)
     for n in sb.nodes:  # the key reached the containers through env files, never a command line
         cmdlines = on_node(n, "sh", "-c", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '", check=False).stdout
         assert cmdlines and KEY not in cmdlines, n.name
@@ -397,47 +395,3 @@ def test_down_leaves_nothing_of_the_fleet_on_any_node(fleet):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "removed the container on" not in r.stdout, r.stdout
 
-
-def test_prefill_and_decode_on_two_nodes_serve_through_the_router_and_the_kv_cache_moves(fleet, tmp_path):
-    """After the plain fleet is down: node1 prefills, node2 decodes (cluster.router.prefill: [0]),
-    vLLM's NixlConnector moves the KV cache between them over the data network, vllm-router runs in PD
-    mode. Greedy output is the plain fleet's, token for token; the decode replica pulled the KV cache
-    for every request and no pull failed (its own metrics, shown by `status`)."""
-    sb, _, _ = fleet
-    assert GREEDY, "the plain fleet's greedy completion was not recorded"
-
-    def mutate(doc):
-        doc["hosts"] = doc["hosts"][:2]
-        doc["cluster"]["replicas"] = 2
-        doc["cluster"]["router"] = {"policy": "round_robin", "health_interval": 2, "prefill": [0]}
-    inv = write_inventory(sb.inventory, tmp_path / "pd.yaml", mutate)
-    try:
-        r = cli("up", "-i", inv)
-        assert r.returncode == 0, r.stderr[-3000:]
-        r = cli("serve", "-i", inv, MODEL, "--", *FLAGS)
-        assert r.returncode == 0, r.stderr[-3000:]
-        lines = r.stdout.splitlines()
-        assert any(ln.startswith("replica 0 (prefill): node1 -> ") for ln in lines), r.stdout
-        assert any(ln.startswith("replica 1 (decode): node2 -> ") for ln in lines), r.stdout
-        assert "--vllm-pd-disaggregation --prefill http://" in r.stdout, r.stdout
-        endpoint = endpoint_of(r.stdout)
-        for _ in range(3):
-            assert complete(endpoint, PROMPT) == GREEDY[PROMPT]
-        b = cli("bench", "-i", inv, "-n", "8", "--concurrency", "2", "--max-tokens", "8", "--json")
-        assert b.returncode == 0, b.stderr[-2000:]
-        doc = json.loads(b.stdout)
-        assert doc["ok"] == 8 and doc["spread"]["roles"] == {"0": "prefill", "1": "decode"}, doc
-        lat = doc["spread"]["latency_ms"]
-        print(f"per role, the engines' own means: {lat}; client TTFT p50 {(doc.get('ttft_ms') or {}).get('p50')} ms")
-        assert lat["0"]["ttft_ms"] > 0 and lat["1"]["itl_ms"] > 0, lat
-        st = status(inv)
-        prefill, decode = st["replicas"]
-        assert (prefill["role"], decode["role"]) == ("prefill", "decode"), st
-        assert [x["health"] for x in st["replicas"]] == ["healthy", "healthy"], st
-        print(f"KV pulls on the decode replica: {decode['kv_transfers']} (failed {decode['kv_failed']})")
-        assert decode["kv_transfers"] >= 11 and decode["kv_failed"] == 0, decode
-        text = cli("status", "-i", inv).stdout
-        assert "prefill/decode disaggregated" in text and "KV pulled (failed)" in text, text
-    finally:
-        d = cli("down", "-i", inv)
-    assert d.returncode == 0, d.stderr[-2000:]
