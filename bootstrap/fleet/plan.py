@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 
 from bootstrap.cluster import plan as PL
 from bootstrap.errors import FleetError
-from bootstrap.model import NATIVE_COORD_PORT, NATIVE_MASTER_PORT, Host, Inventory
+from bootstrap.model import CPU_KV_LEASE, NATIVE_COORD_PORT, NATIVE_MASTER_PORT, Host, Inventory
 from bootstrap.serve import plan as P
 
 LABEL_KEEP = "bootstrap.keep"
@@ -80,13 +80,26 @@ def role(inv: Inventory, k: int) -> str | None:
     return "prefill" if k in inv.cluster.router.prefill else "decode"
 
 
+def kv_lease(inv: Inventory) -> tuple[int | None, str | None]:
+    """The KV lease a disaggregated fleet's replicas get (vLLM's kv_lease_duration, seconds; None:
+    vLLM's default) and the reason to show, if bootstrap chose it."""
+    lease = inv.cluster.router.kv_lease
+    if lease is not None or inv.cluster.accelerator == "gpu":
+        return lease, None
+    return CPU_KV_LEASE, (f"KV lease {CPU_KV_LEASE} s (vLLM's default is 30 s): on CPU nodes vLLM-CPU's decode "
+                          "replica starts its pull only when the prefill's lease ends, so the lease is each "
+                          "request's latency floor there (docs/replicas.md; set cluster.router.kv_lease to change)")
+
+
 def kv_transfer_config(inv: Inventory, k: int) -> str:
     """vLLM's --kv-transfer-config for replica k: NixlConnector, producer on a prefill replica and
     consumer on a decode one, the KV buffer in GPU memory on GPU nodes and in host memory on CPU
-    nodes (vLLM-CPU has no device buffer)."""
+    nodes (vLLM-CPU has no device buffer), and the KV lease where one is set (kv_lease)."""
+    lease, _ = kv_lease(inv)
     return json.dumps({"kv_connector": KV_CONNECTOR,
                        "kv_role": "kv_producer" if role(inv, k) == "prefill" else "kv_consumer",
-                       "kv_buffer_device": "cuda" if inv.cluster.accelerator == "gpu" else "cpu"},
+                       "kv_buffer_device": "cuda" if inv.cluster.accelerator == "gpu" else "cpu",
+                       **({"kv_connector_extra_config": {"kv_lease_duration": lease}} if lease else {})},
                       separators=(",", ":"))
 
 
@@ -343,6 +356,8 @@ def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice, *, nofile: dict
     """Every replica's members (the same split on each), the router and the keeper; `derived`: each
     host's plan.derived_env; `ucx`: each host's plan.ucx_env (a disaggregated fleet's transfer)."""
     c = inv.cluster
+    lease_note = kv_lease(inv)[1] if is_pd(inv) else None
+    notes = (*notes, lease_note) if lease_note else tuple(notes)
     replicas = []
     for k, group in enumerate(inv.replicas):
         ips = [h.ip for h in group]

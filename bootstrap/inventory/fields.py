@@ -549,6 +549,7 @@ _ROUTER_FIELDS: dict[str, Validator] = {
                           lambda v, loc: _secret_ref(v, loc)),
     "prefill": _described("a list of replica numbers (0-based) that prefill; the others decode",
                           lambda v, loc: _replica_list(v, loc)),
+    "kv_lease": _int(1, 3600),
 }
 
 
@@ -605,6 +606,9 @@ def _router(value: Any, loc: _Loc, ports: Ports, replicas: int = 1,
                        "the replicas not listed decode")
         if router.port == ports.kv_transfer or router.metrics_port == ports.kv_transfer:
             where.fail(f"the router's ports and cluster.ports.kv_transfer ({ports.kv_transfer}) must differ")
+    elif router.kv_lease is not None:
+        locs["kv_lease"].fail("a KV lease needs prefill/decode disaggregation: set cluster.router.prefill too, "
+                              "or remove kv_lease")
     return router, locs.get("host")
 
 

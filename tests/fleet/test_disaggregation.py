@@ -34,7 +34,8 @@ def test_the_first_replica_prefills_and_the_other_decodes(tmp_path):
         (m,) = r.members
         i = m.vllm.index("--kv-transfer-config")
         assert json.loads(m.vllm[i + 1]) == {"kv_connector": "NixlConnector", "kv_role": kv_role,
-                                             "kv_buffer_device": "cpu"}
+                                             "kv_buffer_device": "cpu",
+                                             "kv_connector_extra_config": {"kv_lease_duration": 5}}
         assert m.vllm[-2:] == ("--max-model-len", "256")  # the user's flags after the plan's
         ip = inv.host(m.host).ip
         env = [m.create[j + 1] for j, a in enumerate(m.create) if a == "-e"]
@@ -45,6 +46,34 @@ def test_the_first_replica_prefills_and_the_other_decodes(tmp_path):
     assert router[i:i + 5] == ["--vllm-pd-disaggregation", "--prefill", plan.replicas[0].url,
                                "--decode", plan.replicas[1].url]
     assert plan.to_dict()["replicas"][1]["role"] == "decode"
+    # bootstrap chose the lease on CPU nodes: the plan says so and why
+    assert any(n.startswith("KV lease 5 s") and "cluster.router.kv_lease" in n for n in plan.notes), plan.notes
+
+
+def test_a_kv_lease_in_the_inventory_is_what_every_replica_gets_and_no_note_is_added(tmp_path):
+    inv = load(tmp_path, fleet_yaml(2, 2, cluster=PD + "  kv_lease: 45\n"))
+    assert inv.cluster.router.kv_lease == 45
+    plan = FP.plan_fleet(inv, FP.Spec("/m"), SPLIT, nofile={}, notes=("a note",))
+    for r in plan.replicas:
+        (m,) = r.members
+        kv = json.loads(m.vllm[m.vllm.index("--kv-transfer-config") + 1])
+        assert kv["kv_connector_extra_config"] == {"kv_lease_duration": 45}
+    assert plan.notes == ("a note",)
+
+
+@pytest.mark.parametrize("value, parts", [
+    ("0", ("must be between 1 and 3600, got 0",)),
+    ("3601", ("must be between 1 and 3600",)),
+    ("'5'", ("expected an integer",)),
+])
+def test_a_kv_lease_that_cannot_work_is_refused_on_its_line(tmp_path, value, parts):
+    err = error(tmp_path, fleet_yaml(2, 2, cluster=PD + f"  kv_lease: {value}\n"))
+    check(err, tmp_path / "inventory.yaml", 6, "cluster.router.kv_lease", *parts)
+
+
+def test_a_kv_lease_without_disaggregation_is_refused_rather_than_ignored(tmp_path):
+    err = error(tmp_path, fleet_yaml(2, 2, cluster="router:\n  kv_lease: 10\n"))
+    check(err, tmp_path / "inventory.yaml", 5, "cluster.router.kv_lease", "needs prefill/decode disaggregation")
 
 
 def test_without_prefill_nothing_changes(tmp_path):
@@ -68,7 +97,9 @@ def test_gpu_replicas_keep_the_kv_buffer_in_gpu_memory_and_ucx_takes_the_active_
     plan = FP.plan_fleet(inv, FP.Spec("/m"), SplitChoice(Parallelism(8, 1, 8), "TP=8", True), nofile={},
                          ucx={h0.name: ucx})
     m = plan.replicas[0].members[0]
-    assert json.loads(m.vllm[m.vllm.index("--kv-transfer-config") + 1])["kv_buffer_device"] == "cuda"
+    kv = json.loads(m.vllm[m.vllm.index("--kv-transfer-config") + 1])
+    assert kv["kv_buffer_device"] == "cuda" and "kv_connector_extra_config" not in kv  # vLLM's own lease
+    assert not any(n.startswith("KV lease") for n in plan.notes)
     assert "UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1" in m.create
     assert PL.ucx_env(inv, h0, None) == {}
 

@@ -395,3 +395,61 @@ def test_down_leaves_nothing_of_the_fleet_on_any_node(fleet):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "removed the container on" not in r.stdout, r.stdout
 
+
+
+def test_prefill_and_decode_on_two_nodes_serve_through_the_router_and_the_kv_cache_moves(fleet, tmp_path):
+    """After the plain fleet is down: node1 prefills, node2 decodes (cluster.router.prefill: [0]),
+    vLLM's NixlConnector moves the KV cache between them over the data network, vllm-router runs in PD
+    mode. The greedy output through the router is, token for token, what the prefill replica gives
+    when it serves the same request whole (no KV moved); the decode replica pulled the KV cache for
+    every request and no pull failed (its own metrics, shown by `status`). CPU nodes: the engines
+    are compiled (vLLM-CPU's eager worker dies with a KV connector) and the plan sets a 5 s KV lease
+    and says why (docs/replicas.md)."""
+    sb, _, _ = fleet
+
+    def mutate(doc):
+        doc["hosts"] = doc["hosts"][:2]
+        doc["cluster"]["replicas"] = 2
+        doc["cluster"]["router"] = {"policy": "round_robin", "health_interval": 2, "prefill": [0]}
+        doc["cluster"]["secrets"] = [s for s in doc["cluster"].get("secrets", []) if s != "FLEET_KEY"]
+    inv = write_inventory(sb.inventory, tmp_path / "pd.yaml", mutate)
+    flags = [f for f in FLAGS if f != "--enforce-eager"]
+    try:
+        r = cli("up", "-i", inv)
+        assert r.returncode == 0, r.stderr[-3000:]
+        r = cli("serve", "-i", inv, MODEL, "--", *flags)
+        assert r.returncode == 0, r.stderr[-3000:]
+        lines = r.stdout.splitlines()
+        assert any(ln.startswith("replica 0 (prefill): node1 -> ") for ln in lines), r.stdout
+        assert any(ln.startswith("replica 1 (decode): node2 -> ") for ln in lines), r.stdout
+        assert "--vllm-pd-disaggregation --prefill http://" in r.stdout, r.stdout
+        assert '"kv_lease_duration":5' in r.stdout and "KV lease 5 s" in r.stdout, r.stdout
+        endpoint = endpoint_of(r.stdout)
+        st = status(inv)
+        prefill_url = st["replicas"][0]["url"] + "/v1"
+        # prompts whose greedy texts differ on this model (seen: 'ackack...', '...ack ma ma', ' wit wit...'),
+        # so a KV cache pulled for the wrong request or from freed blocks would show
+        prompts = [f"{PROMPT} {i} jumps over the lazy dog and then" for i in range(4)]
+        through = [complete(endpoint, p) for p in prompts]
+        whole = [complete(prefill_url, p) for p in prompts]  # one engine, the whole request, no KV moved
+        print(f"through prefill/decode: {through}\nthe prefill replica alone: {whole}")
+        assert len(set(whole)) >= 2, whole
+        assert through == whole
+        b = cli("bench", "-i", inv, "-n", "8", "--concurrency", "2", "--max-tokens", "8", "--json")
+        assert b.returncode == 0, b.stderr[-2000:]
+        doc = json.loads(b.stdout)
+        assert doc["ok"] == 8 and doc["spread"]["roles"] == {"0": "prefill", "1": "decode"}, doc
+        lat = doc["spread"]["latency_ms"]
+        print(f"per role, the engines' own means: {lat}; client TTFT p50 {(doc.get('ttft_ms') or {}).get('p50')} ms")
+        assert lat["0"]["ttft_ms"] > 0 and lat["1"]["itl_ms"] > 0, lat
+        st = status(inv)
+        prefill, decode = st["replicas"]
+        assert (prefill["role"], decode["role"]) == ("prefill", "decode"), st
+        assert [x["health"] for x in st["replicas"]] == ["healthy", "healthy"], st
+        print(f"KV pulls on the decode replica: {decode['kv_transfers']} (failed {decode['kv_failed']})")
+        assert decode["kv_transfers"] >= 11 and decode["kv_failed"] == 0, decode
+        text = cli("status", "-i", inv).stdout
+        assert "prefill/decode disaggregated" in text and "KV pulled (failed)" in text, text
+    finally:
+        d = cli("down", "-i", inv)
+    assert d.returncode == 0, d.stderr[-2000:]
