@@ -227,6 +227,18 @@ class Cluster:
     router: Router = field(default_factory=Router)
     #: Prometheus and the exporters of `bootstrap monitor` (cluster.monitor).
     monitor: Monitor = field(default_factory=Monitor)
+    #: Host firewall rules (nftables) that close the cluster's ports to all but its members and the
+    #: controller, put by `up` and removed by `down` (bootstrap.cluster.fence).
+    fence: bool = True
+    #: Addresses or networks the fence admits like members (e.g. an operators' network).
+    fence_allow: tuple[str, ...] = ()
+    #: Ray's token authentication (RAY_AUTH_MODE=token, a token per cluster): `token` or `off`.
+    ray_auth: Literal["token", "off"] = "token"
+    #: Set by fleet.plan.replica_inventory only: the whole fleet's addresses (a replica's fence admits
+    #: the other replicas' hosts) and the fleet's endpoint (host name, port), open to everyone in
+    #: place of the group head's vLLM port.
+    fence_members: tuple[str, ...] = ()
+    fence_endpoint: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)

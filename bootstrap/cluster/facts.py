@@ -19,6 +19,7 @@ from bootstrap.containers import ContainerState, container_inspect_cmd, parse_co
 from bootstrap.errors import CommandFailed, PreflightFailed
 
 if TYPE_CHECKING:
+    from bootstrap.cluster.fence import GuardFacts
     from bootstrap.cluster.rack import RackFacts
 
 
@@ -56,6 +57,8 @@ class HostFacts:
     #: The cluster image's CUDA_VERSION and NVIDIA_REQUIRE_CUDA (NVIDIA's CUDA images set them) where
     #: the image is on the host: {} when it is not, or does not say.
     image_cuda: Mapping[str, str] = field(default_factory=dict)
+    #: What the fence and Ray's token need (bootstrap.cluster.fence; None: not gathered).
+    guard: "GuardFacts | None" = None
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -212,7 +215,7 @@ def parse_nofile(out: str) -> int | None:
 
 
 # -- gathering (I/O through the runner) ------------------------------------------------------
-def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool) -> HostFacts:
+def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool, cluster: str | None = None) -> HostFacts:
     try:
         version, runtimes = parse_docker_info(ssh.run(DOCKER_INFO, timeout=30, query=True).stdout)
         if not version:
@@ -230,10 +233,13 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool) -> HostF
     # The other facts are independent: read them a few at a time (one SSH channel each, far
     # below sshd's MaxSessions). Docker CLI starts are what a host spends most CPU on here, so
     # the container and the image are asked for in one.
+    from bootstrap.cluster.fence import guard_facts_cmd, parse_guard
     from bootstrap.cluster.rack import RACK_FACTS, parse_rack
 
     cmds = {"nofile": NOFILE_HARD, "inspect": inspect_both_cmd(container, image), "ray_ok": LIST_RAY_OK,
             "rack": RACK_FACTS}
+    if cluster is not None:
+        cmds["guard"] = guard_facts_cmd(cluster)
     if want_gpus:
         cmds["gpus"] = NVIDIA_SMI
         cmds["cuda"] = NVIDIA_SMI_VERSION
@@ -274,7 +280,8 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool) -> HostF
                      # is missing is not checked (rack.check_rack skips facts it does not have)
                      rack=parse_rack(got["rack"].stdout, sent=sent.get("rack"), received=received.get("rack")),
                      driver_cuda=driver_cuda,
-                     image_cuda=parse_image_cuda(got["inspect"].stdout) if image_id else {})
+                     image_cuda=parse_image_cuda(got["inspect"].stdout) if image_id else {},
+                     guard=parse_guard(got["guard"].stdout) if "guard" in got else None)
 
 
 def check_preflight(name: str, facts: HostFacts, *, want_gpus: int | None) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
 
 from bootstrap.cluster import facts as F
+from bootstrap.cluster import fence as FN
 from bootstrap.cluster.facts import HostFacts
 from bootstrap.exposure import RAY_DASHBOARD_DEFAULT, dashboard_address
 from bootstrap.model import HF_CACHE_IN_CONTAINER, NOFILE_MAX, Host, Inventory
@@ -59,10 +60,14 @@ class ContainerSpec:
     cluster: str
     #: `ray` (the node runs `ray start ...`) or `sleep` (runtime none: `sleep infinity`).
     entrypoint: str = "ray"
+    #: a digest of Ray's token (fence.token_digest; "" without token authentication): a new token
+    #: is a new spec, so the containers are recreated with it
+    auth: str = ""
 
     @property
     def spec_hash(self) -> str:
-        doc = json.dumps([self.name, self.image, self.options, self.entrypoint, self.command, self.secret_names])
+        doc = json.dumps([self.name, self.image, self.options, self.entrypoint, self.command, self.secret_names]
+                         + ([self.auth] if self.auth else []))
         return hashlib.sha256(doc.encode()).hexdigest()[:16]
 
     @property
@@ -143,9 +148,21 @@ def ucx_env(inv: Inventory, host: Host, facts: HostFacts | None) -> dict[str, st
     return {"UCX_NET_DEVICES": ",".join(f"{hca}:{port}" for hca, port in active)}
 
 
+def ray_auth(inv: Inventory, f: HostFacts | None) -> tuple[str, str] | None:
+    """(the host's token file, its digest) when the node runs Ray with token authentication; the
+    file's place in an offline plan (no facts)."""
+    if not FN.ray_auth_on(inv):
+        return None
+    g = f.guard if f is not None else None
+    if g is None or not g.home:
+        return (FN.token_path("~", inv.cluster.name), "")
+    return (FN.token_path(g.home, inv.cluster.name), g.token)
+
+
 def container_spec(inv: Inventory, host: Host, nofile: int | None,
-                   derived: Mapping[str, str] | None = None) -> ContainerSpec:
-    """The node container of a host; `derived`: derived_env's variables (the host's env wins)."""
+                   derived: Mapping[str, str] | None = None, auth: tuple[str, str] | None = None) -> ContainerSpec:
+    """The node container of a host; `derived`: derived_env's variables (the host's env wins);
+    `auth`: Ray's token file on the host and its digest (ray_auth), mounted read-only."""
     c = inv.cluster
     head = inv.head
     opts: list[str] = ["--network", "host"]
@@ -164,6 +181,9 @@ def container_spec(inv: Inventory, host: Host, nofile: int | None,
         opts += ["-v", m]
     opts += ["-v", f"{compile_cache_volume(inv)}:{COMPILE_CACHE_IN_CONTAINER}"]
     env = {**(derived or {}), **node_env(host)}
+    if auth is not None and c.runtime == "ray":
+        opts += ["-v", f"{auth[0]}:{FN.TOKEN_IN_CONTAINER}:ro"]
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=FN.TOKEN_IN_CONTAINER)
     for k in sorted(env):
         opts += ["-e", f"{k}={env[k]}"]
 
@@ -189,7 +209,8 @@ def container_spec(inv: Inventory, host: Host, nofile: int | None,
     cmd += [f"--metrics-export-port={c.ports.ray_metrics}", "--disable-usage-stats", *c.ray_args]
     return ContainerSpec(host=host.name, role=host.role, name=c.container_name, image=c.image,
                          options=tuple(opts), command=tuple(cmd),
-                         secret_names=tuple(s.name for s in c.secrets), cluster=c.name)
+                         secret_names=tuple(s.name for s in c.secrets), cluster=c.name,
+                         auth=auth[1] if auth is not None else "")
 
 
 def hostport(ip: str, port: int) -> str:
@@ -206,7 +227,7 @@ def plan_up(inv: Inventory, facts: Mapping[str, HostFacts]) -> tuple[HostAction,
     actions: list[HostAction] = []
     for host in (inv.head, *inv.workers):
         f = facts.get(host.name)
-        spec = container_spec(inv, host, nofile_for(inv, f), derived_env(inv, host, f))
+        spec = container_spec(inv, host, nofile_for(inv, f), derived_env(inv, host, f), ray_auth(inv, f))
         action, reason = _decide(spec, f)
         actions.append(HostAction(host.name, action, reason, spec))
     head = actions[0]
@@ -323,5 +344,6 @@ UNDECIDED_NOTE = ("`up` reads the image: Ray where it has it (shown below), else
 
 def plan_offline(inv: Inventory) -> tuple[HostAction, ...]:
     """The containers each host would get, from the inventory alone (no host contacted)."""
-    return tuple(HostAction(h.name, "create", "offline plan", container_spec(inv, h, nofile_for(inv, None)))
+    return tuple(HostAction(h.name, "create", "offline plan",
+                            container_spec(inv, h, nofile_for(inv, None), auth=ray_auth(inv, None)))
                  for h in (inv.head, *inv.workers))

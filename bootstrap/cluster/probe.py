@@ -21,7 +21,7 @@ from bootstrap.remote.session import Session, check_script, last_json
 def host_facts(sess: Session, h: Host) -> F.HostFacts:
     c = sess.inv.cluster
     return F.gather(sess.ssh[h.name], container=c.container_name, image=c.image,
-                    want_gpus=c.accelerator == "gpu")
+                    want_gpus=c.accelerator == "gpu", cluster=c.name)
 
 
 def gather_hosts(sess: Session, hosts: Iterable[Host] | None = None) -> dict[str, F.HostFacts]:

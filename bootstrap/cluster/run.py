@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from bootstrap.cluster import facts as F
+from bootstrap.cluster import guard as GD
 from bootstrap.cluster import image as IM
 from bootstrap.cluster import probe
 from bootstrap.cluster import rack as RK
@@ -172,6 +173,8 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
             sess.reporter.event(n, "ports", "warning", "could not run checks/port_probe.py with the host's "
                                 "python3: node-to-node ports not checked there")
         _usable(sess, "preflight", refusals(found, live), allow_partial, skipped)
+    _usable(sess, "preflight", GD.fence_refusals(full, facts, live), allow_partial, skipped)
+    live = [h for h in live if h.name not in skipped]
     sess.timings.add("rack", sess.clock() - t0)
     if skipped:
         from dataclasses import replace
@@ -187,6 +190,8 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
                         skipped=_reasons(skipped), warnings=warns, runtime=inv.cluster.runtime,
                         runtime_why=why)
 
+    # the fence before anything of ours listens (members, this machine and SSH pass)
+    GD.put_fences(sess, facts)
     image_from = IM.distribute(sess, facts, image, load=load, pull=pull)
     todo = [h for h in sess.inv.hosts if h.name in image_from]
     if todo:
@@ -195,6 +200,7 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
         facts = {n: replace(f, image_id=ids.get(n, f.image_id)) for n, f in facts.items()}
     why = settle_runtime(sess, facts)
     inv = sess.inv
+    facts = GD.share_token(sess, facts)
     warns = probe.exposure_warnings(sess) if inv.cluster.runtime == "ray" else []
     decided = dict(runtime=inv.cluster.runtime, runtime_why=why)
 
@@ -490,6 +496,7 @@ def down(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
                     s.run(DK.exec_argv(name, "ray", "stop"), timeout=60, check=False)
                 DK.rm(s, name, check=True)
             DK.volume_rm(s, compile_cache_volume(inv))  # after the containers that mount it
+            GD.take_down(sess, h)  # the fence and Ray's token, after what they guarded
             return st is not None
 
         workers = [h for h in reachable if not h.is_head]

@@ -141,7 +141,10 @@ def replica_inventory(inv: Inventory, k: int) -> Inventory:
     """Replica k as an inventory of its own (its head is the head): what `up`, `status` and
     `down` run per group, each with its own Ray cluster."""
     group = inv.replicas[k]
-    return replace(inv, cluster=replace(inv.cluster, replicas=1),
+    others = tuple(a for h in inv.hosts if h not in group for a in (h.ip, h.ssh.address))
+    rh = router_host(inv)
+    return replace(inv, cluster=replace(inv.cluster, replicas=1, fence_members=others,
+                                        fence_endpoint=(rh.name, inv.cluster.router.port)),
                    hosts=tuple(replace(h, replica=0) for h in group))
 
 

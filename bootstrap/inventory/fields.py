@@ -392,6 +392,18 @@ def _ip(value: Any, loc: _Loc) -> str:
     return str(plain)
 
 
+def _network(value: Any, loc: _Loc) -> str:
+    """An address or a network (CIDR) the fence admits, canonical."""
+    value = _string(value, loc)
+    try:
+        net = ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        loc.fail(f"{_quote(value)} is not an IP address or a network such as 10.0.0.0/24")
+    if net.prefixlen == 0:
+        loc.fail(f"{value} admits every address: that is no fence (set cluster.fence: false instead)")
+    return str(net)
+
+
 _DASHBOARD_HOSTS = ("data-plane", "localhost", "all")
 
 
@@ -522,6 +534,9 @@ _CLUSTER_FIELDS: dict[str, Validator] = {
     # checked in _router (needs the ports and the secrets) and _monitor (needs the ports)
     "router": _described("a mapping: cluster.router below", lambda v, loc: v),
     "monitor": _described("a mapping: cluster.monitor below", lambda v, loc: v),
+    "fence": _bool,
+    "fence_allow": _list(_described("an IP address or a network (CIDR)", _network)),
+    "ray_auth": _choice("token", "off"),
 }
 
 _RETENTION_RX = re.compile(r"[1-9][0-9]*(ms|s|m|h|d|w|y)")
@@ -691,6 +706,12 @@ def _cluster(
                     f"{_quote(arg)} conflicts with {loc.field}.dashboard_host:"
                     " set the dashboard's address only with dashboard_host"
                 )
+
+    # Settings that would do nothing are refused, not ignored.
+    if values.get("fence") is False and values.get("fence_allow"):
+        locs["fence_allow"].fail(f"does nothing with {loc.field}.fence: false (no fence to admit anyone through)")
+    if values.get("runtime") == "none" and values.get("ray_auth") == "token":
+        locs["ray_auth"].fail(f"does nothing with {loc.field}.runtime: none (no Ray runs)")
 
     # Secrets: listed names must be set; by default HF_TOKEN when it is set.
     env = values.get("env", {})

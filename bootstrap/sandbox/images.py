@@ -127,7 +127,7 @@ rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.lo
 """
 
 NODE_PACKAGES = (
-    "docker.io openssh-server iproute2 iptables python3 rsync procps ca-certificates"
+    "docker.io openssh-server iproute2 iptables nftables python3 rsync procps ca-certificates"
 )
 SSHD_CONFIG = """\
 # bootstrap sandbox node: key authentication only, root with a key, room for wide fan-out.

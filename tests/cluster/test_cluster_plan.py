@@ -4,7 +4,7 @@ from dataclasses import replace
 import pytest
 
 from bootstrap.cluster.facts import ContainerState, HostFacts
-from bootstrap.cluster.plan import LABEL_SPEC, container_spec, plan_up
+from bootstrap.cluster.plan import LABEL_SPEC, container_spec, plan_up, ray_auth
 from tests.support.plan_fixtures import SECRET, cpu_inventory, gpu_inventory
 
 
@@ -116,7 +116,7 @@ def test_hash_tracks_the_spec():
 def _facts_running(inv, nofile=20000, image_id="sha256:aaa"):
     out = {}
     for h in inv.hosts:
-        spec = container_spec(inv, h, nofile)
+        spec = container_spec(inv, h, nofile, auth=ray_auth(inv, None))
         out[h.name] = HostFacts("20.10", nofile_hard=nofile, image_id=image_id,
                                 container=ContainerState("running", image_id, {LABEL_SPEC: spec.spec_hash}))
     return out

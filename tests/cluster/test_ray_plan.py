@@ -15,6 +15,7 @@ from bootstrap.cluster.plan import (
     container_spec,
     parse_ray_nodes,
     plan_up,
+    ray_auth,
     ray_checks_needed,
     with_ray_members,
 )
@@ -24,7 +25,7 @@ from tests.support.plan_fixtures import cpu_inventory
 def kept(inv):
     facts = {}
     for h in inv.hosts:
-        spec = container_spec(inv, h, 20000)
+        spec = container_spec(inv, h, 20000, auth=ray_auth(inv, None))
         facts[h.name] = HostFacts("20.10", nofile_hard=20000, image_id="i",
                                   container=ContainerState("running", "i", {LABEL_SPEC: spec.spec_hash}))
     return plan_up(inv, facts)

@@ -17,7 +17,7 @@ from bootstrap.fleet import lifecycle as FLC
 from bootstrap.fleet import plan as FP
 from bootstrap.fleet import run as FL
 from bootstrap.remote.session import Session, Timings
-from tests.support.fake_hosts import FakeHost, fake_session
+from tests.support.fake_hosts import GUARD_ANSWERS, FakeHost, fake_session
 from tests.support.fleet_inventories import ENVIRON, fleet_yaml, hosts_yaml, load, write
 
 RUNNING = (0, (Path(__file__).resolve().parents[1] / "data" / "docker_container_inspect.json").read_text(), "")
@@ -102,6 +102,7 @@ def _docker_host(inv, name, *, serving=True, node=True, **kw) -> LockingHost:
         (f"container inspect {cname}", RUNNING if node else ABSENT),
         (f"docker rm -f {cname}", (0, f"{cname}\n", "")),
         (f"docker volume rm -f {cname}-compile-cache", (0, f"{cname}-compile-cache\n", "")),
+        *GUARD_ANSWERS,
     ], **kw)
 
 
@@ -125,8 +126,11 @@ def test_down_removes_the_keepers_then_router_and_serve_then_each_groups_node_co
         rms = [c for c in h.commands if c.startswith("docker rm -f")]
         assert rms == [f"docker rm -f {keeper}", f"docker rm -f {router} {serve} {old}",
                        "docker rm -f bootstrap-vllm"], (name, h.commands)
-        # the compile caches' volume goes last, once no container mounts it
-        assert h.commands[-1] == "docker volume rm -f bootstrap-vllm-compile-cache", (name, h.commands)
+        # the compile caches' volume once no container mounts it, then the fence and Ray's token
+        vol = h.commands.index("docker volume rm -f bootstrap-vllm-compile-cache")
+        assert vol > h.commands.index("docker rm -f bootstrap-vllm"), (name, h.commands)
+        assert [c.split()[:2] for c in h.commands[vol + 1:]] == [["sh", "-c"], ["nft", "-f"], ["sh", "-c"]]
+        assert "ray-auth-token" in h.commands[-1], (name, h.commands)
     # each group's cluster is torn down under its own head's lock, the head after its worker
     assert [c for c in hosts["h0"].commands if c.startswith("lock")] == ["lock /tmp/bootstrap-vllm.lock"]
     assert [c for c in hosts["h2"].commands if c.startswith("lock")] == ["lock /tmp/bootstrap-vllm.lock"]

@@ -17,6 +17,7 @@ from tests.support.sandbox import (
     ROOT,
     cli,
     container_id,
+    nft_ruleset,
     node_env,
     on_node,
     ray_alive_ids,
@@ -131,7 +132,12 @@ def test_a_corrupted_stream_is_refused_and_load_image_sends_the_image_once_for_t
     assert cli("down", "-i", str(cluster.inventory)).returncode == 0  # the next tests start from no container
 
 
+#: each node's nftables ruleset before `up` (test_down_... compares it after `down`)
+RULES_BEFORE = {}
+
+
 def test_up_forms_a_ray_cluster_with_one_node_per_host(cluster):
+    RULES_BEFORE.update({n.name: nft_ruleset(n) for n in cluster.nodes})
     r = cli("up", "-i", str(cluster.inventory), "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
@@ -161,6 +167,33 @@ def test_status_reports_every_node(cluster):
     rows = json.loads(r.stdout)["nodes"]
     assert [(x["host"], x["ip"], x["role"], x["container"], x["ray_alive"]) for x in rows] == [
         (n.name, n.ip, "head" if i == 0 else "worker", "running", True) for i, n in enumerate(cluster.nodes)]
+
+
+def test_ray_refuses_a_client_without_the_token_and_the_token_rests_nowhere_in_docker(cluster):
+    """cluster.ray_auth (on by default): every node runs Ray with token authentication, the token a
+    0600 file mounted read-only; a Ray client on a member host without it is refused, with it let in.
+    The fence (cluster.fence, on by default) is our own nftables table on every node."""
+    n1, n2 = cluster.nodes[:2]
+    image = on_node(n2, "docker", "inspect", "--format", "{{.Config.Image}}", CONTAINER).stdout.strip()
+    gcs = f"{n1.ip}:6379"
+    status = ["timeout", "90", "docker", "run", "--rm", "--network", "host", "--entrypoint", "ray"]
+    bare = on_node(n2, *status, image, "status", "--address", gcs, check=False)
+    assert bare.returncode != 0 and "AuthenticationError" in bare.stderr + bare.stdout, bare.stderr[-2000:]
+    token_file = "/root/.bootstrap/sandbox/ray-auth-token"
+    signed = on_node(n2, *status, "-e", "RAY_AUTH_MODE=token", "-e", "RAY_AUTH_TOKEN_PATH=/t",
+                     "-v", f"{token_file}:/t:ro", image, "status", "--address", gcs, check=False)
+    assert signed.returncode == 0 and signed.stdout.count(" node_") == 3, signed.stderr[-2000:]
+    tokens = set()
+    for n in cluster.nodes:
+        assert on_node(n, "stat", "-c", "%a", token_file).stdout.strip() == "600"
+        tokens.add(on_node(n, "cat", token_file).stdout.strip())
+        inspect = on_node(n, "docker", "inspect", CONTAINER).stdout
+        assert "RAY_AUTH_TOKEN_PATH=/run/bootstrap/ray-auth-token" in inspect
+        assert "table inet bootstrap_sandbox" in on_node(n, "nft", "list", "tables").stdout
+    assert len(tokens) == 1 and len(token := tokens.pop()) >= 32  # one token for the whole cluster
+    for n in cluster.nodes:
+        found = on_node(n, "grep", "-rlF", token, "/var/lib/docker", check=False)
+        assert found.returncode == 1 and not found.stdout, f"{n.name}: the token is in {found.stdout}"
 
 
 def test_second_up_changes_nothing(cluster):
@@ -215,6 +248,10 @@ def test_down_names_an_unreachable_host_and_still_tears_down_the_others(cluster)
     assert left == ["", "", ""]
     again = cli("down", "-i", str(cluster.inventory))
     assert again.returncode == 0 and "nothing to remove on 3 host(s)" in again.stdout
+    # the fence and the token went with the containers: every other rule is as it was before `up`
+    for n in cluster.nodes:
+        assert nft_ruleset(n) == RULES_BEFORE[n.name], n.name
+        assert on_node(n, "test", "-e", "/root/.bootstrap/sandbox/ray-auth-token", check=False).returncode == 1
 
 
 def test_image_without_ray_fails_preflight_and_changes_nothing(cluster, tmp_path):

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from tests.support.sandbox import CONTAINER, cli, on_node, write_inventory
+from tests.support.sandbox import CONTAINER, cli, listeners, on_node, stranger_scan, write_inventory
 
 pytestmark = pytest.mark.sandbox
 MODEL = "/opt/models/tiny-llama"
@@ -96,6 +96,15 @@ def test_serve_with_no_flags_on_three_nodes_plans_from_the_model_and_answers(thr
     assert "--enforce-eager with PP=3 on a CPU cluster" in eager.stderr and "pick a split with PP=1" in eager.stderr
     assert " stop-old " not in eager.stderr and " launch " not in eager.stderr
     assert len(complete(endpoint, MODEL)) > 0, "the refused serves touched nothing"
+
+    # The fence (cluster.fence, on by default): a stranger on the nodes' network (no member, not this
+    # machine) reaches SSH and the endpoint, nothing else the cluster listens on
+    scan = stranger_scan(sb.nodes)
+    opened = sorted(k for k, v in scan.items() if v == "open")
+    assert opened == sorted([(n.ip, 22) for n in sb.nodes] + [(sb.nodes[0].ip, 8000)]), scan
+    assert all(v == "refused" for k, v in scan.items() if v != "open"), scan
+    wild = [(n.name, a, p) for n in sb.nodes for a, p in listeners(n) if a in ("0.0.0.0", "*", "::") and p != 22]
+    print(f"wildcard listeners after serve (all fenced; docs/security.md says whose): {len(wild)}: {wild}")
 
     assert cli("serve", "-i", inv, "--stop").returncode == 0
     assert all(vllm_procs(n) == [] for n in sb.nodes)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import yaml
 
+from bootstrap.sandbox.cluster import NETWORK
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -74,3 +76,55 @@ def write_inventory(src, dst, mutate):
     mutate(doc)
     Path(dst).write_text(yaml.safe_dump(doc))
     return str(dst)
+
+
+#: Connects to every (ip, port) given as ip=port,port,... and prints "ip port open|refused|<error>".
+_SCAN = r"""
+import concurrent.futures as cf, socket, sys
+targets = [(h, int(p)) for a in sys.argv[1:] for h, ps in [a.split("=")] for p in ps.split(",") if p]
+def probe(t):
+    s = socket.socket(socket.AF_INET6 if ":" in t[0] else socket.AF_INET)
+    s.settimeout(3)
+    try:
+        s.connect(t)
+        return t, "open"
+    except ConnectionRefusedError:
+        return t, "refused"
+    except OSError as e:
+        return t, type(e).__name__
+    finally:
+        s.close()
+with cf.ThreadPoolExecutor(32) as ex:
+    for (h, p), r in ex.map(probe, targets):
+        print(h, p, r)
+"""
+
+
+def listeners(node):
+    """(bind address, port) of every TCP socket listening on the node (the host's network namespace)."""
+    out = on_node(node, "ss", "-ltnH").stdout
+    found = []
+    for line in out.splitlines():
+        local = line.split()[3]
+        addr, _, port = local.rpartition(":")
+        found.append((addr.strip("[]"), int(port)))
+    return found
+
+
+def stranger_scan(nodes, network=NETWORK):
+    """From a container on the sandbox network that is no member of the cluster, try every port each
+    node listens on (except loopback-only ones): {(ip, port): "open" | "refused" | error}."""
+    args = []
+    for n in nodes:
+        ports = sorted({p for a, p in listeners(n) if not a.startswith("127.") and a != "::1"})
+        args.append(f"{n.ip}=" + ",".join(map(str, ports)))
+    image = subprocess.run(["docker", "inspect", "--format", "{{.Config.Image}}", nodes[0].container],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    r = subprocess.run(["docker", "run", "--rm", "--network", network, "--entrypoint", "python3", image,
+                        "-c", _SCAN, *args], capture_output=True, text=True, timeout=120, check=True)
+    return {(ip, int(port)): res for ip, port, res in (ln.split() for ln in r.stdout.splitlines())}
+
+
+def nft_ruleset(node):
+    """The node's whole nftables ruleset without counters (`nft -s`): compare before and after."""
+    return on_node(node, "nft", "-s", "list", "ruleset").stdout

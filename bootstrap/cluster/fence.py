@@ -1,0 +1,304 @@
+"""The fence and Ray's token: what keeps strangers off the cluster's ports. Pure; no I/O.
+
+Most of what a cluster listens on cannot be bound to the data-plane IP (measured on Ray 2.60:
+the GCS, the raylet's two ports, the dashboard agent's gRPC and metrics ports and the head's
+autoscaler and dashboard metrics listen on 0.0.0.0 whatever --node-ip-address says; torch's
+rendezvous in vLLM's native multi-node mode listens on every interface; docs/security.md has the
+table). With `--network host` those are the host's ports, on every interface it has.
+
+So `up` puts a fence on every host: an nftables table of ours (``inet bootstrap_<cluster>``, one
+base chain on the input hook) that rejects new TCP connections to the cluster's ports unless they
+come from a member (any host of the inventory, by data-plane IP and SSH address), from the
+controller (the address the host sees our SSH session come from), from loopback, or from a network
+the user allows (`cluster.fence_allow`). The cluster's ports are the fixed ones bootstrap sets,
+Ray's client and worker ranges, the rendezvous ports `serve` picks from, and the host's ephemeral
+range, where the kernel puts every port Ray, vLLM, torch and NIXL open without a fixed number.
+Never fenced: the host's SSH port and the served endpoint (the head's vLLM port, or in a fleet the
+router's). The table only rejects: it never accepts what another table of the host drops, and it
+touches no other rule. `down` deletes it.
+
+Ray's token: with `cluster.ray_auth: token` (the default where Ray runs) every node container runs
+with RAY_AUTH_MODE=token and reads the cluster's token from a file mounted read-only from the host
+(RAY_AUTH_TOKEN_PATH), kept 0600 in the SSH user's home; the value is never on a command line, in a
+log or in `docker inspect`.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+
+from bootstrap.model import NATIVE_COORD_PORT, NATIVE_MASTER_PORT
+
+if TYPE_CHECKING:
+    from bootstrap.model import Host, Inventory
+
+#: `ray start`'s Ray client server port and its worker port range (Ray's defaults: 10001, 10002-19999).
+RAY_PORT_RANGE = (10001, 19999)
+#: The ports `serve` picks torch's rendezvous from in vLLM's native multi-node mode (serve.run).
+MASTER_PORT_RANGE = (29500, 29899)
+#: Where the token lives in the node container (a read-only bind mount of the host's file).
+TOKEN_IN_CONTAINER = "/run/bootstrap/ray-auth-token"
+#: The host's copy, under the SSH user's home.
+TOKEN_DIR = ".bootstrap"
+#: The kernel's default ephemeral range, when the host does not say.
+DEFAULT_EPHEMERAL = (32768, 60999)
+
+_SCRIPT = r"""
+printf 'home=%s\n' "$HOME"
+set -- $SSH_CLIENT
+printf 'client=%s\nsshd_port=%s\n' "$1" "$3"
+printf 'uid=%s\n' "$(id -u)"
+if command -v nft >/dev/null 2>&1; then echo nft=yes; else echo nft=no; fi
+if [ "$(id -u)" != 0 ] && sudo -n true >/dev/null 2>&1; then echo sudo=yes; else echo sudo=no; fi
+printf 'ephemeral=%s\n' "$(cat /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)"
+f="$HOME/@DIR@/@NAME@/ray-auth-token"
+if [ -s "$f" ]; then printf 'token=%s\n' "$(sha256sum < "$f" | cut -c1-16)"; else echo token=; fi
+"""
+
+
+def guard_facts_cmd(cluster_name: str) -> tuple[str, ...]:
+    """One command: the facts the fence and the token need (read by parse_guard)."""
+    return ("sh", "-c", _SCRIPT.replace("@DIR@", TOKEN_DIR).replace("@NAME@", cluster_name))
+
+
+@dataclass(frozen=True)
+class GuardFacts:
+    #: the SSH user's home (where the token file lives)
+    home: str | None = None
+    #: the controller's address as this host sees our SSH session (SSH_CLIENT; a jump host's when
+    #: we come through one)
+    client: str | None = None
+    #: the port sshd took our session on (never fenced)
+    sshd_port: int | None = None
+    root: bool = False
+    #: `sudo -n` works (when not root)
+    sudo: bool = False
+    nft: bool = False
+    #: net.ipv4.ip_local_port_range
+    ephemeral: tuple[int, int] = DEFAULT_EPHEMERAL
+    #: the first 16 hex digits of the token file's sha256 ("" when the host has none)
+    token: str = ""
+
+
+def parse_guard(out: str) -> GuardFacts:
+    kv = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    eph = DEFAULT_EPHEMERAL
+    nums = [int(x) for x in kv.get("ephemeral", "").split() if x.isdigit()]
+    if len(nums) == 2 and 0 < nums[0] <= nums[1] <= 65535:
+        eph = (nums[0], nums[1])
+    port = kv.get("sshd_port", "")
+    client = kv.get("client", "").strip()
+    return GuardFacts(home=kv.get("home") or None, client=_ip_or_none(client),
+                      sshd_port=int(port) if port.isdigit() and 0 < int(port) < 65536 else None,
+                      root=kv.get("uid") == "0", sudo=kv.get("sudo") == "yes", nft=kv.get("nft") == "yes",
+                      ephemeral=eph, token=kv.get("token", "").strip())
+
+
+def _ip_or_none(text: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(text.split("%", 1)[0]))
+    except ValueError:
+        return None
+
+
+# -- Ray's token ------------------------------------------------------------------------------
+
+def token_dir(home: str, cluster_name: str) -> str:
+    return f"{home.rstrip('/')}/{TOKEN_DIR}/{cluster_name}"
+
+
+def token_path(home: str, cluster_name: str) -> str:
+    return f"{token_dir(home, cluster_name)}/ray-auth-token"
+
+
+def token_digest(token: str) -> str:
+    import hashlib
+    return hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
+def write_token_cmd(home: str, cluster_name: str) -> tuple[str, ...]:
+    """Write stdin to the token file, 0600 in a 0700 directory, replaced whole (the value is never in argv)."""
+    d = token_dir(home, cluster_name)
+    return ("sh", "-c", 'umask 077 && mkdir -p "$1" && chmod 700 "$1" && cat > "$1/.ray-auth-token.new" '
+            '&& mv -f "$1/.ray-auth-token.new" "$1/ray-auth-token"', "sh", d)
+
+
+def read_token_cmd(home: str, cluster_name: str) -> tuple[str, ...]:
+    return ("cat", token_path(home, cluster_name))
+
+
+def remove_token_cmd(home: str, cluster_name: str) -> tuple[str, ...]:
+    d = token_dir(home, cluster_name)
+    return ("sh", "-c", 'rm -f "$1/ray-auth-token" "$1/.ray-auth-token.new" && rmdir "$1" 2>/dev/null; true',
+            "sh", d)
+
+
+def ray_auth_on(inv: Inventory) -> bool:
+    return inv.cluster.ray_auth == "token" and inv.cluster.runtime == "ray"
+
+
+# -- the fence --------------------------------------------------------------------------------
+
+def table_name(inv: Inventory) -> str:
+    """Our nftables table: ``bootstrap_`` and the cluster's name ('-' is not allowed in nft names;
+    cluster names have no '_', so two clusters never share a table)."""
+    return "bootstrap_" + inv.cluster.name.replace("-", "_")
+
+
+def endpoint_ports(inv: Inventory, host: Host) -> tuple[int, ...]:
+    """The ports of `host` open to everyone: the served endpoint where it runs (a fleet's router, set
+    by fleet.plan.replica_inventory; else the head's vLLM API)."""
+    c = inv.cluster
+    if c.fence_endpoint is not None:
+        name, port = c.fence_endpoint
+        return (port,) if host.name == name else ()
+    return (c.ports.vllm,) if host.is_head else ()
+
+
+def cluster_ports(inv: Inventory) -> set[int]:
+    """Every fixed port bootstrap makes a container listen on."""
+    c = inv.cluster
+    p = c.ports
+    return {p.ray_gcs, p.dashboard, p.vllm, p.ray_metrics, p.image_copy, p.kv_transfer,
+            c.router.port, c.router.metrics_port, c.monitor.port, c.monitor.node_exporter_port,
+            NATIVE_MASTER_PORT, NATIVE_COORD_PORT}
+
+
+Range = tuple[int, int]
+
+
+def _merge(ranges: Iterable[Range]) -> list[Range]:
+    out: list[Range] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _minus(ranges: Sequence[Range], holes: Iterable[int]) -> list[Range]:
+    out = list(ranges)
+    for port in sorted(set(holes)):
+        nxt: list[Range] = []
+        for lo, hi in out:
+            if lo <= port <= hi:
+                if lo < port:
+                    nxt.append((lo, port - 1))
+                if port < hi:
+                    nxt.append((port + 1, hi))
+            else:
+                nxt.append((lo, hi))
+        out = nxt
+    return out
+
+
+def fenced_ranges(inv: Inventory, host: Host, facts: GuardFacts) -> list[Range]:
+    """The TCP ports of `host` that only members may open: the cluster's fixed ports, Ray's client
+    and worker ranges, the rendezvous range and the host's ephemeral range, less its SSH port(s)
+    and its endpoint."""
+    ranges = [(p, p) for p in cluster_ports(inv)] + [RAY_PORT_RANGE, MASTER_PORT_RANGE, facts.ephemeral]
+    ssh = {facts.sshd_port or 22, host.ssh.port or 22}
+    return _minus(_merge(ranges), ssh | set(endpoint_ports(inv, host)))
+
+
+def members(inv: Inventory, facts: Mapping[str, GuardFacts]) -> tuple[list[str], list[str]]:
+    """(IPv4, IPv6) sources admitted: every host's data-plane IP and SSH address (where it is an
+    address), the fleet's other hosts, the controller as each host sees it, cluster.fence_allow."""
+    found: list[str] = []
+    for h in inv.hosts:
+        found += [h.ip, h.ssh.address]
+    found += list(inv.cluster.fence_members) + list(inv.cluster.fence_allow)
+    found += [f.client for f in facts.values() if f.client]
+    v4: set[ipaddress.IPv4Network] = set()
+    v6: set[ipaddress.IPv6Network] = set()
+    for text in found:
+        try:
+            net = ipaddress.ip_network(text.split("%", 1)[0], strict=False)
+        except ValueError:
+            continue  # a DNS name (an SSH address): its data-plane IP is in the set
+        if isinstance(net, ipaddress.IPv6Network) and net.prefixlen == 128 and net[0].ipv4_mapped:
+            net = ipaddress.ip_network(net[0].ipv4_mapped)
+        (v4 if isinstance(net, ipaddress.IPv4Network) else v6).add(net)  # type: ignore[arg-type]
+    return ([str(n) for n in ipaddress.collapse_addresses(v4)] if v4 else [],
+            [str(n) for n in ipaddress.collapse_addresses(v6)] if v6 else [])
+
+
+def _elements(items: Sequence[str]) -> str:
+    return f"elements = {{ {', '.join(items)} }}; " if items else ""
+
+
+def ruleset(inv: Inventory, host: Host, facts: Mapping[str, GuardFacts]) -> str:
+    """The nft script that puts (or replaces, atomically) the fence on `host`."""
+    t = table_name(inv)
+    v4, v6 = members(inv, facts)
+    ports = ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in fenced_ranges(inv, host, facts[host.name]))
+    return "\n".join([
+        f"table inet {t}",
+        f"delete table inet {t}",
+        f"table inet {t} {{",
+        f"  comment \"bootstrap: cluster {inv.cluster.name}'s fence; removed by bootstrap down\"",
+        f"  set members4 {{ type ipv4_addr; flags interval; {_elements(v4)}}}",
+        f"  set members6 {{ type ipv6_addr; flags interval; {_elements(v6)}}}",
+        "  chain input {",
+        "    type filter hook input priority filter; policy accept;",
+        "    iif \"lo\" accept",
+        "    ip saddr @members4 accept",
+        "    ip6 saddr @members6 accept",
+        f"    tcp dport {{ {ports} }} ct state new counter reject with tcp reset",
+        "  }",
+        "}",
+        "",
+    ])
+
+
+def nft_argv(facts: GuardFacts, *args: str) -> tuple[str, ...]:
+    return ("nft", *args) if facts.root or not facts.sudo else ("sudo", "-n", "nft", *args)
+
+
+def install_argv(facts: GuardFacts) -> tuple[str, ...]:
+    """`nft -f -`: the script (ruleset) on stdin, applied as one transaction."""
+    return nft_argv(facts, "-f", "-")
+
+
+def remove_script(inv: Inventory) -> str:
+    """Delete our table whether or not it is there (an empty `table` first makes the delete valid)."""
+    t = table_name(inv)
+    return f"table inet {t}\ndelete table inet {t}\n"
+
+
+def list_argv(inv: Inventory, facts: GuardFacts) -> tuple[str, ...]:
+    return nft_argv(facts, "list", "table", "inet", table_name(inv))
+
+
+def fence_refusal(facts: GuardFacts) -> tuple[str, str] | None:
+    """(what, fix) when the fence cannot be put on this host; None when it can."""
+    if not facts.nft:
+        return ("no `nft` on the host: the fence (cluster.fence) needs nftables",
+                "install nftables (apt-get install nftables), or set cluster.fence: false and fence the "
+                "cluster's ports yourself (docs/security.md lists them)")
+    if not facts.root and not facts.sudo:
+        return ("the SSH user is not root and `sudo -n nft` asks for a password: the fence (cluster.fence) "
+                "needs root",
+                "allow the SSH user passwordless sudo for nft, log in as root, or set cluster.fence: false")
+    return None
+
+
+_COUNTER_RX = re.compile(r"counter packets (\d+) bytes \d+ reject")
+
+
+def rejected(listing: str) -> int | None:
+    """`nft list table`'s count of rejected connection attempts (None: no fence rule in it)."""
+    m = _COUNTER_RX.search(listing)
+    return int(m.group(1)) if m else None
+
+
+def describe(inv: Inventory, host: Host, facts: Mapping[str, GuardFacts]) -> str:
+    """One line for plans and notes: what the fence on `host` closes and to whom it is open."""
+    v4, v6 = members(inv, facts)
+    ports = fenced_ranges(inv, host, facts[host.name])
+    n = sum(hi - lo + 1 for lo, hi in ports)
+    return (f"fence: {n} TCP ports closed to all but {len(v4) + len(v6)} member address(es); open: SSH"
+            + "".join(f", {p}" for p in endpoint_ports(inv, host)))

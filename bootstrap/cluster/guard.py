@@ -1,0 +1,92 @@
+"""Apply the fence and Ray's token over SSH (what bootstrap.cluster.fence plans).
+
+`up` calls `fence_refusals` with the preflight (nothing changed yet), then `put_fences` before any
+container starts and `share_token` before the plan; `down` calls `take_down` after the containers
+are gone. Each remote step is one command per host; the token travels on stdin only.
+"""
+from __future__ import annotations
+
+import secrets as _secrets
+from dataclasses import replace
+from typing import Mapping, Sequence
+
+from bootstrap.cluster import facts as F
+from bootstrap.cluster import fence as FN
+from bootstrap.errors import PreflightFailed
+from bootstrap.model import Host, Inventory
+from bootstrap.remote.fanout import GroupResult
+from bootstrap.remote.session import Session
+
+
+def fence_refusals(inv: Inventory, facts: Mapping[str, F.HostFacts], hosts: Sequence[Host]) -> GroupResult:
+    """host -> PreflightFailed where cluster.fence is on and the fence cannot be put there, else True."""
+    out = GroupResult({h.name: True for h in hosts})
+    if not inv.cluster.fence:
+        return out
+    for h in hosts:
+        g = facts[h.name].guard
+        why = FN.fence_refusal(g) if g is not None else None
+        if why is not None:
+            out[h.name] = PreflightFailed(h.name, *why)
+    return out
+
+
+def put_fences(sess: Session, facts: Mapping[str, F.HostFacts]) -> None:
+    """The fence on every host (replaced whole where it is already), or, with cluster.fence off, a
+    fence of ours left by an earlier `up` removed."""
+    inv = sess.inv
+    guards = {h.name: facts[h.name].guard or FN.GuardFacts() for h in inv.hosts}
+
+    def put(h: Host) -> str:
+        g = guards[h.name]
+        if not inv.cluster.fence:
+            if g.nft and (g.root or g.sudo):
+                sess.ssh[h.name].run_with_input(FN.install_argv(g), [FN.remove_script(inv).encode()], timeout=30)
+            return "off"
+        sess.ssh[h.name].run_with_input(FN.install_argv(g), [FN.ruleset(inv, h, guards).encode()], timeout=30)
+        return FN.describe(inv, h, guards)
+
+    sess.stage("fence", inv.hosts, put)
+
+
+def share_token(sess: Session, facts: dict[str, F.HostFacts]) -> dict[str, F.HostFacts]:
+    """Ray's token on every host: the head's when it has one, else a new one; written where a
+    host's differs. Returns the facts with each host's token digest as it is now."""
+    inv = sess.inv
+    if not FN.ray_auth_on(inv):
+        return facts
+    name = inv.cluster.name
+    head_g = facts[inv.head.name].guard
+    if head_g is None or not head_g.home:
+        raise PreflightFailed(inv.head.name, "its home directory is unknown: Ray's token file cannot be placed",
+                              "set HOME for the SSH user, or set cluster.ray_auth: off")
+    token = ""
+    if head_g.token:
+        token = sess.ssh[inv.head.name].run(FN.read_token_cmd(head_g.home, name), timeout=30).stdout.strip()
+    if not token:
+        token = _secrets.token_hex(32)
+    digest = FN.token_digest(token)
+
+    def write(h: Host) -> None:
+        g = facts[h.name].guard
+        if g is None or not g.home:
+            raise PreflightFailed(h.name, "its home directory is unknown: Ray's token file cannot be placed",
+                                  "set HOME for the SSH user, or set cluster.ray_auth: off")
+        sess.ssh[h.name].run_with_input(FN.write_token_cmd(g.home, name), [token.encode()], timeout=30)
+
+    todo = [h for h in inv.hosts if (facts[h.name].guard or FN.GuardFacts()).token != digest]
+    if todo:
+        sess.stage("ray-token", todo, write)
+    return {n: replace(f, guard=replace(f.guard, token=digest)) if f.guard is not None else f
+            for n, f in facts.items()}
+
+
+def take_down(sess: Session, h: Host) -> None:
+    """Our fence and Ray's token file off one host (each a no-op where it is not there)."""
+    inv = sess.inv
+    s = sess.ssh[h.name]
+    g = FN.parse_guard(s.run(FN.guard_facts_cmd(inv.cluster.name), timeout=30, query=True).stdout)
+    if g.nft and (g.root or g.sudo):
+        s.run_with_input(FN.install_argv(g), [FN.remove_script(inv).encode()], timeout=30)
+    if g.home:
+        s.run(FN.remove_token_cmd(g.home, inv.cluster.name), timeout=30)
