@@ -275,12 +275,19 @@ def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_key
 @accept_keys_option
 @parallel_option
 @json_option
-def status(inventory, parallel, as_json):
+@click.option("--exposure", is_flag=True,
+              help="Instead: every port of the cluster's listening on every host, how it is bound, whether it asks "
+                   "for credentials, and who can reach it (exit 1 when one is open to non-members beyond SSH and "
+                   "the served endpoint).")
+def status(inventory, parallel, as_json, exposure):
     """Show each host's container state and whether Ray sees it (exit 1 if any node is not alive).
 
     Then what `serve` runs (model, endpoint, health, backend, TP/PP, nodes, uptime, KV cache), the
     Ray dashboard address, and the Prometheus address when `monitor up` runs. With replicas: each
     replica's nodes, then each replica as the router sees it (exit 1 unless every one is healthy).
+
+    With --exposure: the cluster's listening sockets as a stranger would meet them (see
+    docs/security.md, "The fence").
 
     Example: bootstrap status -i hosts.yaml --json
     """
@@ -288,6 +295,14 @@ def status(inventory, parallel, as_json):
 
     def go():
         inv = read_inventory(inventory)
+        if exposure:
+            from bootstrap.cluster import guard as GD
+
+            found = GD.exposure_report(inv, parallel=parallel, reporter=LineReporter(quiet=as_json))
+            render.exposure(inv, found, as_json)
+            if any(e.open_beyond for e in found):
+                sys.exit(int(ExitStatus.ERROR))
+            return
         if inv.cluster.replicas > 1:
             return _status_fleet(inv, parallel, as_json)
         st = A.cluster_status(inv, parallel=parallel, serving=serving_state)

@@ -304,6 +304,37 @@ def status(inv, st, as_json: bool) -> None:
         out.print(line)
 
 
+def exposure(inv, found, as_json: bool) -> None:
+    """`status --exposure`: each listening socket of the cluster's, then one line: what is open beyond
+    SSH and the endpoint."""
+    beyond = [e for e in found if e.open_beyond]
+    if as_json:
+        _json({"listeners": [dict(host=e.host, address=e.address, port=e.port, what=e.what, bind=e.bind,
+                                  auth=e.auth, reach=e.reach, expected=e.expected, open_beyond=e.open_beyond)
+                             for e in found],
+               "fence": inv.cluster.fence, "open_beyond": len(beyond)})
+        return
+    t = Table(title=f"cluster {_escape(inv.cluster.name)}: listening ports")
+    for col in ("host", "address", "port", "what", "bind", "auth", "reachable by"):
+        t.add_column(col)
+    colour = {"anyone": "red", "unknown": "red", "members": "green", "this host": "green"}
+    for e in found:
+        reach = e.reach + (" (by design)" if e.expected and e.reach == "anyone" else "")
+        style = "yellow" if e.expected and e.reach == "anyone" else colour[e.reach]
+        t.add_row(_escape(e.host), _escape(e.address), str(e.port), _escape(e.what), _escape(e.bind),
+                  _escape(e.auth), f"[{style}]{_escape(reach)}[/]")
+    out.print(t)
+    wild = sum(1 for e in found if e.bind == "all interfaces")
+    if beyond:
+        out.print(f"[red]{len(beyond)} port(s) open to non-members beyond SSH and the endpoint[/]: "
+                  + ", ".join(f"{_escape(e.host)}:{e.port} ({_escape(e.what)})" for e in beyond[:12])
+                  + (f" and {len(beyond) - 12} more" if len(beyond) > 12 else "")
+                  + ("" if inv.cluster.fence else " -- cluster.fence is off"))
+    else:
+        out.print(f"nothing open to non-members beyond SSH and the endpoint ({len(found)} listening socket(s), "
+                  f"{wild} on all interfaces, fenced)")
+
+
 def fleet_status(inv, groups, fs, as_json: bool) -> None:
     """`status` with replicas: each group's nodes, each replica as the router sees it, the endpoint
     and each group's Ray dashboard."""

@@ -154,6 +154,8 @@ def endpoint_ports(inv: Inventory, host: Host) -> tuple[int, ...]:
     if c.fence_endpoint is not None:
         name, port = c.fence_endpoint
         return (port,) if host.name == name else ()
+    if c.replicas > 1:  # the whole fleet's inventory: the router's host (fleet.plan.router_host)
+        return (c.router.port,) if host.name == (c.router.host or inv.replicas[0][0].name) else ()
     return (c.ports.vllm,) if host.is_head else ()
 
 
@@ -162,7 +164,7 @@ def cluster_ports(inv: Inventory) -> set[int]:
     c = inv.cluster
     p = c.ports
     return {p.ray_gcs, p.dashboard, p.vllm, p.ray_metrics, p.image_copy, p.kv_transfer,
-            c.router.port, c.router.metrics_port, c.monitor.port, c.monitor.node_exporter_port,
+            c.router.port, c.router.metrics_port, c.monitor.port, c.monitor.node_exporter_port, c.monitor.dcgm_port,
             NATIVE_MASTER_PORT, NATIVE_COORD_PORT}
 
 
@@ -302,3 +304,152 @@ def describe(inv: Inventory, host: Host, facts: Mapping[str, GuardFacts]) -> str
     n = sum(hi - lo + 1 for lo, hi in ports)
     return (f"fence: {n} TCP ports closed to all but {len(v4) + len(v6)} member address(es); open: SSH"
             + "".join(f", {p}" for p in endpoint_ports(inv, host)))
+
+
+# -- the exposure report (`status --exposure`) ---------------------------------------------------
+
+#: `ss`: every listening TCP socket, numeric, with its process where we may see it (root).
+LISTENERS = ("ss", "-ltnpH")
+
+
+@dataclass(frozen=True)
+class Listener:
+    address: str
+    port: int
+    #: the process name `ss -p` shows ("" where we may not see it)
+    process: str = ""
+
+
+_PROC_RX = re.compile(r'users:\(\("([^"]*)"')
+
+
+def parse_listeners(out: str) -> list[Listener]:
+    """`ss -ltnpH` -> its sockets (lines it cannot read are skipped)."""
+    found: list[Listener] = []
+    for line in out.splitlines():
+        cols = line.split()
+        if len(cols) < 4 or ":" not in cols[3]:
+            continue
+        addr, _, port = cols[3].rpartition(":")
+        if not port.isdigit():
+            continue
+        addr = addr.strip("[]").split("%", 1)[0]
+        m = _PROC_RX.search(line)
+        found.append(Listener(addr, int(port), m.group(1) if m else ""))
+    return found
+
+
+_DPORT_RX = re.compile(r"tcp dport \{([^}]*)\}[^\n]*reject")
+
+
+def parse_fenced(listing: str) -> list[Range] | None:
+    """The port ranges the fence on a host rejects, from `nft list table` (None: no fence there)."""
+    m = _DPORT_RX.search(listing)
+    if m is None:
+        return None
+    out: list[Range] = []
+    for item in m.group(1).replace("\n", " ").split(","):
+        lo, _, hi = item.strip().partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            out.append((int(lo), int(hi or lo)))
+    return out
+
+
+def _names(inv: Inventory) -> dict[int, str]:
+    c = inv.cluster
+    p = c.ports
+    return {p.ray_gcs: "Ray GCS", p.dashboard: "Ray dashboard", p.vllm: "vLLM API", p.ray_metrics: "Ray metrics export",
+            p.image_copy: "image copy", p.kv_transfer: "KV transfer side channel", c.router.port: "router",
+            c.router.metrics_port: "router metrics", c.monitor.port: "Prometheus",
+            c.monitor.node_exporter_port: "node exporter", c.monitor.dcgm_port: "DCGM exporter",
+            RAY_PORT_RANGE[0]: "Ray client server", RAY_AUTOSCALER_METRICS: "Ray autoscaler metrics",
+            RAY_DASHBOARD_METRICS: "Ray dashboard metrics", NATIVE_MASTER_PORT: "torch rendezvous (fleet)",
+            NATIVE_COORD_PORT: "member coordination (fleet)"}
+
+
+#: Ray's defaults for the head's autoscaler and dashboard metrics servers (AUTOSCALER_METRIC_PORT,
+#: DASHBOARD_METRIC_PORT): in the ephemeral range, so fenced there.
+RAY_AUTOSCALER_METRICS = 44217
+RAY_DASHBOARD_METRICS = 44227
+
+#: Ray's gRPC servers: with token authentication they refuse a call without the token.
+RAY_TOKEN_PROCESSES = ("gcs_server", "raylet")
+
+
+@dataclass(frozen=True)
+class Exposure:
+    host: str
+    address: str
+    port: int
+    what: str
+    #: loopback, data-plane, all interfaces, or the address itself
+    bind: str
+    #: what a caller must hold: SSH key, Ray token, API key, or none
+    auth: str
+    #: who can open it: this host (loopback), members (fenced), anyone (who routes to the address),
+    #: unknown (the fence could not be read)
+    reach: str
+    #: SSH or the served endpoint: open to everyone by design
+    expected: bool
+
+    @property
+    def open_beyond(self) -> bool:
+        """Reachable by a non-member though the user did not ask for it."""
+        return self.reach in ("anyone", "unknown") and not self.expected
+
+
+def _bind(address: str, host: Host) -> str:
+    if address in ("0.0.0.0", "*", "::", ""):
+        return "all interfaces"
+    ip = _ip_or_none(address)
+    if ip is not None and ipaddress.ip_address(ip).is_loopback:
+        return "loopback"
+    return "data-plane" if ip == host.ip else address
+
+
+def exposure(inv: Inventory, host: Host, listeners: Sequence[Listener], fenced: list[Range] | None,
+             facts: GuardFacts, *, fence_read: bool = True) -> list[Exposure]:
+    """Each listening socket of the cluster's on `host` (its ports: those the fence covers, the
+    endpoint, SSH): how it is bound, whether it asks for credentials, who can reach it. `fenced`:
+    what the host's fence rejects (parse_fenced; None: no fence); fence_read False: it could not be read."""
+    c = inv.cluster
+    ssh = {facts.sshd_port or 22, host.ssh.port or 22}
+    endpoint = set(endpoint_ports(inv, host))
+    domain = ports_in_ranges(_merge([(p, p) for p in cluster_ports(inv)]
+                                    + [RAY_PORT_RANGE, MASTER_PORT_RANGE, facts.ephemeral]))
+    names = _names(inv)
+    out: list[Exposure] = []
+    seen: set[tuple[str, int]] = set()
+    for ls in listeners:
+        if (ls.address, ls.port) in seen or not (ls.port in ssh or ls.port in endpoint or ls.port in domain):
+            continue
+        seen.add((ls.address, ls.port))
+        bind = _bind(ls.address, host)
+        is_ssh = ls.port in ssh and ls.process in ("sshd", "")
+        what = "SSH" if is_ssh else names.get(ls.port) or (
+            "torch rendezvous" if MASTER_PORT_RANGE[0] <= ls.port <= MASTER_PORT_RANGE[1] else "") \
+            or (ls.process or ("Docker's embedded DNS" if ls.address == "127.0.0.11" else "unnamed port"))
+        if is_ssh:
+            auth = "SSH key"
+        elif c.ray_auth == "token" and c.runtime != "none" and (
+                ls.process in RAY_TOKEN_PROCESSES or (not ls.process and ls.port == c.ports.ray_gcs)):
+            auth = "Ray token"
+        elif ls.port in endpoint and c.router.api_key and c.fence_endpoint is not None:
+            auth = "API key"
+        else:
+            auth = "none"
+        if bind == "loopback":
+            reach = "this host"
+        elif not fence_read:
+            reach = "unknown"
+        elif fenced is not None and any(lo <= ls.port <= hi for lo, hi in fenced):
+            reach = "members"
+        else:
+            reach = "anyone"
+        out.append(Exposure(host.name, ls.address, ls.port, what, bind, auth, reach,
+                            expected=is_ssh or ls.port in endpoint))
+    return sorted(out, key=lambda e: (e.port, e.address))
+
+
+def ports_in_ranges(ranges: Sequence[Range]) -> frozenset[int]:
+    return frozenset(p for lo, hi in ranges for p in range(lo, hi + 1))

@@ -90,3 +90,26 @@ def take_down(sess: Session, h: Host) -> None:
         s.run_with_input(FN.install_argv(g), [FN.remove_script(inv).encode()], timeout=30)
     if g.home:
         s.run(FN.remove_token_cmd(g.home, inv.cluster.name), timeout=30)
+
+
+def exposure_report(inv: Inventory, *, parallel: int, reporter=None) -> list[FN.Exposure]:
+    """`status --exposure`: every listening socket of the cluster's on every host, how it is bound,
+    whether it asks for credentials and who can reach it (fence.exposure). Reads only."""
+    with Session(inv, parallel=parallel, reporter=reporter) as sess:
+        sess.connect()
+
+        def one(h: Host) -> list[FN.Exposure]:
+            s = sess.ssh[h.name]
+            g = FN.parse_guard(s.run(FN.guard_facts_cmd(inv.cluster.name), timeout=30, query=True).stdout)
+            ss = FN.LISTENERS if g.root or not g.sudo else ("sudo", "-n", *FN.LISTENERS)
+            listeners = FN.parse_listeners(s.run(ss, timeout=30, query=True).stdout)
+            fenced, readable = None, True
+            if g.nft and (g.root or g.sudo):
+                r = s.run(FN.list_argv(inv, g), timeout=30, check=False, query=True)
+                fenced = FN.parse_fenced(r.stdout) if r.ok else None
+            elif g.nft:
+                readable = False  # nft is there, but we may not read its rules
+            return FN.exposure(inv, h, listeners, fenced, g, fence_read=readable)
+
+        found = sess.stage("exposure", inv.hosts, one)
+        return [e for h in inv.hosts for e in found[h.name]]

@@ -145,3 +145,57 @@ def test_the_token_is_the_heads_or_a_new_one_written_only_where_it_differs(head_
         assert len(new) == 1 and new != {digest} and new != {""}
     for h in hosts.values():  # the value never on a command line
         assert not any(token in c for c in h.commands)
+
+
+#: `ss -ltnpH` on the sandbox head after `up` and a 3-node `serve` (trimmed), and the fence's rule
+SS_HEAD = """\
+LISTEN 0      4096         0.0.0.0:6379       0.0.0.0:*    users:(("gcs_server",pid=467,fd=9))
+LISTEN 0      4096         0.0.0.0:33025      0.0.0.0:*    users:(("raylet",pid=797,fd=40))
+LISTEN 0      128          0.0.0.0:8080       0.0.0.0:*    users:(("ray::DashboardA",pid=838,fd=12))
+LISTEN 0      128        127.0.0.1:8265       0.0.0.0:*    users:(("python3",pid=503,fd=59))
+LISTEN 0      4096   172.31.240.11:10001      0.0.0.0:*    users:(("python3",pid=502,fd=16))
+LISTEN 0      2048   172.31.240.11:8000       0.0.0.0:*    users:(("vllm",pid=1201,fd=20))
+LISTEN 0      128                *:29866            *:*    users:(("VLLM::Worker_PP",pid=1300,fd=30))
+LISTEN 0      128          0.0.0.0:22         0.0.0.0:*    users:(("sshd",pid=7,fd=3))
+LISTEN 0      128             [::]:22            [::]:*    users:(("sshd",pid=7,fd=4))
+LISTEN 0      4096      127.0.0.11:38927      0.0.0.0:*
+LISTEN 0      128          0.0.0.0:631        0.0.0.0:*    users:(("cupsd",pid=9,fd=4))
+"""
+NFT_LISTING = """\
+table inet bootstrap_sandbox {
+\tchain input {
+\t\ttype filter hook input priority filter; policy accept;
+\t\ttcp dport { 5600, 6379, 8080, 8265, 8476, 9090, 9100, 9400, 10001-19999, 29000,
+\t\t\t    29500-29899, 30000, 32768-60999 } ct state new counter packets 65 bytes 3900 reject with tcp reset
+\t}
+}
+"""
+
+
+def test_the_exposure_report_reads_ss_and_the_fence_and_says_who_reaches_what():
+    inv = cpu_inventory(3)
+    head = inv.hosts[0]
+    fenced = FN.parse_fenced(NFT_LISTING)
+    assert fenced[:2] == [(5600, 5600), (6379, 6379)] and (32768, 60999) in fenced and (10001, 19999) in fenced
+    assert FN.rejected(NFT_LISTING) == 65 and FN.parse_fenced("table inet x {}") is None
+    rows = {(e.address, e.port): e for e in FN.exposure(inv, head, FN.parse_listeners(SS_HEAD), fenced, ROOT)}
+    # not the cluster's: Docker's DNS on loopback outside the cluster's ports, the host's own cupsd
+    assert ("127.0.0.11", 38927) in rows and ("0.0.0.0", 631) not in rows
+    gcs = rows[("0.0.0.0", 6379)]
+    assert (gcs.what, gcs.bind, gcs.auth, gcs.reach, gcs.open_beyond) == (
+        "Ray GCS", "all interfaces", "Ray token", "members", False)
+    assert rows[("0.0.0.0", 33025)].auth == "Ray token" and rows[("0.0.0.0", 8080)].auth == "none"
+    assert rows[("127.0.0.1", 8265)].reach == "this host"
+    rdv = rows[("*", 29866)]
+    assert (rdv.what, rdv.bind, rdv.reach) == ("torch rendezvous", "all interfaces", "members")
+    api = rows[("172.31.240.11", 8000)]
+    assert (api.what, api.bind, api.reach, api.expected, api.open_beyond) == (
+        "vLLM API", "data-plane", "anyone", True, False)
+    assert rows[("::", 22)].expected and rows[("::", 22)].auth == "SSH key"
+    assert not any(e.open_beyond for e in rows.values())
+    # without the fence, everything not on loopback is open to anyone who routes to the host
+    bare = FN.exposure(inv, head, FN.parse_listeners(SS_HEAD), None, ROOT)
+    assert {e.port for e in bare if e.open_beyond} == {6379, 33025, 8080, 10001, 29866}
+    # a fence that could not be read counts as open (fail closed)
+    unread = FN.exposure(inv, head, FN.parse_listeners(SS_HEAD), None, ROOT, fence_read=False)
+    assert {e.reach for e in unread if e.port == 6379} == {"unknown"} and any(e.open_beyond for e in unread)

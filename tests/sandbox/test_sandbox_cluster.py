@@ -22,6 +22,7 @@ from tests.support.sandbox import (
     on_node,
     ray_alive_ids,
     ray_alive_ips,
+    stranger_scan,
     write_inventory,
 )
 
@@ -194,6 +195,27 @@ def test_ray_refuses_a_client_without_the_token_and_the_token_rests_nowhere_in_d
     for n in cluster.nodes:
         found = on_node(n, "grep", "-rlF", token, "/var/lib/docker", check=False)
         assert found.returncode == 1 and not found.stdout, f"{n.name}: the token is in {found.stdout}"
+
+
+def test_without_the_fence_a_stranger_reaches_ray_and_the_exposure_report_says_so(cluster, tmp_path):
+    """cluster.fence: false takes our table off (nothing else); `status --exposure` then names what a
+    non-member reaches and exits 1, and a stranger's connection to Ray's GCS goes through. With the
+    fence back, the report exits 0 and the same connection is refused."""
+    n1 = cluster.nodes[0]
+    open_inv = write_inventory(cluster.inventory, tmp_path / "open.yaml", lambda d: d["cluster"].update(fence=False))
+    assert cli("up", "-i", open_inv).returncode == 0
+    assert "bootstrap_sandbox" not in on_node(n1, "nft", "list", "tables").stdout
+    r = cli("status", "-i", open_inv, "--exposure", "--json")
+    assert r.returncode == 1, r.stderr
+    rows = json.loads(r.stdout)["listeners"]
+    gcs = next(x for x in rows if x["host"] == n1.name and x["port"] == 6379)
+    assert (gcs["bind"], gcs["auth"], gcs["reach"], gcs["open_beyond"]) == (
+        "all interfaces", "Ray token", "anyone", True)
+    assert stranger_scan([n1])[(n1.ip, 6379)] == "open"
+    assert cli("up", "-i", str(cluster.inventory)).returncode == 0
+    fenced = cli("status", "-i", str(cluster.inventory), "--exposure")
+    assert fenced.returncode == 0 and "nothing open to non-members beyond SSH and the endpoint" in fenced.stdout
+    assert stranger_scan([n1])[(n1.ip, 6379)] == "refused"
 
 
 def test_second_up_changes_nothing(cluster):

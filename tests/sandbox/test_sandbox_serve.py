@@ -103,6 +103,15 @@ def test_serve_with_no_flags_on_three_nodes_plans_from_the_model_and_answers(thr
     opened = sorted(k for k, v in scan.items() if v == "open")
     assert opened == sorted([(n.ip, 22) for n in sb.nodes] + [(sb.nodes[0].ip, 8000)]), scan
     assert all(v == "refused" for k, v in scan.items() if v != "open"), scan
+    # `status --exposure` says the same as the stranger found: open to anyone are SSH and the endpoint
+    rep = cli("status", "-i", inv, "--exposure", "--json")
+    assert rep.returncode == 0, rep.stderr
+    rows = json.loads(rep.stdout)["listeners"]
+    ips = {n.name: n.ip for n in sb.nodes}
+    said = {(ips[x["host"]], x["port"]) for x in rows if x["reach"] == "anyone"}
+    assert said == set(opened), (said, opened)
+    assert {(ips[x["host"]], x["port"]) for x in rows if x["reach"] == "members"} <= {
+        k for k, v in scan.items() if v == "refused"}
     wild = [(n.name, a, p) for n in sb.nodes for a, p in listeners(n) if a in ("0.0.0.0", "*", "::") and p != 22]
     print(f"wildcard listeners after serve (all fenced; docs/security.md says whose): {len(wild)}: {wild}")
 
