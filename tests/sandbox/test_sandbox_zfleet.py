@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 
 from tests.support.dashboards import DASHBOARD, dashboard_queries
-from tests.support.sandbox import CONTAINER, ROOT, cli, on_node, write_inventory
+from tests.support.sandbox import CONTAINER, ROOT, cli, on_node, stranger_post, stranger_scan, write_inventory
 
 pytestmark = pytest.mark.sandbox
 MODEL = "/opt/models/tiny-llama"
@@ -277,6 +277,21 @@ def test_monitor_scrapes_every_target_counts_every_request_and_feeds_every_panel
     assert rc == 0 and doc["source"].startswith("http://") and doc["window_seconds"] == 60
     assert all(r["up"] for r in doc["replicas"]) and sum(r["req_s"] for r in doc["replicas"]) > 0
     assert all(n["up"] and n["cpu"] is not None and n["mem"] is not None for n in doc["nodes"])
+
+    # The fence with the whole fleet and its monitor up: a stranger on the nodes' network reaches SSH
+    # and the router (which wants the API key), nothing else; `status --exposure` agrees
+    scan = stranger_scan(sb.nodes)
+    router = (sb.nodes[0].ip, 30000)
+    assert sorted(k for k, v in scan.items() if v == "open") == sorted([(n.ip, 22) for n in sb.nodes] + [router])
+    assert all(v == "refused" for v in scan.values() if v != "open"), scan
+    body = json.dumps({"model": MODEL, "prompt": "The quick brown fox", "max_tokens": 4})
+    assert stranger_post(sb.nodes, f"http://{router[0]}:{router[1]}/v1/completions", body) == 401
+    rep = cli("status", "-i", inv, "--exposure", "--json")
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    rows = json.loads(rep.stdout)["listeners"]
+    assert {(x["host"], x["port"]) for x in rows if x["reach"] == "anyone"} == {
+        *[(n.name, 22) for n in sb.nodes], (sb.nodes[0].name, 30000)}
+    assert {x["port"] for x in rows if x["host"] == sb.nodes[0].name and x["reach"] == "members"} >= {9090, 9100, 8000}
 
     r = cli("monitor", "down", "-i", inv, "--purge")
     assert r.returncode == 0, r.stderr[-2000:]

@@ -128,3 +128,23 @@ def stranger_scan(nodes, network=NETWORK):
 def nft_ruleset(node):
     """The node's whole nftables ruleset without counters (`nft -s`): compare before and after."""
     return on_node(node, "nft", "-s", "list", "ruleset").stdout
+
+
+_POST = r"""
+import sys, urllib.error, urllib.request
+req = urllib.request.Request(sys.argv[1], sys.argv[2].encode(), {"Content-Type": "application/json"})
+try:
+    print(urllib.request.urlopen(req, timeout=60).status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+"""
+
+
+def stranger_post(nodes, url, body, network=NETWORK):
+    """POST `body` (JSON text) to `url` from a container on the sandbox network that is no member of
+    the cluster, without credentials: the HTTP status it gets."""
+    image = subprocess.run(["docker", "inspect", "--format", "{{.Config.Image}}", nodes[0].container],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    r = subprocess.run(["docker", "run", "--rm", "--network", network, "--entrypoint", "python3", image,
+                        "-c", _POST, url, body], capture_output=True, text=True, timeout=120, check=True)
+    return int(r.stdout.strip())
