@@ -17,6 +17,7 @@ from bootstrap.cli import render
 from bootstrap.cli.params import (
     SECONDS,
     FilePath,
+    PassThrough,
     Seconds,
     accept_keys_option,
     check_command_words,
@@ -527,7 +528,7 @@ def logs(inventory, hosts, only, groups, since, follow, tail, parallel, as_json)
 
 
 # -- serve ---------------------------------------------------------------------------------------
-@main.command(context_settings={"ignore_unknown_options": True})
+@main.command(cls=PassThrough, context_settings={"ignore_unknown_options": True})
 @inventory_option
 @accept_keys_option
 @parallel_option
@@ -650,7 +651,7 @@ def _serve_fleet(inv, model, extra, tp, pp, dp, backend, sync_model, wait, liste
 
 
 # -- rollout -------------------------------------------------------------------------------------
-@main.command(context_settings={"ignore_unknown_options": True})
+@main.command(cls=PassThrough, context_settings={"ignore_unknown_options": True})
 @inventory_option
 @accept_keys_option
 @parallel_option

@@ -232,6 +232,56 @@ def check_png(ctx, param, value: str | None) -> str | None:
 
 # Checks of a command's values together, and against the inventory once it is read.
 
+#: ctx.meta key: the words the user gave before `--` (PassThrough.parse_args).
+BEFORE_DASHDASH = "bootstrap.before_dashdash"
+
+
+class PassThrough(click.Command):
+    """A command whose trailing words go to vLLM after `--`. It keeps the words given before `--`, so
+    that an option-like word there that bootstrap does not know (a misspelt `--tpp`) is refused
+    (check_own_words) rather than forwarded to vLLM and run for real."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[BEFORE_DASHDASH] = tuple(args[:args.index("--")] if "--" in args else args)
+        return super().parse_args(ctx, args)
+
+
+_NUMBER = re.compile(r"-\d+(\.\d*)?")
+
+
+def check_own_words(ctx: click.Context, positional: int, example: str) -> None:
+    """Every word before `--` must be bootstrap's: one of its options (with its value) or one of its
+    `positional` arguments. Anything else is refused with one line naming it (with the option it
+    resembles), before any host is touched: vLLM's flags go after `--` only."""
+    import difflib
+
+    opts: dict[str, click.Option] = {}
+    for p in ctx.command.params:
+        if isinstance(p, click.Option):
+            for o in (*p.opts, *p.secondary_opts):
+                opts[o] = p
+    words = ctx.meta.get(BEFORE_DASHDASH, ())
+    seen, i = 0, 0
+    while i < len(words):
+        w = words[i]
+        i += 1
+        if w.startswith("-") and w != "-" and not _NUMBER.fullmatch(w):
+            flag = w.split("=", 1)[0]
+            p = opts.get(flag)
+            if p is None and not w.startswith("--") and w[:2] in opts:  # -ihosts.yaml
+                continue
+            if p is None:
+                close = difflib.get_close_matches(flag, [o for o in opts if o.startswith("--")], n=1, cutoff=0.75)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise click.UsageError(f"no such option: {flag}{hint}; options for vLLM go after --, e.g. {example}")
+            if not (p.is_flag or p.count) and "=" not in w:
+                i += 1  # its value
+            continue
+        seen += 1
+        if seen > positional:
+            raise click.UsageError(f"unexpected argument {w!r}: arguments for vLLM go after --, e.g. {example}")
+
+
 def check_serve_args(ctx: click.Context, model: str | None, extra: tuple[str, ...], stop: bool,
                      dry_run: bool) -> None:
     """What serve can refuse from its arguments alone, before reading the inventory."""
@@ -246,7 +296,7 @@ def check_serve_args(ctx: click.Context, model: str | None, extra: tuple[str, ..
         raise click.UsageError("missing MODEL: a Hugging Face id (org/name) or an absolute path inside the "
                                "containers, or --stop")
     if model.startswith("-"):
-        raise click.UsageError(f"no such option: {model} (vLLM flags go after MODEL, or after --)")
+        raise click.UsageError(f"no such option: {model} (vLLM's flags go after MODEL and --)")
     try:
         P.check_model_ref(model)
     except P.ServePlanError as exc:
@@ -260,6 +310,7 @@ def check_serve_args(ctx: click.Context, model: str | None, extra: tuple[str, ..
         P.check_extra(extra)
     except P.ServePlanError as exc:
         raise click.UsageError(str(exc)) from None
+    check_own_words(ctx, 1, "bootstrap serve MODEL -- --max-model-len 4096")
 
 
 def check_parallelism(inv, tp: int | None, pp: int | None, dp: int | None = None, *, ep: bool = False) -> None:
@@ -309,6 +360,9 @@ def check_rollout_args(model: str | None, extra: tuple[str, ...], keep_flags: bo
         P.check_extra(extra)
     except P.ServePlanError as exc:
         raise click.UsageError(str(exc)) from None
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        check_own_words(ctx, 0, "bootstrap rollout -- --max-model-len 4096")
 
 
 def check_hosts(inv, hosts: tuple[str, ...]) -> None:
