@@ -143,9 +143,24 @@ def _build_hosts(
     return tuple(hosts)
 
 
+def _jump_target(jump: str) -> tuple[str, int]:
+    """A jump host `[user@]host[:port]` (host possibly `[IPv6]`) as (host lowercased, port)."""
+    hostport = jump.rsplit("@", 1)[-1]
+    if hostport.startswith("["):
+        host, _, rest = hostport[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif hostport.count(":") == 1:
+        host, port = hostport.split(":")
+    else:
+        host, port = hostport, ""
+    ip = _parse_ip(host)
+    return (str(_canonical_ip(ip)) if ip else host.lower(), int(port) if port.isdigit() else 22)
+
+
 def _identities(specs: list[_HostSpec], defaults: _SSHDefaults) -> None:
     """Names, SSH targets (address and port) and data-plane IPs are unique; sets values["ip"]."""
-    names: dict[str, str] = {}
+    names: dict[str, str] = {}  # lowercase name -> where it was first given
+    names_as_given: set[str] = set()
     targets: dict[tuple[Any, int], str] = {}
     ips: dict[_IP, str] = {}  # canonical: ::ffff:10.0.0.1 is 10.0.0.1, 2001:0db8::1 is 2001:db8::1
     for spec in specs:
@@ -153,9 +168,12 @@ def _identities(specs: list[_HostSpec], defaults: _SSHDefaults) -> None:
             if not spec.given(required):
                 spec.where(required).fail(f"required: {what}")
         name, address = spec.values["name"], spec.values["address"]
-        if name in names:
-            spec.where("name").fail(f"{_quote(name)} is already the name of {names[name]}")
-        names[name] = spec.loc.field or name
+        if name.lower() in names:
+            # names end up in container names, labels, file names and hosts' DNS, where case may not count
+            same = "is already" if name in names_as_given else "differs only in case from"
+            spec.where("name").fail(f"{_quote(name)} {same} the name of {names[name.lower()]}")
+        names[name.lower()] = spec.loc.field or name
+        names_as_given.add(name)
         port = spec.values.get("port") or defaults.values.get("port") or 22
         address_ip = _parse_ip(address)
         target = (_canonical_ip(address_ip) if address_ip else address.lower(), port)
@@ -164,6 +182,10 @@ def _identities(specs: list[_HostSpec], defaults: _SSHDefaults) -> None:
                 f"{address} (port {port}) is already the address of {targets[target]}"
             )
         targets[target] = name
+        jump = spec.values.get("jump") or defaults.values.get("jump")
+        if jump and _jump_target(jump) == (str(target[0]), port):
+            spec.where("jump" if spec.given("jump") else "address").fail(
+                f"{address} would jump through itself ({_quote(jump)}): give a bastion other than the host")
         if spec.given("ip"):
             ip = spec.values["ip"]
         elif address_ip is not None:

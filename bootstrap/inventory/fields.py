@@ -424,7 +424,27 @@ def _dashboard_host(value: Any, loc: _Loc) -> str:
     return str(ip)
 
 
+#: Variable names that hold credentials: their values belong in the caller's environment, named
+#: under cluster.secrets, never in the inventory file (kept at rest, copied, committed).
+_CREDENTIAL_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIALS?|(API|ACCESS|SECRET|PRIVATE)_?KEY)$",
+                              re.IGNORECASE)
+#: Values that are credentials whatever their name: Hugging Face, OpenAI-style, GitHub, GitLab, Slack
+#: tokens, AWS access key IDs, JWTs.
+_CREDENTIAL_VALUE = re.compile(
+    r"(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"|glpat-[A-Za-z0-9_-]{16,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}"
+    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+)")
+
+
+def looks_like_credential(text: str) -> bool:
+    """A value that is a credential by its form (_CREDENTIAL_VALUE), anywhere in the text."""
+    return bool(_CREDENTIAL_VALUE.search(text))
+
+
 def _env_name(value: Any, loc: _Loc) -> str:
+    if isinstance(value, str) and looks_like_credential(value):
+        loc.fail("this is a credential, not the name of a variable: list the variable that holds it (e.g. "
+                 "HF_TOKEN) and set that in your environment")
     if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
         shown = _quote(value) if isinstance(value, str) else _describe(value)
         loc.fail(
@@ -438,6 +458,8 @@ def _env_name(value: Any, loc: _Loc) -> str:
 #: env nor secrets may set them.
 _PLAN_ENV = {
     "VLLM_HOST_IP": "VLLM_HOST_IP is set by bootstrap from each host's ip; set the host's ip instead",
+    **{k: f"{k} is set by bootstrap from cluster.ray_auth (the token is made per cluster and kept as a file); "
+          "set cluster.ray_auth instead" for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")},
 }
 
 
@@ -456,6 +478,9 @@ def _env(value: Any, loc: _Loc) -> dict[str, tuple[str, _Loc]]:
         text = str(raw)
         if "\x00" in text:
             vloc.fail("must not contain a NUL character")
+        if _CREDENTIAL_NAME.search(name) or looks_like_credential(text):
+            vloc.fail(f"{name} holds a credential: the inventory file would keep it at rest; list {name} under "
+                      "cluster.secrets and set it in your environment instead (its value is never shown)")
         out[name] = (text, vloc)
     return out
 
@@ -731,8 +756,12 @@ def _cluster(
                 item_loc.fail(f"{name} is not set in your environment")
             if not environ[name]:
                 item_loc.fail(f"{name} is set but empty in your environment")
+            if _BREAKS_ENV_FILE.search(environ[name]):
+                item_loc.fail(_BROKEN_SECRET.format(name=name))
             secrets.append(Secret(name, environ[name]))
     elif environ.get("HF_TOKEN") and "HF_TOKEN" not in env:
+        if _BREAKS_ENV_FILE.search(environ["HF_TOKEN"]):
+            loc.sub("secrets").fail(_BROKEN_SECRET.format(name="HF_TOKEN"))
         secrets.append(Secret("HF_TOKEN", environ["HF_TOKEN"]))
     secret_names = {s.name for s in secrets}
     for name, (_, vloc) in env.items():
@@ -757,6 +786,12 @@ def _cluster(
     }
     return cluster, defaults, facts
 
+
+#: A secret's value goes into a container's env file, one NAME=value per line: a newline or CR would
+#: end it and start another variable, a NUL would cut it.
+_BREAKS_ENV_FILE = re.compile(r"[\n\r\x00]")
+_BROKEN_SECRET = ("{name} in your environment contains a newline, carriage return or NUL: it would not reach the "
+                  "containers whole (and a newline would add a variable); fix the value (its value is never shown)")
 
 _SECRET_IN_ENV = (
     "{name} is a secret (cluster.secrets): its value comes from your environment,"

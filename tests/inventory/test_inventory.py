@@ -655,7 +655,7 @@ def test_invalid_images(tmp_path, image):
 
 @pytest.mark.parametrize(
     "jump",
-    ["bastion", "ops@bastion", "ops@bastion.example.com:2222", "10.0.0.1:22", "[fd00::1]:22"],
+    ["bastion", "ops@bastion", "ops@bastion.example.com:2222", "10.0.0.9:22", "[fd00::1]:22", "10.0.0.1:2222"],
 )
 def test_valid_jumps(tmp_path, jump):
     text = one_cpu_host(f"ssh: {{jump: '{jump}'}}")
@@ -668,6 +668,52 @@ def test_valid_jumps(tmp_path, jump):
 def test_invalid_jumps(tmp_path, jump):
     text = one_cpu_host(f"ssh: {{jump: '{jump}'}}")
     assert error(tmp_path, text).field == "cluster.ssh.jump"
+
+
+@pytest.mark.parametrize("jump", ["10.0.0.1", "root@10.0.0.1:22", "[10.0.0.1]:22", "ops@[::ffff:10.0.0.1]"])
+def test_a_host_that_jumps_through_itself_is_refused(tmp_path, jump):
+    err = error(tmp_path, f"cluster: {{accelerator: none}}\nhosts: [{{name: a, address: 10.0.0.1, jump: '{jump}'}}]\n")
+    assert err.field == "hosts[0].jump" and "would jump through itself" in str(err)
+    err = error(tmp_path, one_cpu_host(f"ssh: {{jump: '{jump}'}}"))  # the cluster's default, for this host
+    assert err.field == "hosts[0].address" and "would jump through itself" in str(err)
+
+
+def test_host_names_that_differ_only_in_case_are_refused(tmp_path):
+    text = "cluster: {accelerator: none}\nhosts: [{name: gpu-a, address: 10.0.0.1}, {name: GPU-A, address: 10.0.0.2}]\n"
+    err = error(tmp_path, text)
+    assert err.field == "hosts[1].name" and "differs only in case from the name of hosts[0]" in str(err)
+
+
+@pytest.mark.parametrize("name,value", [
+    ("HF_TOKEN", "hf_abcdefghijklmnopqrstuvwxyz"), ("WANDB_API_KEY", "0123456789abcdef"), ("DB_PASSWORD", "x"),
+    ("MY_SETTING", "sk-proj-abcdefghijklmnop1234"), ("OTHER", "ghp_abcdefghijklmnopqrstuvwxyz0123"),
+    ("URL", "https://u:eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.sig@example.com")])
+def test_a_credential_in_the_inventory_is_refused_without_showing_it(tmp_path, name, value):
+    for where in ("cluster", "host"):
+        env = f"env: {{{name}: '{value}'}}"
+        text = (one_cpu_host(env) if where == "cluster"
+                else f"cluster: {{accelerator: none}}\nhosts: [{{name: a, address: 10.0.0.1, {env}}}]\n")
+        err = error(tmp_path, text)
+        assert f"{name} holds a credential" in str(err) and "cluster.secrets" in str(err)
+        assert value not in str(err) and value[:6] not in str(err).replace(name, "")
+
+
+def test_credential_like_names_that_are_settings_pass(tmp_path):
+    inv = load(tmp_path, one_cpu_host("env: {TOKENIZERS_PARALLELISM: 'false', TOKEN_BUCKET_SIZE: '4', "
+                                      "NCCL_IB_TIMEOUT: '22', KEY_FILE_DIR: /k}"))
+    assert dict(inv.cluster.env)["TOKENIZERS_PARALLELISM"] == "false"
+
+
+@pytest.mark.parametrize("name", ["RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"])
+def test_rays_token_settings_are_bootstraps(tmp_path, name):
+    err = error(tmp_path, one_cpu_host(f"env: {{{name}: disabled}}"))
+    assert f"{name} is set by bootstrap from cluster.ray_auth" in str(err)
+
+
+def test_a_credential_listed_as_a_secret_name_is_refused_without_showing_it(tmp_path):
+    err = error(tmp_path, one_cpu_host("secrets: ['sk-proj-abcdefghijklmnop1234']"))
+    assert err.field == "cluster.secrets[0]" and "this is a credential, not the name of a variable" in str(err)
+    assert "abcdefghijklmnop" not in str(err)
 
 
 @pytest.mark.parametrize(
@@ -1150,3 +1196,12 @@ def test_image_copy_port_clash_and_peer_copy_type_are_located(tmp_path):
     assert "6379 is also the default ray_gcs port" in str(err)
     err = error(tmp_path, one_cpu_host("peer_copy: sometimes"))
     assert err.field == "cluster.peer_copy"
+
+
+@pytest.mark.parametrize("value", ["hf_abc\nLD_PRELOAD=/tmp/x.so", "tok\r", "a\x00b"])
+def test_a_secret_whose_value_would_break_the_env_file_is_refused_without_showing_it(tmp_path, value):
+    err = error(tmp_path, one_cpu_host("secrets: [MY_TOKEN]"), {"MY_TOKEN": value})
+    assert err.field == "cluster.secrets" and "contains a newline, carriage return or NUL" in str(err)
+    assert "LD_PRELOAD" not in str(err) and "hf_abc" not in str(err)
+    err = error(tmp_path, one_cpu_host(), {"HF_TOKEN": value})  # HF_TOKEN, taken without being listed
+    assert "HF_TOKEN in your environment contains a newline" in str(err)
