@@ -426,8 +426,8 @@ def _dashboard_host(value: Any, loc: _Loc) -> str:
 
 #: Variable names that hold credentials: their values belong in the caller's environment, named
 #: under cluster.secrets, never in the inventory file (kept at rest, copied, committed).
-_CREDENTIAL_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIALS?|(API|ACCESS|SECRET|PRIVATE)_?KEY)$",
-                              re.IGNORECASE)
+_CREDENTIAL_NAME = re.compile(
+    r"(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIALS?|(API|ACCESS|SECRET|PRIVATE)_?KEY)$", re.IGNORECASE)
 #: Values that are credentials whatever their name: Hugging Face, OpenAI-style, GitHub, GitLab, Slack
 #: tokens, AWS access key IDs, JWTs.
 _CREDENTIAL_VALUE = re.compile(
