@@ -420,13 +420,27 @@ def check_extra(extra: Sequence[str], backend: str | None = None) -> tuple[str, 
     return _check_extra(extra, (_OWNED_RAY if backend == "ray" else _OWNED_NATIVE) + _OWNED_DP + _OWNED_EP)
 
 
+#: vLLM flags whose value is a credential: on a command line it is in every node's `ps`, in `docker
+#: inspect` and in logs. vLLM reads each from the environment instead.
+_SECRET_FLAGS = {"--api-key": "VLLM_API_KEY", "--hf-token": "HF_TOKEN"}
+
+
 def _check_extra(extra: Sequence[str], owned: Sequence[str]) -> tuple[str, ...]:
+    from bootstrap.inventory.fields import looks_like_credential
+
     extra = tuple(extra)
     for arg in extra:
         if not isinstance(arg, str):
             raise ServePlanError(f"extra vllm arguments must be strings, got {arg!r}")
         flag = arg.split("=", 1)[0]
         norm = flag if flag in owned else flag.replace("_", "-")
+        if norm in _SECRET_FLAGS:
+            raise ServePlanError(f"{flag} would put a credential on every node's command line (ps, docker inspect, "
+                                 f"logs): list {_SECRET_FLAGS[norm]} under cluster.secrets and set it in your "
+                                 "environment, vLLM reads it from there")
+        if looks_like_credential(arg):
+            raise ServePlanError("an extra vllm argument is a credential (its value is not shown): it would be on "
+                                 "every node's command line; pass it through cluster.secrets")
         if norm in owned:
             raise ServePlanError(f"{flag} is set by the serve plan; do not pass it as an extra vllm argument "
                                  f"(use {_INSTEAD[norm]})")
