@@ -82,16 +82,20 @@ class GuardFacts:
     token: str = ""
 
 
+#: A port number as a host prints it (ASCII digits: str.isdigit() also takes '²', which int() refuses).
+_PORT_RX = re.compile(r"[0-9]{1,5}")
+
+
 def parse_guard(out: str) -> GuardFacts:
     kv = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     eph = DEFAULT_EPHEMERAL
-    nums = [int(x) for x in kv.get("ephemeral", "").split() if x.isdigit()]
+    nums = [int(x) for x in kv.get("ephemeral", "").split() if _PORT_RX.fullmatch(x)]
     if len(nums) == 2 and 0 < nums[0] <= nums[1] <= 65535:
         eph = (nums[0], nums[1])
     port = kv.get("sshd_port", "")
     client = kv.get("client", "").strip()
     return GuardFacts(home=kv.get("home") or None, client=_ip_or_none(client),
-                      sshd_port=int(port) if port.isdigit() and 0 < int(port) < 65536 else None,
+                      sshd_port=int(port) if _PORT_RX.fullmatch(port) and 0 < int(port) < 65536 else None,
                       root=kv.get("uid") == "0", sudo=kv.get("sudo") == "yes", nft=kv.get("nft") == "yes",
                       ephemeral=eph, token=kv.get("token", "").strip())
 
@@ -331,7 +335,7 @@ def parse_listeners(out: str) -> list[Listener]:
         if len(cols) < 4 or ":" not in cols[3]:
             continue
         addr, _, port = cols[3].rpartition(":")
-        if not port.isdigit():
+        if not _PORT_RX.fullmatch(port):
             continue
         addr = addr.strip("[]").split("%", 1)[0]
         m = _PROC_RX.search(line)
@@ -350,7 +354,7 @@ def parse_fenced(listing: str) -> list[Range] | None:
     out: list[Range] = []
     for item in m.group(1).replace("\n", " ").split(","):
         lo, _, hi = item.strip().partition("-")
-        if lo.isdigit() and (not hi or hi.isdigit()):
+        if _PORT_RX.fullmatch(lo) and (not hi or _PORT_RX.fullmatch(hi)):
             out.append((int(lo), int(hi or lo)))
     return out
 

@@ -154,7 +154,7 @@ def _jump_target(jump: str) -> tuple[str, int]:
     else:
         host, port = hostport, ""
     ip = _parse_ip(host)
-    return (str(_canonical_ip(ip)) if ip else host.lower(), int(port) if port.isdigit() else 22)
+    return (str(_canonical_ip(ip)) if ip else host.lower(), int(port) if port.isdigit() and len(port) <= 5 else 22)
 
 
 def _identities(specs: list[_HostSpec], defaults: _SSHDefaults) -> None:

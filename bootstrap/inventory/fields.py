@@ -324,7 +324,7 @@ def _jump(value: Any, loc: _Loc) -> str:
             or _HOSTNAME.fullmatch(host) is not None
             or _parse_ip(host, loc) is not None
         )
-        ok = ok and (port is None or 1 <= int(port) <= 65535)
+        ok = ok and (port is None or (len(port) <= 5 and 1 <= int(port) <= 65535))
     if not ok:
         loc.fail(f"{_quote(value)} is not a jump host: expected [user@]host[:port]")
     return value

@@ -32,6 +32,9 @@ def test_guard_facts_parse_what_the_host_prints_and_survive_garbage():
     assert (odd.home, odd.client, odd.sshd_port, odd.root, odd.sudo, odd.nft, odd.ephemeral, odd.token) == (
         None, None, None, False, True, False, FN.DEFAULT_EPHEMERAL, "")
     assert FN.parse_guard("") == FN.GuardFacts()
+    assert FN.parse_guard("sshd_port=\u00b2\nephemeral=\u00b2 3\n").sshd_port is None  # '²' is a digit to isdigit()
+    assert FN.parse_listeners("LISTEN 0 1 1.2.3.4:\u00b2 x\nLISTEN 0 1 [::1]:99 x\n") == [FN.Listener("::1", 99)]
+    assert FN.parse_fenced("tcp dport { \u00b2, 5-9 } ct state new reject") == [(5, 9)]
 
 
 def test_the_fence_closes_the_cluster_ports_but_never_ssh_or_the_endpoint():

@@ -663,7 +663,8 @@ def test_valid_jumps(tmp_path, jump):
 
 
 @pytest.mark.parametrize(
-    "jump", ["ops@", "@bastion", "bastion:0", "bastion:99999", "a b", "a,b", "-oProxyCommand=x"]
+    "jump", ["ops@", "@bastion", "bastion:0", "bastion:99999", "a b", "a,b", "-oProxyCommand=x",
+             "bastion:" + "9" * 5000]
 )
 def test_invalid_jumps(tmp_path, jump):
     text = one_cpu_host(f"ssh: {{jump: '{jump}'}}")
