@@ -678,7 +678,7 @@ def rollout(inventory, parallel, extra, model, image, keep_flags, max_unavailabl
     """
     from bootstrap.fleet import run as FL
 
-    check_rollout_args(model, extra, keep_flags)
+    check_rollout_args(model, extra, keep_flags, image)
 
     def go():
         inv = read_inventory(inventory)

@@ -347,8 +347,15 @@ def check_parallelism(inv, tp: int | None, pp: int | None, dp: int | None = None
             raise click.UsageError(f"--tp/--pp: {exc}") from None
 
 
-def check_rollout_args(model: str | None, extra: tuple[str, ...], keep_flags: bool) -> None:
-    """What rollout can refuse from its arguments alone, before reading the inventory."""
+def check_rollout_args(model: str | None, extra: tuple[str, ...], keep_flags: bool, image: str | None = None) -> None:
+    """What rollout can refuse from its arguments alone, before reading the inventory: what serve and
+    the inventory would refuse in its place (the model, the vLLM flags, the image reference)."""
+    if image is not None:
+        from bootstrap.inventory.fields import image_problem
+
+        why = image_problem(image)
+        if why is not None:
+            raise click.BadParameter(why, param_hint="--image")
     if keep_flags and extra:
         raise click.UsageError("--keep-flags keeps the flags served now: give no vLLM flags with it")
     if model is not None:

@@ -223,20 +223,29 @@ _IMAGE = re.compile(
 _SHELL_CHARS = set(";|&$`()<>'\"\\*?!{}[]#~")
 
 
-def _image(value: Any, loc: _Loc) -> str:
-    value = _string(value, loc)
+def image_problem(value: str) -> str | None:
+    """Why `value` is not an image reference Docker takes (None: it is one). The inventory's
+    cluster.image and the command line's --image are checked alike."""
+    if not value:
+        return "must not be empty"
     for ch in value:
         if ch.isspace():
-            loc.fail(f"{_quote(value)} is not a valid image reference: it contains whitespace")
+            return f"{_quote(value)} is not a valid image reference: it contains whitespace"
         if ch in _SHELL_CHARS:
-            loc.fail(f"{_quote(value)} is not a valid image reference: it contains {ch!r}")
+            return f"{_quote(value)} is not a valid image reference: it contains {ch!r}"
     name = value.split("@", 1)[0]
     if not _IMAGE.fullmatch(value) or len(name) > 255:
         hint = " (repository names are lowercase)" if any(c.isupper() for c in name) else ""
-        loc.fail(
-            f"{_quote(value)} is not a valid image reference{hint}: expected "
-            "[registry[:port]/]name[:tag][@digest], e.g. vllm/vllm-openai:v0.32.0"
-        )
+        return (f"{_quote(value)} is not a valid image reference{hint}: expected "
+                "[registry[:port]/]name[:tag][@digest], e.g. vllm/vllm-openai:v0.32.0")
+    return None
+
+
+def _image(value: Any, loc: _Loc) -> str:
+    value = _string(value, loc)
+    why = image_problem(value)
+    if why is not None:
+        loc.fail(why)
     return value
 
 
