@@ -350,6 +350,9 @@ def check_parallelism(inv, tp: int | None, pp: int | None, dp: int | None = None
 def check_rollout_args(model: str | None, extra: tuple[str, ...], keep_flags: bool, image: str | None = None) -> None:
     """What rollout can refuse from its arguments alone, before reading the inventory: what serve and
     the inventory would refuse in its place (the model, the vLLM flags, the image reference)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        check_own_words(ctx, 0, "bootstrap rollout -- --max-model-len 4096")
     if image is not None:
         from bootstrap.inventory.fields import image_problem
 
@@ -367,9 +370,6 @@ def check_rollout_args(model: str | None, extra: tuple[str, ...], keep_flags: bo
         P.check_extra(extra)
     except P.ServePlanError as exc:
         raise click.UsageError(str(exc)) from None
-    ctx = click.get_current_context(silent=True)
-    if ctx is not None:
-        check_own_words(ctx, 0, "bootstrap rollout -- --max-model-len 4096")
 
 
 def check_hosts(inv, hosts: tuple[str, ...]) -> None:

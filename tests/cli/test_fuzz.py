@@ -77,7 +77,8 @@ PATHS = [("cluster", "name"), ("cluster", "image"), ("cluster", "env"), ("cluste
          ("cluster", "hf_cache"), ("cluster", "nofile"), ("cluster", "ports"), ("cluster", "dashboard_host"),
          ("cluster", "ray_args"), ("cluster", "gpus_per_node"), ("cluster", "ssh"), ("hosts", 0, "name"),
          ("hosts", 0, "address"), ("hosts", 1, "ip"), ("hosts", 0, "env"), ("hosts", 1, "role"), ("hosts", 0, "gpus"),
-         ("hosts", 1, "jump"), ("hosts",), ("cluster",)]
+         ("hosts", 1, "jump"), ("hosts",), ("cluster",), ("cluster", "fence"), ("cluster", "fence_allow"),
+         ("cluster", "ray_auth"), ("cluster", "router"), ("cluster", "monitor"), ("cluster", "replicas")]
 
 RAW_YAML = st.sampled_from([
     "cluster: {accelerator: none}\nhosts: [{name: !!int abc, address: 192.0.2.1}]\n",
@@ -433,3 +434,49 @@ def test_every_command_and_option_of_the_cli_is_fuzzed():
         assert options <= set(COMMANDS[name]), f"{name}: options not fuzzed: {sorted(options - set(COMMANDS[name]))}"
     assert {"rollout", "top", "bench", "monitor up", "monitor status", "monitor down", "sandbox up",
             "sandbox down"} <= set(found)
+
+
+# -- serve and rollout: what goes to vLLM goes after `--` --------------------------------------------
+
+#: Words a user may put before `--` that are not bootstrap's: vLLM's flags (`=` forms too), misspelt
+#: or shortened spellings of bootstrap's own options, and credentials.
+VLLM_WORDS = ["--max-model-len", "--max-model-len=256", "--enforce-eager", "--tensor-parallel-size=2", "-tp",
+              "--host=0.0.0.0", "--port", "--api-key", "--api-key=sk-abcdefghijklmnopqrstu", "--served-model",
+              "--trust-remote-code", "-O3", "--kv-transfer-config={}"]
+
+
+@st.composite
+def stray_before_dashdash(draw, name):
+    """`bootstrap serve|rollout` with one word before `--` that bootstrap does not know, among its own
+    valid options, and sometimes vLLM's flags after `--`."""
+    own = set(COMMANDS[name])
+    spelled = st.sampled_from(sorted(o for o in own if o.startswith("--")))
+    stray = draw(st.one_of(
+        st.sampled_from(VLLM_WORDS),
+        spelled.map(lambda o: o[:-1]),  # shortened (click takes no abbreviation; vLLM's argparse would)
+        spelled.map(lambda o: o + "s"),
+        spelled.map(lambda o: o.replace("-", "_")),
+        spelled.map(lambda o: o[:2] + o[3:] if len(o) > 4 else o + "x"),  # a letter dropped
+        spelled.map(lambda o: o + "x=1"),
+    ).filter(lambda w: w.split("=", 1)[0] not in own))
+    args = [*name.split(), "-i", str(INVENTORIES["fleet" if name == "rollout" else "ok"])]
+    if name == "serve":
+        args.append("org/name")
+    words = [stray, *draw(st.lists(st.sampled_from(["--dry-run"] if name == "serve" else ["--keep-flags"]),
+                                   max_size=1))]
+    args += draw(st.permutations(words))
+    after = draw(st.lists(st.sampled_from(["--max-model-len", "256", "--enforce-eager"]), max_size=3))
+    return args + (["--", *after] if after or draw(st.booleans()) else []), stray
+
+
+@pytest.mark.parametrize("name", ["serve", "rollout"])
+def test_a_word_before_dashdash_that_bootstrap_does_not_know_is_refused_not_forwarded(name, probe):
+    @PER_COMMAND
+    @given(case=stray_before_dashdash(name))
+    def one(case):
+        args, stray = case
+        probe.clear()
+        r, took = _run(args, probe)
+        assert check_outcome(args, r, took, probe) == "refused", f"{args}: {r.stderr!r}"
+        assert stray.split("=", 1)[0] in r.stderr or "credential" in r.stderr, f"{args}: {r.stderr!r}"
+    one()
