@@ -791,7 +791,7 @@ def bench(inventory, url, model, n_requests, concurrency, max_tokens, prompt, ig
         fleet_inv = None
         if target is None:
             inv = read_inventory(inventory, check_files=False)
-            target = f"http://{inv.head.ip}:{inv.cluster.ports.vllm}"
+            target = "http://" + PL.hostport(inv.head.ip, inv.cluster.ports.vllm)
             if inv.cluster.replicas > 1:
                 from bootstrap.fleet import plan as FP
                 target, fleet_inv = FP.router_url(inv), read_inventory(inventory)

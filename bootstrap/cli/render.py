@@ -418,8 +418,9 @@ def _status_lines(inv, st) -> list[str]:
 def _dashboard_line(label: str, address: str, head) -> str:
     """The Ray dashboard's address, with the `ssh -L` line when it listens on localhost."""
     host, _, port = address.rpartition(":")
-    line = f"{label}: http://{address}"
-    if host.startswith("127."):
+    host = host.strip("[]")
+    line = f"{label}: http://{'[' + host + ']:' + port if ':' in host and not address.startswith('[') else address}"
+    if host.startswith("127.") or host == "::1":
         line += f" on {head.name} ({_ssh_tunnel(head, host, port)})"
     return _escape(line)
 
@@ -445,9 +446,18 @@ def top_without_prometheus(exc: BootstrapError) -> None:
 
 
 def _ssh_tunnel(h, ip: str, port) -> str:
-    """How to open a service on `h` listening on ip:port from this machine."""
+    """How to open a service on `h` listening on ip:port from this machine: the `ssh -L` with the
+    inventory's SSH port, jump host and key (an IPv6 address in brackets, as ssh reads it)."""
     who = f"{h.ssh.user}@{h.ssh.address}" if h.ssh.user else h.ssh.address
-    return f"from here: ssh -L {port}:{ip}:{port} {who}, then http://localhost:{port}"
+    target = f"[{ip}]" if ":" in ip else ip
+    argv = ["ssh", "-L", f"{port}:{target}:{port}"]
+    if h.ssh.port and h.ssh.port != 22:
+        argv += ["-p", str(h.ssh.port)]
+    if h.ssh.jump:
+        argv += ["-J", h.ssh.jump]
+    if h.ssh.key:
+        argv += ["-i", h.ssh.key]
+    return f"from here: {shlex.join([*argv, who])}, then http://localhost:{port}"
 
 
 # -- exec ----------------------------------------------------------------------------------------

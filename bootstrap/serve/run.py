@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from bootstrap.cluster import facts as F
+from bootstrap.cluster import plan as PL
 from bootstrap.cluster import probe
 from bootstrap.cluster import ray as R
 from bootstrap.cluster import runtime as RT
@@ -160,7 +161,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
         P.parallelism(len(order), inv.gpus_per_node, tp, pp, accelerator=c.accelerator)
     port = c.ports.vllm
     host_bind = listen or inv.head.ip
-    url_in = f"http://{inv.head.ip if host_bind in ('0.0.0.0', '::') else host_bind}:{port}"
+    url_in = "http://" + PL.hostport(inv.head.ip if host_bind in ('0.0.0.0', '::') else host_bind, port)
     notes: list[str] = []
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         sess.connect()
