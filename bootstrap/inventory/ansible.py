@@ -163,10 +163,27 @@ def _walk_group(
         _walk_group(child, child_loc, layers, out, active | {id(group)})
 
 
+_SSH_ARGS = ("bootstrap does not pass SSH arguments from the inventory (a ProxyJump or option here would be "
+             "ignored): set all.vars.bootstrap.ssh (jump, port, key), or put it in ~/.ssh/config, which bootstrap "
+             "reads")
+#: Ansible connection variables bootstrap does not honour: set, they would silently do nothing.
+_NOT_HONOURED = {
+    "ansible_ssh_common_args": _SSH_ARGS, "ansible_ssh_extra_args": _SSH_ARGS, "ansible_ssh_args": _SSH_ARGS,
+    "ansible_password": "bootstrap logs in with keys only: remove it and give a key (ansible_ssh_private_key_file)",
+    "ansible_ssh_pass": "bootstrap logs in with keys only: remove it and give a key (ansible_ssh_private_key_file)",
+}
+
+
 def _check_bootstrap_vars(variables: Mapping[Any, Any], loc: _Loc, top: bool) -> None:
     """Ansible ignores variables it does not know; bootstrap_* ones are ours, so a misspelt one
-    would silently do nothing."""
+    would silently do nothing. Ansible's own connection variables that bootstrap does not honour are
+    refused for the same reason, and `ansible_connection` other than ssh."""
     for name in variables:
+        if isinstance(name, str) and name in _NOT_HONOURED:
+            loc.keyname(variables, name).fail(_NOT_HONOURED[name])
+        if name == "ansible_connection" and variables[name] not in ("ssh", "paramiko", None):
+            loc.keyname(variables, name).fail("bootstrap reaches every host over SSH: remove ansible_connection "
+                                              "or set it to ssh")
         if not isinstance(name, str) or not name.startswith("bootstrap"):
             continue
         if name == "bootstrap" and not top:

@@ -633,6 +633,12 @@ def _router(value: Any, loc: _Loc, ports: Ports, replicas: int = 1,
     if value is None and replicas == 1:
         return Router(), None
     values, locs = _check_mapping(value, loc, _ROUTER_FIELDS) if value is not None else ({}, {})
+    if replicas == 1 and values:
+        key = next(iter(values))
+        why = ("does nothing: with cluster.replicas: 1 no router runs and the endpoint would stay open; list "
+               "VLLM_API_KEY under cluster.secrets instead (vLLM asks for it)" if "api_key" in values
+               else f"does nothing with cluster.replicas: 1 (no router runs); remove {loc.field} or set replicas")
+        locs["api_key" if "api_key" in values else key].fail(why)
     router = Router(**values)
     taken = {getattr(ports, name): f"cluster.ports.{name}" for name in _PORT_FIELDS}
     for name in ("port", "metrics_port"):
@@ -783,6 +789,10 @@ def _cluster(
     kwargs["monitor"], monitor_host_loc = _monitor(
         values.get("monitor"), locs.get("monitor", loc.sub("monitor")), kwargs["ports"],
         kwargs["router"] if values.get("replicas", 1) > 1 else None)
+
+    if kwargs["monitor"].dcgm and values.get("accelerator", "gpu") == "none":
+        locs["monitor"].key(_raw(value, "monitor"), "dcgm").fail(
+            "does nothing with accelerator: none (DCGM exports GPU metrics); remove it")
 
     cluster = Cluster(**kwargs)
     facts = {

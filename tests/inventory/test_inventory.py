@@ -527,7 +527,6 @@ def test_ansible_groups_defaults_and_ignored_vars(tmp_path):
                     a:
                       ansible_host: 10.0.0.1
                       ansible_become: true
-                      ansible_ssh_common_args: -o ForwardAgent=yes
                       anything_else: {x: 1}
                     b:
                       ansible_ssh_host: 10.0.0.2
@@ -1206,3 +1205,30 @@ def test_a_secret_whose_value_would_break_the_env_file_is_refused_without_showin
     assert "LD_PRELOAD" not in str(err) and "hf_abc" not in str(err)
     err = error(tmp_path, one_cpu_host(), {"HF_TOKEN": value})  # HF_TOKEN, taken without being listed
     assert "HF_TOKEN in your environment contains a newline" in str(err)
+
+
+def test_router_settings_with_one_replica_are_refused_not_ignored(tmp_path):
+    err = error(tmp_path, one_cpu_host("secrets: [K], router: {api_key: K}"), {"K": "v"})
+    assert err.field == "cluster.router.api_key" and "the endpoint would stay open" in str(err)
+    assert "VLLM_API_KEY under cluster.secrets" in str(err)
+    err = error(tmp_path, one_cpu_host("router: {policy: round_robin}"))
+    assert err.field == "cluster.router.policy" and "does nothing with cluster.replicas: 1" in str(err)
+
+
+@pytest.mark.parametrize("var,value,says", [
+    ("ansible_ssh_common_args", "-o ProxyJump=bastion", "a ProxyJump or option here would be ignored"),
+    ("ansible_ssh_extra_args", "-p 2222", "set all.vars.bootstrap.ssh"),
+    ("ansible_password", "pw", "bootstrap logs in with keys only"),
+    ("ansible_connection", "local", "bootstrap reaches every host over SSH"),
+])
+def test_ansible_connection_settings_bootstrap_does_not_honour_are_refused(tmp_path, var, value, says):
+    for where in ("host", "group"):
+        host_vars = f", {var}: '{value}'" if where == "host" else ""
+        group_vars = f"\n    {var}: '{value}'" if where == "group" else ""
+        text = (f"all:\n  vars:\n    bootstrap: {{accelerator: none}}{group_vars}\n"
+                f"  hosts:\n    a: {{ansible_host: 10.0.0.1{host_vars}}}\n")
+        err = error(tmp_path, text)
+        assert says in str(err) and "pw" not in str(err), (where, str(err))
+    ok = ("all:\n  vars:\n    bootstrap: {accelerator: none}\n"
+          "  hosts:\n    a: {ansible_host: 10.0.0.1, ansible_connection: ssh}\n")
+    assert load(tmp_path, ok).hosts[0].ip == "10.0.0.1"

@@ -74,7 +74,9 @@ def test_one_cluster_without_ray_scrapes_the_head_and_the_nodes(tmp_path):
 
 
 def test_dcgm_on_every_host_when_asked(tmp_path):
-    inv = load(tmp_path, fleet_yaml(n=2, replicas=1, cluster="monitor: {dcgm: true}"))
+    gpu = fleet_yaml(n=2, replicas=1, cluster="monitor: {dcgm: true}").replace(
+        "accelerator: none", "accelerator: gpu\n  gpus_per_node: 8")
+    inv = load(tmp_path, gpu)
     assert [t.address for t in MP.scrape_targets(inv) if t.job == "dcgm"] == ["10.0.0.1:9400", "10.0.0.2:9400"]
     argv = MP.dcgm_run_argv(inv, inv.hosts[1])
     assert "DCGM_EXPORTER_LISTEN=10.0.0.2:9400" in argv and "--gpus" in argv
@@ -150,3 +152,8 @@ def test_exposure_warnings_for_the_monitoring_ports(tmp_path):
     # no public address on the hosts: only b's public data-plane ip itself is named
     quiet = exposure.monitor_warnings(inv, {"a": ("10.0.0.1",), "b": ()}, "a")
     assert [x.split(" (")[0] for x in quiet] == ["b: the node exporter"]
+
+
+def test_dcgm_on_a_cpu_cluster_is_refused_not_ignored(tmp_path):
+    err = error(tmp_path, fleet_yaml(n=2, replicas=1, cluster="monitor: {dcgm: true}"))
+    assert err.field == "cluster.monitor.dcgm" and "does nothing with accelerator: none" in str(err)
