@@ -444,6 +444,11 @@ def _check_extra(extra: Sequence[str], owned: Sequence[str]) -> tuple[str, ...]:
         if norm in owned:
             raise ServePlanError(f"{flag} is set by the serve plan; do not pass it as an extra vllm argument "
                                  f"(use {_INSTEAD[norm]})")
+        # vLLM's parser (argparse) takes an unambiguous abbreviation of a long option: `--hos` is --host
+        longer = sorted(o for o in owned if o.startswith("--") and len(norm) > 3 and o.startswith(norm))
+        if norm.startswith("--") and longer:
+            raise ServePlanError(f"{flag} is an abbreviation vLLM would read as {longer[0]}, which the serve plan "
+                                 f"sets; do not pass it as an extra vllm argument (use {_INSTEAD[longer[0]]})")
     return extra
 
 
