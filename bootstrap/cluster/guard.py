@@ -31,11 +31,15 @@ def fence_refusals(inv: Inventory, facts: Mapping[str, F.HostFacts], hosts: Sequ
     return out
 
 
-def put_fences(sess: Session, facts: Mapping[str, F.HostFacts]) -> None:
-    """The fence on every host (replaced whole where it is already), or, with cluster.fence off, a
-    fence of ours left by an earlier `up` removed."""
+def put_fences(sess: Session, facts: Mapping[str, F.HostFacts], full: Inventory | None = None) -> None:
+    """The fence on every host of the session (replaced whole where it is already), or, with
+    cluster.fence off, a fence of ours left by an earlier `up` removed. `full`: the whole inventory
+    when the session's leaves hosts out (--allow-partial): they stay members, so that they can
+    join later."""
     inv = sess.inv
-    guards = {h.name: facts[h.name].guard or FN.GuardFacts() for h in inv.hosts}
+    guards = {h.name: (facts[h.name].guard if h.name in facts else None) or FN.GuardFacts()
+              for h in (full or inv).hosts}
+    members_inv = full or inv
 
     def put(h: Host) -> str:
         g = guards[h.name]
@@ -43,8 +47,9 @@ def put_fences(sess: Session, facts: Mapping[str, F.HostFacts]) -> None:
             if g.nft and (g.root or g.sudo):
                 sess.ssh[h.name].run_with_input(FN.install_argv(g), [FN.remove_script(inv).encode()], timeout=30)
             return "off"
-        sess.ssh[h.name].run_with_input(FN.install_argv(g), [FN.ruleset(inv, h, guards).encode()], timeout=30)
-        return FN.describe(inv, h, guards)
+        sess.ssh[h.name].run_with_input(FN.install_argv(g), [FN.ruleset(members_inv, h, guards).encode()],
+                                        timeout=30)
+        return FN.describe(members_inv, h, guards)
 
     sess.stage("fence", inv.hosts, put)
 

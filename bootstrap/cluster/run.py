@@ -191,7 +191,7 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
                         runtime_why=why)
 
     # the fence before anything of ours listens (members, this machine and SSH pass)
-    GD.put_fences(sess, facts)
+    GD.put_fences(sess, facts, full)
     image_from = IM.distribute(sess, facts, image, load=load, pull=pull)
     todo = [h for h in sess.inv.hosts if h.name in image_from]
     if todo:

@@ -202,3 +202,15 @@ def test_the_exposure_report_reads_ss_and_the_fence_and_says_who_reaches_what():
     # a fence that could not be read counts as open (fail closed)
     unread = FN.exposure(inv, head, FN.parse_listeners(SS_HEAD), None, ROOT, fence_read=False)
     assert {e.reach for e in unread if e.port == 6379} == {"unknown"} and any(e.open_beyond for e in unread)
+
+
+def test_a_host_left_out_by_allow_partial_stays_a_member_of_the_others_fences():
+    full = cpu_inventory(3)
+    live = replace(full, hosts=full.hosts[:2])  # node3 unreachable, left out
+    hosts = {h.name: FakeHost(h.name, [("nft -f -", (0, "", ""))]) for h in live.hosts}
+    facts = {h.name: HostFacts("27", guard=ROOT) for h in live.hosts}
+    with fake_session(live, hosts) as sess:
+        GD.put_fences(sess, facts, full)
+    for h in hosts.values():
+        script = h.inputs[-1].decode()
+        assert "172.31.240.11" in script and "172.31.240.12/31" in script, script  # .12 and .13 (node3)

@@ -31,6 +31,8 @@ class FakeHost:
         self.unreachable = unreachable
         self.settings = SSHSettings()
         self.commands: list[str] = []
+        #: what each run_with_input sent on stdin, in order
+        self.inputs: list[bytes] = []
 
     def connect(self) -> "FakeHost":
         if self.unreachable is not None:
@@ -61,8 +63,7 @@ class FakeHost:
 
     def run_with_input(self, argv: Sequence[str], chunks: Iterable[bytes], *, timeout: float | None = None,
                        check: bool = True) -> Result:
-        for _ in chunks:
-            pass
+        self.inputs.append(b"".join(chunks))
         return self._answer(argv, check)
 
 
