@@ -51,6 +51,8 @@ set -- $SSH_CLIENT
 printf 'client=%s\nsshd_port=%s\n' "$1" "$3"
 printf 'uid=%s\n' "$(id -u)"
 if command -v nft >/dev/null 2>&1; then echo nft=yes; else echo nft=no; fi
+if command -v iptables-restore >/dev/null 2>&1 && command -v ip6tables-restore >/dev/null 2>&1; then
+  echo iptables=yes; else echo iptables=no; fi
 if [ "$(id -u)" != 0 ] && sudo -n true >/dev/null 2>&1; then echo sudo=yes; else echo sudo=no; fi
 printf 'ephemeral=%s\n' "$(cat /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)"
 f="$HOME/@DIR@/@NAME@/ray-auth-token"
@@ -76,6 +78,8 @@ class GuardFacts:
     #: `sudo -n` works (when not root)
     sudo: bool = False
     nft: bool = False
+    #: iptables-restore and ip6tables-restore (the fence's way where there is no nft)
+    iptables: bool = False
     #: net.ipv4.ip_local_port_range
     ephemeral: tuple[int, int] = DEFAULT_EPHEMERAL
     #: the first 16 hex digits of the token file's sha256 ("" when the host has none)
@@ -97,6 +101,7 @@ def parse_guard(out: str) -> GuardFacts:
     return GuardFacts(home=kv.get("home") or None, client=_ip_or_none(client),
                       sshd_port=int(port) if _PORT_RX.fullmatch(port) and 0 < int(port) < 65536 else None,
                       root=kv.get("uid") == "0", sudo=kv.get("sudo") == "yes", nft=kv.get("nft") == "yes",
+                      iptables=kv.get("iptables") == "yes",
                       ephemeral=eph, token=kv.get("token", "").strip())
 
 
@@ -279,17 +284,110 @@ def list_argv(inv: Inventory, facts: GuardFacts) -> tuple[str, ...]:
     return nft_argv(facts, "list", "table", "inet", table_name(inv))
 
 
+def backend(facts: GuardFacts) -> str | None:
+    """How the fence is put on this host: nftables where `nft` is, else iptables (iptables-restore
+    and ip6tables-restore), else None."""
+    return "nft" if facts.nft else "iptables" if facts.iptables else None
+
+
 def fence_refusal(facts: GuardFacts) -> tuple[str, str] | None:
     """(what, fix) when the fence cannot be put on this host; None when it can."""
-    if not facts.nft:
-        return ("no `nft` on the host: the fence (cluster.fence) needs nftables",
+    if backend(facts) is None:
+        return ("neither `nft` nor iptables-restore/ip6tables-restore on the host: the fence (cluster.fence) "
+                "needs one of them",
                 "install nftables (apt-get install nftables), or set cluster.fence: false and fence the "
                 "cluster's ports yourself (docs/security.md lists them)")
     if not facts.root and not facts.sudo:
-        return ("the SSH user is not root and `sudo -n nft` asks for a password: the fence (cluster.fence) "
+        tool = "nft" if facts.nft else "iptables"
+        return (f"the SSH user is not root and `sudo -n {tool}` asks for a password: the fence (cluster.fence) "
                 "needs root",
-                "allow the SSH user passwordless sudo for nft, log in as root, or set cluster.fence: false")
+                f"allow the SSH user passwordless sudo for {tool}, log in as root, or set cluster.fence: false")
     return None
+
+
+# -- the fence with iptables (hosts without nft) ------------------------------------------------
+
+def chain_name(inv: Inventory) -> str:
+    """Our iptables chain (28 characters at most, iptables' limit)."""
+    name = "bootstrap-" + inv.cluster.name
+    if len(name) <= 28:
+        return name
+    import hashlib
+    return name[:19] + "-" + hashlib.sha256(inv.cluster.name.encode()).hexdigest()[:8]
+
+
+def _multiport(ranges: Sequence[Range]) -> list[str]:
+    """--dports lists of at most 15 ports (a range counts 2), as iptables' multiport takes them."""
+    out: list[str] = []
+    cur: list[str] = []
+    used = 0
+    for lo, hi in ranges:
+        cost = 1 if lo == hi else 2
+        if used + cost > 15:
+            out.append(",".join(cur))
+            cur, used = [], 0
+        cur.append(str(lo) if lo == hi else f"{lo}:{hi}")
+        used += cost
+    if cur:
+        out.append(",".join(cur))
+    return out
+
+
+def iptables_restore(inv: Inventory, host: Host, facts: Mapping[str, GuardFacts], family: int) -> str:
+    """The `iptables-restore --noflush` (family 4) or `ip6tables-restore --noflush` (6) input that
+    (re)fills our chain on `host`: members return, new TCP connections to the cluster's ports are
+    rejected. The chain is flushed and refilled in one commit; nothing else is touched."""
+    chain = chain_name(inv)
+    v4, v6 = members(inv, facts)
+    lines = ["*filter", f":{chain} - [0:0]", f"-A {chain} -i lo -j RETURN"]
+    lines += [f"-A {chain} -s {m} -j RETURN" for m in (v4 if family == 4 else v6)]
+    for ports in _multiport(fenced_ranges(inv, host, facts[host.name])):
+        lines.append(f"-A {chain} -p tcp -m conntrack --ctstate NEW -m multiport --dports {ports} "
+                     f"-m comment --comment bootstrap-fence -j REJECT --reject-with tcp-reset")
+    return "\n".join([*lines, "COMMIT", ""])
+
+
+def _sudo(facts: GuardFacts) -> tuple[str, ...]:
+    return () if facts.root or not facts.sudo else ("sudo", "-n")
+
+
+def iptables_restore_argv(facts: GuardFacts, family: int) -> tuple[str, ...]:
+    return (*_sudo(facts), "iptables-restore" if family == 4 else "ip6tables-restore", "--noflush")
+
+
+def iptables_jump_argv(inv: Inventory, facts: GuardFacts) -> tuple[str, ...]:
+    """INPUT's jump to our chain, first, once (for both families)."""
+    c = chain_name(inv)
+    return (*_sudo(facts), "sh", "-c", 'for t in iptables ip6tables; do $t -C INPUT -j "$1" 2>/dev/null || '
+            '$t -I INPUT 1 -j "$1" || exit 1; done', "sh", c)
+
+
+def iptables_remove_argv(inv: Inventory, facts: GuardFacts) -> tuple[str, ...]:
+    """Our chain and INPUT's jumps to it gone, in both families (a no-op where they are not)."""
+    c = chain_name(inv)
+    return (*_sudo(facts), "sh", "-c", 'for t in iptables ip6tables; do command -v $t >/dev/null || continue; '
+            'while $t -D INPUT -j "$1" 2>/dev/null; do :; done; $t -F "$1" 2>/dev/null; $t -X "$1" 2>/dev/null; '
+            'done; true', "sh", c)
+
+
+def iptables_list_argv(inv: Inventory, facts: GuardFacts) -> tuple[str, ...]:
+    return (*_sudo(facts), "iptables", "-S", chain_name(inv))
+
+
+_DPORTS_RX = re.compile(r"--dports (\S+)[^\n]*REJECT")
+
+
+def parse_iptables_fenced(listing: str) -> list[Range] | None:
+    """The port ranges our chain rejects, from `iptables -S CHAIN` (None: no such rule)."""
+    found = _DPORTS_RX.findall(listing)
+    if not found:
+        return None
+    out: list[Range] = []
+    for item in ",".join(found).split(","):
+        lo, _, hi = item.partition(":")
+        if _PORT_RX.fullmatch(lo) and (not hi or _PORT_RX.fullmatch(hi)):
+            out.append((int(lo), int(hi or lo)))
+    return _merge(out)
 
 
 _COUNTER_RX = re.compile(r"counter packets (\d+) bytes \d+ reject")

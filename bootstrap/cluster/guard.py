@@ -43,12 +43,19 @@ def put_fences(sess: Session, facts: Mapping[str, F.HostFacts], full: Inventory 
 
     def put(h: Host) -> str:
         g = guards[h.name]
+        s = sess.ssh[h.name]
         if not inv.cluster.fence:
-            if g.nft and (g.root or g.sudo):
-                sess.ssh[h.name].run_with_input(FN.install_argv(g), [FN.remove_script(inv).encode()], timeout=30)
+            _remove(s, inv, g)
             return "off"
-        sess.ssh[h.name].run_with_input(FN.install_argv(g), [FN.ruleset(members_inv, h, guards).encode()],
-                                        timeout=30)
+        if FN.backend(g) == "nft":
+            s.run_with_input(FN.install_argv(g), [FN.ruleset(members_inv, h, guards).encode()], timeout=30)
+            if g.iptables:  # a chain of ours from an `up` when the host had no nft
+                s.run(FN.iptables_remove_argv(inv, g), timeout=30)
+        else:  # iptables: our chain filled in one commit per family, then INPUT's jump to it (once)
+            for family in (4, 6):
+                s.run_with_input(FN.iptables_restore_argv(g, family),
+                                 [FN.iptables_restore(members_inv, h, guards, family).encode()], timeout=30)
+            s.run(FN.iptables_jump_argv(inv, g), timeout=30)
         return FN.describe(members_inv, h, guards)
 
     sess.stage("fence", inv.hosts, put)
@@ -86,13 +93,22 @@ def share_token(sess: Session, facts: dict[str, F.HostFacts]) -> dict[str, F.Hos
             for n, f in facts.items()}
 
 
+def _remove(s, inv: Inventory, g: FN.GuardFacts) -> None:
+    """Our nftables table and our iptables chain off a host, where the tools are and we may."""
+    if not (g.root or g.sudo):
+        return
+    if g.nft:
+        s.run_with_input(FN.install_argv(g), [FN.remove_script(inv).encode()], timeout=30)
+    if g.iptables:
+        s.run(FN.iptables_remove_argv(inv, g), timeout=30)
+
+
 def take_down(sess: Session, h: Host) -> None:
     """Our fence and Ray's token file off one host (each a no-op where it is not there)."""
     inv = sess.inv
     s = sess.ssh[h.name]
     g = FN.parse_guard(s.run(FN.guard_facts_cmd(inv.cluster.name), timeout=30, query=True).stdout)
-    if g.nft and (g.root or g.sudo):
-        s.run_with_input(FN.install_argv(g), [FN.remove_script(inv).encode()], timeout=30)
+    _remove(s, inv, g)
     if g.home:
         s.run(FN.remove_token_cmd(g.home, inv.cluster.name), timeout=30)
 
@@ -109,11 +125,14 @@ def exposure_report(inv: Inventory, *, parallel: int, reporter=None) -> list[FN.
             ss = FN.LISTENERS if g.root or not g.sudo else ("sudo", "-n", *FN.LISTENERS)
             listeners = FN.parse_listeners(s.run(ss, timeout=30, query=True).stdout)
             fenced, readable = None, True
-            if g.nft and (g.root or g.sudo):
+            if FN.backend(g) is not None and not (g.root or g.sudo):
+                readable = False  # a firewall tool is there, but we may not read its rules
+            elif FN.backend(g) == "nft":
                 r = s.run(FN.list_argv(inv, g), timeout=30, check=False, query=True)
                 fenced = FN.parse_fenced(r.stdout) if r.ok else None
-            elif g.nft:
-                readable = False  # nft is there, but we may not read its rules
+            if readable and fenced is None and g.iptables and (g.root or g.sudo):
+                r = s.run(FN.iptables_list_argv(inv, g), timeout=30, check=False, query=True)
+                fenced = FN.parse_iptables_fenced(r.stdout) if r.ok else None
             return FN.exposure(inv, h, listeners, fenced, g, fence_read=readable)
 
         found = sess.stage("exposure", inv.hosts, one)

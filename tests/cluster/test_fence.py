@@ -92,7 +92,10 @@ def test_where_the_fence_cannot_go_up_refuses_naming_the_fix():
     res = GD.fence_refusals(inv, facts, inv.hosts)
     assert res[inv.hosts[0].name] is True
     err = res[inv.hosts[1].name]
-    assert isinstance(err, PreflightFailed) and "no `nft`" in str(err) and "cluster.fence: false" in str(err)
+    assert isinstance(err, PreflightFailed) and "neither `nft` nor iptables-restore" in str(err)
+    assert "cluster.fence: false" in str(err)
+    with_iptables = {**facts, inv.hosts[1].name: HostFacts("27", guard=replace(ROOT, nft=False, iptables=True))}
+    assert GD.fence_refusals(inv, with_iptables, inv.hosts)[inv.hosts[1].name] is True
     user = replace(ROOT, root=False, sudo=False)
     assert "asks for a password" in FN.fence_refusal(user)[0]
     assert FN.install_argv(replace(ROOT, root=False, sudo=True)) == ("sudo", "-n", "nft", "-f", "-")
@@ -214,3 +217,42 @@ def test_a_host_left_out_by_allow_partial_stays_a_member_of_the_others_fences():
     for h in hosts.values():
         script = h.inputs[-1].decode()
         assert "172.31.240.11" in script and "172.31.240.12/31" in script, script  # .12 and .13 (node3)
+
+
+IPT = replace(ROOT, nft=False, iptables=True)
+
+
+def test_without_nft_the_fence_is_our_own_iptables_chain_in_both_families():
+    inv = cpu_inventory(3, fence_allow=("fd00::/64",))
+    assert FN.backend(IPT) == "iptables" and FN.backend(ROOT) == "nft" and FN.backend(FN.GuardFacts()) is None
+    g = {h.name: IPT for h in inv.hosts}
+    v4 = FN.iptables_restore(inv, inv.hosts[1], g, 4).splitlines()
+    assert v4[:3] == ["*filter", ":bootstrap-sandbox - [0:0]", "-A bootstrap-sandbox -i lo -j RETURN"]
+    assert "-A bootstrap-sandbox -s 172.31.240.12/31 -j RETURN" in v4 and v4[-1] == "COMMIT"
+    rejects = [ln for ln in v4 if "REJECT --reject-with tcp-reset" in ln]
+    # multiport takes 15 ports a rule (a range counts 2): every fenced port is in one of them
+    costs = [sum(2 if ":" in x else 1 for x in ln.split("--dports ")[1].split()[0].split(",")) for ln in rejects]
+    assert len(rejects) >= 2 and max(costs) <= 15, costs
+    listing = "-N bootstrap-sandbox\n" + "\n".join(ln for ln in v4 if ln.startswith("-A"))
+    assert FN.parse_iptables_fenced(listing) == FN.fenced_ranges(inv, inv.hosts[1], IPT)
+    v6 = FN.iptables_restore(inv, inv.hosts[1], g, 6)
+    assert "-s fd00::/64 -j RETURN" in v6 and "172.31.240" not in v6
+    assert FN.iptables_restore_argv(replace(IPT, root=False, sudo=True), 6) == (
+        "sudo", "-n", "ip6tables-restore", "--noflush")
+    long = cpu_inventory(1, name="a-very-long-cluster-name-for-iptables")
+    assert len(FN.chain_name(long)) <= 28 and FN.chain_name(long) != FN.chain_name(cpu_inventory(1, name="a-very-long"))
+
+
+def test_the_iptables_fence_is_filled_then_jumped_to_and_taken_off_whole():
+    inv = cpu_inventory(2)
+    hosts = {h.name: FakeHost(h.name, [("iptables-restore --noflush", (0, "", "")),
+                                       ("ip6tables-restore --noflush", (0, "", "")),
+                                       ("-C INPUT -j", (0, "", ""))]) for h in inv.hosts}
+    facts = {h.name: HostFacts("27", guard=IPT) for h in inv.hosts}
+    with fake_session(inv, hosts) as sess:
+        GD.put_fences(sess, facts)
+    for h in hosts.values():
+        assert [c.split()[0] for c in h.commands] == ["iptables-restore", "ip6tables-restore", "sh"]
+        assert h.inputs[0].startswith(b"*filter\n:bootstrap-sandbox - [0:0]")
+    argv = FN.iptables_remove_argv(inv, IPT)
+    assert argv[-1] == "bootstrap-sandbox" and "-X" in argv[2] and "-D INPUT" in argv[2]

@@ -200,7 +200,8 @@ def test_ray_refuses_a_client_without_the_token_and_the_token_rests_nowhere_in_d
 def test_without_the_fence_a_stranger_reaches_ray_and_the_exposure_report_says_so(cluster, tmp_path):
     """cluster.fence: false takes our table off (nothing else); `status --exposure` then names what a
     non-member reaches and exits 1, and a stranger's connection to Ray's GCS goes through. With the
-    fence back, the report exits 0 and the same connection is refused."""
+    fence back (as an iptables chain on hosts without nft, then as our nftables table), the report
+    exits 0 and the same connection is refused."""
     n1 = cluster.nodes[0]
     open_inv = write_inventory(cluster.inventory, tmp_path / "open.yaml", lambda d: d["cluster"].update(fence=False))
     assert cli("up", "-i", open_inv).returncode == 0
@@ -212,7 +213,24 @@ def test_without_the_fence_a_stranger_reaches_ray_and_the_exposure_report_says_s
     assert (gcs["bind"], gcs["auth"], gcs["reach"], gcs["open_beyond"]) == (
         "all interfaces", "Ray token", "anyone", True)
     assert stranger_scan([n1])[(n1.ip, 6379)] == "open"
+    # a host without nft gets the same fence as an iptables chain of ours (both families)
+    for n in cluster.nodes:
+        on_node(n, "mv", "/usr/sbin/nft", "/usr/sbin/nft.hidden")
+    try:
+        assert cli("up", "-i", str(cluster.inventory)).returncode == 0
+        chain = on_node(n1, "iptables", "-S", "bootstrap-sandbox").stdout
+        assert "REJECT --reject-with tcp-reset" in chain and "6379" in chain, chain
+        assert "-j bootstrap-sandbox" in on_node(n1, "ip6tables", "-S", "INPUT").stdout
+        assert stranger_scan([n1])[(n1.ip, 6379)] == "refused"
+        ipt = cli("status", "-i", str(cluster.inventory), "--exposure")
+        assert ipt.returncode == 0 and "nothing open to non-members beyond SSH and the endpoint" in ipt.stdout
+    finally:
+        for n in cluster.nodes:
+            on_node(n, "mv", "/usr/sbin/nft.hidden", "/usr/sbin/nft")
+    # with nft back, the next `up` puts the nftables fence and takes the chain off
     assert cli("up", "-i", str(cluster.inventory)).returncode == 0
+    assert on_node(n1, "iptables", "-S", "bootstrap-sandbox", check=False).returncode != 0
+    assert "-j bootstrap-sandbox" not in on_node(n1, "iptables", "-S", "INPUT").stdout
     fenced = cli("status", "-i", str(cluster.inventory), "--exposure")
     assert fenced.returncode == 0 and "nothing open to non-members beyond SSH and the endpoint" in fenced.stdout
     assert stranger_scan([n1])[(n1.ip, 6379)] == "refused"

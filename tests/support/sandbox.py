@@ -126,8 +126,24 @@ def stranger_scan(nodes, network=NETWORK):
 
 
 def nft_ruleset(node):
-    """The node's whole nftables ruleset without counters (`nft -s`): compare before and after."""
-    return on_node(node, "nft", "-s", "list", "ruleset").stdout
+    """The node's rules (`nft -s list ruleset`: no counters) as (table, chain, line) for every rule and
+    every base chain's hook and policy line, in order; a chain with no rule and an accept policy (a
+    table ip6tables made and left empty) is no rule and is left out. Compare before and after."""
+    out, table, chain, body = [], None, None, []
+    for raw in on_node(node, "nft", "-s", "list", "ruleset").stdout.splitlines():
+        line = raw.strip()
+        if line.startswith("table "):
+            table = line.rstrip(" {")
+        elif line.startswith("chain "):
+            chain, body = line.rstrip(" {"), []
+        elif line == "}" and chain is not None:
+            rules = [b for b in body if not b.startswith("type ")]
+            if rules or any("policy drop" in b for b in body):
+                out += [(table, chain, b) for b in body]
+            chain = None
+        elif chain is not None and line:
+            body.append(line)
+    return out
 
 
 _POST = r"""
