@@ -175,14 +175,15 @@ def test_ray_refuses_a_client_without_the_token_and_the_token_rests_nowhere_in_d
     0600 file mounted read-only; a Ray client on a member host without it is refused, with it let in.
     The fence (cluster.fence, on by default) is our own nftables table on every node."""
     n1, n2 = cluster.nodes[:2]
-    image = on_node(n2, "docker", "inspect", "--format", "{{.Config.Image}}", CONTAINER).stdout.strip()
     gcs = f"{n1.ip}:6379"
-    status = ["timeout", "90", "docker", "run", "--rm", "--network", "host", "--entrypoint", "ray"]
-    bare = on_node(n2, *status, image, "status", "--address", gcs, check=False)
+    # a Ray client on a member host (in the node container's image and network) without the token,
+    # then with it
+    status = ["timeout", "90", "docker", "exec"]
+    bare = on_node(n2, *status, "-e", "RAY_AUTH_MODE=disabled", "-e", "RAY_AUTH_TOKEN_PATH=/nonexistent", CONTAINER,
+                   "ray", "status", "--address", gcs, check=False)
     assert bare.returncode != 0 and "AuthenticationError" in bare.stderr + bare.stdout, bare.stderr[-2000:]
     token_file = "/root/.bootstrap/sandbox/ray-auth-token"
-    signed = on_node(n2, *status, "-e", "RAY_AUTH_MODE=token", "-e", "RAY_AUTH_TOKEN_PATH=/t",
-                     "-v", f"{token_file}:/t:ro", image, "status", "--address", gcs, check=False)
+    signed = on_node(n2, *status, CONTAINER, "ray", "status", "--address", gcs, check=False)
     assert signed.returncode == 0 and signed.stdout.count(" node_") == 3, signed.stderr[-2000:]
     tokens = set()
     for n in cluster.nodes:
@@ -192,8 +193,10 @@ def test_ray_refuses_a_client_without_the_token_and_the_token_rests_nowhere_in_d
         assert "RAY_AUTH_TOKEN_PATH=/run/bootstrap/ray-auth-token" in inspect
         assert "table inet bootstrap_sandbox" in on_node(n, "nft", "list", "tables").stdout
     assert len(tokens) == 1 and len(token := tokens.pop()) >= 32  # one token for the whole cluster
-    for n in cluster.nodes:
-        found = on_node(n, "grep", "-rlF", token, "/var/lib/docker", check=False)
+    for n in cluster.nodes:  # Docker's records of the container (config, host config, volumes, its writable layer)
+        upper = on_node(n, "docker", "inspect", "--format", "{{.GraphDriver.Data.UpperDir}}", CONTAINER).stdout.strip()
+        found = on_node(n, "grep", "-rlF", token, "/var/lib/docker/containers", "/var/lib/docker/volumes", upper,
+                        check=False)
         assert found.returncode == 1 and not found.stdout, f"{n.name}: the token is in {found.stdout}"
 
 
