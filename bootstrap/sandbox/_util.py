@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from bootstrap.errors import BootstrapError
+from bootstrap.errors import BootstrapError, ExitStatus
 from bootstrap.remote import localdocker as LD
 
 Log = Callable[[str], None]
@@ -29,6 +29,13 @@ RECIPE_LABEL = "bootstrap.sandbox.recipe"
 
 class SandboxError(BootstrapError):
     """The sandbox could not be built, started or stopped; the message says what and why."""
+
+
+class SandboxBadInput(SandboxError):
+    """A bad setting (an environment variable such as BOOTSTRAP_SANDBOX_SUBNET): nothing was started.
+    Exit 2, like any bad input."""
+
+    exit_status = ExitStatus.BAD_INPUT
 
 
 def nolog(_line: str) -> None:

@@ -35,6 +35,7 @@ from ._util import (
     LABEL_KV,
     ROLE_LABEL,
     Log,
+    SandboxBadInput,
     SandboxError,
     client,
     container_logs,
@@ -129,9 +130,9 @@ def registry_host_port() -> int:
     try:
         port = int(value)
     except ValueError:
-        raise SandboxError(f"BOOTSTRAP_SANDBOX_REGISTRY_PORT={value!r} is not a port number") from None
+        raise SandboxBadInput(f"BOOTSTRAP_SANDBOX_REGISTRY_PORT={value!r} is not a port number") from None
     if not 1 <= port <= 65535:
-        raise SandboxError(f"BOOTSTRAP_SANDBOX_REGISTRY_PORT={value!r} is not a port number")
+        raise SandboxBadInput(f"BOOTSTRAP_SANDBOX_REGISTRY_PORT={value!r} is not a port number")
     return port
 
 
@@ -140,12 +141,13 @@ def plan_addresses(subnet: str, nodes: int) -> tuple[str, str, list[str]]:
     try:
         net = ipaddress.IPv4Network(subnet, strict=True)
     except ValueError as exc:
-        raise SandboxError(f"sandbox subnet {subnet!r} is not an IPv4 network: {exc}") from None
+        raise SandboxBadInput(f"sandbox subnet {subnet!r} (BOOTSTRAP_SANDBOX_SUBNET) is not an IPv4 network: "
+                              f"{exc}") from None
     if nodes < 1:
         raise SandboxError(f"a sandbox needs at least one node, not {nodes}")
     usable = net.num_addresses - 1 - FIRST_NODE_OFFSET  # minus the broadcast address
     if nodes > usable:
-        raise SandboxError(
+        raise SandboxBadInput(
             f"{nodes} nodes do not fit in {subnet} (at most {max(usable, 0)}): "
             "set BOOTSTRAP_SANDBOX_SUBNET to a larger network"
         )

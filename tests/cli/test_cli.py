@@ -398,3 +398,19 @@ def test_down_prints_each_group_and_its_json_lists_them(capsys):
     render.down_result(groups, True)
     doc = json.loads(capsys.readouterr().out)
     assert doc == {"groups": [{"removed": ["n2", "n1"], "absent": []}, {"removed": ["n4"], "absent": ["n3"]}]}
+
+
+@pytest.mark.parametrize("env,says", [
+    ({"BOOTSTRAP_SANDBOX_SUBNET": "not-a-net"}, "(BOOTSTRAP_SANDBOX_SUBNET) is not an IPv4 network"),
+    ({"BOOTSTRAP_SANDBOX_SUBNET": "172.31.250.0/30"}, "set BOOTSTRAP_SANDBOX_SUBNET to a larger network"),
+    ({"BOOTSTRAP_SANDBOX_REGISTRY_PORT": "99999"}, "BOOTSTRAP_SANDBOX_REGISTRY_PORT='99999' is not a port number"),
+])
+def test_a_bad_environment_variable_is_bad_input_exit_2_before_anything_starts(env, says):
+    import os
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "bootstrap", "sandbox", "up", "--nodes", "3"], capture_output=True,
+                       text=True, timeout=60, env={**os.environ, **env})
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and says in lines[0], r.stderr
