@@ -640,6 +640,10 @@ def _router(value: Any, loc: _Loc, ports: Ports, replicas: int = 1,
                else f"does nothing with cluster.replicas: 1 (no router runs); remove {loc.field} or set replicas")
         locs["api_key" if "api_key" in values else key].fail(why)
     router = Router(**values)
+    for name in ("port", "metrics_port"):
+        if name in values:
+            _check_fixed(values[name], locs[name])
+            _check_unprivileged(values[name], locs[name], "the router's container")
     taken = {getattr(ports, name): f"cluster.ports.{name}" for name in _PORT_FIELDS}
     for name in ("port", "metrics_port"):
         port = getattr(router, name)
@@ -672,6 +676,10 @@ def _monitor(value: Any, loc: _Loc, ports: Ports, router: Router | None) -> tupl
     ports must differ from every other port a host of this cluster listens on."""
     values, locs = _check_mapping(value, loc, _MONITOR_FIELDS) if value is not None else ({}, {})
     mon = Monitor(**values)
+    for name in ("port", "node_exporter_port", "dcgm_port"):
+        if name in values:
+            _check_fixed(values[name], locs[name])
+            _check_unprivileged(values[name], locs[name], "Prometheus' and the exporters' containers")
     taken = {getattr(ports, name): f"cluster.ports.{name}" for name in _PORT_FIELDS}
     if router is not None:
         taken.update({router.port: "cluster.router.port", router.metrics_port: "cluster.router.metrics_port"})
@@ -684,9 +692,42 @@ def _monitor(value: Any, loc: _Loc, ports: Ports, router: Router | None) -> tupl
     return mon, locs.get("host")
 
 
+#: Ports a cluster uses without a setting of their own (the one table every configured port is checked
+#: against): (first, last, what holds them).
+_FIXED_PORTS: tuple[tuple[int, int, str], ...] = (
+    (22, 22, "the hosts' SSH port"),
+    (10001, 10001, "Ray's client server"),
+    (10002, 19999, "Ray's worker ports (10002-19999)"),
+    (29500, 29899, "the range `serve` picks torch's rendezvous port from (29500-29899)"),
+)
+
+
+def _fixed_port_clash(port: int) -> str | None:
+    from bootstrap.model import NATIVE_COORD_PORT, NATIVE_MASTER_PORT
+
+    if port in (NATIVE_MASTER_PORT, NATIVE_COORD_PORT):
+        return "a fleet replica's torch rendezvous and coordination ports (29599-29600)"
+    return next((what for lo, hi, what in _FIXED_PORTS if lo <= port <= hi), None)
+
+
+def _check_fixed(port: int, loc: _Loc) -> None:
+    what = _fixed_port_clash(port)
+    if what is not None:
+        loc.fail(f"{port} is taken by {what}: pick another port")
+
+
+def _check_unprivileged(port: int, loc: _Loc, who: str) -> None:
+    """`who` runs with every capability dropped: it cannot bind a port below 1024."""
+    if port < 1024:
+        loc.fail(f"{port} is below 1024: {who} runs with every capability dropped (no CAP_NET_BIND_SERVICE) and "
+                 "could not listen there; pick a port of 1024 or above")
+
+
 def _ports(value: Any, loc: _Loc) -> Ports:
     values, locs = _check_mapping(value, loc, _PORT_FIELDS)
     ports = Ports(**values)
+    for name in values:
+        _check_fixed(values[name], locs[name])
     seen: dict[int, str] = {}
     for name in _PORT_FIELDS:
         port = getattr(ports, name)

@@ -1232,3 +1232,26 @@ def test_ansible_connection_settings_bootstrap_does_not_honour_are_refused(tmp_p
     ok = ("all:\n  vars:\n    bootstrap: {accelerator: none}\n"
           "  hosts:\n    a: {ansible_host: 10.0.0.1, ansible_connection: ssh}\n")
     assert load(tmp_path, ok).hosts[0].ip == "10.0.0.1"
+
+
+@pytest.mark.parametrize("setting,field,says", [
+    ("ports: {vllm: 29600}", "cluster.ports.vllm", "29600 is taken by a fleet replica's torch rendezvous"),
+    ("ports: {ray_gcs: 22}", "cluster.ports.ray_gcs", "22 is taken by the hosts' SSH port"),
+    ("ports: {dashboard: 15000}", "cluster.ports.dashboard", "15000 is taken by Ray's worker ports (10002-19999)"),
+    ("ports: {ray_metrics: 10001}", "cluster.ports.ray_metrics", "10001 is taken by Ray's client server"),
+    ("ports: {kv_transfer: 29700}", "cluster.ports.kv_transfer", "the range `serve` picks torch's rendezvous"),
+    ("monitor: {port: 80}", "cluster.monitor.port", "80 is below 1024"),
+])
+def test_a_port_the_cluster_already_uses_or_cannot_bind_is_refused(tmp_path, setting, field, says):
+    err = error(tmp_path, one_cpu_host(setting))
+    assert err.field == field and says in str(err), str(err)
+
+
+def test_the_routers_ports_are_checked_against_the_fixed_ones_and_below_1024(tmp_path):
+    two = ("cluster: {{accelerator: none, replicas: 2, router: {{{}}}}}\nhosts: [{{name: a, address: 10.0.0.1}}, "
+           "{{name: b, address: 10.0.0.2}}]\n")
+    err = error(tmp_path, two.format("port: 443"))
+    assert err.field == "cluster.router.port" and "the router's container runs with every capability" in str(err)
+    err = error(tmp_path, two.format("metrics_port: 29500"))
+    assert err.field == "cluster.router.metrics_port" and "is taken by the range `serve` picks" in str(err)
+    assert load(tmp_path, two.format("port: 8090, metrics_port: 8091")).cluster.router.port == 8090
