@@ -390,24 +390,6 @@ def parse_iptables_fenced(listing: str) -> list[Range] | None:
     return _merge(out)
 
 
-_COUNTER_RX = re.compile(r"counter packets (\d+) bytes \d+ reject")
-
-
-def rejected(listing: str) -> int | None:
-    """`nft list table`'s count of rejected connection attempts (None: no fence rule in it)."""
-    m = _COUNTER_RX.search(listing)
-    return int(m.group(1)) if m else None
-
-
-def describe(inv: Inventory, host: Host, facts: Mapping[str, GuardFacts]) -> str:
-    """One line for plans and notes: what the fence on `host` closes and to whom it is open."""
-    v4, v6 = members(inv, facts)
-    ports = fenced_ranges(inv, host, facts[host.name])
-    n = sum(hi - lo + 1 for lo, hi in ports)
-    return (f"fence: {n} TCP ports closed to all but {len(v4) + len(v6)} member address(es); open: SSH"
-            + "".join(f", {p}" for p in endpoint_ports(inv, host)))
-
-
 # -- the exposure report (`status --exposure`) ---------------------------------------------------
 
 #: `ss`: every listening TCP socket, numeric, with its process where we may see it (root).

@@ -41,12 +41,12 @@ def put_fences(sess: Session, facts: Mapping[str, F.HostFacts], full: Inventory 
               for h in (full or inv).hosts}
     members_inv = full or inv
 
-    def put(h: Host) -> str:
+    def put(h: Host) -> None:
         g = guards[h.name]
         s = sess.ssh[h.name]
         if not inv.cluster.fence:
             _remove(s, inv, g)
-            return "off"
+            return
         if FN.backend(g) == "nft":
             s.run_with_input(FN.install_argv(g), [FN.ruleset(members_inv, h, guards).encode()], timeout=30)
             if g.iptables:  # a chain of ours from an `up` when the host had no nft
@@ -56,7 +56,6 @@ def put_fences(sess: Session, facts: Mapping[str, F.HostFacts], full: Inventory 
                 s.run_with_input(FN.iptables_restore_argv(g, family),
                                  [FN.iptables_restore(members_inv, h, guards, family).encode()], timeout=30)
             s.run(FN.iptables_jump_argv(inv, g), timeout=30)
-        return FN.describe(members_inv, h, guards)
 
     sess.stage("fence", inv.hosts, put)
 
