@@ -98,24 +98,6 @@ class CommandFailed(BootstrapError):
         return msg
 
 
-@dataclass
-class RemoteFileLeft(BootstrapError):
-    """A file we put on a host (the 0600 secret env file) could not be removed: it may still be on
-    that host's disk. Names the host and the path, never what the file holds."""
-
-    host: str
-    path: str
-    reason: str
-    what: str = "file"
-
-    def __post_init__(self) -> None:
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        return (f"{self.host}: could not remove {self.what} {self.path}: {self.reason} -- it may still be on "
-                f"the host: remove it by hand (`rm -f {self.path}` on {self.host})")
-
-
 def add_note(exc: BaseException, note: str) -> None:
     """Attach a second failure to the one in flight (PEP 678's notes; set by hand before Python
     3.11). The CLI prints an error's notes under its line, so the second failure is not lost."""

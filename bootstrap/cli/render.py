@@ -103,7 +103,7 @@ def _json(doc) -> None:
 # -- errors --------------------------------------------------------------------------------------
 def failure(exc: BootstrapError) -> None:
     """A domain error: one line, then each host's state (an interrupt) or result (a group), then
-    any second failure attached to an error (errors.add_note: e.g. a secret file that could not be
+    any second failure attached to an error (errors.add_note: e.g. a container that could not be
     removed after the `docker run` that used it failed), one `also:` line each."""
     err.print(f"[red]error:[/] {_escape(str(exc))}")
     for note in notes_of(exc):

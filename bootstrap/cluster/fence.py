@@ -54,6 +54,7 @@ if command -v nft >/dev/null 2>&1; then echo nft=yes; else echo nft=no; fi
 if command -v iptables-restore >/dev/null 2>&1 && command -v ip6tables-restore >/dev/null 2>&1; then
   echo iptables=yes; else echo iptables=no; fi
 if [ "$(id -u)" != 0 ] && sudo -n true >/dev/null 2>&1; then echo sudo=yes; else echo sudo=no; fi
+printf 'runfs=%s\n' "$(stat -f -c %T /run 2>/dev/null)"
 printf 'ephemeral=%s\n' "$(cat /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)"
 f="$HOME/@DIR@/@NAME@/ray-auth-token"
 if [ -s "$f" ]; then printf 'token=%s\n' "$(sha256sum < "$f" | cut -c1-16)"; else echo token=; fi
@@ -84,6 +85,8 @@ class GuardFacts:
     ephemeral: tuple[int, int] = DEFAULT_EPHEMERAL
     #: the first 16 hex digits of the token file's sha256 ("" when the host has none)
     token: str = ""
+    #: the filesystem type of /run (where the secrets are kept: secretstore), None when unknown
+    run_fs: str | None = None
 
 
 #: A port number as a host prints it (ASCII digits: str.isdigit() also takes '²', which int() refuses).
@@ -102,7 +105,7 @@ def parse_guard(out: str) -> GuardFacts:
                       sshd_port=int(port) if _PORT_RX.fullmatch(port) and 0 < int(port) < 65536 else None,
                       root=kv.get("uid") == "0", sudo=kv.get("sudo") == "yes", nft=kv.get("nft") == "yes",
                       iptables=kv.get("iptables") == "yes",
-                      ephemeral=eph, token=kv.get("token", "").strip())
+                      ephemeral=eph, token=kv.get("token", "").strip(), run_fs=kv.get("runfs", "").strip() or None)
 
 
 def _ip_or_none(text: str) -> str | None:

@@ -1,8 +1,11 @@
-"""Apply the fence and Ray's token over SSH (what bootstrap.cluster.fence plans).
+"""Apply the fence, Ray's token and the secrets over SSH (what bootstrap.cluster.fence and
+bootstrap.cluster.secretstore plan).
 
-`up` calls `fence_refusals` with the preflight (nothing changed yet), then `put_fences` before any
-container starts and `share_token` before the plan; `down` calls `take_down` after the containers
-are gone. Each remote step is one command per host; the token travels on stdin only.
+`up` calls `fence_refusals` and `secret_refusals` with the preflight (nothing changed yet), then
+`put_fences` before any container starts, `share_token` before the plan and `put_secrets` before the
+containers start (`serve` and `rollout` of a fleet: `check_secret_store`, then `put_secrets`); `down`
+calls `take_down` after the containers are gone. Each remote step is one command per host; the
+token and the secrets travel on stdin only.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from typing import Mapping, Sequence
 
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import fence as FN
+from bootstrap.cluster import secretstore as SS
 from bootstrap.errors import PreflightFailed
 from bootstrap.model import Host, Inventory
 from bootstrap.remote.fanout import GroupResult
@@ -29,6 +33,54 @@ def fence_refusals(inv: Inventory, facts: Mapping[str, F.HostFacts], hosts: Sequ
         if why is not None:
             out[h.name] = PreflightFailed(h.name, *why)
     return out
+
+
+def secret_refusals(inv: Inventory, facts: Mapping[str, F.HostFacts], hosts: Sequence[Host]) -> GroupResult:
+    """host -> PreflightFailed where the cluster has secrets and the host cannot keep them in memory
+    (secretstore.refusal), else True."""
+    out = GroupResult({h.name: True for h in hosts})
+    if not SS.values(inv):
+        return out
+    for h in hosts:
+        g = facts[h.name].guard
+        why = SS.refusal(g.root, g.sudo, g.run_fs) if g is not None else None
+        if why is not None:
+            out[h.name] = PreflightFailed(h.name, *why)
+    return out
+
+
+def check_secret_store(sess: Session, hosts: Sequence[Host]) -> None:
+    """Before a fleet's `serve` or `rollout` changes anything: every host can keep the secrets in
+    memory (PreflightFailed naming the hosts that cannot). Nothing is read without secrets."""
+    if not SS.values(sess.inv):
+        return
+    cmd = FN.guard_facts_cmd(sess.inv.cluster.name)
+    got = sess.stage("secrets-check", hosts, lambda h: FN.parse_guard(sess.ssh[h.name].run(cmd, timeout=30,
+                                                                                            query=True).stdout))
+    for h in hosts:
+        g = got[h.name]
+        why = SS.refusal(g.root, g.sudo, g.run_fs)
+        if why is not None:
+            raise PreflightFailed(h.name, *why)
+
+
+def put_secrets(sess: Session, hosts: Sequence[Host], *, prune: bool) -> None:
+    """The cluster's secrets on every host's /run (secretstore.write_argv: each value a 0400 file).
+    With `prune` (`up`): those no longer listed removed, and without secrets the ones an earlier run
+    put there; without (a fleet's `serve`, `rollout`): added or replaced only."""
+    inv = sess.inv
+    vals = SS.values(inv)
+    name = inv.cluster.name
+    if not vals and not prune:
+        return
+    if not vals:
+        sess.stage("secrets", hosts, lambda h: sess.ssh[h.name].run(SS.remove_argv(name), timeout=30,
+                                                                    display=f"rm -r {SS.host_dir(name)}"))
+        return
+    body = SS.write_body(vals)
+    shown = f"write {', '.join(vals)} to {SS.host_dir(name)}"
+    argv = SS.write_argv(name, prune=prune)
+    sess.stage("secrets", hosts, lambda h: sess.ssh[h.name].run_with_input(argv, [body], timeout=30, display=shown))
 
 
 def put_fences(sess: Session, facts: Mapping[str, F.HostFacts], full: Inventory | None = None) -> None:
@@ -103,13 +155,14 @@ def _remove(s, inv: Inventory, g: FN.GuardFacts) -> None:
 
 
 def take_down(sess: Session, h: Host) -> None:
-    """Our fence and Ray's token file off one host (each a no-op where it is not there)."""
+    """Our fence, Ray's token file and the secrets off one host (each a no-op where it is not there)."""
     inv = sess.inv
     s = sess.ssh[h.name]
     g = FN.parse_guard(s.run(FN.guard_facts_cmd(inv.cluster.name), timeout=30, query=True).stdout)
     _remove(s, inv, g)
     if g.home:
         s.run(FN.remove_token_cmd(g.home, inv.cluster.name), timeout=30)
+    s.run(SS.remove_argv(inv.cluster.name), timeout=30, display=f"rm -r {SS.host_dir(inv.cluster.name)}")
 
 
 def exposure_report(inv: Inventory, *, parallel: int, reporter=None) -> list[FN.Exposure]:

@@ -14,6 +14,7 @@ from typing import Literal, Mapping, Sequence
 
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import fence as FN
+from bootstrap.cluster import secretstore as SS
 from bootstrap.cluster.facts import HostFacts
 from bootstrap.exposure import RAY_DASHBOARD_DEFAULT, dashboard_address
 from bootstrap.model import HF_CACHE_IN_CONTAINER, NOFILE_MAX, Host, Inventory
@@ -55,7 +56,8 @@ class ContainerSpec:
     options: tuple[str, ...]
     #: the `ray start ...` arguments (the entrypoint is `ray`).
     command: tuple[str, ...]
-    #: names of secret variables handed over in a 0600 env file, never on the command line.
+    #: names of the secrets the container gets: files on the host's /run mounted read-only, which
+    #: its entrypoint exports (secretstore), never a value on a command line or in Docker's config.
     secret_names: tuple[str, ...]
     cluster: str
     #: `ray` (the node runs `ray start ...`) or `sleep` (runtime none: `sleep infinity`).
@@ -66,8 +68,9 @@ class ContainerSpec:
 
     @property
     def spec_hash(self) -> str:
+        # "tmpfs": a container an older bootstrap gave its secrets through Docker's env is recreated
         doc = json.dumps([self.name, self.image, self.options, self.entrypoint, self.command, self.secret_names]
-                         + ([self.auth] if self.auth else []))
+                         + ([self.auth] if self.auth else []) + (["tmpfs"] if self.secret_names else []))
         return hashlib.sha256(doc.encode()).hexdigest()[:16]
 
     @property
@@ -75,13 +78,12 @@ class ContainerSpec:
         return ((LABEL_CLUSTER, self.cluster), (LABEL_HOST, self.host), (LABEL_ROLE, self.role),
                 (LABEL_SPEC, self.spec_hash))
 
-    def run_argv(self, env_file: str | None = None) -> tuple[str, ...]:
-        argv = ["docker", "run", "-d", "--name", self.name, *self.options]
-        if self.secret_names:
-            argv += ["--env-file", env_file or "<0600 file with " + ",".join(self.secret_names) + ">"]
+    def run_argv(self) -> tuple[str, ...]:
+        argv = ["docker", "run", "-d", "--name", self.name, *self.options, *SS.mounts(self.cluster, self.secret_names)]
         for k, v in self.labels:
             argv += ["--label", f"{k}={v}"]
-        argv += ["--entrypoint", self.entrypoint, self.image, *self.command]
+        entrypoint, command = SS.entry_argv(self.secret_names, self.entrypoint, self.command)
+        argv += ["--entrypoint", entrypoint, self.image, *command]
         return tuple(argv)
 
 

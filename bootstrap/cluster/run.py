@@ -174,6 +174,7 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
                                 "python3: node-to-node ports not checked there")
         _usable(sess, "preflight", refusals(found, live), allow_partial, skipped)
     _usable(sess, "preflight", GD.fence_refusals(full, facts, live), allow_partial, skipped)
+    _usable(sess, "preflight", GD.secret_refusals(full, facts, live), allow_partial, skipped)
     live = [h for h in live if h.name not in skipped]
     sess.timings.add("rack", sess.clock() - t0)
     if skipped:
@@ -201,6 +202,7 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
     why = settle_runtime(sess, facts)
     inv = sess.inv
     facts = GD.share_token(sess, facts)
+    GD.put_secrets(sess, sess.inv.hosts, prune=True)  # before any container of ours that may be (re)started reads them
     warns = probe.exposure_warnings(sess) if inv.cluster.runtime == "ray" else []
     decided = dict(runtime=inv.cluster.runtime, runtime_why=why)
 
@@ -516,18 +518,6 @@ def start_container(sess: Session, action: HostAction) -> None:
     spec = action.spec
     if action.action != "create":  # "create": the facts (read under the lock) found none
         DK.rm(s, spec.name)
-    secrets = {x.name: x for x in sess.inv.cluster.secrets}
-
-    def run(env_file: str | None) -> None:
-        t0 = time.time()
-        s.run(spec.run_argv(env_file), timeout=120)
-        sess.run_times[action.host] = (t0, time.time())
-
-    if not spec.secret_names:
-        run(None)
-        return
-    # The secrets go through a 0600 file removed as soon as `docker run` returns; a removal that fails
-    # is an error naming the host and the file (attached to the run's own error when that failed).
-    body = "".join(f"{n}={secrets[n].reveal()}\n" for n in spec.secret_names)
-    with s.private_file(body.encode()) as env_file:
-        run(env_file)
+    t0 = time.time()
+    s.run(spec.run_argv(), timeout=120)
+    sess.run_times[action.host] = (t0, time.time())

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from bootstrap.cluster import plan as PL
+from bootstrap.cluster import secretstore as SS
 from bootstrap.errors import FleetError
 from bootstrap.model import CPU_KV_LEASE, NATIVE_COORD_PORT, NATIVE_MASTER_PORT, Host, Inventory
 from bootstrap.serve import plan as P
@@ -34,7 +35,7 @@ STOP_GRACE = 30
 MEMBER_PATH = "/opt/bootstrap/member.py"
 KEEPER_PATH = "/opt/bootstrap/keeper.py"
 #: what vLLM reads its API key from (the value comes from the secret cluster.router.api_key names)
-API_KEY_ENV = "VLLM_API_KEY"
+API_KEY_ENV = SS.API_KEY_ENV
 
 
 def serve_name(inv: Inventory) -> str:
@@ -250,7 +251,7 @@ def check_backend(inv: Inventory, backend: str | None) -> None:
 
 
 def member_create_argv(inv: Inventory, host: Host, nofile: int | None, *, replica: int, rank: int,
-                       nodes: int, vllm: Sequence[str], spec: Spec, env_file: str | None = None,
+                       nodes: int, vllm: Sequence[str], spec: Spec,
                        name: str | None = None, derived: Mapping[str, str] | None = None,
                        ucx: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """The serve container of one host: the node's own docker options (network, IPC, GPUs,
@@ -263,38 +264,15 @@ def member_create_argv(inv: Inventory, host: Host, nofile: int | None, *, replic
             "-e", f"BOOTSTRAP_STOP_GRACE={STOP_GRACE}"]
     for k, v in kv_env(inv, host, ucx).items():
         argv += ["-e", f"{k}={v}"]
-    names = secret_env_names(inv, node.secret_names)
-    if names:
-        argv += ["--env-file", env_file or "<0600 file with " + ",".join(names) + ">"]
+    names = SS.serve_names(inv, node.secret_names)
+    argv += SS.mounts(inv.cluster.name, names)
     for k, v in ((PL.LABEL_CLUSTER, inv.cluster.name), (PL.LABEL_HOST, host.name), (LABEL_KEEP, inv.cluster.name),
                  (LABEL_REPLICA, str(replica)), (LABEL_SERVE, spec.to_label())):
         argv += ["--label", f"{k}={v}"]
-    argv += ["--entrypoint", "python3", spec.image or inv.cluster.image, MEMBER_PATH,
-             str(rank), str(nodes), head.ip, str(COORD_PORT), "--", *vllm]
+    entrypoint, command = SS.entry_argv(names, "python3", (MEMBER_PATH, str(rank), str(nodes), head.ip,
+                                                          str(COORD_PORT), "--", *vllm))
+    argv += ["--entrypoint", entrypoint, spec.image or inv.cluster.image, *command]
     return tuple(argv)
-
-
-def secret_env_names(inv: Inventory, names: Sequence[str] = ()) -> tuple[str, ...]:
-    """The variables a serve container's env file holds: the secrets, and VLLM_API_KEY when
-    cluster.router.api_key names one (vLLM then refuses /v1 requests without it)."""
-    extra = (API_KEY_ENV,) if inv.cluster.router.api_key and API_KEY_ENV not in names else ()
-    return (*names, *extra)
-
-
-def api_key(inv: Inventory) -> str | None:
-    """The API key's value (from the secret cluster.router.api_key names), or None."""
-    name = inv.cluster.router.api_key
-    return next((x.reveal() for x in inv.cluster.secrets if x.name == name), None) if name else None
-
-
-def secret_env_body(inv: Inventory, *, router: bool = False) -> str:
-    """The env file's text: every secret for a serve container; for the router only the API key
-    (its probe sends it; the router itself passes each client's header on)."""
-    secrets = {} if router else {x.name: x.reveal() for x in inv.cluster.secrets}
-    key = api_key(inv)
-    if key is not None:
-        secrets[API_KEY_ENV] = key
-    return "".join(f"{k}={v}\n" for k, v in secrets.items())
 
 
 #: seconds the router's circuit breaker keeps a replica that failed requests out before it tries it
@@ -303,8 +281,12 @@ def secret_env_body(inv: Inventory, *, router: bool = False) -> str:
 CB_TIMEOUT = 20
 
 
-def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = None,
-                    env_file: str | None = None) -> tuple[str, ...]:
+def api_key(inv: Inventory) -> str | None:
+    """The API key's value (from the secret cluster.router.api_key names), or None."""
+    return SS.values(inv).get(API_KEY_ENV)
+
+
+def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = None) -> tuple[str, ...]:
     """vllm-router, detached with a restart policy, bound to the router host's data-plane IP.
 
     Its health checks use the router's own timeout and failure count (5 s, 3 in a row): a replica
@@ -313,11 +295,13 @@ def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = Non
     replica is found sooner anyway: its connections are refused, and the router retries on another."""
     r = inv.cluster.router
     h = router_host(inv)
-    key = ("--env-file", env_file or f"<0600 file with {API_KEY_ENV}>") if r.api_key else ()
+    names = SS.router_names(inv)
+    entrypoint, prefix = SS.entry_argv(names, "vllm-router", ())
     return ("docker", "run", "-d", "--name", router_name(inv), "--network", "host",
-            "--restart", "unless-stopped", "--cap-drop", "ALL", "--security-opt", "no-new-privileges", *key,
+            "--restart", "unless-stopped", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            *SS.mounts(inv.cluster.name, names),
             "--label", f"{PL.LABEL_CLUSTER}={inv.cluster.name}", "--label", f"{LABEL_KEEP}={inv.cluster.name}",
-            "--entrypoint", "vllm-router", image or inv.cluster.image,
+            "--entrypoint", entrypoint, image or inv.cluster.image, *prefix,
             "--host", h.ip, "--port", str(r.port), "--policy", r.policy,
             *_workers_argv(inv, urls),
             "--health-check-interval-secs", str(r.health_interval), "--health-check-timeout-secs", "5",

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from bootstrap.cluster import facts as F
+from bootstrap.cluster import guard as GD
 from bootstrap.cluster import plan as PL
 from bootstrap.cluster import probe
 from bootstrap.doctor import signatures as D
@@ -125,26 +126,12 @@ class RolloutResult:
 # -- remote steps (each written once) -------------------------------------------------------------
 
 
-def _run_with_env_file(sess: Session, host: Host, argv: Sequence[str], body: str) -> None:
-    """Run a `docker create/run` whose `--env-file` placeholder becomes a 0600 file holding `body`,
-    removed at once: the secrets never appear on a command line. A removal that fails is an error
-    naming the host and the file (attached to the run's own error when that failed: SSHHost.private_file)."""
-    s = sess.ssh[host.name]
-    argv = list(argv)
-    if "--env-file" not in argv:
-        s.run(tuple(argv), timeout=120)
-        return
-    with s.private_file(body.encode()) as env_file:
-        argv[argv.index("--env-file") + 1] = env_file
-        s.run(tuple(argv), timeout=120)
-
-
 def _create_started(sess: Session, host: Host, create: Sequence[str], name: str, path: str, script: str) -> None:
-    """`docker create`, copy a payload in (it stays across restarts), `docker start`. Secrets go
-    through a 0600 env file that is removed at once."""
+    """`docker create`, copy a payload in (it stays across restarts), `docker start`. The secrets it
+    mounts were put on the host first (guard.put_secrets)."""
     s = sess.ssh[host.name]
     DK.rm(s, name)
-    _run_with_env_file(sess, host, create, FP.secret_env_body(sess.inv))
+    s.run(tuple(create), timeout=120)
     DK.copy_file_in(s, name, path, check_script(script))
     DK.start(s, name)
 
@@ -273,6 +260,7 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         sess.connect()
         _preflight(sess, inv)
+        GD.check_secret_store(sess, inv.hosts)
         split, notes = _split(sess, inv, model, tp, pp, extra, dp)
         plan = FP.plan_fleet(inv, spec, split, notes=notes, **_node_facts(sess, inv))
         if on_plan is not None:
@@ -281,6 +269,7 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
             return plan
         sess.stage("stop-old", inv.hosts, lambda h: stop_serving(sess, h))  # what a single `serve` started
         _rm(sess, inv.hosts, FP.serve_name(inv), FP.old_name(inv), FP.router_name(inv), stage="remove-old")
+        GD.put_secrets(sess, inv.hosts, prune=False)
         _ensure_keeper(sess, inv)
         for rp in plan.replicas:
             _start_replica(sess, inv, rp)
@@ -300,7 +289,7 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
             raise failed
         rh = FP.router_host(inv)
         sess.stage("router", [rh],
-                   lambda h: _run_with_env_file(sess, h, plan.router, FP.secret_env_body(inv, router=True)))
+                   lambda h: sess.ssh[h.name].run(plan.router, timeout=120))
         through = _probe(sess, rh, FP.router_name(inv), ["ready", FP.router_url(inv), "120"], timeout=240)
         if not through.get("ready"):
             tail = _logs(sess, rh, FP.router_name(inv), 30)
@@ -492,6 +481,9 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
         split, _ = _split(sess, inv, target.model, None, None, target.extra, target.dp)
         inv_t = inv if not image else _with_image(inv, target.image)
         plan = FP.plan_fleet(inv_t, target, split, **_node_facts(sess, inv))
+        if todo:
+            GD.check_secret_store(sess, inv.hosts)
+            GD.put_secrets(sess, inv.hosts, prune=False)  # a secret changed since `serve`: the new replicas get it
         states = {k: "new" if k not in todo else "old" for k in range(len(inv.replicas))}
         steps: dict[int, dict[str, float]] = {}
         for i in range(0, len(todo), max_unavailable):

@@ -6,10 +6,8 @@ known_hosts by default; trusting a new key is opt-in and a changed key is always
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
-import secrets as _secrets
 import select
 import shlex
 import socket
@@ -17,12 +15,12 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
+from typing import BinaryIO, Callable, Iterable, Sequence
 
 import paramiko
 from fabric import Config, Connection
 
-from bootstrap.errors import CommandFailed, ConnectionLost, HostUnreachable, LockBusy, RemoteFileLeft, add_note
+from bootstrap.errors import CommandFailed, ConnectionLost, HostUnreachable, LockBusy
 from bootstrap.model import Host, SSHSettings
 
 Argv = Sequence[str]
@@ -240,9 +238,9 @@ class SSHHost:
         return self._exec(argv, (), timeout=timeout, check=check, display=display)
 
     def run_with_input(self, argv: Argv, chunks: Iterable[bytes], *, timeout: float | None = None,
-                       check: bool = True) -> Result:
+                       check: bool = True, display: str | None = None) -> Result:
         """Run a command with a byte stream on its stdin (e.g. ``docker load`` of a saved image)."""
-        return self._exec(argv, chunks, timeout=timeout, check=check)
+        return self._exec(argv, chunks, timeout=timeout, check=check, display=display)
 
     def _exec(self, argv: Argv, chunks: Iterable[bytes], *, timeout: float | None, check: bool,
               display: str | None = None, keep_stdin: bool = False) -> Result:
@@ -423,64 +421,6 @@ class SSHHost:
             conn.close()
             chan.close()
 
-    def put_private_file(self, content: bytes, *, what: str = "the private file") -> str:
-        """Write ``content`` to a new file only the login user can read (mode 0600); return its path.
-
-        A write that fails part way would leave part of ``content`` on the host under a path nobody
-        returns: the file is removed before CommandFailed (host, path, reason; never the content)
-        is raised, and a removal that fails too is attached to that error (RemoteFileLeft's words)."""
-        path = f"/tmp/.bootstrap-{_secrets.token_hex(8)}"
-        try:
-            sftp = self.conn.sftp()
-            with sftp.open(path, "wx") as fh:
-                fh.chmod(0o600)
-                fh.write(content)
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            failed = CommandFailed(self.name, f"sftp write {what} {path}", 1, _sftp_reason(exc),
-                                   "nothing was started with it")
-            try:
-                self.remove_file(path, what=what)
-            except RemoteFileLeft as left:
-                add_note(failed, str(left))
-            raise failed from None
-        return path
-
-    def remove_file(self, path: str, *, what: str = "the file") -> None:
-        """Remove a file we put on the host. Already gone is fine (nothing is left on disk); any other
-        failure raises RemoteFileLeft naming the host and the path: the file (a 0600 secret env file
-        for every caller today) may still be there, and the user must know it."""
-        try:
-            self.conn.sftp().remove(path)
-        except FileNotFoundError:
-            return
-        except (OSError, EOFError, paramiko.SSHException, HostUnreachable) as exc:
-            # HostUnreachable: the connection was gone and connecting again failed (its exit status,
-            # "nothing was changed", would be wrong here: the file was written)
-            if isinstance(exc, OSError) and exc.errno == errno.ENOENT:
-                return  # paramiko's IOError for SFTP_NO_SUCH_FILE
-            reason = str(exc) if isinstance(exc, HostUnreachable) else _sftp_reason(exc)
-            raise RemoteFileLeft(self.name, path, reason, what) from None
-
-    @contextlib.contextmanager
-    def private_file(self, content: bytes, *, what: str = "the secret env file") -> Iterator[str]:
-        """A 0600 file holding ``content`` for the body of the ``with`` (e.g. `docker run --env-file`),
-        removed when it ends, success or failure.
-
-        A removal that fails raises RemoteFileLeft when nothing else failed. When the body already
-        raised (the `docker run` failed, or Ctrl-C), that error is what the user acts on first and keeps
-        its exit status, so the removal failure is attached to it as a note (printed under its line)
-        rather than raised in its place: neither is lost."""
-        path = self.put_private_file(content, what=what)
-        try:
-            yield path
-        except BaseException as exc:
-            try:
-                self.remove_file(path, what=what)
-            except RemoteFileLeft as left:
-                add_note(exc, str(left))
-            raise
-        self.remove_file(path, what=what)
-
 
 class HeldLock:
     def __init__(self, host: str, path: str, chan: paramiko.Channel) -> None:
@@ -512,15 +452,6 @@ def _wait_readable(chan: paramiko.Channel, timeout: float) -> bool:
     p = select.poll()
     p.register(chan.fileno(), select.POLLIN)
     return bool(p.poll(timeout * 1000))
-
-
-def _sftp_reason(exc: BaseException) -> str:
-    """One line for an SFTP failure: paramiko's IOError carries errno and text ("[Errno 13]
-    Permission denied"), an SSHException or EOFError only its text (the connection dropped)."""
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else f"{type(exc).__name__} (the SSH connection closed?)"
 
 
 def _transient(exc: BaseException) -> bool:

@@ -30,7 +30,7 @@ from bootstrap.serve.state import LOG, PIDFILE, STATE, read_model_info, stop_ser
 
 NON_CARRY_OVER = "/root/.config/vllm/ray_non_carry_over_env_vars.json"
 # Start a command detached inside the container, its output in LOG and its pid in PIDFILE.
-_DETACH = f'echo $$ > {PIDFILE}; exec "$@" > {LOG} 2>&1'
+_DETACH = f'{DK.LOAD_SECRETS}; echo $$ > {PIDFILE}; exec "$@" > {LOG} 2>&1'
 
 
 @dataclass(frozen=True)

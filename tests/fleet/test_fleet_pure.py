@@ -356,9 +356,10 @@ def test_plan_fleet_members(fleet):
             assert f"bootstrap.replica={r.index}" in labels
             assert f"bootstrap.serve={spec.to_label()}" in labels
             assert "bootstrap.keep=demo" in labels
-            assert c[c.index("--entrypoint") + 1] == "python3"
+            # the image, its entry exporting the secrets (HF_TOKEN), then the supervisor and its arguments
+            assert c[c.index("--entrypoint") + 1:c.index("--entrypoint") + 3] == ["sh", spec.image]
             i = c.index(FP.MEMBER_PATH)
-            assert c[i - 1] == spec.image  # the image, then the supervisor and its arguments
+            assert c[i - 2:i] == ["--", "python3"]
             assert c[i + 1:i + 5] == [str(m.rank), "2", heads[r.index], str(FP.COORD_PORT)]
             assert c[i + 5] == "--"
             vllm = c[i + 6:]
@@ -376,8 +377,8 @@ def test_plan_fleet_members(fleet):
                 assert vllm[vllm.index("--port") + 1] == "8000"
             else:
                 assert "--headless" in vllm and "--host" not in vllm
-            # HF_TOKEN (set in the environment) is a secret by default: by name, in a file
-            assert "--env-file" in c and not any(TOKEN in a for a in c)
+            # HF_TOKEN (set in the environment) is a secret by default: by name, a file on the host's tmpfs
+            assert mounted(c) == ["HF_TOKEN"] and not any(TOKEN in a for a in c)
 
 
 def test_plan_fleet_router_and_keeper(fleet):
@@ -434,28 +435,39 @@ def test_router_on_a_named_host_binds_its_ip(tmp_path):
     assert k[k.index(FP.KEEPER_PATH) + 2] == "5"  # the keeper's interval is capped at 5 seconds
 
 
-def test_secrets_go_through_an_env_file_never_the_argv(tmp_path):
+def mounted(argv):
+    """The secrets a container gets: mounted from the host's tmpfs, named after `--` of its entry."""
+    from bootstrap.cluster import secretstore as SS
+
+    names = [a.split(":")[1].rsplit("/", 1)[1] for a in argv if a.startswith(SS.HOST_ROOT + "/")]
+    if names:
+        i = list(argv).index(SS.ENTRY)
+        assert list(argv[i + 2:i + 2 + len(names)]) == names and argv[i + 2 + len(names)] == "--"
+    assert "--env-file" not in argv
+    return names
+
+
+def test_secrets_go_through_files_on_the_hosts_tmpfs_never_the_argv(tmp_path):
     value = "s3cr3t-Value-42"
     inv = load(tmp_path, fleet_yaml(cluster="secrets: [MY_SECRET]"), {"MY_SECRET": value})
     assert [s.name for s in inv.cluster.secrets] == ["MY_SECRET"]
     plan = FP.plan_fleet(inv, FP.Spec("org/model"), CPU_SPLIT, nofile={"h0": 4096})
     for r in plan.replicas:
         for m in r.members:
-            assert "--env-file" in m.create
-            assert "MY_SECRET" in m.create[m.create.index("--env-file") + 1]
+            assert mounted(m.create) == ["MY_SECRET"]
             assert not any(value in a for a in m.create + m.vllm)
     assert value not in json.dumps(plan.to_dict()) and value not in repr(plan)
     assert not any(value in a for a in plan.router + plan.keeper)
     c = FP.member_create_argv(inv, inv.hosts[2], None, replica=1, rank=0, nodes=2, vllm=("vllm", "serve", "m"),
-                              spec=FP.Spec("m"), env_file="/tmp/x.env", name="other")
-    assert c[c.index("--env-file") + 1] == "/tmp/x.env" and c[c.index("--name") + 1] == "other"
+                              spec=FP.Spec("m"), name="other")
+    assert mounted(c) == ["MY_SECRET"] and c[c.index("--name") + 1] == "other"
     assert value not in c
 
 
 KEY = "sk-Fleet-Key-0042"
 
 
-def test_api_key_reaches_replicas_and_router_probe_through_env_files_only(tmp_path):
+def test_api_key_reaches_replicas_and_router_probe_through_files_only(tmp_path):
     inv = load(tmp_path, fleet_yaml(cluster="""
         secrets: [FLEET_KEY]
         router: {api_key: FLEET_KEY}
@@ -463,14 +475,13 @@ def test_api_key_reaches_replicas_and_router_probe_through_env_files_only(tmp_pa
     assert inv.cluster.router.api_key == "FLEET_KEY" and FP.api_key(inv) == KEY
     plan = FP.plan_fleet(inv, FP.Spec("org/model"), CPU_SPLIT, nofile={})
     for m in (m for r in plan.replicas for m in r.members):
-        assert "VLLM_API_KEY" in m.create[m.create.index("--env-file") + 1]
-    assert "VLLM_API_KEY" in plan.router[plan.router.index("--env-file") + 1]
+        assert mounted(m.create) == ["FLEET_KEY", "VLLM_API_KEY"]
+    assert mounted(plan.router) == ["VLLM_API_KEY"]
     assert plan.api_key_env == "FLEET_KEY" and plan.to_dict()["api_key_env"] == "FLEET_KEY"
     assert KEY not in json.dumps(plan.to_dict()) + repr(plan)
-    # the members get every secret plus the key under vLLM's name; the router only the key
-    member = FP.secret_env_body(inv).splitlines()
-    assert sorted(member) == [f"FLEET_KEY={KEY}", f"VLLM_API_KEY={KEY}"]
-    assert FP.secret_env_body(inv, router=True) == f"VLLM_API_KEY={KEY}\n"
+    # the hosts get every secret plus the key under vLLM's name
+    from bootstrap.cluster import secretstore as SS
+    assert SS.values(inv) == {"FLEET_KEY": KEY, "VLLM_API_KEY": KEY}
 
 
 def test_api_key_named_vllm_api_key_is_not_written_twice(tmp_path):
@@ -478,16 +489,14 @@ def test_api_key_named_vllm_api_key_is_not_written_twice(tmp_path):
         secrets: [VLLM_API_KEY]
         router: {api_key: VLLM_API_KEY}
         """), {"VLLM_API_KEY": KEY})
-    assert FP.secret_env_body(inv).count("VLLM_API_KEY=") == 1
     plan = FP.plan_fleet(inv, FP.Spec("org/model"), CPU_SPLIT, nofile={})
-    m = plan.replicas[0].members[0].create
-    assert m[m.index("--env-file") + 1].count("VLLM_API_KEY") == 1
+    assert mounted(plan.replicas[0].members[0].create) == ["VLLM_API_KEY"]
 
 
-def test_without_api_key_the_router_gets_no_env_file(fleet):
+def test_without_api_key_the_router_gets_no_secret(fleet):
     plan = FP.plan_fleet(fleet, FP.Spec("org/model"), CPU_SPLIT, nofile={})
-    assert "--env-file" not in plan.router and FP.api_key(fleet) is None
-    assert FP.secret_env_body(fleet, router=True) == ""
+    assert mounted(plan.router) == [] and FP.api_key(fleet) is None
+    assert plan.router[plan.router.index("--entrypoint") + 1] == "vllm-router"
 
 
 def test_api_key_must_name_a_listed_secret(tmp_path):
@@ -509,8 +518,8 @@ def test_a_key_pasted_into_the_inventory_is_refused_and_never_echoed(tmp_path):
 def test_member_image_defaults_to_the_clusters(fleet):
     c = FP.member_create_argv(fleet, fleet.hosts[3], None, replica=1, rank=1, nodes=2, vllm=("vllm",),
                               spec=FP.Spec("m"))
+    assert c[c.index("--entrypoint") + 2] == fleet.cluster.image
     i = c.index(FP.MEMBER_PATH)
-    assert c[i - 1] == fleet.cluster.image
     assert c[i + 1:i + 4] == ("1", "2", "10.0.0.3")
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.errors import CommandFailed, ConnectionLost, HostUnreachable, RemoteFileLeft
+from bootstrap.errors import CommandFailed, ConnectionLost, HostUnreachable
 from bootstrap.model import Host, SSHSettings, SSHTarget
 from bootstrap.remote.ssh import LockBusy, SSHHost
 from bootstrap.sandbox.sshd import SSHD, keygen, start_sshd
@@ -96,29 +96,29 @@ def test_command_timeout(sshd, tmp_path):
     s.close()
 
 
-def test_stream_stdin_and_private_file(sshd, tmp_path):
+def test_stream_stdin_and_secrets_written_over_stdin(sshd, tmp_path):
+    """A 5 MiB stream arrives whole; the secrets' writer (secretstore.write_argv) gets the values on
+    stdin over a real SSH session, and its failure shows what the caller displays, not the script."""
+    from bootstrap.cluster import secretstore as SS
+
     s = make(sshd, known(tmp_path, sshd))
     blob = os.urandom(5 << 20)
     r = s.run_with_input(["sha256sum"], [blob[i:i + 65536] for i in range(0, len(blob), 65536)])
     assert r.stdout.split()[0] == hashlib.sha256(blob).hexdigest()
-    path = s.put_private_file(b"HF_TOKEN=hf_secret\n")
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert Path(path).read_bytes() == b"HF_TOKEN=hf_secret\n"
-    s.remove_file(path)
-    assert not Path(path).exists()
-    s.close()
-
-
-def test_a_removal_the_server_refuses_names_the_host_and_the_file(sshd, tmp_path):
-    """The real SFTP server's refusal (a directory cannot be unlinked) is an error, not a pass; a file
-    already gone is not."""
-    s = make(sshd, known(tmp_path, sshd))
-    stuck = tmp_path / "stuck"
-    stuck.mkdir()
-    with pytest.raises(RemoteFileLeft) as ei:
-        s.remove_file(str(stuck))
-    assert ei.value.host == "loop" and str(stuck) in str(ei.value) and stuck.exists()
-    s.remove_file(str(tmp_path / "never-there"))
+    root = Path("/dev/shm") / f"bootstrap-ssh-{os.getpid()}"
+    try:
+        s.run_with_input(SS.write_argv("c", prune=True, root=str(root)), [SS.write_body({"HF_TOKEN": "hf_secret"})],
+                         display="write HF_TOKEN")
+        assert (root / "c" / "HF_TOKEN").read_text() == "hf_secret"
+        assert stat.S_IMODE((root / "c" / "HF_TOKEN").stat().st_mode) == 0o400
+    finally:
+        s.run(SS.remove_argv("c", root=str(root)))
+    assert not root.exists()
+    with pytest.raises(CommandFailed) as ei:  # on disk: refused, named as the caller displays it
+        s.run_with_input(SS.write_argv("c", prune=True, root=str(tmp_path / "b")), [b"HF_TOKEN=hf_secret\n"],
+                         display="write HF_TOKEN")
+    assert "`write HF_TOKEN` failed (exit 3)" in str(ei.value) and "hf_secret" not in str(ei.value)
+    assert not (tmp_path / "b").exists()
     s.close()
 
 

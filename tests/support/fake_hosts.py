@@ -2,8 +2,7 @@
 
 FakeHost answers each command from a table (the first entry whose text is in the command line wins)
 and fails loudly on a command it was not told about, so a test cannot pass by a step it did not
-expect. FakeSFTP stands in for the SFTP channel of a real SSHHost (`put_private_file`,
-`remove_file`), FakeConn for its connection. `fake_session` is a real Session whose hosts are fakes.
+expect. `fake_session` is a real Session whose hosts are fakes.
 """
 from __future__ import annotations
 
@@ -62,7 +61,7 @@ class FakeHost:
         return self._answer(argv, check)
 
     def run_with_input(self, argv: Sequence[str], chunks: Iterable[bytes], *, timeout: float | None = None,
-                       check: bool = True) -> Result:
+                       check: bool = True, display: str | None = None) -> Result:
         self.inputs.append(b"".join(chunks))
         return self._answer(argv, check)
 
@@ -76,64 +75,6 @@ def fake_session(inv: Inventory, hosts: dict[str, FakeHost], **kw) -> Session:
     return sess
 
 
-class FakeSFTP:
-    """The SFTP calls SSHHost makes. remove_error / write_error: the exception those calls raise."""
-
-    def __init__(self, remove_error: BaseException | None = None, write_error: BaseException | None = None):
-        self.remove_error, self.write_error = remove_error, write_error
-        self.files: dict[str, bytes] = {}
-        self.modes: dict[str, int] = {}
-        self.removed: list[str] = []
-
-    def open(self, path: str, mode: str) -> "_FakeFile":
-        assert mode == "wx" and path not in self.files
-        self.files[path] = b""
-        return _FakeFile(self, path)
-
-    def remove(self, path: str) -> None:
-        self.removed.append(path)
-        if self.remove_error is not None:
-            raise self.remove_error
-        if path not in self.files:
-            raise FileNotFoundError(2, "No such file")
-        del self.files[path]
-
-
-class _FakeFile:
-    def __init__(self, sftp: FakeSFTP, path: str):
-        self.sftp, self.path = sftp, path
-
-    def __enter__(self) -> "_FakeFile":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
-
-    def chmod(self, mode: int) -> None:
-        self.sftp.modes[self.path] = mode
-
-    def write(self, data: bytes) -> None:
-        self.sftp.files[self.path] += data[: len(data) // 2]  # part of it lands before the failure
-        if self.sftp.write_error is not None:
-            raise self.sftp.write_error
-        self.sftp.files[self.path] += data[len(data) // 2:]
-
-
-class FakeConn:
-    """What SSHHost uses of a fabric Connection for its files (set as `host._conn`)."""
-
-    is_connected = True
-
-    def __init__(self, sftp: FakeSFTP):
-        self._sftp = sftp
-
-    def sftp(self) -> FakeSFTP:
-        return self._sftp
-
-    def close(self) -> None:
-        pass
-
-
 #: A root host with nft and a Ray token (bootstrap.cluster.fence's facts), and the answers to taking
 #: the fence and the token off (cluster.run.down): for fakes of hosts that `down` visits.
 GUARD_FACTS = "home=/root\nclient=10.0.0.100\nsshd_port=22\nuid=0\nnft=yes\nsudo=no\nephemeral=32768 60999\n" \
@@ -142,4 +83,5 @@ GUARD_ANSWERS: list[tuple[str, object]] = [
     ("set -- $SSH_CLIENT", (0, GUARD_FACTS, "")),
     ("nft -f -", (0, "", "")),
     ("ray-auth-token.new", (0, "", "")),
+    ("exec sudo -n sh -c", (0, "", "")),  # the secrets on /run put or removed (cluster.secretstore)
 ]

@@ -1,0 +1,182 @@
+"""Secrets as files on a tmpfs, never in Docker's records (cluster/secretstore.py): the host-side
+scripts and the container entrypoint run for real with sh; the argv of every container that gets
+secrets carries names and mounts only."""
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bootstrap.cluster import fence as FN
+from bootstrap.cluster import guard as GD
+from bootstrap.cluster import plan as PL
+from bootstrap.cluster import secretstore as SS
+from bootstrap.cluster.facts import HostFacts
+from bootstrap.inventory import load_inventory
+from bootstrap.remote import docker as DK
+
+VALUE = "hf_" + "x" * 20 + "=tail ends in two spaces  "
+KEY = "sk-" + uuid.uuid4().hex
+
+
+def run(argv, stdin=b""):
+    return subprocess.run(argv, input=stdin, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def memory_root():
+    """A root of ours on a tmpfs (/dev/shm), removed afterwards."""
+    if not Path("/dev/shm").is_dir() or run(["stat", "-f", "-c", "%T", "/dev/shm"]).stdout.strip() != b"tmpfs":
+        pytest.fail("/dev/shm is not a tmpfs on this machine: the test needs one")
+    root = Path("/dev/shm") / f"bootstrap-test-{uuid.uuid4().hex[:8]}"
+    yield root
+    subprocess.run(["rm", "-rf", str(root)])
+
+
+def mode(p: Path) -> int:
+    return stat.S_IMODE(p.lstat().st_mode)
+
+
+def test_write_puts_each_value_in_a_0400_file_in_0700_dirs_and_prune_removes_the_rest(memory_root):
+    root = str(memory_root)
+    r = run(SS.write_argv("c1", prune=True, root=root), SS.write_body({"HF_TOKEN": VALUE, "OTHER": "o"}))
+    assert r.returncode == 0, r.stderr
+    d = memory_root / "c1"
+    assert (d / "HF_TOKEN").read_text() == VALUE and (d / "OTHER").read_text() == "o"
+    assert mode(d / "HF_TOKEN") == 0o400 and mode(d) == 0o700 and mode(memory_root) == 0o700
+    # add (a fleet's serve): OTHER stays; prune (up): OTHER goes, a directory Docker made in a file's
+    # place (a bind mount after a reboot) is replaced by the file
+    r = run(SS.write_argv("c1", prune=False, root=root), SS.write_body({"VLLM_API_KEY": KEY}))
+    assert r.returncode == 0 and sorted(os.listdir(d)) == ["HF_TOKEN", "OTHER", "VLLM_API_KEY"]
+    (d / "HF_TOKEN").unlink()
+    (d / "HF_TOKEN").mkdir()
+    r = run(SS.write_argv("c1", prune=True, root=root), SS.write_body({"HF_TOKEN": "new", "VLLM_API_KEY": KEY}))
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(d)) == ["HF_TOKEN", "VLLM_API_KEY"] and (d / "HF_TOKEN").read_text() == "new"
+    # no value on the command line: the argv names the directory only
+    assert not any(VALUE in a or KEY in a for a in SS.write_argv("c1", prune=True, root=root))
+    # remove: this cluster's directory, then the root when no other cluster is left in it
+    run(SS.write_argv("c2", prune=True, root=root), SS.write_body({"A": "a"}))
+    assert run(SS.remove_argv("c1", root=root)).returncode == 0
+    assert not d.exists() and (memory_root / "c2" / "A").exists()
+    assert run(SS.remove_argv("c2", root=root)).returncode == 0 and not memory_root.exists()
+    assert run(SS.remove_argv("c2", root=root)).returncode == 0  # nothing there: nothing done
+
+
+def test_write_refuses_a_place_on_disk_and_writes_nothing(tmp_path):
+    root = tmp_path / "bootstrap"
+    if run(["stat", "-f", "-c", "%T", str(tmp_path)]).stdout.strip() in (b"tmpfs", b"ramfs"):
+        pytest.fail(f"{tmp_path} is in memory here: the test needs a place on disk")
+    r = run(SS.write_argv("c1", prune=True, root=str(root)), SS.write_body({"HF_TOKEN": VALUE}))
+    assert r.returncode == 3 and b"is not a tmpfs" in r.stderr and b"rest on disk" in r.stderr
+    assert not root.exists()
+
+
+def test_the_entrypoint_exports_each_secret_and_refuses_to_start_without_one(tmp_path):
+    (tmp_path / "A").write_text(VALUE)
+    (tmp_path / "B").write_text("b=c")
+    script = SS.entry_script(str(tmp_path))
+    show = 'printf "%s|%s|%s" "$A" "$B" "$#"'
+    r = run(["sh", "-c", script, "secrets", "A", "B", "--", "sh", "-c", show, "x", "1", "2"])
+    assert r.returncode == 0 and r.stdout.decode() == f"{VALUE}|b=c|2", r.stderr
+    r = run(["sh", "-c", script, "secrets", "A", "GONE", "--", "sh", "-c", "echo started"])
+    assert r.returncode == SS.MISSING_EXIT and b"started" not in r.stdout
+    assert b"the secret GONE is not on this host" in r.stderr and b"bootstrap up" in r.stderr
+    assert VALUE.encode() not in r.stderr
+
+
+def test_what_bootstrap_runs_with_docker_exec_reads_the_mounted_secrets_first(tmp_path):
+    (tmp_path / "VLLM_API_KEY").write_text(KEY)
+    load = DK.LOAD_SECRETS.replace(DK.SECRETS_IN_CONTAINER, str(tmp_path))
+    r = run(["sh", "-c", load + '; printf %s "$VLLM_API_KEY"'])
+    assert r.stdout.decode() == KEY
+    empty = tmp_path / "none"
+    r = run(["sh", "-c", DK.LOAD_SECRETS.replace(DK.SECRETS_IN_CONTAINER, str(empty)) + "; echo ok"])
+    assert r.returncode == 0 and r.stdout == b"ok\n"
+    assert any(DK.LOAD_SECRETS in a for a in DK.exec_python_argv("c", []))
+
+
+INV = """
+cluster:
+  name: sec
+  image: vllm/vllm-openai:v0.32.0
+  gpus_per_node: 1
+  secrets: [HF_TOKEN, FLEET_KEY]
+  replicas: 2
+  router: {api_key: FLEET_KEY}
+hosts:
+  - {name: a, address: 10.0.0.1, ip: 10.0.0.1, role: head}
+  - {name: b, address: 10.0.0.2, ip: 10.0.0.2}
+"""
+
+
+@pytest.fixture
+def inv(tmp_path):
+    p = tmp_path / "inv.yaml"
+    p.write_text(INV)
+    return load_inventory(str(p), check_files=False, environ={"HF_TOKEN": VALUE, "FLEET_KEY": KEY})
+
+
+def test_no_container_argv_carries_a_value_and_each_mounts_only_its_own_secrets(inv):
+    from bootstrap.fleet import plan as FP
+
+    assert SS.values(inv) == {"HF_TOKEN": VALUE, "FLEET_KEY": KEY, "VLLM_API_KEY": KEY}
+    node = PL.container_spec(FP.replica_inventory(inv, 0), inv.host("a"), 1024).run_argv()
+    member = FP.member_create_argv(inv, inv.host("a"), 1024, replica=0, rank=0, nodes=1, vllm=["--x"],
+                                   spec=FP.Spec("m"))
+    router = FP.router_run_argv(inv, ["http://10.0.0.1:8000"])
+    for argv, names in ((node, ["HF_TOKEN", "FLEET_KEY"]), (member, ["HF_TOKEN", "FLEET_KEY", "VLLM_API_KEY"]),
+                        (router, ["VLLM_API_KEY"])):
+        assert not any(VALUE in a or KEY in a for a in argv), argv
+        assert "--env-file" not in argv and not any(a.startswith(("-e", "--env")) and "KEY" in a for a in argv)
+        got = [argv[i + 1] for i, a in enumerate(argv) if a == "-v" and SS.IN_CONTAINER in argv[i + 1]]
+        assert got == [f"/run/bootstrap/sec/{n}:/run/bootstrap/secrets/{n}:ro" for n in names], argv
+        ep = argv.index("--entrypoint")
+        assert argv[ep + 1] == "sh" and argv[ep + 3:ep + 5] == ("-c", SS.ENTRY)
+        assert list(argv[ep + 6:ep + 6 + len(names)]) == names and argv[ep + 6 + len(names)] == "--"
+    assert node[node.index("--") + 1:][:2] == ("ray", "start")
+    assert member[member.index("--") + 1] == "python3" and router[router.index("--") + 1] == "vllm-router"
+
+
+def test_without_secrets_a_container_runs_its_own_entrypoint(tmp_path):
+    p = tmp_path / "inv.yaml"
+    p.write_text(INV.replace("  secrets: [HF_TOKEN, FLEET_KEY]\n", "  secrets: []\n")
+                 .replace("  router: {api_key: FLEET_KEY}\n", ""))
+    inv = load_inventory(str(p), check_files=False, environ={})
+    argv = PL.container_spec(inv, inv.host("a"), 1024).run_argv()
+    assert argv[argv.index("--entrypoint") + 1] == "ray" and SS.IN_CONTAINER not in " ".join(argv)
+    assert SS.values(inv) == {}
+
+
+def test_a_spec_with_secrets_is_new_to_a_container_an_older_bootstrap_gave_an_env_file(inv):
+    spec = PL.container_spec(inv, inv.host("a"), 1024)
+    import hashlib
+    import json
+    old = hashlib.sha256(json.dumps([spec.name, spec.image, spec.options, spec.entrypoint, spec.command,
+                                     spec.secret_names]).encode()).hexdigest()[:16]
+    assert spec.spec_hash != old
+
+
+@pytest.mark.parametrize("root,sudo,fs,refused", [
+    (True, False, "tmpfs", None), (False, True, "ramfs", None), (False, False, "tmpfs", "not root"),
+    (True, False, "ext2/ext3", "is not a tmpfs"), (True, False, None, None),
+])
+def test_a_host_that_cannot_keep_secrets_in_memory_is_refused_before_any_change(inv, root, sudo, fs, refused):
+    g = FN.GuardFacts(root=root, sudo=sudo, run_fs=fs)
+    facts = {h.name: HostFacts(docker_version="27.0", guard=g) for h in inv.hosts}
+    got = GD.secret_refusals(inv, facts, inv.hosts)
+    if refused is None:
+        assert all(v is True for v in got.values())
+    else:
+        err = got["a"]
+        assert refused in str(err) and "cluster.secrets" in str(err) and err.host == "a"
+
+
+def test_the_guard_facts_read_the_filesystem_of_run():
+    out = run(FN.guard_facts_cmd("c")).stdout.decode()
+    fs = run(["stat", "-f", "-c", "%T", "/run"]).stdout.decode().strip()
+    assert FN.parse_guard(out).run_fs == fs
