@@ -69,7 +69,7 @@ def put_secrets(sess: Session, hosts: Sequence[Host], *, prune: bool) -> None:
     With `prune` (`up`): those no longer listed removed, and without secrets the ones an earlier run
     put there; without (a fleet's `serve`, `rollout`): added or replaced only."""
     inv = sess.inv
-    vals = SS.values(inv)
+    vals = SS.files(inv)
     name = inv.cluster.name
     if not vals and not prune:
         return

@@ -68,9 +68,12 @@ class ContainerSpec:
 
     @property
     def spec_hash(self) -> str:
-        # "tmpfs": a container an older bootstrap gave its secrets through Docker's env is recreated
+        # with secrets, how they reach the container too (a container an older bootstrap gave them
+        # through Docker's env is recreated); without, the same hash as before there was a choice
+        how = [SS.mounts(self.cluster, self.secret_names),
+               SS.entry_argv(self.secret_names, self.entrypoint, self.command)] if self.secret_names else []
         doc = json.dumps([self.name, self.image, self.options, self.entrypoint, self.command, self.secret_names]
-                         + ([self.auth] if self.auth else []) + (["tmpfs"] if self.secret_names else []))
+                         + ([self.auth] if self.auth else []) + how)
         return hashlib.sha256(doc.encode()).hexdigest()[:16]
 
     @property

@@ -3,17 +3,19 @@
 A secret (cluster.secrets, and VLLM_API_KEY when cluster.router.api_key names one) is never given
 to Docker as a value: `docker run -e`/`--env-file` would keep it in the container's config
 (`docker inspect`, /var/lib/docker/containers/*/config.v2.json) for as long as the container exists.
-Instead each value is a file on the host's /run, a tmpfs (`/run/bootstrap/<cluster>/<NAME>`, 0400,
-root's, in 0700 directories), written over SSH stdin; a container that needs some of them gets those
-files bind-mounted read-only at /run/bootstrap/secrets/<NAME>, and its entrypoint is `sh -c ENTRY`
-that exports each into the environment and execs the real command (ENTRY refuses to start without
-one: /run is emptied by a reboot, and a container restarted then says so and which command puts the
-secrets back). `docker exec` does not see PID 1's environment, so the checks and `vllm serve` that
+Instead each value is a file on the host's /run, a tmpfs (`/run/bootstrap/<cluster>/<set>/<NAME>`,
+0400, root's, in 0700 directories), written over SSH stdin. Two sets: `serve` (every secret, and the
+API key under vLLM's name) for the node and serve containers, `router` (the API key only) for the
+router. A container gets its set's directory bind-mounted read-only at /run/bootstrap/secrets, and
+its entrypoint is `sh -c ENTRY` that exports the names it needs into the environment and execs the
+real command. ENTRY refuses to start without one: /run is emptied by a reboot (Docker then mounts an
+empty directory it makes in its place), and a container restarted then says so in its log and which
+command puts the secrets back. `docker exec` does not see PID 1's environment, so the checks and `vllm serve` that
 bootstrap runs with `docker exec` read the files the same way first (docker.LOAD_SECRETS).
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from bootstrap.model import Inventory
 from bootstrap.remote import docker as DK
@@ -30,8 +32,22 @@ MISSING_EXIT = 78
 MEMORY_FS = ("tmpfs", "ramfs")
 
 
+#: The two sets of secrets on a host (each a directory, mounted whole into its containers).
+SERVE, ROUTER = "serve", "router"
+
+
 def host_dir(cluster_name: str) -> str:
     return f"{HOST_ROOT}/{cluster_name}"
+
+
+def files(inv: Inventory) -> dict[str, str]:
+    """What the hosts hold: `set/NAME` -> value (the serve set every secret and the API key, the
+    router set the API key); empty without secrets."""
+    vals = values(inv)
+    out = {f"{SERVE}/{k}": v for k, v in vals.items()}
+    if inv.cluster.router.api_key and API_KEY_ENV in vals:
+        out[f"{ROUTER}/{API_KEY_ENV}"] = vals[API_KEY_ENV]
+    return out
 
 
 def values(inv: Inventory) -> dict[str, str]:
@@ -58,10 +74,9 @@ def router_names(inv: Inventory) -> tuple[str, ...]:
     return (API_KEY_ENV,) if inv.cluster.router.api_key else ()
 
 
-def mounts(cluster_name: str, names: Iterable[str]) -> tuple[str, ...]:
-    """`-v HOST/NAME:/run/bootstrap/secrets/NAME:ro` for each secret a container gets (only those)."""
-    d = host_dir(cluster_name)
-    return tuple(x for n in names for x in ("-v", f"{d}/{n}:{IN_CONTAINER}/{n}:ro"))
+def mounts(cluster_name: str, names: Sequence[str], which: str = SERVE) -> tuple[str, ...]:
+    """`-v HOST/SET:/run/bootstrap/secrets:ro` for a container that gets secrets (none: nothing)."""
+    return ("-v", f"{host_dir(cluster_name)}/{which}:{IN_CONTAINER}:ro") if names else ()
 
 
 def entry_script(where: str = IN_CONTAINER) -> str:
@@ -98,10 +113,12 @@ _WRITE = (
     'm=$(dirname "$3"); fs=$(stat -f -c %T "$m" 2>/dev/null); case "$fs" in ' + "|".join(MEMORY_FS) + ') ;; '
     '*) echo "$m is not a tmpfs (it is ${fs:-unknown}): a secret there would rest on disk" >&2; exit 3;; esac; '
     'umask 077; mkdir -p "$1" && chmod 700 "$3" "$1" || exit 1; keep=" "; '
-    'while IFS= read -r l; do n=${l%%=*}; [ -d "$1/$n" ] && rm -rf "$1/$n"; '
-    'printf %s "${l#*=}" > "$1/.$n.new" && chmod 400 "$1/.$n.new" && mv -f "$1/.$n.new" "$1/$n" || exit 1; '
+    'while IFS= read -r l; do n=${l%%=*}; d="$1/${n%/*}"; b=${n##*/}; '
+    'mkdir -p "$d" && chmod 700 "$d" || exit 1; [ -d "$d/$b" ] && rm -rf "$d/$b"; '
+    'printf %s "${l#*=}" > "$d/.$b.new" && chmod 400 "$d/.$b.new" && mv -f "$d/.$b.new" "$d/$b" || exit 1; '
     'keep="$keep$n "; done; [ "$2" = prune ] || exit 0; '
-    'for f in "$1"/* "$1"/.*.new; do [ -e "$f" ] || continue; case "$keep" in *" ${f##*/} "*) ;; '
+    'for f in "$1"/*; do case "${f##*/}" in ' + SERVE + '|' + ROUTER + ') ;; *) rm -rf "$f";; esac; done; '
+    'for f in "$1"/*/* "$1"/*/.*.new; do [ -e "$f" ] || continue; case "$keep" in *" ${f#"$1"/} "*) ;; '
     '*) rm -rf "$f";; esac; done'
 )
 
@@ -113,7 +130,7 @@ _REMOVE_AS = ('s=$1; shift; if [ "$(id -u)" = 0 ]; then exec sh -c "$s" sh "$@";
 
 
 def write_argv(cluster_name: str, *, prune: bool, root: str = HOST_ROOT) -> tuple[str, ...]:
-    """Put the `NAME=value` lines on stdin (write_body) in the host's secrets of this cluster: each a
+    """Put the `set/NAME=value` lines on stdin (write_body) in the host's secrets of this cluster: each a
     0400 file written whole then renamed; with `prune` (`up`, which owns them) the others removed
     (a fleet's `serve` adds: the node containers may mount secrets it was not given). Refuses
     (exit 3) where /run is not in memory, and (exit 4) without root or passwordless sudo. `root`:
@@ -122,7 +139,8 @@ def write_argv(cluster_name: str, *, prune: bool, root: str = HOST_ROOT) -> tupl
 
 
 def write_body(secrets: Mapping[str, str]) -> bytes:
-    """The stdin of write_argv (the values were checked: no newline, CR or NUL)."""
+    """The stdin of write_argv from files(): `set/NAME=value` lines (the values were checked: no
+    newline, CR or NUL)."""
     return "".join(f"{k}={v}\n" for k, v in secrets.items()).encode()
 
 

@@ -299,7 +299,7 @@ def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = Non
     entrypoint, prefix = SS.entry_argv(names, "vllm-router", ())
     return ("docker", "run", "-d", "--name", router_name(inv), "--network", "host",
             "--restart", "unless-stopped", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-            *SS.mounts(inv.cluster.name, names),
+            *SS.mounts(inv.cluster.name, names, SS.ROUTER),
             "--label", f"{PL.LABEL_CLUSTER}={inv.cluster.name}", "--label", f"{LABEL_KEEP}={inv.cluster.name}",
             "--entrypoint", entrypoint, image or inv.cluster.image, *prefix,
             "--host", h.ip, "--port", str(r.port), "--policy", r.policy,

@@ -419,7 +419,7 @@ def _prepare_node_files(workdir: Path, name: str, client_pub: str, registry: str
 
 
 def _start_node(node: SandboxNode, workdir: Path, image: str, kind: str) -> None:
-    """docker run -d --name C --hostname N --label ... --network NET --ip IP --init -v SRC:/sandbox:ro
+    """docker run -d --name C --hostname N --label ... --network NET --ip IP --init --tmpfs /run -v SRC:/sandbox:ro
     [full: FULL_NODE_OPTIONS -v DATA:/var/lib/docker | sshd: -e SANDBOX_NO_DOCKERD=1] IMAGE"""
     src = workdir / "nodes" / node.name / "sandbox"
     cl = client(180)
@@ -428,6 +428,8 @@ def _start_node(node: SandboxNode, workdir: Path, image: str, kind: str) -> None
         "labels": {LABEL: "1", ROLE_LABEL: "node", KIND_LABEL: kind},
         "network": NETWORK, "networking_config": {NETWORK: cl.api.create_endpoint_config(ipv4_address=node.ip)},
         "init": True,
+        # /run in memory, as on a systemd host (bootstrap keeps the secrets there and refuses a /run on disk)
+        "tmpfs": {"/run": "mode=755"},
     }
     volumes = [f"{src}:/sandbox:ro"]
     if kind == "full":

@@ -99,8 +99,8 @@ def test_secrets_never_in_argv_and_change_the_hash_by_name_only():
     spec = container_spec(inv, inv.hosts[0], nofile=1024)
     argv = spec.run_argv()
     assert "hf_SUPERSECRETVALUE" not in " ".join(argv) and "--env-file" not in argv
-    name = spec.secret_names[0]
-    assert f"/run/bootstrap/{inv.cluster.name}/{name}:/run/bootstrap/secrets/{name}:ro" in argv
+    assert f"/run/bootstrap/{inv.cluster.name}/serve:/run/bootstrap/secrets:ro" in argv
+    assert argv[argv.index("--") - 1] == spec.secret_names[0]
     assert spec.spec_hash != container_spec(gpu_inventory(), gpu_inventory().hosts[0], nofile=1024).spec_hash
 
 

@@ -43,26 +43,30 @@ def mode(p: Path) -> int:
 
 def test_write_puts_each_value_in_a_0400_file_in_0700_dirs_and_prune_removes_the_rest(memory_root):
     root = str(memory_root)
-    r = run(SS.write_argv("c1", prune=True, root=root), SS.write_body({"HF_TOKEN": VALUE, "OTHER": "o"}))
+    body = SS.write_body({"serve/HF_TOKEN": VALUE, "serve/OTHER": "o", "router/VLLM_API_KEY": KEY})
+    r = run(SS.write_argv("c1", prune=True, root=root), body)
     assert r.returncode == 0, r.stderr
     d = memory_root / "c1"
-    assert (d / "HF_TOKEN").read_text() == VALUE and (d / "OTHER").read_text() == "o"
-    assert mode(d / "HF_TOKEN") == 0o400 and mode(d) == 0o700 and mode(memory_root) == 0o700
-    # add (a fleet's serve): OTHER stays; prune (up): OTHER goes, a directory Docker made in a file's
-    # place (a bind mount after a reboot) is replaced by the file
-    r = run(SS.write_argv("c1", prune=False, root=root), SS.write_body({"VLLM_API_KEY": KEY}))
-    assert r.returncode == 0 and sorted(os.listdir(d)) == ["HF_TOKEN", "OTHER", "VLLM_API_KEY"]
-    (d / "HF_TOKEN").unlink()
-    (d / "HF_TOKEN").mkdir()
-    r = run(SS.write_argv("c1", prune=True, root=root), SS.write_body({"HF_TOKEN": "new", "VLLM_API_KEY": KEY}))
+    assert (d / "serve" / "HF_TOKEN").read_text() == VALUE and (d / "serve" / "OTHER").read_text() == "o"
+    assert (d / "router" / "VLLM_API_KEY").read_text() == KEY
+    assert mode(d / "serve" / "HF_TOKEN") == 0o400 and mode(d / "router" / "VLLM_API_KEY") == 0o400
+    assert mode(d / "serve") == mode(d / "router") == mode(d) == mode(memory_root) == 0o700
+    # add (a fleet's serve): OTHER stays; prune (up): OTHER goes, and so does a file of an older layout
+    r = run(SS.write_argv("c1", prune=False, root=root), SS.write_body({"serve/VLLM_API_KEY": KEY}))
+    assert r.returncode == 0 and sorted(os.listdir(d / "serve")) == ["HF_TOKEN", "OTHER", "VLLM_API_KEY"]
+    (d / "OLD").mkdir()  # what Docker makes for a missing bind source (an older layout's file)
+    r = run(SS.write_argv("c1", prune=True, root=root), SS.write_body({"serve/HF_TOKEN": "new",
+                                                                       "serve/VLLM_API_KEY": KEY}))
     assert r.returncode == 0, r.stderr
-    assert sorted(os.listdir(d)) == ["HF_TOKEN", "VLLM_API_KEY"] and (d / "HF_TOKEN").read_text() == "new"
+    assert sorted(os.listdir(d / "serve")) == ["HF_TOKEN", "VLLM_API_KEY"]
+    assert (d / "serve" / "HF_TOKEN").read_text() == "new"
+    assert os.listdir(d / "router") == [] and not (d / "OLD").exists()
     # no value on the command line: the argv names the directory only
     assert not any(VALUE in a or KEY in a for a in SS.write_argv("c1", prune=True, root=root))
     # remove: this cluster's directory, then the root when no other cluster is left in it
-    run(SS.write_argv("c2", prune=True, root=root), SS.write_body({"A": "a"}))
+    run(SS.write_argv("c2", prune=True, root=root), SS.write_body({"serve/A": "a"}))
     assert run(SS.remove_argv("c1", root=root)).returncode == 0
-    assert not d.exists() and (memory_root / "c2" / "A").exists()
+    assert not d.exists() and (memory_root / "c2" / "serve" / "A").exists()
     assert run(SS.remove_argv("c2", root=root)).returncode == 0 and not memory_root.exists()
     assert run(SS.remove_argv("c2", root=root)).returncode == 0  # nothing there: nothing done
 
@@ -71,7 +75,7 @@ def test_write_refuses_a_place_on_disk_and_writes_nothing(tmp_path):
     root = tmp_path / "bootstrap"
     if run(["stat", "-f", "-c", "%T", str(tmp_path)]).stdout.strip() in (b"tmpfs", b"ramfs"):
         pytest.fail(f"{tmp_path} is in memory here: the test needs a place on disk")
-    r = run(SS.write_argv("c1", prune=True, root=str(root)), SS.write_body({"HF_TOKEN": VALUE}))
+    r = run(SS.write_argv("c1", prune=True, root=str(root)), SS.write_body({"serve/HF_TOKEN": VALUE}))
     assert r.returncode == 3 and b"is not a tmpfs" in r.stderr and b"rest on disk" in r.stderr
     assert not root.exists()
 
@@ -125,16 +129,19 @@ def test_no_container_argv_carries_a_value_and_each_mounts_only_its_own_secrets(
     from bootstrap.fleet import plan as FP
 
     assert SS.values(inv) == {"HF_TOKEN": VALUE, "FLEET_KEY": KEY, "VLLM_API_KEY": KEY}
+    assert SS.files(inv) == {"serve/HF_TOKEN": VALUE, "serve/FLEET_KEY": KEY, "serve/VLLM_API_KEY": KEY,
+                             "router/VLLM_API_KEY": KEY}
     node = PL.container_spec(FP.replica_inventory(inv, 0), inv.host("a"), 1024).run_argv()
     member = FP.member_create_argv(inv, inv.host("a"), 1024, replica=0, rank=0, nodes=1, vllm=["--x"],
                                    spec=FP.Spec("m"))
     router = FP.router_run_argv(inv, ["http://10.0.0.1:8000"])
-    for argv, names in ((node, ["HF_TOKEN", "FLEET_KEY"]), (member, ["HF_TOKEN", "FLEET_KEY", "VLLM_API_KEY"]),
-                        (router, ["VLLM_API_KEY"])):
+    for argv, names, which in ((node, ["HF_TOKEN", "FLEET_KEY"], "serve"),
+                               (member, ["HF_TOKEN", "FLEET_KEY", "VLLM_API_KEY"], "serve"),
+                               (router, ["VLLM_API_KEY"], "router")):
         assert not any(VALUE in a or KEY in a for a in argv), argv
         assert "--env-file" not in argv and not any(a.startswith(("-e", "--env")) and "KEY" in a for a in argv)
         got = [argv[i + 1] for i, a in enumerate(argv) if a == "-v" and SS.IN_CONTAINER in argv[i + 1]]
-        assert got == [f"/run/bootstrap/sec/{n}:/run/bootstrap/secrets/{n}:ro" for n in names], argv
+        assert got == [f"/run/bootstrap/sec/{which}:/run/bootstrap/secrets:ro"], argv
         ep = argv.index("--entrypoint")
         assert argv[ep + 1] == "sh" and argv[ep + 3:ep + 5] == ("-c", SS.ENTRY)
         assert list(argv[ep + 6:ep + 6 + len(names)]) == names and argv[ep + 6 + len(names)] == "--"

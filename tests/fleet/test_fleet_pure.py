@@ -439,11 +439,15 @@ def mounted(argv):
     """The secrets a container gets: mounted from the host's tmpfs, named after `--` of its entry."""
     from bootstrap.cluster import secretstore as SS
 
-    names = [a.split(":")[1].rsplit("/", 1)[1] for a in argv if a.startswith(SS.HOST_ROOT + "/")]
-    if names:
-        i = list(argv).index(SS.ENTRY)
-        assert list(argv[i + 2:i + 2 + len(names)]) == names and argv[i + 2 + len(names)] == "--"
+    dirs = [a for a in argv if a.startswith(SS.HOST_ROOT + "/")]
     assert "--env-file" not in argv
+    if not dirs:
+        return []
+    assert len(dirs) == 1 and dirs[0].endswith(":/run/bootstrap/secrets:ro")
+    i = list(argv).index(SS.ENTRY)
+    names = list(argv[i + 2:list(argv).index("--", i)])
+    assert dirs[0].split(":")[0].endswith("/router" if names == ["VLLM_API_KEY"] and "vllm-router" in argv
+                                          else "/serve")
     return names
 
 

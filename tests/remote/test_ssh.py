@@ -107,15 +107,15 @@ def test_stream_stdin_and_secrets_written_over_stdin(sshd, tmp_path):
     assert r.stdout.split()[0] == hashlib.sha256(blob).hexdigest()
     root = Path("/dev/shm") / f"bootstrap-ssh-{os.getpid()}"
     try:
-        s.run_with_input(SS.write_argv("c", prune=True, root=str(root)), [SS.write_body({"HF_TOKEN": "hf_secret"})],
-                         display="write HF_TOKEN")
-        assert (root / "c" / "HF_TOKEN").read_text() == "hf_secret"
-        assert stat.S_IMODE((root / "c" / "HF_TOKEN").stat().st_mode) == 0o400
+        s.run_with_input(SS.write_argv("c", prune=True, root=str(root)),
+                         [SS.write_body({"serve/HF_TOKEN": "hf_secret"})], display="write HF_TOKEN")
+        assert (root / "c" / "serve" / "HF_TOKEN").read_text() == "hf_secret"
+        assert stat.S_IMODE((root / "c" / "serve" / "HF_TOKEN").stat().st_mode) == 0o400
     finally:
         s.run(SS.remove_argv("c", root=str(root)))
     assert not root.exists()
     with pytest.raises(CommandFailed) as ei:  # on disk: refused, named as the caller displays it
-        s.run_with_input(SS.write_argv("c", prune=True, root=str(tmp_path / "b")), [b"HF_TOKEN=hf_secret\n"],
+        s.run_with_input(SS.write_argv("c", prune=True, root=str(tmp_path / "b")), [b"serve/HF_TOKEN=hf_secret\n"],
                          display="write HF_TOKEN")
     assert "`write HF_TOKEN` failed (exit 3)" in str(ei.value) and "hf_secret" not in str(ei.value)
     assert not (tmp_path / "b").exists()

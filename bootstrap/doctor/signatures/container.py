@@ -1,4 +1,5 @@
-"""Docker and the platform detection of vLLM and torch: a container started without its GPUs."""
+"""Docker and the platform detection of vLLM and torch: a container started without its GPUs; a
+container of ours restarted without its secrets (after a reboot emptied the host's /run)."""
 from __future__ import annotations
 
 from bootstrap.doctor.signatures.engine import Signature
@@ -28,5 +29,16 @@ SIGNATURES: tuple[Signature, ...] = (
         sources=("https://github.com/vllm-project/vllm/issues/12847",
                  "https://github.com/vllm-project/vllm/issues/13946",
                  "https://github.com/OpenBMB/XAgent/issues/273"),
+    ),
+    Signature(
+        id="secret-gone",
+        severity="error",
+        # cluster/secretstore.py's entrypoint, when a secret's file is not on the host's tmpfs
+        patterns=(_p(r"bootstrap: the secret \S+ is not on this host", needle="bootstrap: the secret"),),
+        title="A container of ours was (re)started without a secret it needs: the host's /run, where "
+              "bootstrap keeps the secrets in memory, was emptied (a reboot) or the files were removed",
+        fix="Run `bootstrap up` with the secrets set in your environment (it puts them back and restarts the "
+            "containers), then `bootstrap serve` for a fleet; see docs/security.md, secrets.",
+        sources=("bootstrap/cluster/secretstore.py (this project: the line its entrypoint prints)",),
     ),
 )

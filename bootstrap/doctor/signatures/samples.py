@@ -213,4 +213,9 @@ SAMPLES: dict[str, tuple[str, ...]] = {
         # checks/keeper.py, as the sandbox fleet's kill test prints it
         "keeper: bootstrap-vllm-serve was Exited (137) 3 seconds ago: started (204)",
     ),
+    "secret-gone": (
+        # secret-gone__sandbox_reboot.log (cluster/secretstore.py's entrypoint)
+        "bootstrap: the secret HF_TOKEN is not on this host (/run/bootstrap is on a tmpfs: a reboot empties it): "
+        "run bootstrap up (and bootstrap serve) again to put it back",
+    ),
 }
