@@ -19,7 +19,8 @@ class ContainerState:
     #: Config.Env as a dict (it can hold secrets: never shown) and the command's Args.
     env: dict = field(default_factory=dict, repr=False, compare=False)
     args: tuple[str, ...] = field(default=(), compare=False)
-    #: The command's Path: the entrypoint (`ray` or `sleep` for a node container).
+    #: The command's Path: the entrypoint (`ray` or `sleep` for a node container; behind the
+    #: secrets' entrypoint, what it execs).
     path: str = field(default="", compare=False)
 
     @property
@@ -29,6 +30,20 @@ class ContainerState:
 
 def container_inspect_cmd(name: str) -> tuple[str, ...]:
     return ("docker", "container", "inspect", name)
+
+
+#: `$0` of the entrypoint that exports a container's secrets before it execs the real command
+#: (`sh -c ENTRY bootstrap-secrets NAME... -- PATH ARGS...`, cluster/secretstore.py).
+SECRETS_ENTRY = "bootstrap-secrets"
+
+
+def _command(path: str, args: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """(Path, Args) of what the container runs: behind the secrets' entrypoint, the command it execs."""
+    if path == "sh" and args[:1] == ("-c",) and args[2:3] == (SECRETS_ENTRY,) and "--" in args[3:]:
+        i = args.index("--", 3)
+        if i + 1 < len(args):
+            return args[i + 1], args[i + 2:]
+    return path, args
 
 
 def parse_container_inspect(out: str) -> ContainerState | None:
@@ -42,7 +57,8 @@ def parse_container_inspect(out: str) -> ContainerState | None:
     d = data[0]
     state = d.get("State") or {}
     config = d.get("Config") or {}
+    path, args = _command(str(d.get("Path") or ""), tuple(str(a) for a in d.get("Args") or ()))
     return ContainerState(status=state.get("Status", "unknown"), image_id=d.get("Image", ""),
                           labels=dict(config.get("Labels") or {}), started_at=state.get("StartedAt", ""),
                           env=dict(e.split("=", 1) for e in config.get("Env") or [] if "=" in e),
-                          args=tuple(d.get("Args") or ()), path=str(d.get("Path") or ""))
+                          args=args, path=path)

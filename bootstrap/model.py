@@ -16,6 +16,9 @@ HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 #: The kernel's default ceiling on open files per process (fs.nr_open): docker cannot give a
 #: container a nofile limit above the host's.
 NOFILE_MAX = 1048576
+#: The most GPUs one host may declare (the largest single systems have 16; more is a typo that the
+#: split and `--num-gpus` would take at its word).
+MAX_GPUS_PER_HOST = 64
 
 
 class Secret:

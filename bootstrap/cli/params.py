@@ -45,14 +45,19 @@ def quote(value: str, limit: int = 60) -> str:
     return repr(value if len(value) <= limit else value[:limit - 3] + "...")
 
 
+#: The longest wait any option takes: a week (more is a typo, and overflows the socket timeouts and
+#: clocks it is given to).
+MAX_SECONDS = 7 * 24 * 3600.0
+
+
 class Seconds(click.ParamType):
-    """A finite number of seconds: above 0, or from `least` (inclusive); at most `most`. Every
-    option that takes seconds has this type: nan, inf and 1e999 are refused like any value out of
-    range, and only ASCII numbers are read."""
+    """A finite number of seconds: above 0, or from `least` (inclusive); at most `most` (a week
+    unless said). Every option that takes seconds has this type: nan, inf and 1e999 are refused
+    like any value out of range, and only ASCII numbers are read."""
 
     name = "seconds"
 
-    def __init__(self, least: float | None = None, most: float | None = None):
+    def __init__(self, least: float | None = None, most: float | None = MAX_SECONDS):
         self.least, self.most = least, most
         if least is None:
             self.kind = "a positive number of seconds" + (f" up to {most:g}" if most is not None else "")

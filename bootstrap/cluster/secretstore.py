@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from bootstrap.containers import SECRETS_ENTRY
 from bootstrap.model import Inventory
 from bootstrap.remote import docker as DK
 
@@ -87,7 +88,7 @@ def entry_script(where: str = IN_CONTAINER) -> str:
             + str(MISSING_EXIT) + '; fi; export "$1=$(cat "$f")"; shift; done; shift; exec "$@"')
 
 
-#: The entrypoint script of a container with secrets: `sh -c ENTRY secrets NAME... -- CMD...`.
+#: The entrypoint script of a container with secrets: `sh -c ENTRY bootstrap-secrets NAME... -- CMD...`.
 ENTRY = entry_script()
 
 
@@ -97,7 +98,7 @@ def entry_argv(names: Sequence[str], entrypoint: str, command: Sequence[str],
     ENTRYPOINT COMMAND...; unchanged without secrets."""
     if not names:
         return entrypoint, tuple(command)
-    return "sh", ("-c", script, "secrets", *names, "--", entrypoint, *command)
+    return "sh", ("-c", script, SECRETS_ENTRY, *names, "--", entrypoint, *command)
 
 
 # -- on the host (each one command; the values travel on stdin only) ----------------------------

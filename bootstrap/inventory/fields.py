@@ -25,6 +25,7 @@ from bootstrap.inventory.yamlfile import (
 )
 from bootstrap.model import (
     HF_CACHE_IN_CONTAINER,
+    MAX_GPUS_PER_HOST,
     NOFILE_MAX,
     ROUTER_POLICIES,
     Cluster,
@@ -438,11 +439,13 @@ def _dashboard_host(value: Any, loc: _Loc) -> str:
 _CREDENTIAL_NAME = re.compile(
     r"(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIALS?|(API|ACCESS|SECRET|PRIVATE)_?KEY)$", re.IGNORECASE)
 #: Values that are credentials whatever their name: Hugging Face, OpenAI-style, GitHub, GitLab, Slack
-#: tokens, AWS access key IDs, JWTs.
+#: tokens, AWS access key IDs, JWTs, and a URL with a password in it (a proxy's
+#: `http://user:password@host`).
 _CREDENTIAL_VALUE = re.compile(
     r"(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
     r"|glpat-[A-Za-z0-9_-]{16,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}"
-    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+)")
+    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+"
+    r"|[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@)")
 
 
 def looks_like_credential(text: str) -> bool:
@@ -548,7 +551,7 @@ _CLUSTER_FIELDS: dict[str, Validator] = {
     ),
     "accelerator": _choice("gpu", "none"),
     "runtime": _optional(_choice("ray", "none")),
-    "gpus_per_node": _optional(_int(0)),
+    "gpus_per_node": _optional(_int(0, MAX_GPUS_PER_HOST)),
     "hf_cache": _optional(_remote_abs_path),
     "mounts": _list(_mount),
     "ipc_host": _bool,
@@ -574,13 +577,32 @@ _CLUSTER_FIELDS: dict[str, Validator] = {
 }
 
 _RETENTION_RX = re.compile(r"[1-9][0-9]*(ms|s|m|h|d|w|y)")
+_RETENTION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000,
+                 "y": 365 * 86_400_000}
+#: The longest retention: Prometheus refuses a duration past int64 nanoseconds (about 292 years)
+#: and does not start; a century is already a typo.
+MAX_RETENTION_YEARS = 100
+
+
+def _retention(value: Any, loc: _Loc) -> str:
+    value = _string(value, loc)
+    m = _RETENTION_RX.fullmatch(value)
+    if not m:
+        loc.fail(f"{_quote(value)} is not valid: a duration such as 15d, 12h or 2w")
+    digits = value[:m.start(1)]
+    if len(digits) > 20 or int(digits) * _RETENTION_MS[m.group(1)] > MAX_RETENTION_YEARS * _RETENTION_MS["y"]:
+        loc.fail(f"{_quote(value)} is more than {MAX_RETENTION_YEARS} years (Prometheus would not start with it)")
+    return value
+
+
+_retention.accepts = f"a duration such as 15d, 12h or 2w, at most {MAX_RETENTION_YEARS}y"  # type: ignore[attr-defined]
 
 _MONITOR_FIELDS: dict[str, Validator] = {
     "host": _described("the name of a host of the inventory", lambda v, loc: _host_name(v, loc)),
     "port": _port,
     "node_exporter_port": _port,
     "scrape_interval": _int(1, 3600),
-    "retention": _pattern(_RETENTION_RX, "a duration such as 15d, 12h or 2w"),
+    "retention": _retention,
     "image": _image,
     "node_exporter_image": _image,
     "dcgm": _bool,
@@ -886,7 +908,7 @@ _HOST_FIELDS: dict[str, Validator] = {
     "address": _address,
     "ip": _optional(_ip),
     "role": _optional(_choice("head", "worker")),
-    "gpus": _optional(_int(0)),
+    "gpus": _optional(_int(0, MAX_GPUS_PER_HOST)),
     "replica": _optional(_int(0, _MAX_HOSTS - 1)),
     "env": _env,
     "user": _optional(_user),

@@ -69,6 +69,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
+from bootstrap.doctor.signatures.engine import URL_PASSWORD
 from bootstrap.errors import BenchError, UsageError
 
 DEFAULT_PROMPT = (
@@ -540,6 +541,7 @@ def split_url(url: str) -> tuple[str, str, int, str]:
     A UsageError for anything else: no http(s) scheme or host, a space or control character
     (urlsplit would silently drop a newline), a broken IPv6 bracket, a port outside 1-65535."""
     text = url.strip()
+    url = URL_PASSWORD.sub(r"\1***@", url)  # never echoed with its password
     bad = f"bench: the URL must look like http://HOST:PORT (got {url!r})"
     if not text.isprintable() or " " in text:
         raise UsageError(f"{bad}: no spaces or control characters")
@@ -549,6 +551,10 @@ def split_url(url: str) -> tuple[str, str, int, str]:
         raise UsageError(f"{bad}: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(bad)
+    if parts.username is not None or parts.password is not None:
+        raise UsageError(f"bench: the URL carries a user or a password ({url!r}): bench would not send them, and on "
+                         "a command line they are in ps and your shell's history; the fleet's API key is read from "
+                         "the secret cluster.router.api_key names")
     try:
         port = parts.port
     except ValueError as exc:

@@ -75,6 +75,7 @@ def test_bad_argument_is_one_line_exit_2_before_any_host(case, subst):
     assert len(lines) == 1 and lines[0].strip() and lines[0].isprintable(), r.stderr
     assert lines[0].startswith("error: ") and case["message"] in lines[0], lines[0]
     assert "Traceback" not in r.stderr and r.stdout == ""
+    assert "Hunter2pw" not in r.stderr  # a password in a URL is never echoed
     assert took < FAST, f"took {took:.1f}s: was a host contacted?"
 
 

@@ -85,9 +85,9 @@ def test_the_entrypoint_exports_each_secret_and_refuses_to_start_without_one(tmp
     (tmp_path / "B").write_text("b=c")
     script = SS.entry_script(str(tmp_path))
     show = 'printf "%s|%s|%s" "$A" "$B" "$#"'
-    r = run(["sh", "-c", script, "secrets", "A", "B", "--", "sh", "-c", show, "x", "1", "2"])
+    r = run(["sh", "-c", script, "bootstrap-secrets", "A", "B", "--", "sh", "-c", show, "x", "1", "2"])
     assert r.returncode == 0 and r.stdout.decode() == f"{VALUE}|b=c|2", r.stderr
-    r = run(["sh", "-c", script, "secrets", "A", "GONE", "--", "sh", "-c", "echo started"])
+    r = run(["sh", "-c", script, "bootstrap-secrets", "A", "GONE", "--", "sh", "-c", "echo started"])
     assert r.returncode == SS.MISSING_EXIT and b"started" not in r.stdout
     assert b"the secret GONE is not on this host" in r.stderr and b"bootstrap up" in r.stderr
     assert VALUE.encode() not in r.stderr
@@ -147,6 +147,24 @@ def test_no_container_argv_carries_a_value_and_each_mounts_only_its_own_secrets(
         assert list(argv[ep + 6:ep + 6 + len(names)]) == names and argv[ep + 6 + len(names)] == "--"
     assert node[node.index("--") + 1:][:2] == ("ray", "start")
     assert member[member.index("--") + 1] == "python3" and router[router.index("--") + 1] == "vllm-router"
+
+
+def test_what_a_container_runs_is_read_behind_the_secrets_entrypoint(inv):
+    """`docker inspect` of a node container with secrets: Path sh, Args -c ENTRY ... -- ray start ...;
+    what bootstrap reads of it (the runtime, Ray's node IP) is the command behind the entry."""
+    import json
+
+    from bootstrap.cluster import runtime as RT
+    from bootstrap.containers import parse_container_inspect
+
+    argv = PL.container_spec(inv, inv.host("b"), 1024).run_argv()
+    i = argv.index("--entrypoint")
+    doc = [{"State": {"Status": "running"}, "Config": {}, "Path": argv[i + 1], "Args": list(argv[i + 3:])}]
+    st = parse_container_inspect(json.dumps(doc))
+    assert st.path == "ray" and st.args[:2] == ("start", "--block") and "--node-ip-address=10.0.0.2" in st.args
+    assert RT.of_container(st) == "ray"
+    doc[0].update(Path="sh", Args=["-c", "echo", "other", "--", "ray"])  # not ours: as it is
+    assert parse_container_inspect(json.dumps(doc)).path == "sh"
 
 
 def test_without_secrets_a_container_runs_its_own_entrypoint(tmp_path):

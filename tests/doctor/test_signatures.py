@@ -525,3 +525,11 @@ def test_root_cause_of_a_refused_command_line_is_vllms_usage_error():
            "vllm: error: unrecognized arguments: --no-such-vllm-flag\n")
     assert root_cause(log) == "vllm: error: unrecognized arguments: --no-such-vllm-flag"
     assert root_cause("INFO all good\nerror: something else\n") is None
+
+
+def test_a_password_in_a_url_is_masked_in_evidence():
+    line = "ERROR proxy http://bob:Hunter2pw@proxy.corp:3128 refused; retry https://:tok3n@reg.local/v2 and http://h:80/"
+    masked = mask_secrets(line)
+    assert "Hunter2pw" not in masked and "tok3n" not in masked
+    assert "http://bob:***@proxy.corp:3128" in masked and "https://:***@reg.local/v2" in masked
+    assert "http://h:80/" in masked and mask_secrets(masked) == masked

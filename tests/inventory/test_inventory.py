@@ -687,7 +687,8 @@ def test_host_names_that_differ_only_in_case_are_refused(tmp_path):
 @pytest.mark.parametrize("name,value", [
     ("HF_TOKEN", "hf_abcdefghijklmnopqrstuvwxyz"), ("WANDB_API_KEY", "0123456789abcdef"), ("DB_PASSWORD", "x"),
     ("MY_SETTING", "sk-proj-abcdefghijklmnop1234"), ("OTHER", "ghp_abcdefghijklmnopqrstuvwxyz0123"),
-    ("URL", "https://u:eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.sig@example.com")])
+    ("URL", "https://u:eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.sig@example.com"),
+    ("HTTPS_PROXY", "http://proxyuser:Pr0xyPass@proxy.corp:3128"), ("REDIS_URL", "redis://:hunter22@cache:6379/0")])
 def test_a_credential_in_the_inventory_is_refused_without_showing_it(tmp_path, name, value):
     for where in ("cluster", "host"):
         env = f"env: {{{name}: '{value}'}}"
@@ -696,6 +697,14 @@ def test_a_credential_in_the_inventory_is_refused_without_showing_it(tmp_path, n
         err = error(tmp_path, text)
         assert f"{name} holds a credential" in str(err) and "cluster.secrets" in str(err)
         assert value not in str(err) and value[:6] not in str(err).replace(name, "")
+        assert "Pr0xyPass" not in str(err) and "hunter22" not in str(err)
+
+
+@pytest.mark.parametrize("value", ["http://proxy.corp:3128", "http://user@proxy.corp:3128", "s3://bucket/a:b@c",
+                                   "postgres://db.local:5432/x"])
+def test_a_url_without_a_password_is_not_a_credential(tmp_path, value):
+    inv = load(tmp_path, one_cpu_host(f"env: {{HTTPS_PROXY: '{value}'}}"))
+    assert dict(inv.hosts[0].env)["HTTPS_PROXY"] == value
 
 
 def test_credential_like_names_that_are_settings_pass(tmp_path):

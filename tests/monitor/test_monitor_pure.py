@@ -42,6 +42,10 @@ def test_settings_are_read(tmp_path):
     ("monitor: {port: 9100}", 4, "cluster.monitor", "9100 is also cluster.monitor.port",
      "(set cluster.monitor.node_exporter_port)"),
     ("monitor: {retention: forever}", 4, "cluster.monitor.retention", "a duration such as 15d", ""),
+    ("monitor: {retention: 101y}", 4, "cluster.monitor.retention", "more than 100 years", "would not start"),
+    ("monitor: {retention: 99999999999999999999999999999w}", 4, "cluster.monitor.retention",
+     "more than 100 years", ""),
+    ("gpus_per_node: 65", 4, "cluster.gpus_per_node", "must be between 0 and 64, got 65", ""),
     ("monitor: {scrape_interval: 0}", 4, "cluster.monitor.scrape_interval", "", ""),
     ("monitor: {prometheus_port: 1}", 4, "cluster.monitor", "unknown key 'prometheus_port'", ""),
     ("ports: {ray_metrics: 9090}", 2, "cluster.monitor", "9090 is also cluster.ports.ray_metrics",
@@ -50,6 +54,11 @@ def test_settings_are_read(tmp_path):
 def test_refusals_name_the_field(tmp_path, snippet, line, field, word1, word2):
     err = error(tmp_path, fleet_yaml(cluster=snippet))
     check(err, tmp_path / "inventory.yaml", line, field, word1, word2)
+
+
+def test_a_retention_up_to_a_century_is_taken_in_any_unit(tmp_path):
+    for value in ("5256000m", "100y", "5200w"):
+        assert load(tmp_path, fleet_yaml(cluster=f"monitor: {{retention: {value}}}")).cluster.monitor.retention == value
 
 
 def test_fleet_scrape_config(tmp_path):

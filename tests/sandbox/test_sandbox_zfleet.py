@@ -42,16 +42,15 @@ def complete(endpoint, prompt, key=None, max_tokens=16):
 
 
 def what_is_on(node):
-    """The node's containers (all; those with a bootstrap label), volumes and networks, and the secret
-    env files bootstrap writes over SFTP (/tmp/.bootstrap-<hex>, SSHHost.put_private_file; the
-    sandbox logs in as root, so its home is looked at too)."""
+    """The node's containers (all; those with a bootstrap label), volumes and networks, and the
+    secrets bootstrap keeps on the host's tmpfs (/run/bootstrap/<cluster>, cluster/secretstore.py)."""
     def words(*argv):
         return sorted(on_node(node, *argv).stdout.split())
     return {"containers": words("docker", "ps", "-a", "--format", "{{.Names}}"),
             "labelled": words("docker", "ps", "-a", "--filter", "label=bootstrap.cluster", "--format", "{{.Names}}"),
             "volumes": words("docker", "volume", "ls", "-q"),
             "networks": words("docker", "network", "ls", "--format", "{{.Name}}"),
-            "env_files": words("find", "/tmp", "/root", "-maxdepth", "1", "-name", ".bootstrap-*")}
+            "secrets": words("find", "/run", "-maxdepth", "2", "-path", "/run/bootstrap*")}
 
 
 def status(inv):
@@ -166,9 +165,11 @@ def test_serve_puts_both_replicas_behind_the_router_and_spreads_requests(fleet):
             urllib.request.urlopen(req, timeout=60)
         assert refused.value.code == 401, url
     assert complete(endpoint, PROMPT, KEY)
-    for n in sb.nodes:  # the key reached the containers through env files, never a command line
+    for n in sb.nodes:  # the key reached the containers through files on a tmpfs, never a command line
         cmdlines = on_node(n, "sh", "-c", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '", check=False).stdout
         assert cmdlines and KEY not in cmdlines, n.name
+    assert_secret_rests_nowhere_in_docker(sb, KEY)
+
     # both replicas answer: bench through the router reports the spread from their own counters
     r = cli("bench", "-i", inv, "-n", "20", "--concurrency", "4", "--max-tokens", "8", "--json")
     assert r.returncode == 0, r.stderr[-2000:]
@@ -181,6 +182,32 @@ def test_serve_puts_both_replicas_behind_the_router_and_spreads_requests(fleet):
     assert all(r["in_rotation"] for r in st["replicas"])
     assert [r["router_healthy"] for r in st["replicas"]] == [True, True]  # the router's own health view
     assert sorted(st["router_workers"]) == sorted(r["url"] for r in st["replicas"])  # the router's own order
+
+
+def assert_secret_rests_nowhere_in_docker(sb, value):
+    """cluster.secrets (FLEET_KEY, and the API key under VLLM_API_KEY): no `docker inspect` of any
+    container holds the value, nor Docker's or containerd's records under /var/lib/docker (configs,
+    volumes, metadata, every container's writable layer); it is on each host's /run (a tmpfs) as
+    0400 files, and the processes that need it have it in their environment."""
+    for n in sb.nodes:
+        names = on_node(n, "docker", "ps", "-aq").stdout.split()
+        assert names, n.name
+        inspect = on_node(n, "docker", "inspect", *names).stdout
+        assert value not in inspect and "VLLM_API_KEY=" not in inspect, n.name
+        uppers = on_node(n, "docker", "inspect", "--format", "{{.GraphDriver.Data.UpperDir}}", *names).stdout.split()
+        found = on_node(n, "grep", "-rlF", "--exclude-dir=overlay2", value, "/var/lib/docker", *uppers, check=False)
+        assert found.returncode == 1 and not found.stdout, f"{n.name}: the secret is in {found.stdout}"
+        files = on_node(n, "sh", "-c", "stat -f -c %T /run; cd /run/bootstrap/sandbox && stat -c '%a %n' . serve "
+                        "serve/* router/* 2>/dev/null").stdout.split("\n")
+        assert files[0] == "tmpfs", (n.name, files)
+        assert {"700 .", "700 serve", "400 serve/FLEET_KEY", "400 serve/VLLM_API_KEY"} <= set(files), (n.name, files)
+        # the serve container's PID 1 (the member supervisor) has both; the count only, never the value
+        env = on_node(n, "docker", "exec", "bootstrap-vllm-serve", "sh", "-c",
+                      f"tr '\\0' '\\n' < /proc/1/environ | grep -cxF -e 'FLEET_KEY={value}' -e 'VLLM_API_KEY={value}'",
+                      check=False).stdout.strip()
+        assert env == "2", (n.name, env)
+    router = on_node(sb.nodes[0], "sh", "-c", "ls /run/bootstrap/sandbox/router").stdout.split()
+    assert router == ["VLLM_API_KEY"], router  # the router's set: the key only
 
 
 def top_once(inv):
@@ -387,7 +414,7 @@ def test_down_leaves_nothing_of_the_fleet_on_any_node(fleet):
     """Last in this module: it tears the fleet down (the fixture's own `down` afterwards is a no-op).
     `bootstrap down` on the fleet (bootstrap.fleet.lifecycle.down_fleet) removes the keepers, the
     router, the serve containers and every replica's node containers, and leaves no container,
-    volume, network or secret env file of ours on any node: nothing that was not there before the
+    volume, network or secret of ours on any node: nothing that was not there before the
     fleet came up, nothing named after the cluster's container_name or carrying its label."""
     sb, inv, served = fleet
     r = cli("down", "-i", inv)
@@ -405,7 +432,7 @@ def test_down_leaves_nothing_of_the_fleet_on_any_node(fleet):
         assert [v for v in now["volumes"] if v.startswith(CONTAINER)] == [], (n.name, now)
         assert set(now["volumes"]) <= set(before["volumes"]), (n.name, before, now)
         assert set(now["networks"]) <= set(before["networks"]), (n.name, before, now)
-        assert now["env_files"] == [], (n.name, now)
+        assert now["secrets"] == [], (n.name, now)
     r = cli("down", "-i", inv)  # a second run finds nothing to remove
     assert r.returncode == 0, r.stderr[-2000:]
     assert "removed the container on" not in r.stdout, r.stdout

@@ -80,9 +80,13 @@ def pattern(regex: str, severity: str | None = None, *, needle: str | None = Non
     return Pattern(re.compile(regex, re.IGNORECASE | re.MULTILINE), severity, needle.lower())
 
 
+#: The password of a URL's user information (`scheme://user:PASSWORD@`), in group 1 what precedes it.
+URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)(?!\*\*\*@)[^/\s@]+@")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _SECRETS = (
     (re.compile(r"hf_[A-Za-z0-9]{20,}"), "hf_***"),
+    # a password in a URL (a proxy's, a registry's): user:***@
+    (URL_PASSWORD, r"\1***@"),
     (re.compile(r"((?:HF_TOKEN|HUGGING_FACE_HUB_TOKEN|HUGGINGFACE_TOKEN|HF_API_TOKEN)\s*[=:]\s*)"
                 r"(?!\*\*\*)[\"']?[^\s\"',]+[\"']?"), r"\1***"),
 )
