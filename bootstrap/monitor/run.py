@@ -140,11 +140,21 @@ def query(sess: Session, expr: str) -> list[dict]:
     import urllib.parse
 
     inv = sess.inv
-    code, body = _get(sess, inv, "/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
-    doc = json.loads(body) if body.startswith(b"{") else {}
-    if code != 200 or doc.get("status") != "success":
-        raise CommandFailed(MP.monitor_host(inv).name, f"query {expr}", code, doc.get("error") or body[:300].decode())
-    return doc["data"]["result"]
+    mh = MP.monitor_host(inv)
+    try:
+        code, body = _get(sess, inv, "/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+    except OSError as exc:  # its container runs, Prometheus refuses or does not answer
+        raise CommandFailed(mh.name, f"query {MP.prometheus_url(inv)}", 1, str(exc),
+                            f"see `docker logs {MP.prometheus_name(inv)}` on {mh.name}") from None
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    result = doc.get("data", {}).get("result") if isinstance(doc, dict) and isinstance(doc.get("data"), dict) else None
+    if code != 200 or not isinstance(doc, dict) or doc.get("status") != "success" or not isinstance(result, list):
+        why = doc.get("error") if isinstance(doc, dict) and doc.get("error") else body[:300].decode(errors="replace")
+        raise CommandFailed(mh.name, f"query {expr}", code, str(why) or "not Prometheus' answer")
+    return result
 
 
 def monitor_up(sess: Session, *, wait: float = 120.0) -> MonitorResult:

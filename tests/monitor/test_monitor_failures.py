@@ -146,3 +146,27 @@ def test_cli_status_line_says_unknown_when_the_monitor_host_is_unreachable(tmp_p
     assert r.exit_code == 0, r.output
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("Prometheus:"))
     assert "unknown" in line and "h0" in line and "unreachable" in line and "not running" not in line
+
+
+@pytest.mark.parametrize("answer,words", [
+    (ConnectionRefusedError("10.0.0.1:9090 from h0: Connection refused"), "Connection refused"),
+    (OSError("GET http://10.0.0.1:9090/api/v1/query from h0: timed out"), "timed out"),
+    ((200, b"{not json"), "{not json"),
+    ((200, b'{"status": "success", "data": "odd"}'), "exit 200"),
+    ((503, b"Service Unavailable"), "Service Unavailable"),
+    ((400, b'{"status": "error", "error": "parse error at char 3"}'), "parse error at char 3"),
+])
+def test_a_query_prometheus_cannot_answer_is_an_error_naming_the_host(tmp_path, answer, words):
+    """`top` reads Prometheus with PromQL: a Prometheus whose container runs but that refuses, hangs
+    or answers something else is a CommandFailed naming the monitor host (one line, exit 1), never a
+    traceback."""
+    class Odd(FakeHost):
+        def http_get(self, ip, port, path, *, timeout=10.0):
+            if isinstance(answer, BaseException):
+                raise answer
+            return answer
+
+    sess = session(tmp_path, Odd("h0", []))
+    with pytest.raises(CommandFailed) as ei:
+        MON.query(sess, "up")
+    assert ei.value.host == "h0" and words in str(ei.value), str(ei.value)
