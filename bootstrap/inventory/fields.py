@@ -475,6 +475,32 @@ _PLAN_ENV = {
 }
 
 
+#: `ray start` options the plan sets or the fence and the ports table take as Ray's defaults -> where
+#: the setting is made instead. Ray's CLI (click) takes no abbreviation, but the last of two values.
+_RAY_OWNED = {
+    "--head": "the host with role: head",
+    "--address": "from the head's ip and {c}.ports.ray_gcs",
+    "--node-ip-address": "each host's ip",
+    "--port": "set {c}.ports.ray_gcs",
+    "--gcs-server-port": "set {c}.ports.ray_gcs",
+    "--dashboard-port": "set {c}.ports.dashboard",
+    "--dashboard-host": "set {c}.dashboard_host",
+    "--metrics-export-port": "set {c}.ports.ray_metrics",
+    "--num-gpus": "from each host's gpus, checked with nvidia-smi",
+    "--block": "the container's process",
+    "--ray-client-server-port": "Ray's default 10001, which the fence covers",
+    "--min-worker-port": "Ray's default range 10002-19999, which the fence covers",
+    "--max-worker-port": "Ray's default range 10002-19999, which the fence covers",
+    "--worker-port-list": "Ray's default range 10002-19999, which the fence covers",
+    "--node-manager-port": "a port Ray picks in the ranges the fence covers",
+    "--object-manager-port": "a port Ray picks in the ranges the fence covers",
+    "--runtime-env-agent-port": "a port Ray picks in the ranges the fence covers",
+    "--dashboard-agent-listen-port": "Ray's default, which the fence covers",
+    "--dashboard-agent-grpc-port": "a port Ray picks in the ranges the fence covers",
+    "--redis-password": "Ray's token authentication, {c}.ray_auth",
+}
+
+
 def _env(value: Any, loc: _Loc) -> dict[str, tuple[str, _Loc]]:
     """NAME -> (value, loc). Values are strings or integers; never echoed in errors."""
     mapping = _expect_mapping(value, loc, "a mapping of NAME: value")
@@ -801,14 +827,14 @@ def _cluster(
             )
         taken[dst] = f"{loc.field}.mounts[{i}]"
 
-    # The dashboard's address is set in one place.
-    if "dashboard_host" in values:
-        for i, arg in enumerate(values.get("ray_args", ())):
-            if arg == "--dashboard-host" or arg.startswith("--dashboard-host="):
-                locs["ray_args"].item(_raw(value, "ray_args"), i).fail(
-                    f"{_quote(arg)} conflicts with {loc.field}.dashboard_host:"
-                    " set the dashboard's address only with dashboard_host"
-                )
+    # What the plan gives `ray start` is set in one place: the inventory's field, not ray_args.
+    for i, arg in enumerate(values.get("ray_args", ())):
+        flag = arg.split("=", 1)[0].replace("_", "-") if arg.startswith("--") else ""
+        if flag in _RAY_OWNED:
+            locs["ray_args"].item(_raw(value, "ray_args"), i).fail(
+                f"{flag} is what bootstrap gives `ray start` ({_RAY_OWNED[flag].format(c=loc.field)}): "
+                "it is not passed through ray_args"
+            )
 
     # Settings that would do nothing are refused, not ignored.
     if values.get("fence") is False and values.get("fence_allow"):
