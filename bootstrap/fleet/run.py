@@ -32,7 +32,7 @@ from bootstrap.serve import experts as EX
 from bootstrap.serve import plan as P
 
 #: serve's processes inside the node containers (a single-replica serve) hold the vLLM port.
-from bootstrap.serve.state import read_model_info, stop_serving
+from bootstrap.serve.state import check_extra_in_image, read_model_info, stop_serving
 
 
 @dataclass
@@ -187,7 +187,7 @@ def _preflight(sess: Session, inv: Inventory) -> None:
 
 
 def _split(sess: Session, inv: Inventory, model: str, tp: int | None, pp: int | None,
-           extra: Sequence[str], dp: int | None = None) -> tuple[P.SplitChoice, list[str]]:
+           extra: Sequence[str], dp: int | None = None, image: str | None = None) -> tuple[P.SplitChoice, list[str]]:
     """Each replica's split (the same on each): TP x PP, or with dp vLLM's data parallel engines
     within the replica's nodes behind its head's API server."""
     c = inv.cluster
@@ -201,9 +201,10 @@ def _split(sess: Session, inv: Inventory, model: str, tp: int | None, pp: int | 
     shape = P.model_shape(config) if config else None
     split = P.choose_split(shape, nodes, inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp, dp=dp)
     P.check_engine_flags(c.accelerator, split.par, extra)
+    notes: list[str] = []
+    check_extra_in_image(sess, inv.replicas[0][0], image or c.image, extra, "native", notes)
     engine = EX.EngineCaps.from_doc(info.get("engine"))
     FP.check_pd(inv, extra, nixl_connector=engine.nixl_connector, nixl="nixl" in engine.modules)
-    notes = []
     if config is None:
         notes.append(f"could not read the model's config.json ({info.get('error') or 'no answer'}): "
                      "the split is not checked against the model")
@@ -478,7 +479,7 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
                                   "while another is replaced", "see `bootstrap status`; `bootstrap serve` starts over")
         # never every replica at once: one keeps serving
         max_unavailable = min(max_unavailable, len(inv.replicas) - 1)
-        split, _ = _split(sess, inv, target.model, None, None, target.extra, target.dp)
+        split, _ = _split(sess, inv, target.model, None, None, target.extra, target.dp, target.image)
         inv_t = inv if not image else _with_image(inv, target.image)
         plan = FP.plan_fleet(inv_t, target, split, **_node_facts(sess, inv))
         if todo:

@@ -51,6 +51,13 @@ LOAD_SECRETS = f'for f in {SECRETS_IN_CONTAINER}/*; do [ -f "$f" ] && export "${
 _PY_OF_RAY = LOAD_SECRETS + '; ' + PYTHON + '; exec $PY - "$@"'
 
 
+def run_python_argv(image: str, args: Sequence[str]) -> tuple[str, ...]:
+    """Run the Python script on stdin in a throw-away container of the image: no network, no
+    capabilities, removed when it ends (what the image offers, read before anything uses it)."""
+    return ("docker", "run", "--rm", "-i", "--network", "none", "--cap-drop", "ALL", "--security-opt",
+            "no-new-privileges", "--entrypoint", "sh", image, "-c", _PY_OF_RAY, "sh", *args)
+
+
 def exec_python_argv(container: str, args: Sequence[str]) -> tuple[str, ...]:
     """Run the Python script on stdin inside the container (see PYTHON) with these arguments."""
     return exec_argv(container, "sh", "-c", _PY_OF_RAY, "sh", *args, interactive=True)

@@ -452,6 +452,81 @@ def _check_extra(extra: Sequence[str], owned: Sequence[str]) -> tuple[str, ...]:
     return extra
 
 
+@dataclass(frozen=True)
+class VllmOptions:
+    """What the image's `vllm serve` parser takes (checks/vllm_options.py): each option string and
+    the setting (argparse dest) it writes, and whether it takes abbreviations."""
+    version: str | None
+    dests: Mapping[str, str]
+    abbrev: bool = True
+
+    @classmethod
+    def from_doc(cls, doc: Any) -> "VllmOptions | None":
+        """The script's answer; None for an error or anything malformed (the caller falls back)."""
+        if not isinstance(doc, dict) or not isinstance(doc.get("options"), dict):
+            return None
+        dests = {k: v for k, v in doc["options"].items() if isinstance(k, str) and isinstance(v, str)
+                 and k.startswith("-")}
+        if not dests:
+            return None
+        version = doc.get("version")
+        return cls(version if isinstance(version, str) else None, dests, doc.get("abbrev") is not False)
+
+    def to_doc(self) -> dict:
+        return {"version": self.version, "options": dict(self.dests), "abbrev": self.abbrev}
+
+
+_NUMBER = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?|-\.\d+")
+
+
+def _resolve(word: str, opts: VllmOptions) -> tuple[str, str | None, list[str]]:
+    """(the name as written, the dest vLLM's argparse reads it as or None, the candidates): exact, its
+    `_` form (FlexibleArgumentParser turns `--a_b` into `--a-b`), a short option with its value
+    attached (`-tp2`), or an unambiguous prefix (argparse's abbreviations; several spellings of one
+    setting are one)."""
+    name = word.split("=", 1)[0]
+    key = name.replace("_", "-") if name.startswith("--") else name
+    if key in opts.dests:
+        return name, opts.dests[key], [key]
+    if not key.startswith("--") and key[:2] in opts.dests:
+        return name, opts.dests[key[:2]], [key[:2]]
+    found = sorted(o for o in opts.dests if o.startswith(key)) if opts.abbrev and len(key) > 2 else []
+    dests = {opts.dests[o] for o in found}
+    return name, (dests.pop() if len(dests) == 1 else None), found
+
+
+def check_extra_against(extra: Sequence[str], opts: VllmOptions, backend: str | None) -> None:
+    """The words after `--` read the way the image's vLLM will read them (VllmOptions): an option it
+    does not know or cannot tell apart is refused (it would stop the serving cluster and fail to
+    start), and so is any spelling of a setting the plan owns (an abbreviation, `_` or `=` form, a
+    short alias, a `--no-` form), naming the bootstrap option to use. Nothing is touched."""
+    owned = (_OWNED_RAY if backend == "ray" else _OWNED_NATIVE) + _OWNED_DP + _OWNED_EP
+    owned_by_dest: dict[str, str] = {}
+    for flag in owned:
+        if flag in opts.dests:
+            owned_by_dest.setdefault(opts.dests[flag], flag)
+    longs = sorted(o for o in opts.dests if o.startswith("--"))
+    where = f"vLLM {opts.version}" if opts.version else "the image's vLLM"
+    for word in extra:
+        if not word.startswith("-") or word in ("-", "--") or _NUMBER.fullmatch(word):
+            continue
+        name, dest, found = _resolve(word, opts)
+        if dest is None and len(found) > 1:
+            raise ServePlanError(f"{name} is ambiguous to {where} (it could be {', '.join(found[:4])}"
+                                 f"{', ...' if len(found) > 4 else ''}): spell the option out")
+        if dest is None:
+            import difflib
+
+            near = difflib.get_close_matches(name.replace("_", "-"), longs, n=1, cutoff=0.75)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise ServePlanError(f"{name} is not an option of {where}'s `vllm serve`{hint}: it would refuse to start")
+        if dest in owned_by_dest:
+            flag = owned_by_dest[dest]
+            as_ = "" if name == flag else f" (vLLM reads it as {flag})"
+            raise ServePlanError(f"{name}{as_} is set by the serve plan; do not pass it as an extra vllm argument "
+                                 f"(use {_INSTEAD[flag]})")
+
+
 def _check_common(model: str, port: int, extra: Sequence[str], owned: Sequence[str]) -> tuple[str, ...]:
     check_model_ref(model)
     _check_port("port", port)

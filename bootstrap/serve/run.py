@@ -26,7 +26,7 @@ from bootstrap.remote.session import Reporter, Session, check_script, last_json_
 from bootstrap.serve import experts as EX
 from bootstrap.serve import modelsync as MS
 from bootstrap.serve import plan as P
-from bootstrap.serve.state import LOG, PIDFILE, STATE, read_model_info, stop_serving
+from bootstrap.serve.state import LOG, PIDFILE, STATE, check_extra_in_image, read_model_info, stop_serving
 
 NON_CARRY_OVER = "/root/.config/vllm/ray_non_carry_over_env_vars.json"
 # Start a command detached inside the container, its output in LOG and its pid in PIDFILE.
@@ -223,6 +223,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             split = P.choose_split(shape, len(order), inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp,
                                    dp=dp)
         P.check_engine_flags(c.accelerator, split.par, extra)
+        check_extra_in_image(sess, inv.head, c.image, extra, backend, notes)
         if split.par.dp > 1 and not split.par.ep and manifests:
             fit = _fit(sess, inv, config, info.get("index"), manifests[inv.head.name], split.par)
         if fit is not None and not fit.fits:

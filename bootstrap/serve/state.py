@@ -3,8 +3,10 @@
 model's config as vLLM will read it (`serve` and the fleet both plan from it)."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
+from bootstrap.cluster import facts as F
 from bootstrap.errors import CommandFailed
 from bootstrap.model import Host
 from bootstrap.remote import docker as DK
@@ -104,6 +106,59 @@ def serving_state(sess: Session) -> ServingState | None:
         raise CommandFailed(inv.head.name, f"docker exec {name} serve_state.py", r.exit_code,
                             (r.stderr or r.stdout)[-2000:])
     return parse_serving(doc)
+
+
+#: The image's `vllm serve` options, remembered on the host per image ID (a content hash) next to
+#: `up`'s markers: reading them imports vLLM (seconds).
+_OPTIONS_CACHED = ('id=$(docker image inspect --format "{{.Id}}" "$1") || exit 3; id=${id#sha256:}; '
+                   'echo "id=$id"; f="' + F.MARKER_DIR + '/vllm-options-$id.json"; [ -s "$f" ] && cat "$f"; exit 0')
+_OPTIONS_SAVE = 'mkdir -p "' + F.MARKER_DIR + '" && cat > "' + F.MARKER_DIR + '/.vllm-options-$1.new" && ' \
+                'mv -f "' + F.MARKER_DIR + '/.vllm-options-$1.new" "' + F.MARKER_DIR + '/vllm-options-$1.json"'
+
+
+def read_vllm_options(sess: Session, host: Host, image: str) -> tuple[P.VllmOptions | None, str]:
+    """(what the image's `vllm serve` takes, "" or why it is not known): from the host's cache for
+    this image ID, else read in a throw-away container of the image (checks/vllm_options.py) and
+    cached. Unknown (no answer, an old layout) is not an error: the caller says so and keeps the
+    checks it has without it."""
+    s = sess.ssh[host.name]
+
+    def read(h: Host) -> tuple[P.VllmOptions | None, str]:
+        r = s.run(("sh", "-c", _OPTIONS_CACHED, "sh", image), timeout=30, check=False, query=True)
+        if not r.ok:
+            return None, f"no image {image} on {host.name}"
+        head, _, body = r.stdout.partition("\n")
+        image_id = "".join(c for c in head.removeprefix("id=") if c.isascii() and c.isalnum())
+        cached = P.VllmOptions.from_doc(last_json(body)) if body.strip() else None
+        if cached is not None:
+            return cached, ""
+        out = s.run_with_input(DK.run_python_argv(image, []), [check_script("vllm_options.py")], timeout=240,
+                               check=False)
+        doc = last_json(out.stdout)
+        opts = P.VllmOptions.from_doc(doc)
+        if opts is None:
+            why = doc.get("error") if isinstance(doc, dict) and doc.get("error") else (out.stderr or out.stdout)[-200:]
+            return None, f"could not read the options of {image}'s vLLM ({' '.join(str(why).split())})"
+        if image_id:
+            s.run_with_input(("sh", "-c", _OPTIONS_SAVE, "sh", image_id), [json.dumps(opts.to_doc()).encode()],
+                             timeout=30, check=False)
+        return opts, ""
+
+    return sess.stage("vllm-options", [host], read)[host.name]
+
+
+def check_extra_in_image(sess: Session, host: Host, image: str, extra, backend: str | None,
+                         notes: list[str]) -> None:
+    """The words after `--` read as the image's vLLM will read them (plan.check_extra_against), before
+    anything is changed; where the image's options cannot be read, a note says the words were checked
+    against bootstrap's own list only."""
+    if not extra:
+        return
+    opts, why = read_vllm_options(sess, host, image)
+    if opts is None:
+        notes.append(f"{why}: the options after -- were checked against bootstrap's own list only")
+        return
+    P.check_extra_against(extra, opts, backend)
 
 
 def read_model_info(sess: Session, host: Host, model: str) -> dict:

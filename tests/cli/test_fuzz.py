@@ -480,3 +480,77 @@ def test_a_word_before_dashdash_that_bootstrap_does_not_know_is_refused_not_forw
         assert check_outcome(args, r, took, probe) == "refused", f"{args}: {r.stderr!r}"
         assert stray.split("=", 1)[0] in r.stderr or "credential" in r.stderr, f"{args}: {r.stderr!r}"
     one()
+
+
+# -- a fleet's router and monitor keys, one at a time ---------------------------------------------
+FLEET_BASE = {"cluster": {**BASE["cluster"], "replicas": 2, "secrets": ["FLEET_KEY"], "router": {}, "monitor": {}},
+              "hosts": [{"name": f"node{i}", "address": f"192.0.2.{i}"} for i in range(1, 5)]}
+FLEET_PATHS = [("cluster", "router", k) for k in ("host", "port", "metrics_port", "policy", "health_interval",
+                                                  "api_key", "prefill", "kv_lease", "image")] + \
+              [("cluster", "monitor", k) for k in ("host", "port", "node_exporter_port", "scrape_interval",
+                                                   "retention", "dcgm", "image")]
+SECRET_VALUES = st.one_of(NASTY, st.sampled_from([
+    "hf_" + "a" * 30, "line\nNEXT=injected", "cr\rhere", "nul\x00here", "a=b=c", " spaced ", "'quoted\"", "$(id)",
+    "`id`", "x" * 5000, "\u202eevil", "\\n", "ends-with-backslash\\"]))
+
+
+@FUZZ
+@given(path=st.sampled_from(FLEET_PATHS), value=TREE)
+def test_one_hostile_router_or_monitor_key_in_a_valid_fleet(path, value, probe):
+    import copy
+
+    doc = copy.deepcopy(FLEET_BASE)
+    _set(doc, path, value)
+    path_ = WORK / "fleet.yaml"
+    path_.write_text(yaml.safe_dump(doc, allow_unicode=True))
+    for command in ("validate", "plan"):
+        probe.clear()
+        args = [command, "-i", str(path_)]
+        runner = CliRunner()
+        t = time.monotonic()
+        with runner.isolated_filesystem(temp_dir=WORK):
+            r = runner.invoke(main, args, env={"FLEET_KEY": "sk-fleetFUZZSECRET0123456789", "HF_TOKEN": None,
+                                               "BOOTSTRAP_INVENTORY": None})
+        check_outcome(args, r, time.monotonic() - t, probe)
+        assert "FUZZSECRET" not in r.output + r.stderr
+        assert not probe, f"{command} contacted a host"
+
+
+@FUZZ
+@given(value=SECRET_VALUES)
+def test_a_secret_value_from_the_environment_is_taken_whole_or_refused_unseen(value):
+    """A secret's value (cluster.secrets, from the environment): refused in one line that never shows
+    it (a newline, CR or NUL would split it), or taken whole: what the hosts' files and a container's
+    entrypoint make of it (secretstore, run here with sh) is the value, byte for byte."""
+    import shutil
+
+    from bootstrap.cluster import secretstore as SS
+    from bootstrap.errors import InventoryError
+    from bootstrap.inventory import load_inventory
+
+    if "\x00" in value:  # an environment cannot hold NUL: the OS refuses it before bootstrap sees it
+        value = value.replace("\x00", "")
+    doc = {"cluster": {**BASE["cluster"], "secrets": ["FUZZ_SECRET"]}, "hosts": BASE["hosts"]}
+    path = WORK / "secret.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    try:
+        inv = load_inventory(str(path), check_files=False, environ={"FUZZ_SECRET": value})
+    except InventoryError as exc:
+        text = str(exc)
+        assert "\n" not in text and (len(value) < 4 or value not in text), text
+        assert any(c in value for c in "\n\r\x00") or not value, text
+        return
+    got = SS.values(inv)["FUZZ_SECRET"]
+    assert got == value
+    root = Path("/dev/shm") / f"bootstrap-fuzz-{os.getpid()}"
+    try:
+        w = subprocess.run(SS.write_argv("fuzz", prune=True, root=str(root)),
+                           input=SS.write_body(SS.files(inv)), capture_output=True, timeout=30)
+        assert w.returncode == 0, w.stderr
+        where = root / "fuzz" / "serve"
+        assert (where / "FUZZ_SECRET").read_bytes() == value.encode()
+        r = subprocess.run(["sh", "-c", SS.entry_script(str(where)), "bootstrap-secrets", "FUZZ_SECRET", "--",
+                            "sh", "-c", 'printf %s "$FUZZ_SECRET"'], capture_output=True, timeout=30)
+        assert r.returncode == 0 and r.stdout == value.encode(), (r.stdout[:80], r.stderr[:200])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
