@@ -32,6 +32,12 @@ def container_inspect_cmd(name: str) -> tuple[str, ...]:
     return ("docker", "container", "inspect", name)
 
 
+#: Where a container finds the secrets bootstrap mounts into it (cluster/secretstore.py), and a shell
+#: line exporting each (none: nothing): `docker exec` gets the container's configured environment,
+#: not what its entrypoint exported, so what bootstrap runs there reads them the same way first.
+SECRETS_IN_CONTAINER = "/run/bootstrap/secrets"
+LOAD_SECRETS = f'for f in {SECRETS_IN_CONTAINER}/*; do [ -f "$f" ] && export "${{f##*/}}=$(cat "$f")"; done; :'
+
 #: `$0` of the entrypoint that exports a container's secrets before it execs the real command
 #: (`sh -c ENTRY bootstrap-secrets NAME... -- PATH ARGS...`, cluster/secretstore.py).
 SECRETS_ENTRY = "bootstrap-secrets"

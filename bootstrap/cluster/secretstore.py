@@ -11,20 +11,19 @@ its entrypoint is `sh -c ENTRY` that exports the names it needs into the environ
 real command. ENTRY refuses to start without one: /run is emptied by a reboot (Docker then mounts an
 empty directory it makes in its place), and a container restarted then says so in its log and which
 command puts the secrets back. `docker exec` does not see PID 1's environment, so the checks and `vllm serve` that
-bootstrap runs with `docker exec` read the files the same way first (docker.LOAD_SECRETS).
+bootstrap runs with `docker exec` read the files the same way first (containers.LOAD_SECRETS).
 """
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from bootstrap.containers import SECRETS_ENTRY
+from bootstrap.containers import SECRETS_ENTRY, SECRETS_IN_CONTAINER
 from bootstrap.model import Inventory
-from bootstrap.remote import docker as DK
 
 #: The host directory of a cluster's secrets (on /run: a tmpfs on every systemd host).
 HOST_ROOT = "/run/bootstrap"
 #: Where a container finds the secrets mounted into it.
-IN_CONTAINER = DK.SECRETS_IN_CONTAINER
+IN_CONTAINER = SECRETS_IN_CONTAINER
 #: The variable vLLM reads its API key from (cluster.router.api_key names the secret holding it).
 API_KEY_ENV = "VLLM_API_KEY"
 #: Exit status of a container whose secret file is gone (EX_CONFIG).

@@ -17,7 +17,7 @@ import tarfile
 import time
 from typing import Iterable, Protocol, Sequence
 
-from bootstrap.containers import ContainerState, container_inspect_cmd, parse_container_inspect
+from bootstrap.containers import LOAD_SECRETS, ContainerState, container_inspect_cmd, parse_container_inspect
 from bootstrap.errors import CommandFailed
 
 
@@ -43,11 +43,7 @@ def exec_argv(container: str, *argv: str, interactive: bool = False, detach: boo
 # needs nothing but Ray itself; python3 in images without Ray.
 PYTHON = ('R=$(command -v ray); if [ -n "$R" ]; then PY=$(head -n1 "$R" | sed "s/^#!//"); '
           'else PY=python3; fi')
-#: Where a container finds the secrets bootstrap mounts into it (cluster/secretstore.py), and a shell
-#: line exporting each (none: nothing): `docker exec` gets the container's configured environment,
-#: not what its entrypoint exported, so what bootstrap runs there reads them the same way first.
-SECRETS_IN_CONTAINER = "/run/bootstrap/secrets"
-LOAD_SECRETS = f'for f in {SECRETS_IN_CONTAINER}/*; do [ -f "$f" ] && export "${{f##*/}}=$(cat "$f")"; done; :'
+# What bootstrap runs with `docker exec` reads the container's secrets first (containers.LOAD_SECRETS).
 _PY_OF_RAY = LOAD_SECRETS + '; ' + PYTHON + '; exec $PY - "$@"'
 
 

@@ -17,6 +17,7 @@ from bootstrap.cluster import plan as PL
 from bootstrap.cluster import probe
 from bootstrap.cluster import ray as R
 from bootstrap.cluster import runtime as RT
+from bootstrap.containers import LOAD_SECRETS
 from bootstrap.doctor import signatures as D
 from bootstrap.errors import PreflightFailed, ServeFailed, UsageError
 from bootstrap.model import Host, Inventory
@@ -30,7 +31,7 @@ from bootstrap.serve.state import LOG, PIDFILE, STATE, check_extra_in_image, rea
 
 NON_CARRY_OVER = "/root/.config/vllm/ray_non_carry_over_env_vars.json"
 # Start a command detached inside the container, its output in LOG and its pid in PIDFILE.
-_DETACH = f'{DK.LOAD_SECRETS}; echo $$ > {PIDFILE}; exec "$@" > {LOG} 2>&1'
+_DETACH = f'{LOAD_SECRETS}; echo $$ > {PIDFILE}; exec "$@" > {LOG} 2>&1'
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from bootstrap.cluster import guard as GD
 from bootstrap.cluster import plan as PL
 from bootstrap.cluster import secretstore as SS
 from bootstrap.cluster.facts import HostFacts
+from bootstrap.containers import LOAD_SECRETS, SECRETS_IN_CONTAINER
 from bootstrap.inventory import load_inventory
 from bootstrap.remote import docker as DK
 
@@ -95,13 +96,13 @@ def test_the_entrypoint_exports_each_secret_and_refuses_to_start_without_one(tmp
 
 def test_what_bootstrap_runs_with_docker_exec_reads_the_mounted_secrets_first(tmp_path):
     (tmp_path / "VLLM_API_KEY").write_text(KEY)
-    load = DK.LOAD_SECRETS.replace(DK.SECRETS_IN_CONTAINER, str(tmp_path))
+    load = LOAD_SECRETS.replace(SECRETS_IN_CONTAINER, str(tmp_path))
     r = run(["sh", "-c", load + '; printf %s "$VLLM_API_KEY"'])
     assert r.stdout.decode() == KEY
     empty = tmp_path / "none"
-    r = run(["sh", "-c", DK.LOAD_SECRETS.replace(DK.SECRETS_IN_CONTAINER, str(empty)) + "; echo ok"])
+    r = run(["sh", "-c", LOAD_SECRETS.replace(SECRETS_IN_CONTAINER, str(empty)) + "; echo ok"])
     assert r.returncode == 0 and r.stdout == b"ok\n"
-    assert any(DK.LOAD_SECRETS in a for a in DK.exec_python_argv("c", []))
+    assert any(LOAD_SECRETS in a for a in DK.exec_python_argv("c", []))
 
 
 INV = """
