@@ -701,7 +701,7 @@ def rollout(inventory, parallel, extra, model, image, keep_flags, max_unavailabl
 @main.command()
 @inventory_option
 @accept_keys_option
-@click.option("--interval", type=click.FloatRange(0.5, 60), default=2.0, show_default=True,
+@click.option("--interval", type=Seconds(0.5, 60), default=2.0, show_default=True,
               help="Seconds between looks.")
 @click.option("--once", is_flag=True, help="Take two looks --interval apart, print one frame and exit.")
 @click.option("--source", type=click.Choice(["auto", "prometheus", "probe"]), default="auto", show_default=True,

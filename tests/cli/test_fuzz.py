@@ -434,6 +434,11 @@ def test_every_command_and_option_of_the_cli_is_fuzzed():
         assert options <= set(COMMANDS[name]), f"{name}: options not fuzzed: {sorted(options - set(COMMANDS[name]))}"
     assert {"rollout", "top", "bench", "monitor up", "monitor status", "monitor down", "sandbox up",
             "sandbox down"} <= set(found)
+    # every number with a fraction is a Seconds: click's FLOAT and FloatRange take nan (a range test
+    # with nan is never true), which the sleep or socket it is given then raises on
+    floats = [f"{name} {p.opts[0]}" for name, cmd in found.items() for p in cmd.params
+              if isinstance(p.type, click.FloatRange) or p.type is click.FLOAT]
+    assert floats == [], floats
 
 
 # -- serve and rollout: what goes to vLLM goes after `--` --------------------------------------------
