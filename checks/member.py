@@ -23,6 +23,11 @@ import sys
 import time
 
 STOP_GRACE = float(os.environ.get("BOOTSTRAP_STOP_GRACE", "30"))
+#: Seconds a vLLM whose group lost a member gets to exit before it is killed: its collectives cannot
+#: finish, so there is nothing to drain, and every second here is a second the replica is out.
+BROKEN_GRACE = 2.0
+#: Seconds between a member's tries to reach its head while the group meets again.
+RETRY = 0.25
 _stopping = False
 
 
@@ -152,7 +157,7 @@ def head(nodes, host, port, argv):
         conn.sendall(b"go\n")
     proc = start_vllm(argv)
     why = watch(proc, list(members.values()))
-    stop_vllm(proc, STOP_GRACE if why == "stop" else 5)
+    stop_vllm(proc, STOP_GRACE if why == "stop" else BROKEN_GRACE)
     for conn in members.values():
         conn.close()
     if why == "stop":
@@ -167,7 +172,7 @@ def member(rank, host, port, argv):
             sock = socket.create_connection((host, port), timeout=3)
             break
         except OSError:
-            time.sleep(1)
+            time.sleep(RETRY)
     else:
         return 0
     keepalive(sock)
@@ -186,7 +191,7 @@ def member(rank, host, port, argv):
             buf += data
     proc = start_vllm(argv)
     why = watch(proc, [sock])
-    stop_vllm(proc, STOP_GRACE if why == "stop" else 5)
+    stop_vllm(proc, STOP_GRACE if why == "stop" else BROKEN_GRACE)
     sock.close()
     if why == "stop":
         return 0
@@ -203,7 +208,7 @@ def main(argv):
     if nodes == 1:
         proc = start_vllm(cmd)
         why = watch(proc, [])
-        stop_vllm(proc, STOP_GRACE if why == "stop" else 5)
+        stop_vllm(proc, STOP_GRACE if why == "stop" else BROKEN_GRACE)
         if why != "stop":
             log(why)
         return 0 if why == "stop" else 1

@@ -397,8 +397,13 @@ def test_rollout_under_load_changes_every_replica_and_fails_no_request(fleet):
 def test_a_rollout_vllm_refuses_is_rolled_back_and_the_fleet_keeps_serving(fleet):
     sb, inv, served = fleet
     old = status(inv)["replicas"]
+    # an option the image's vLLM does not know is refused before any replica is touched
+    r = cli("rollout", "-i", inv, "--", *FLAGS, "--no-such-vllm-flag")
+    assert r.returncode == 2 and "--no-such-vllm-flag is not an option of vLLM" in r.stderr, r.stderr[-2000:]
+    # a value vLLM takes as an option but refuses once it reads the model (the tiny model allows
+    # 1024 positions): replica 0 fails to start and is rolled back
     with Load(endpoint_of(served.stdout), concurrency=2, pause=1.5) as load:
-        r = cli("rollout", "-i", inv, "--wait", "420", "--", *FLAGS, "--no-such-vllm-flag", timeout=1500)
+        r = cli("rollout", "-i", inv, "--wait", "420", "--", *FLAGS, "--max-model-len", "4096", timeout=1500)
     assert r.returncode == 1, r.stdout + r.stderr[-3000:]
     err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert len(err) == 1 and "replica 0 (node1, node2) did not serve" in err[0], r.stderr[-3000:]

@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""How long a replica takes to come back after one of its members is killed, part by part.
+
+Needs a fleet already serving (`bootstrap up` + `bootstrap serve` with cluster.replicas >= 2), whose
+replicas' data-plane URLs this machine reaches (the sandbox's do). Under a light load through the
+router, it runs `docker kill` on the serve container of one member of the last replica (over SSH,
+as an operator's slip would) and times, from the moment the kill returned:
+
+  killed container running again   the keeper (or Docker's restart policy) started it: its StartedAt
+  whole group restarted            the last member of the replica started again (its survivors fall
+                                   with it: checks/member.py)
+  vLLM answers /health             first 200 from the replica's API server (polled every 0.2 s)
+  back in rotation                 the replica served a request of the load through the router again
+                                   (its vllm:request_success_total grew, polled every 0.5 s)
+
+and prints each step's share, then the verdict against the target (back in rotation within 30 s).
+Requests of the load that failed are counted: those in flight on the killed replica may fail,
+none after (the router sends them to the others).
+
+Example: python -m perf.heal -i fleet.yaml [--member 0] [--runs 1]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import threading
+import time
+import urllib.request
+
+from bootstrap.fleet import plan as FP
+from bootstrap.inventory import load_inventory
+from bootstrap.remote.session import Session
+from bootstrap.serve import bench as B
+from perf import verdict as V
+
+TARGET_S = 30.0
+
+
+def get(url: str, key: str | None, timeout: float = 2.0) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except Exception as exc:  # refused, reset, timeout, 5xx: not serving yet
+        return getattr(exc, "code", 0) or 0, b""
+
+
+def served(url: str, key: str | None) -> float | None:
+    code, body = get(url + "/metrics", key)
+    if code != 200:
+        return None
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in body.decode(errors="replace").splitlines()
+               if ln.startswith("vllm:request_success_total{"))
+
+
+def started_at(sess: Session, host: str, name: str) -> float | None:
+    r = sess.ssh[host].run(("docker", "inspect", "--format", "{{.State.StartedAt}}", name), timeout=30, check=False)
+    text = r.stdout.strip()
+    if not r.ok or not text or text.startswith("0001"):
+        return None
+    head, _, frac = text.rstrip("Z").partition(".")
+    t = dt.datetime.strptime(head, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.timezone.utc).timestamp()
+    return t + float("0." + (frac or "0")[:6])
+
+
+class Load:
+    """Requests through the router, `concurrency` at a time, until stopped; each (start, ok)."""
+
+    def __init__(self, url: str, model: str | None, key: str | None, concurrency: int = 2):
+        self.cfg = B.BenchConfig(url=url, model=model, requests=1, concurrency=1, max_tokens=8, api_key=key,
+                                 timeout=60)
+        self.samples: list[tuple[float, bool]] = []
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(concurrency)]
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            t = time.time()
+            r = B.run_bench(self.cfg)
+            self.samples.append((t, r.ok == 1))
+
+    def __enter__(self) -> "Load":
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=90)
+
+
+def one_run(inv, sess: Session, k: int, member: int, key: str | None, model: str | None, deadline: float) -> dict:
+    group = inv.replicas[k]
+    victim = group[member].name
+    url = FP.replica_url(inv, k).removesuffix("/v1")
+    name = FP.serve_name(inv)
+    marks: dict[str, float] = {}
+    with Load(FP.router_url(inv) + "/v1", model, key) as load:
+        time.sleep(3)
+        sess.ssh[victim].run(("docker", "kill", name), timeout=60)
+        t0 = time.time()
+        seen_down = False
+        next_metrics = 0.0
+        while time.time() - t0 < deadline and "rotation" not in marks:
+            code, _ = get(url + "/health", key, timeout=1.0)
+            now = time.time()
+            seen_down = seen_down or code != 200
+            if seen_down and code == 200 and "health" not in marks:
+                marks["health"] = now
+            if "health" in marks and now >= next_metrics:
+                next_metrics = now + 0.5
+                n = served(url, key)  # the restarted engine counts from 0: one is a request of the load
+                if n is not None and n >= 1:
+                    marks["rotation"] = now
+            time.sleep(0.2)
+        time.sleep(2)
+    back = started_at(sess, victim, name)
+    group_at = [started_at(sess, h.name, name) for h in group]
+    failed = [t for t, ok in load.samples if not ok]
+    return {"victim": victim, "t0": t0,
+            "back": back - t0 if back and back > t0 else None,
+            "group": max(group_at) - t0 if all(g and g > t0 for g in group_at) else None,
+            "health": marks["health"] - t0 if "health" in marks else None,
+            "rotation": marks["rotation"] - t0 if "rotation" in marks else None,
+            "requests": len(load.samples), "failed": len(failed),
+            "failed_after_2s": len([t for t in failed if t > t0 + 2])}
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-i", "--inventory", required=True)
+    ap.add_argument("--member", type=int, default=0, help="which member of the last replica is killed (0: its head)")
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--deadline", type=float, default=240.0, help="seconds to wait for the replica per run")
+    a = ap.parse_args(argv)
+    inv = load_inventory(a.inventory)
+    if inv.cluster.replicas < 2:
+        print("perf/heal.py needs cluster.replicas >= 2 in the inventory", file=sys.stderr)
+        return 2
+    k = inv.cluster.replicas - 1
+    key = FP.api_key(inv)
+    model = B.discover_model(FP.router_url(inv), api_key=key)
+    rows = []
+    with Session(inv) as sess:
+        sess.connect()
+        for _ in range(a.runs):
+            rows.append(one_run(inv, sess, k, a.member, key, model, a.deadline))
+            time.sleep(5)
+
+    def s(v: float | None) -> str:
+        return f"{v:8.1f}" if v is not None else "       -"
+
+    print(f"replica {k}, member {a.member} killed; seconds after the kill")
+    print(f"{'run':>3} {'victim':>8} {'running':>8} {'group':>8} {'/health':>8} {'rotation':>8} "
+          f"{'requests':>9} {'failed':>7} {'failed>2s':>10}")
+    for i, r in enumerate(rows):
+        print(f"{i:>3} {r['victim']:>8} {s(r['back'])} {s(r['group'])} {s(r['health'])} {s(r['rotation'])} "
+              f"{r['requests']:>9} {r['failed']:>7} {r['failed_after_2s']:>10}")
+    for r in rows:
+        parts = [("keeper/Docker start", r["back"]), ("group restart", r["group"]), ("vLLM start", r["health"]),
+                 ("router", r["rotation"])]
+        prev, shown = 0.0, []
+        for label, v in parts:
+            if v is None:
+                shown.append(f"{label} -")
+                continue
+            shown.append(f"{label} {v - prev:.1f}s")
+            prev = v
+        print("breakdown: " + ", ".join(shown))
+    worst = max((r["rotation"] for r in rows if r["rotation"] is not None), default=None)
+    checks = [V.Check("back in rotation after a member's kill", "<=", TARGET_S, worst, unit="s", spec=".1f")
+              if worst is not None and all(r["rotation"] is not None for r in rows) else
+              V.not_measured("back in rotation after a member's kill", "<=", TARGET_S,
+                             f"not back within --deadline {a.deadline:g}s", unit="s")]
+    checks.append(V.Check("requests failed more than 2 s after the kill", "<=", 0,
+                          float(sum(r["failed_after_2s"] for r in rows)), spec=".0f"))
+    for line in V.lines(checks):
+        print(line)
+    return V.exit_status(checks)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
