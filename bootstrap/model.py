@@ -121,11 +121,33 @@ ROUTER_POLICIES = ("power_of_two", "round_robin", "cache_aware", "consistent_has
 
 
 @dataclass(frozen=True)
+class Vip:
+    """A floating address in front of the routers (cluster.router.vip): keepalived (VRRP, unicast
+    between the router hosts) holds it on one healthy router host at a time."""
+
+    #: the IPv4 address clients use (on the router hosts' data-plane network, used by no host)
+    address: str
+    #: its prefix length on the interface (32: the address alone)
+    prefix: int = 32
+    #: VRRP's virtual router id (1-255), unique on the network segment; None: derived from the cluster's name
+    id: int | None = None
+    #: the name of a secret (cluster.secrets) for VRRP's password: VRRPv2 with 1-s adverts (a dead host
+    #: loses the address in about 3.5 s); None: VRRPv3 with 0.25-s adverts (under a second), no password
+    secret: str | None = None
+    #: the image keepalived runs in (it needs keepalived, iptables and curl); None: cluster.image
+    image: str | None = None
+
+
+@dataclass(frozen=True)
 class Router:
     """vllm-router in front of the replicas (used when cluster.replicas > 1)."""
 
-    #: the host that runs it (None: the first replica's head)
+    #: the host that runs it (None: the first replica's head); one router, the endpoint is that host
     host: str | None = None
+    #: hosts that each run a router with the same workers (with vip; default: the heads of the first two replicas)
+    hosts: tuple[str, ...] = ()
+    #: the floating address in front of the routers (None: the endpoint is one host)
+    vip: Vip | None = None
     #: The router's port (the fleet's endpoint).
     port: int = 30000
     #: How the router spreads requests (vllm-router's policies).
@@ -271,6 +293,17 @@ class Inventory:
         across the whole inventory, such as check-nccl and doctor, see every node)."""
         head = self.head
         return tuple(h for h in self.hosts if h != head)
+
+    @property
+    def router_hosts(self) -> tuple[Host, ...]:
+        """A fleet's router hosts: cluster.router.hosts; with a floating address and no hosts named,
+        the heads of the first two replicas; else cluster.router.host (default: replica 0's head)."""
+        r = self.cluster.router
+        if r.hosts:
+            return tuple(self.host(n) for n in r.hosts)
+        if r.vip is not None:
+            return tuple(g[0] for g in self.replicas[:2])
+        return (self.host(r.host) if r.host else self.replicas[0][0],)
 
     def host(self, name: str) -> Host:
         for h in self.hosts:

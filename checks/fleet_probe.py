@@ -18,6 +18,7 @@ with nothing but the standard library.
 """
 import json
 import os
+import socket
 import sys
 import time
 import urllib.parse
@@ -207,6 +208,17 @@ def change(router, url, add, metrics="-", deadline=30.0):
     return out
 
 
+def holds(address):
+    """Whether this host (the probe runs in its network) holds ADDRESS: only a local address binds."""
+    fam = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(fam, socket.SOCK_DGRAM) as sk:
+        try:
+            sk.bind((address, 0))
+        except OSError:
+            return {"holds": False}
+    return {"holds": True}
+
+
 def main(argv):
     cmd = argv[0]
     if cmd == "ready":
@@ -215,6 +227,8 @@ def main(argv):
         doc = drain(argv[1].rstrip("/"), float(argv[2]), *(float(x) for x in argv[3:4]))
     elif cmd == "status":
         doc = status(argv[1].rstrip("/"), argv[2], [u.rstrip("/") for u in argv[3:]])
+    elif cmd == "holds":
+        doc = holds(argv[1])
     elif cmd in ("add", "remove"):
         doc = change(argv[1].rstrip("/"), argv[2].rstrip("/"), cmd == "add", *argv[3:4],
                      *(float(x) for x in argv[4:5]))

@@ -202,8 +202,9 @@ def plan(inventory, as_json):
 
         urls = [FP.replica_url(inv, k) for k in range(inv.cluster.replicas)]
         groups = [PL.plan_offline(FP.replica_inventory(inv, k)) for k in range(inv.cluster.replicas)]
-        render.fleet_plan(list(zip(urls, groups)), FP.router_host(inv).name, FP.router_url(inv),
-                          FP.router_run_argv(inv, urls), FP.keeper_create_argv(inv), as_json)
+        ifaces = {h.name: f"<the interface of {h.ip}>" for h in FP.router_hosts(inv)}
+        render.fleet_plan(list(zip(urls, groups)), FP.plan_routers(inv, urls, ifaces=ifaces), FP.router_url(inv),
+                          FP.keeper_create_argv(inv), as_json)
     _run(go)
 
 

@@ -196,23 +196,30 @@ def plan_rows(actions, as_json: bool, live: bool, runtime: str | None = "", why:
         out.print("  " + _escape(shlex.join(a.spec.run_argv())), soft_wrap=True)
 
 
-def fleet_plan(replicas, router_host: str, router_url: str, router_argv, keeper_argv, as_json: bool) -> None:
-    """`plan` with replicas: replicas is [(url, actions)] per replica, then the router and the keeper."""
+def fleet_plan(replicas, routers, router_url: str, keeper_argv, as_json: bool) -> None:
+    """`plan` with replicas: replicas is [(url, actions)] per replica, then the routers
+    (fleet.plan.RouterLaunch) and the keeper."""
     if as_json:
         _json({
             "replicas": [{"replica": k, "url": url,
                           "hosts": [{"host": a.host, "role": a.spec.role, "spec_hash": a.spec.spec_hash,
                                      "argv": list(a.spec.run_argv())} for a in acts]}
                          for k, (url, acts) in enumerate(replicas)],
-            "router": {"host": router_host, "endpoint": router_url + "/v1", "argv": list(router_argv)},
+            "router": {"host": routers[0].host, "endpoint": router_url + "/v1", "argv": list(routers[0].run)},
+            "routers": [{"host": r.host, "argv": list(r.run), "vip_argv": list(r.vip_create),
+                         "vip_config": r.vip_config} for r in routers],
             "keeper": list(keeper_argv)})
         return
     for k, (url, acts) in enumerate(replicas):
         out.print(f"[bold]replica {k}[/] -> {_escape(url)}")
         plan_rows(acts, False, live=False)
-    out.print(f"[bold]router[/] on {_escape(router_host)} -> {_escape(router_url)}/v1 "
-              "(worker URLs as `bootstrap serve` starts them)")
-    out.print("  " + _escape(shlex.join(router_argv)), soft_wrap=True)
+    for r in routers:
+        out.print(f"[bold]router[/] on {_escape(r.host)} -> {_escape(router_url)}/v1 "
+                  "(worker URLs as `bootstrap serve` starts them)")
+        out.print("  " + _escape(shlex.join(r.run)), soft_wrap=True)
+        if r.vip_create:
+            out.print(f"[bold]keepalived[/] on {_escape(r.host)} (the floating address)")
+            out.print("  " + _escape(shlex.join(r.vip_create)), soft_wrap=True)
     out.print("[bold]keeper[/] on every host (restarts serve/router containers stopped outside bootstrap)")
     out.print("  " + _escape(shlex.join(keeper_argv)), soft_wrap=True)
 
@@ -373,7 +380,23 @@ def fleet_status(inv, groups, fs, as_json: bool) -> None:
                   _escape(r.url), f"[{color}]{_escape(r.health)}[/]", rot, says, num(r.running), num(r.waiting),
                   num(r.succeeded), str(r.restarts), _escape(model))
     out.print(t)
-    out.print(_escape(f"endpoint: {fs.endpoint} (router {fs.router})"))
+    if len(fs.routers) > 1 or fs.vip:
+        t = Table(title="routers" + (f": floating address {_escape(fs.vip)}" if fs.vip else ""))
+        for col in ("host", "router", "workers", *(("keepalived", "holds the address") if fs.vip else ())):
+            t.add_column(col)
+        for rv in fs.routers:
+            st = f"[green]{_escape(rv.state)}[/]" if rv.state == "running" else f"[red]{_escape(rv.state)}[/]"
+            workers = "-" if rv.workers is None else _escape(", ".join(rv.workers) or "none")
+            holds = "-" if rv.holds_vip is None else "[green]yes[/]" if rv.holds_vip else "no"
+            vipcols = () if not fs.vip else (_escape(rv.vip_state or "-"), holds)
+            t.add_row(_escape(rv.host), st, workers, *vipcols)
+        out.print(t)
+    if fs.vip:
+        held = f"held by {fs.vip_holder}" if fs.vip_holder else "[red]held by no router host[/]"
+        out.print(f"endpoint: {_escape(fs.endpoint)} (floating address, {_escape(held) if fs.vip_holder else held})")
+    else:
+        out.print(_escape(f"endpoint: {fs.endpoint} (router {fs.router}; one host: cluster.router.vip "
+                          "puts a floating address in front of routers on two hosts)"))
     for k, g in enumerate(groups):
         if g.ray_error:
             out.print(f"Ray of replica {k}: [yellow]unknown[/]: {_escape(g.ray_error)}")
@@ -654,8 +677,11 @@ def fleet_serve_plan(plan, dry_run: bool) -> None:
         out.print(_escape(f"replica {r.index}{f' ({r.role})' if r.role else ''}: {', '.join(r.hosts)} -> {r.url}"))
         for m in r.members:
             out.print(_escape(f"  {m.host} rank {m.rank}: {shlex.join(m.vllm)}"))
-    out.print(_escape(f"router on {plan.router_host}: {shlex.join(plan.router)}"))
-    out.print(_escape(f"endpoint: {plan.endpoint}"))
+    for r in plan.routers:
+        out.print(_escape(f"router on {r.host}: {shlex.join(r.run)}"))
+        if r.vip_create:
+            out.print(_escape(f"keepalived on {r.host}: {shlex.join(r.vip_create)}"))
+    out.print(_escape(f"endpoint: {plan.endpoint}" + (" (floating address)" if plan.vip else "")))
     for note in plan.notes:
         out.print(f"note: {_escape(note)}")
     if dry_run:
@@ -728,7 +754,8 @@ def fleet_served(inv, res, as_json: bool) -> None:
     par = res.plan.split.par
     out.print(_escape(f"serving {res.served[0] if res.served else res.plan.spec.model} on {res.endpoint} "
                       f"({len(res.plan.replicas)} replicas x {split_label(par)}, router "
-                      f"{inv.cluster.router.policy} on {res.plan.router_host}); ready: {ready}; "
+                      f"{inv.cluster.router.policy} on {', '.join(r.host for r in res.plan.routers)}"
+                      f"{', floating address' if res.plan.vip else ''}); ready: {ready}; "
                       f"took {res.seconds:.0f}s"))
     out.print("try: " + _escape(res.curl()))
 

@@ -164,10 +164,10 @@ def endpoint_ports(inv: Inventory, host: Host) -> tuple[int, ...]:
     by fleet.plan.replica_inventory; else the head's vLLM API)."""
     c = inv.cluster
     if c.fence_endpoint is not None:
-        name, port = c.fence_endpoint
-        return (port,) if host.name == name else ()
-    if c.replicas > 1:  # the whole fleet's inventory: the router's host (fleet.plan.router_host)
-        return (c.router.port,) if host.name == (c.router.host or inv.replicas[0][0].name) else ()
+        names, port = c.fence_endpoint
+        return (port,) if host.name in names else ()
+    if c.replicas > 1:  # the whole fleet's inventory: the router hosts
+        return (c.router.port,) if host in inv.router_hosts else ()
     return (c.ports.vllm,) if host.is_head else ()
 
 

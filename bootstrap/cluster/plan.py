@@ -118,6 +118,14 @@ def node_env(host: Host) -> dict[str, str]:
 DERIVED_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX")
 
 
+def interface_of(host: Host, facts: HostFacts | None) -> str | None:
+    """The interface that holds the host's data-plane IP, from its facts (None: not known)."""
+    rack = facts.rack if facts is not None else None
+    if rack is None:
+        return None
+    return next((i for i, a in rack.addrs if a == host.ip and i), None)
+
+
 def derived_env(inv: Inventory, host: Host, facts: HostFacts | None) -> dict[str, str]:
     """NCCL's and Gloo's per-node variables from the node's own facts, for those its env leaves unset:
     the socket interface is the one holding its data-plane IP; with InfiniBand, NCCL_IB_HCA lists its
@@ -127,7 +135,7 @@ def derived_env(inv: Inventory, host: Host, facts: HostFacts | None) -> dict[str
     if rack is None:
         return {}
     out: dict[str, str] = {}
-    holder = next((i for i, a in rack.addrs if a == host.ip and i), None)
+    holder = interface_of(host, facts)
     if holder:
         out.update(NCCL_SOCKET_IFNAME=holder, GLOO_SOCKET_IFNAME=holder)
     active = [p for p in rack.ib or () if p.state == "ACTIVE"]

@@ -33,7 +33,7 @@ MEMORY_FS = ("tmpfs", "ramfs")
 
 
 #: The two sets of secrets on a host (each a directory, mounted whole into its containers).
-SERVE, ROUTER = "serve", "router"
+SERVE, ROUTER, VIP = "serve", "router", "vip"
 
 
 def host_dir(cluster_name: str) -> str:
@@ -47,6 +47,9 @@ def files(inv: Inventory) -> dict[str, str]:
     out = {f"{SERVE}/{k}": v for k, v in vals.items()}
     if inv.cluster.router.api_key and API_KEY_ENV in vals:
         out[f"{ROUTER}/{API_KEY_ENV}"] = vals[API_KEY_ENV]
+    for name in vip_names(inv):
+        if name in vals:
+            out[f"{VIP}/{name}"] = vals[name]
     return out
 
 
@@ -72,6 +75,12 @@ def serve_names(inv: Inventory, names: Sequence[str] = ()) -> tuple[str, ...]:
 def router_names(inv: Inventory) -> tuple[str, ...]:
     """The router gets only the API key (its probe sends it; the router passes each client's header on)."""
     return (API_KEY_ENV,) if inv.cluster.router.api_key else ()
+
+
+def vip_names(inv: Inventory) -> tuple[str, ...]:
+    """keepalived gets only VRRP's password (cluster.router.vip.secret), if one is set."""
+    vip = inv.cluster.router.vip
+    return (vip.secret,) if vip is not None and vip.secret else ()
 
 
 def mounts(cluster_name: str, names: Sequence[str], which: str = SERVE) -> tuple[str, ...]:
@@ -117,7 +126,7 @@ _WRITE = (
     'mkdir -p "$d" && chmod 700 "$d" || exit 1; [ -d "$d/$b" ] && rm -rf "$d/$b"; '
     'printf %s "${l#*=}" > "$d/.$b.new" && chmod 400 "$d/.$b.new" && mv -f "$d/.$b.new" "$d/$b" || exit 1; '
     'keep="$keep$n "; done; [ "$2" = prune ] || exit 0; '
-    'for f in "$1"/*; do case "${f##*/}" in ' + SERVE + '|' + ROUTER + ') ;; *) rm -rf "$f";; esac; done; '
+    'for f in "$1"/*; do case "${f##*/}" in ' + SERVE + '|' + ROUTER + '|' + VIP + ') ;; *) rm -rf "$f";; esac; done; '
     'for f in "$1"/*/* "$1"/*/.*.new; do [ -e "$f" ] || continue; case "$keep" in *" ${f#"$1"/} "*) ;; '
     '*) rm -rf "$f";; esac; done'
 )

@@ -72,8 +72,10 @@ def candidates(inv: Inventory, hosts: Sequence[str] = (), sources: Collection[st
         if fleet:
             here.append(LogSource(host, "vllm", FP.serve_name(inv)))
             here.append(LogSource(host, "keeper", FP.keeper_name(inv)))
-            if FP.router_host(inv).name == host:
+            if host in {h.name for h in FP.router_hosts(inv)}:
                 here.append(LogSource(host, "router", FP.router_name(inv)))
+                if inv.cluster.router.vip is not None:
+                    here.append(LogSource(host, "keepalived", FP.vip_name(inv)))
         else:
             here.append(LogSource(host, "vllm", name, SERVE_LOG))
         if MP.monitor_host(inv).name == host:

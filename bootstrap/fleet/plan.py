@@ -13,6 +13,8 @@ This module decides names, argv and order; fleet.py runs them.
 from __future__ import annotations
 
 import json
+import math
+import zlib
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
@@ -53,6 +55,11 @@ def router_name(inv: Inventory) -> str:
 
 def keeper_name(inv: Inventory) -> str:
     return f"{inv.cluster.container_name}-keeper"
+
+
+def vip_name(inv: Inventory) -> str:
+    """keepalived, on each router host of a fleet with cluster.router.vip."""
+    return f"{inv.cluster.container_name}-vip"
 
 
 def is_fleet(inv: Inventory) -> bool:
@@ -143,15 +150,20 @@ def replica_inventory(inv: Inventory, k: int) -> Inventory:
     `down` run per group, each with its own Ray cluster."""
     group = inv.replicas[k]
     others = tuple(a for h in inv.hosts if h not in group for a in (h.ip, h.ssh.address))
-    rh = router_host(inv)
+    names = tuple(h.name for h in router_hosts(inv))
     return replace(inv, cluster=replace(inv.cluster, replicas=1, fence_members=others,
-                                        fence_endpoint=(rh.name, inv.cluster.router.port)),
+                                        fence_endpoint=(names, inv.cluster.router.port)),
                    hosts=tuple(replace(h, replica=0) for h in group))
 
 
+def router_hosts(inv: Inventory) -> tuple[Host, ...]:
+    """The hosts that run a router (Inventory.router_hosts)."""
+    return inv.router_hosts
+
+
 def router_host(inv: Inventory) -> Host:
-    name = inv.cluster.router.host
-    return inv.host(name) if name else inv.replicas[0][0]
+    """The first router host (the endpoint's host without a floating address)."""
+    return router_hosts(inv)[0]
 
 
 def http_url(ip: str, port: int) -> str:
@@ -163,8 +175,20 @@ def replica_url(inv: Inventory, k: int) -> str:
     return http_url(inv.replicas[k][0].ip, inv.cluster.ports.vllm)
 
 
-def router_url(inv: Inventory) -> str:
-    return http_url(router_host(inv).ip, inv.cluster.router.port)
+def router_url(inv: Inventory, host: Host | None = None) -> str:
+    """The fleet's endpoint (the floating address, else the router host), or one router's own URL."""
+    r = inv.cluster.router
+    if host is None and r.vip is not None:
+        return http_url(r.vip.address, r.port)
+    return http_url((host or router_host(inv)).ip, r.port)
+
+
+def one_host_note(inv: Inventory) -> str | None:
+    """What the endpoint is without a floating address (None with one)."""
+    if inv.cluster.router.vip is not None:
+        return None
+    return (f"the endpoint is one host ({router_host(inv).name}): losing it loses the fleet's endpoint though the "
+            "other replicas serve; set cluster.router.vip for a floating address in front of routers on two hosts")
 
 
 @dataclass(frozen=True)
@@ -225,19 +249,32 @@ class FleetPlan:
     spec: Spec
     split: P.SplitChoice
     replicas: tuple[ReplicaPlan, ...]
-    router_host: str
-    router: tuple[str, ...]
+    #: a router per router host (with its keepalived where a floating address is set)
+    routers: tuple["RouterLaunch", ...]
     endpoint: str
     keeper: tuple[str, ...]
     notes: tuple[str, ...] = ()
     #: the secret's name clients take the API key from (cluster.router.api_key), or None
     api_key_env: str | None = None
+    #: the floating address (cluster.router.vip), or None: the endpoint is the first router's host
+    vip: str | None = None
+
+    @property
+    def router_host(self) -> str:
+        return self.routers[0].host
+
+    @property
+    def router(self) -> tuple[str, ...]:
+        return self.routers[0].run
 
     def to_dict(self) -> dict:
         return {"model": self.spec.model, "image": self.spec.image, "extra": list(self.spec.extra),
                 "api_key_env": self.api_key_env,
                 "tp": self.split.par.tp, "pp": self.split.par.pp, "split_reason": self.split.reason,
                 "endpoint": self.endpoint, "router_host": self.router_host, "router": list(self.router),
+                "vip": self.vip,
+                "routers": [{"host": r.host, "run": list(r.run), "vip_create": list(r.vip_create),
+                             "vip_config": r.vip_config} for r in self.routers],
                 "replicas": [{"replica": r.index, "hosts": list(r.hosts), "url": r.url, "role": r.role,
                               "members": [{"host": m.host, "rank": m.rank, "vllm": list(m.vllm)}
                                           for m in r.members]} for r in self.replicas],
@@ -286,7 +323,8 @@ def api_key(inv: Inventory) -> str | None:
     return SS.values(inv).get(API_KEY_ENV)
 
 
-def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = None) -> tuple[str, ...]:
+def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = None,
+                    host: Host | None = None) -> tuple[str, ...]:
     """vllm-router, detached with a restart policy, bound to the router host's data-plane IP.
 
     Its health checks use the router's own timeout and failure count (5 s, 3 in a row): a replica
@@ -294,7 +332,7 @@ def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = Non
     only one in the rotation (one replica is out during a rollout) answers every request 503. A dead
     replica is found sooner anyway: its connections are refused, and the router retries on another."""
     r = inv.cluster.router
-    h = router_host(inv)
+    h = host or router_host(inv)
     names = SS.router_names(inv)
     entrypoint, prefix = SS.entry_argv(names, "vllm-router", ())
     return ("docker", "run", "-d", "--name", router_name(inv), "--network", "host",
@@ -325,6 +363,110 @@ def _workers_argv(inv: Inventory, urls: Sequence[str]) -> tuple[str, ...]:
     return out
 
 
+# -- the floating address -------------------------------------------------------------------------
+#: Where keepalived's container finds its entry script and its configuration (copied in at create).
+VIP_ENTRY_PATH = "/opt/bootstrap/vip_entry.sh"
+VIP_CONF_PATH = "/etc/keepalived/keepalived.conf"
+#: keepalived's own files (pids, the password include) in a tmpfs of its container
+VIP_RUN = "/run/keepalived"
+#: VRRP advertisement interval: VRRPv3's sub-second one (a dead master is replaced after 3 missed
+#: adverts plus a skew: under a second); VRRPv2, the one with a password, counts whole seconds.
+ADVERT_V3 = 0.25
+ADVERT_V2 = 1
+#: keepalived asks the router itself for /readiness every CHECK_INTERVAL s (keepalived counts whole
+#: seconds), twice within one check, CHECK_TRY s each: a router that stops answering loses the address
+#: at the first check that fails, within CHECK_INTERVAL + 2 * CHECK_TRY s (2.4 s), and one slow answer
+#: alone does not move it.
+CHECK_INTERVAL = 1
+CHECK_TRY = 0.7
+
+
+def vrid(inv: Inventory) -> int:
+    """VRRP's virtual router id: cluster.router.vip.id, else one derived from the cluster's name
+    (two clusters on one network segment need different ids)."""
+    vip = inv.cluster.router.vip
+    if vip is not None and vip.id is not None:
+        return vip.id
+    return zlib.crc32(inv.cluster.name.encode()) % 255 + 1
+
+
+def vip_config(inv: Inventory, host: Host, iface: str) -> str:
+    """keepalived.conf for one router host: one VRRP instance, unicast to the other router hosts (and
+    only adverts from them count), every host BACKUP without preemption (a host that comes back does
+    not take the address from the one that holds it), the higher priority on the earlier router
+    host, and a check that asks this host's router for /readiness: 200 while it answers and has a
+    healthy worker. Not /health, which is 503 while any one worker is unhealthy (measured with
+    vllm-router 0.1.17: one replica paused -> "Unhealthy servers: [...]" 503), so one dead replica
+    would take the address from every router at once."""
+    c = inv.cluster
+    vip = c.router.vip
+    assert vip is not None
+    hosts = router_hosts(inv)
+    peers = "".join(f"    {h.ip}\n" for h in hosts if h != host)
+    priority = 200 - 10 * hosts.index(host)
+    ask = f"curl -fsS -m {CHECK_TRY} -o /dev/null {http_url(host.ip, c.router.port)}/readiness"
+    check = f"/bin/sh -c '{ask} || {ask}'"
+    version = (f"    version 2\n    advert_int {ADVERT_V2}\n    include {VIP_RUN}/auth.conf\n" if vip.secret
+               else f"    version 3\n    advert_int {ADVERT_V3}\n")
+    return (f"# written by bootstrap for cluster {c.name} on {host.name}\n"
+            "global_defs {\n"
+            f"    router_id {host.name}\n"
+            "    enable_script_security\n"
+            "    script_user root\n"
+            "    vrrp_garp_master_delay 1\n"
+            "    vrrp_garp_master_repeat 3\n"
+            "}\n"
+            "vrrp_script router_health {\n"
+            f'    script "{check}"\n'
+            f"    interval {CHECK_INTERVAL}\n    timeout {math.ceil(2 * CHECK_TRY) + 1}\n    fall 1\n    rise 2\n"
+            "}\n"
+            f"vrrp_instance {c.name} {{\n"
+            "    state BACKUP\n    nopreempt\n"
+            f"    interface {iface}\n"
+            f"    virtual_router_id {vrid(inv)}\n"
+            f"    priority {priority}\n"
+            f"{version}"
+            f"    unicast_src_ip {host.ip}\n"
+            "    check_unicast_src\n"
+            f"    unicast_peer {{\n{peers}    }}\n"
+            f"    virtual_ipaddress {{\n        {vip.address}/{vip.prefix} dev {iface}\n    }}\n"
+            "    track_script {\n        router_health\n    }\n"
+            "}\n")
+
+
+def vip_create_argv(inv: Inventory, host: Host) -> tuple[str, ...]:
+    """keepalived on one router host: the host's network, only the capabilities VRRP and the address
+    need (NET_ADMIN, NET_RAW, NET_BROADCAST) and those it drops to before each check of the router
+    (SETUID, SETGID: without them the check never runs and a dead router keeps the address), its own
+    files on a tmpfs, the password (if any) from the
+    router's secret set. Its entry forwards the floating address's router port to this host's router
+    (which listens on the data-plane IP only) and runs keepalived; on SIGTERM it removes both."""
+    c = inv.cluster
+    vip = c.router.vip
+    assert vip is not None
+    names = SS.vip_names(inv)
+    entrypoint, command = SS.entry_argv(names, "sh", (VIP_ENTRY_PATH, vip.address, str(c.router.port), host.ip,
+                                                     vip.secret or "", VIP_CONF_PATH, VIP_RUN))
+    return ("docker", "create", "--name", vip_name(inv), "--network", "host", "--restart", "unless-stopped",
+            "--cap-drop", "ALL", "--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW", "--cap-add", "NET_BROADCAST",
+            "--cap-add", "SETUID", "--cap-add", "SETGID",
+            "--security-opt", "no-new-privileges", "--tmpfs", f"{VIP_RUN}:mode=700",
+            "--stop-timeout", "10",
+            *SS.mounts(c.name, names, SS.VIP),
+            "--label", f"{PL.LABEL_CLUSTER}={c.name}", "--label", f"{LABEL_KEEP}={c.name}",
+            "--entrypoint", entrypoint, vip.image or c.image, *command)
+
+
+@dataclass(frozen=True)
+class RouterLaunch:
+    host: str
+    #: `docker run` of its vllm-router
+    run: tuple[str, ...]
+    #: keepalived's `docker create` and configuration (a floating address), else empty
+    vip_create: tuple[str, ...] = ()
+    vip_config: str = ""
+
+
 def keeper_create_argv(inv: Inventory) -> tuple[str, ...]:
     """The keeper: no network, no capabilities, read-only root; only the Docker socket."""
     c = inv.cluster
@@ -334,17 +476,39 @@ def keeper_create_argv(inv: Inventory) -> tuple[str, ...]:
             "-v", "/var/run/docker.sock:/var/run/docker.sock",
             "--label", f"{PL.LABEL_CLUSTER}={c.name}",
             "--entrypoint", "python3", c.image, KEEPER_PATH, c.name, str(interval),
-            serve_name(inv), router_name(inv))
+            serve_name(inv), router_name(inv), *((vip_name(inv),) if c.router.vip is not None else ()))
+
+
+def plan_routers(inv: Inventory, urls: Sequence[str], image: str | None = None,
+                 ifaces: Mapping[str, str | None] | None = None) -> tuple[RouterLaunch, ...]:
+    """A router on each router host; with a floating address keepalived beside each, on the
+    interface that holds the host's data-plane IP (`ifaces`, from the host's facts)."""
+    vip = inv.cluster.router.vip
+    out = []
+    for h in router_hosts(inv):
+        run = router_run_argv(inv, urls, image, h)
+        if vip is None:
+            out.append(RouterLaunch(h.name, run))
+            continue
+        iface = (ifaces or {}).get(h.name)
+        if not iface:
+            raise FleetError(f"{h.name}: no interface holds its ip {h.ip}, so keepalived has none to put the "
+                             f"floating address {vip.address} on; set the host's ip to its data-plane address")
+        out.append(RouterLaunch(h.name, run, vip_create_argv(inv, h), vip_config(inv, h, iface)))
+    return tuple(out)
 
 
 def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice, *, nofile: dict[str, int | None],
                notes: Sequence[str] = (), derived: Mapping[str, Mapping[str, str]] | None = None,
-               ucx: Mapping[str, Mapping[str, str]] | None = None) -> FleetPlan:
-    """Every replica's members (the same split on each), the router and the keeper; `derived`: each
-    host's plan.derived_env; `ucx`: each host's plan.ucx_env (a disaggregated fleet's transfer)."""
+               ucx: Mapping[str, Mapping[str, str]] | None = None,
+               ifaces: Mapping[str, str | None] | None = None) -> FleetPlan:
+    """Every replica's members (the same split on each), the routers (and keepalived) and the keeper;
+    `derived`: each host's plan.derived_env; `ucx`: each host's plan.ucx_env (a disaggregated fleet's
+    transfer); `ifaces`: each router host's data-plane interface (a floating address)."""
     c = inv.cluster
     lease_note = kv_lease(inv)[1] if is_pd(inv) else None
-    notes = (*notes, lease_note) if lease_note else tuple(notes)
+    one_host = one_host_note(inv)
+    notes = (*notes, *(n for n in (lease_note, one_host) if n))
     replicas = []
     for k, group in enumerate(inv.replicas):
         ips = [h.ip for h in group]
@@ -358,8 +522,9 @@ def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice, *, nofile: dict
             vllms[rank]) for rank, h in enumerate(group))
         replicas.append(ReplicaPlan(k, tuple(h.name for h in group), replica_url(inv, k), members, role(inv, k)))
     urls = [r.url for r in replicas]
-    return FleetPlan(spec, split, tuple(replicas), router_host(inv).name, router_run_argv(inv, urls, spec.image),
-                     router_url(inv) + "/v1", keeper_create_argv(inv), tuple(notes), c.router.api_key)
+    return FleetPlan(spec, split, tuple(replicas), plan_routers(inv, urls, spec.image, ifaces),
+                     router_url(inv) + "/v1", keeper_create_argv(inv), tuple(notes), c.router.api_key,
+                     c.router.vip.address if c.router.vip else None)
 
 
 def rollout_order(current: Sequence[Spec | None], target: Spec) -> list[int]:

@@ -82,6 +82,25 @@ class ReplicaState:
 
 
 @dataclass
+class RouterView:
+    """One router host as `status` saw it."""
+
+    host: str
+    #: its router container: running, restarting, exited, absent, or unknown (...)
+    state: str
+    #: the router's own list of workers (None: it did not answer)
+    workers: list[str] | None = None
+    #: keepalived's container on it (a floating address; None: there is none)
+    vip_state: str | None = None
+    #: whether this host holds the floating address now (None: not known, or no floating address)
+    holds_vip: bool | None = None
+
+    def to_dict(self) -> dict:
+        return {"host": self.host, "state": self.state, "workers": self.workers, "vip_state": self.vip_state,
+                "holds_vip": self.holds_vip}
+
+
+@dataclass
 class FleetState:
     endpoint: str
     router_host: str
@@ -89,10 +108,16 @@ class FleetState:
     #: the router's own list of workers (None: it did not answer)
     router_workers: list[str] | None
     replicas: list[ReplicaState]
+    #: every router host's view (the first is router_host's)
+    routers: list[RouterView] = field(default_factory=list)
+    #: the floating address, and the router host that holds it (None: none does, or not known)
+    vip: str | None = None
+    vip_holder: str | None = None
 
     def to_dict(self) -> dict:
         return {"endpoint": self.endpoint, "router_host": self.router_host, "router": self.router,
-                "router_workers": self.router_workers, "replicas": [r.to_dict() for r in self.replicas]}
+                "router_workers": self.router_workers, "replicas": [r.to_dict() for r in self.replicas],
+                "routers": [r.to_dict() for r in self.routers], "vip": self.vip, "vip_holder": self.vip_holder}
 
 
 @dataclass
@@ -129,10 +154,15 @@ class RolloutResult:
 def _create_started(sess: Session, host: Host, create: Sequence[str], name: str, path: str, script: str) -> None:
     """`docker create`, copy a payload in (it stays across restarts), `docker start`. The secrets it
     mounts were put on the host first (guard.put_secrets)."""
+    _create_with(sess, host, create, name, {path: check_script(script)})
+
+
+def _create_with(sess: Session, host: Host, create: Sequence[str], name: str, files: dict[str, bytes]) -> None:
     s = sess.ssh[host.name]
     DK.rm(s, name)
     s.run(tuple(create), timeout=120)
-    DK.copy_file_in(s, name, path, check_script(script))
+    for path, data in files.items():
+        DK.copy_file_in(s, name, path, data)
     DK.start(s, name)
 
 
@@ -164,15 +194,49 @@ def _stop(sess: Session, host: Host, name: str) -> None:
 
 
 def _router_call(sess: Session, inv: Inventory, verb: str, url: str) -> dict:
-    """Add or remove a replica; an added one counts once the router would send it requests (its
-    own health view healthy, its circuit breaker closed): taking the next replica out before that
-    leaves the router none."""
-    h = FP.router_host(inv)
-    args = [verb, FP.router_url(inv), url]
-    if verb == "add":
-        wait = max(30, 4 * inv.cluster.router.health_interval + 10)
-        args += [FP.http_url(h.ip, inv.cluster.router.metrics_port) + "/metrics", str(wait)]
-    return _probe(sess, h, FP.router_name(inv), args, timeout=120)
+    """Add or remove a replica on every router; an added one counts once each router would send it
+    requests (its own health view healthy, its circuit breaker closed): taking the next replica out
+    before that leaves a router none. {"ok": every router did, HOST: each one's answer}."""
+    def one(h: Host) -> dict:
+        args = [verb, FP.router_url(inv, h), url]
+        if verb == "add":
+            wait = max(30, 4 * inv.cluster.router.health_interval + 10)
+            args += [FP.http_url(h.ip, inv.cluster.router.metrics_port) + "/metrics", str(wait)]
+        return _probe(sess, h, FP.router_name(inv), args, timeout=120)
+    hosts = FP.router_hosts(inv)
+    res = fan_out(hosts, one, key=lambda h: h.name, parallel=len(hosts))
+    out: dict = {h: (r if isinstance(r, dict) else {"ok": False, "error": str(r)})
+                 for h, r in {**res.succeeded, **res.failed}.items()}
+    return {"ok": all(v.get("ok") for v in out.values()), **out}
+
+
+def _rm_routers(sess: Session, inv: Inventory, stage: str) -> None:
+    """Remove the routers and keepalived: keepalived stopped first, so that it gives the floating
+    address up and its entry removes the forwarding (a kill would leave both on the host)."""
+    if inv.cluster.router.vip is not None:
+        sess.stage(f"{stage}-vip", list(FP.router_hosts(inv)),
+                   lambda h: DK.stop(sess.ssh[h.name], FP.vip_name(inv), 10, timeout=60))
+    _rm(sess, inv.hosts, FP.router_name(inv), FP.vip_name(inv), stage=stage)
+
+
+def _check_vip_image(sess: Session, inv: Inventory, image: str) -> None:
+    """Refuse a floating address whose image lacks what keepalived's container runs, before any change."""
+    vip = inv.cluster.router.vip
+    if vip is None:
+        return
+    img = vip.image or image
+    h = FP.router_hosts(inv)[0]
+    r = sess.ssh[h.name].run(("docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", img, "-c",
+                              "for t in keepalived iptables curl; do command -v $t >/dev/null || echo $t; done"),
+                             timeout=300, check=False)
+    if not r.ok:
+        raise PreflightFailed(h.name, f"could not run the floating address's image {img}: "
+                              f"{(r.stderr or r.stdout).strip()[-300:]}")
+    missing = r.stdout.split()
+    if missing:
+        raise PreflightFailed(h.name, f"the image {img} has no {', '.join(missing)}, which keepalived's container "
+                              "runs (cluster.router.vip)", "install them in the image (Debian: apt-get install "
+                              "keepalived iptables curl), or set cluster.router.vip.image to one that has them")
 
 
 # -- serve ----------------------------------------------------------------------------------------
@@ -217,7 +281,8 @@ def _node_facts(sess: Session, inv: Inventory) -> dict:
     facts = probe.gather_hosts(sess, inv.hosts)
     return {"nofile": {h.name: PL.nofile_for(inv, facts.get(h.name)) for h in inv.hosts},
             "derived": {h.name: PL.derived_env(inv, h, facts.get(h.name)) for h in inv.hosts},
-            "ucx": {h.name: PL.ucx_env(inv, h, facts.get(h.name)) for h in inv.hosts}}
+            "ucx": {h.name: PL.ucx_env(inv, h, facts.get(h.name)) for h in inv.hosts},
+            "ifaces": {h.name: PL.interface_of(h, facts.get(h.name)) for h in FP.router_hosts(inv)}}
 
 
 def _ensure_keeper(sess: Session, inv: Inventory) -> None:
@@ -263,13 +328,15 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
         _preflight(sess, inv)
         GD.check_secret_store(sess, inv.hosts)
         split, notes = _split(sess, inv, model, tp, pp, extra, dp)
+        _check_vip_image(sess, inv, spec.image)
         plan = FP.plan_fleet(inv, spec, split, notes=notes, **_node_facts(sess, inv))
         if on_plan is not None:
             on_plan(plan)
         if dry_run:
             return plan
         sess.stage("stop-old", inv.hosts, lambda h: stop_serving(sess, h))  # what a single `serve` started
-        _rm(sess, inv.hosts, FP.serve_name(inv), FP.old_name(inv), FP.router_name(inv), stage="remove-old")
+        _rm_routers(sess, inv, "remove-old-router")
+        _rm(sess, inv.hosts, FP.serve_name(inv), FP.old_name(inv), stage="remove-old")
         GD.put_secrets(sess, inv.hosts, prune=False)
         _ensure_keeper(sess, inv)
         for rp in plan.replicas:
@@ -285,16 +352,29 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
             failed = ServeFailed(f"replica {k} ({', '.join(plan.replicas[k].hosts)}) did not serve: {cause}{others}",
                                  tail)
             # a removal that fails is attached to the error, not raised in its place (Session.cleanup)
-            names = (FP.serve_name(inv), FP.router_name(inv))
+            names = (FP.serve_name(inv), FP.router_name(inv), FP.vip_name(inv))
             sess.cleanup("stop-failed", inv.hosts, lambda h: DK.rm(sess.ssh[h.name], *names, timeout=120), failed)
             raise failed
-        rh = FP.router_host(inv)
-        sess.stage("router", [rh],
-                   lambda h: sess.ssh[h.name].run(plan.router, timeout=120))
-        through = _probe(sess, rh, FP.router_name(inv), ["ready", FP.router_url(inv), "120"], timeout=240)
-        if not through.get("ready"):
-            tail = _logs(sess, rh, FP.router_name(inv), 30)
-            raise ServeFailed(f"the router on {rh.name} did not answer a completion: {through.get('error')}", tail)
+        launches = {r.host: r for r in plan.routers}
+        rhosts = list(FP.router_hosts(inv))
+        sess.stage("router", rhosts, lambda h: sess.ssh[h.name].run(launches[h.name].run, timeout=120))
+        throughs = fan_out(rhosts, lambda h: _probe(sess, h, FP.router_name(inv),
+                                                    ["ready", FP.router_url(inv, h), "120"], timeout=240),
+                           key=lambda h: h.name, parallel=len(rhosts))
+        for h in rhosts:
+            through = throughs.succeeded.get(h.name) or {"error": str(throughs.failed.get(h.name))}
+            if not through.get("ready"):
+                tail = _logs(sess, h, FP.router_name(inv), 30)
+                raise ServeFailed(f"the router on {h.name} did not answer a completion: {through.get('error')}", tail)
+        if plan.vip is not None:
+            sess.stage("vip", rhosts, lambda h: _create_with(sess, h, launches[h.name].vip_create, FP.vip_name(inv), {
+                FP.VIP_ENTRY_PATH: check_script("vip_entry.sh"),
+                FP.VIP_CONF_PATH: launches[h.name].vip_config.encode()}))
+            through = _probe(sess, rhosts[0], FP.router_name(inv), ["ready", FP.router_url(inv), "60"], timeout=120)
+            if not through.get("ready"):
+                tails = "\n".join(f"{h.name}: {_logs(sess, h, FP.vip_name(inv), 15)}" for h in rhosts)
+                raise ServeFailed(f"the floating address {plan.vip} did not answer a completion: "
+                                  f"{through.get('error')}", tails)
         return FleetResult(plan.endpoint, through.get("models", []), plan,
                            {k: float(r.get("t", 0)) for k, r in ready.items()}, time.monotonic() - t0, notes)
 
@@ -304,7 +384,8 @@ def stop_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         sess.connect()
         _rm(sess, inv.hosts, FP.keeper_name(inv), stage="stop-keeper")
-        _rm(sess, inv.hosts, FP.router_name(inv), FP.serve_name(inv), FP.old_name(inv), stage="stop")
+        _rm_routers(sess, inv, "stop-router")
+        _rm(sess, inv.hosts, FP.serve_name(inv), FP.old_name(inv), stage="stop")
     return [h.name for h in inv.hosts]
 
 
@@ -314,17 +395,16 @@ def stop_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
 def fleet_state(sess: Session) -> FleetState:
     inv = sess.inv
     sname = FP.serve_name(inv)
-    rh = FP.router_host(inv)
     looked = sess.stage("inspect-serve", inv.hosts, lambda h: (_inspect(sess, h, sname),
                                                                DK.restart_count(sess.ssh[h.name], sname)),
                         strict=False)
     inspected, not_inspected = looked.succeeded, looked.failed
-    router = _inspect(sess, rh, FP.router_name(inv))
     urls = [FP.replica_url(inv, k) for k in range(inv.cluster.replicas)]
-    if router is not None and router.running:
-        metrics = FP.http_url(rh.ip, inv.cluster.router.metrics_port) + "/metrics"
-        view = _probe(sess, rh, FP.router_name(inv), ["status", FP.router_url(inv), metrics, *urls], timeout=60)
-    else:
+    routers, views = _router_views(sess, inv, urls)
+    # the replicas as the router that holds the address sees them (else the first that answered)
+    first = next((r for r in routers if r.holds_vip), None) or next((r for r in routers if r.host in views), None)
+    view = views[first.host] if first is not None else None
+    if view is None:
         some = next((h for h in inv.hosts if h.name in inspected
                      and inspected[h.name][0] is not None and inspected[h.name][0].running), None)
         view = (_probe(sess, some, sname, ["status", "-", "-", *urls], timeout=60) if some else {})
@@ -365,13 +445,50 @@ def fleet_state(sess: Session) -> FleetState:
                                      closed.get(urls[k]) if isinstance(closed, dict) else None,
                                      FP.role(inv, k), row.get("kv_transfers"), row.get("kv_failed"),
                                      {n: float(row[n]) for n in LATENCY_KEYS if isinstance(row.get(n), (int, float))}))
-    rstate = router.status if router else "absent"
-    return FleetState(FP.router_url(inv) + "/v1", rh.name, rstate, workers, replicas)
+    shown = first or routers[0]
+    holder = next((r.host for r in routers if r.holds_vip), None)
+    vip = inv.cluster.router.vip
+    return FleetState(FP.router_url(inv) + "/v1", shown.host, shown.state, workers, replicas, routers,
+                      vip.address if vip else None, holder)
+
+
+def _router_views(sess: Session, inv: Inventory, urls: Sequence[str]) -> tuple[list[RouterView], dict[str, dict]]:
+    """Each router host's router (its state, its workers) and keepalived (its state, whether the
+    host holds the floating address), and each answering router's whole status probe by host."""
+    vip = inv.cluster.router.vip
+
+    def look(h: Host) -> tuple[RouterView, dict | None]:
+        router = _inspect(sess, h, FP.router_name(inv))
+        kad = _inspect(sess, h, FP.vip_name(inv)) if vip is not None else None
+        rv = RouterView(h.name, router.status if router else "absent",
+                        vip_state=(kad.status if kad else "absent") if vip is not None else None)
+        if router is None or not router.running:
+            return rv, None
+        metrics = FP.http_url(h.ip, inv.cluster.router.metrics_port) + "/metrics"
+        doc = _probe(sess, h, FP.router_name(inv), ["status", FP.router_url(inv, h), metrics, *urls], timeout=60)
+        rdoc = doc.get("router")
+        rv.workers = rdoc.get("workers") if isinstance(rdoc, dict) and "workers" in rdoc else None
+        if vip is not None:
+            rv.holds_vip = bool(_probe(sess, h, FP.router_name(inv), ["holds", vip.address], timeout=30).get("holds"))
+        return rv, doc
+
+    hosts = FP.router_hosts(inv)
+    got = sess.stage("inspect-router", hosts, look, strict=False)
+    routers, views = [], {}
+    for h in hosts:
+        if h.name in got.succeeded:
+            rv, doc = got.succeeded[h.name]
+            if doc is not None:
+                views[h.name] = doc
+        else:
+            rv = RouterView(h.name, f"unknown ({got.failed[h.name]})"[:300])
+        routers.append(rv)
+    return routers, views
 
 
 def status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None) -> FleetState:
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
-        sess.connect()
+        sess.connect(strict=False)  # a host that is down is shown as such, not an error
         return fleet_state(sess)
 
 
@@ -470,9 +587,10 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
             raise UsageError("rollout replaces replicas one at a time behind the router, which is not built for a "
                              "disaggregated fleet (cluster.router.prefill) yet: `bootstrap serve` with the new model "
                              "or flags restarts every replica")
-        if state.router != "running":
-            raise PreflightFailed(state.router_host, f"the router container is {state.router}",
-                                  "run `bootstrap serve` to start it")
+        down = [r for r in state.routers if r.state != "running"]
+        if down:
+            raise PreflightFailed(down[0].host, f"the router container is {down[0].state}: a rollout changes "
+                                  "every router's workers", "run `bootstrap serve` to start it")
         healthy = [r.index for r in state.replicas if r.health == "healthy"]
         if todo and not healthy:
             raise PreflightFailed("fleet", f"no replica of {len(inv.replicas)} is healthy: a rollout needs one serving "

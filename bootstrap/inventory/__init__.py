@@ -108,8 +108,15 @@ def _build_hosts(
     group_of = {id(s): k for k, g in enumerate(groups) for s in g}
     gpus = _gpus(specs, cluster, facts)
     router_loc = facts["router_host_loc"]
-    if router_loc is not None and cluster.router.host not in {s.values["name"] for s in specs}:
-        router_loc.fail(f"{_quote(cluster.router.host)} is not a host of this inventory")
+    names = {s.values["name"] for s in specs}
+    for name in (cluster.router.host,) if cluster.router.host else cluster.router.hosts:
+        if router_loc is not None and name not in names:
+            router_loc.fail(f"{_quote(name)} is not a host of this inventory")
+    vip = cluster.router.vip
+    if vip is not None:
+        taken = next((s.values["name"] for s in specs if s.values.get("ip") == vip.address), None)
+        if taken:
+            facts["vip_loc"].fail(f"{vip.address} is the ip of {taken}: the floating address must be one no host has")
     monitor_loc = facts["monitor_host_loc"]
     if monitor_loc is not None and cluster.monitor.host not in {s.values["name"] for s in specs}:
         monitor_loc.fail(f"{_quote(cluster.monitor.host)} is not a host of this inventory")

@@ -34,6 +34,7 @@ from bootstrap.model import (
     Router,
     Secret,
     SSHSettings,
+    Vip,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -636,8 +637,58 @@ _MONITOR_FIELDS: dict[str, Validator] = {
     "dcgm_port": _port,
 }
 
+def _vip_address(value: Any, loc: _Loc) -> tuple[str, int]:
+    """An IPv4 address, optionally with its prefix length (10.0.0.100 or 10.0.0.100/24)."""
+    value = _string(value, loc)
+    text, _, plen = value.partition("/")
+    try:
+        ip = ipaddress.IPv4Address(text)
+        prefix = int(plen) if plen else 32
+        if not plen.isdigit() and plen or not 8 <= prefix <= 32:
+            raise ValueError
+    except ValueError:
+        loc.fail(f"{_quote(value)} is not an IPv4 address with an optional prefix length (8-32), "
+                 "e.g. 10.0.0.100 or 10.0.0.100/24")
+    why = _not_one_host(ip) or ("a loopback address" if ip.is_loopback else None)
+    if why:
+        loc.fail(f"{value} is {why}: the floating address must be one the clients reach on the router hosts' network")
+    return str(ip), prefix
+
+
+_VIP_FIELDS: dict[str, Validator] = {
+    "address": _vip_address,
+    "id": _int(1, 255),
+    "secret": _described("the name of a secret in cluster.secrets (VRRP's password)",
+                         lambda v, loc: _secret_ref(v, loc)),
+    "image": _image,
+}
+
+
+def _vip(value: Any, loc: _Loc) -> tuple[Vip, dict[str, _Loc]]:
+    values, locs = _check_mapping(value, loc, _VIP_FIELDS,
+                                  "a mapping with address (and optionally id, secret, image)")
+    if "address" not in values:
+        loc.fail("address is missing: the floating address clients use, e.g. {address: 10.0.0.100}")
+    address, prefix = values.pop("address")
+    return Vip(address=address, prefix=prefix, **values), locs
+
+
+def _host_names(value: Any, loc: _Loc) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        loc.fail("a non-empty list of host names, e.g. [gpu-01, gpu-05]")
+    out: list[str] = []
+    for v in value:
+        name = _host_name(v, loc)
+        if name in out:
+            loc.fail(f"{_quote(name)} is listed twice")
+        out.append(name)
+    return tuple(out)
+
+
 _ROUTER_FIELDS: dict[str, Validator] = {
     "host": _described("the name of a host of the inventory", lambda v, loc: _host_name(v, loc)),
+    "hosts": _described("a list of host names: each runs a router (with vip)", lambda v, loc: _host_names(v, loc)),
+    "vip": _described("a mapping: the floating address", lambda v, loc: v),
     "port": _port,
     "policy": _choice(*ROUTER_POLICIES),
     "metrics_port": _port,
@@ -675,11 +726,12 @@ def _secret_ref(value: Any, loc: _Loc) -> str:
 
 
 def _router(value: Any, loc: _Loc, ports: Ports, replicas: int = 1,
-            secret_names: frozenset[str] | set[str] = frozenset()) -> tuple[Router, _Loc | None]:
-    """The router's settings, and where its host was named (checked against the hosts later).
+            secret_names: frozenset[str] | set[str] = frozenset()) -> tuple[Router, _Loc | None, _Loc | None]:
+    """The router's settings, where its host(s) and its floating address were named (both checked
+    against the hosts later).
     With replicas and no `router` mapping the defaults run, so their ports are checked too."""
     if value is None and replicas == 1:
-        return Router(), None
+        return Router(), None, None
     values, locs = _check_mapping(value, loc, _ROUTER_FIELDS) if value is not None else ({}, {})
     if replicas == 1 and values:
         key = next(iter(values))
@@ -687,7 +739,23 @@ def _router(value: Any, loc: _Loc, ports: Ports, replicas: int = 1,
                "VLLM_API_KEY under cluster.secrets instead (vLLM asks for it)" if "api_key" in values
                else f"does nothing with cluster.replicas: 1 (no router runs); remove {loc.field} or set replicas")
         locs["api_key" if "api_key" in values else key].fail(why)
+    vip_locs: dict[str, _Loc] = {}
+    if "vip" in values:
+        values["vip"], vip_locs = _vip(values["vip"], locs["vip"])
+    if "host" in values and "hosts" in values:
+        locs["hosts"].fail("set host (one router) or hosts (routers behind cluster.router.vip), not both")
+    if "hosts" in values and "vip" not in values and len(values["hosts"]) > 1:
+        locs["hosts"].fail("routers on several hosts need a floating address in front of them: set "
+                           f"{loc.field}.vip (e.g. {{address: 10.0.0.100}}), or name one host")
+    if "vip" in values and len(values.get("hosts") or ()) == 1:
+        locs["hosts"].fail("a floating address needs routers on two hosts or more (the default: the heads of the "
+                           "first two replicas)")
+    if "vip" in values and "host" in values:
+        locs["host"].fail("with a floating address the routers run on cluster.router.hosts (default: the heads "
+                          "of the first two replicas); use hosts")
     router = Router(**values)
+    if router.vip is not None and router.vip.secret is not None and router.vip.secret not in secret_names:
+        vip_locs["secret"].fail(f"that name is not listed in cluster.secrets: {_API_KEY_HINT}")
     for name in ("port", "metrics_port"):
         if name in values:
             _check_fixed(values[name], locs[name])
@@ -716,7 +784,7 @@ def _router(value: Any, loc: _Loc, ports: Ports, replicas: int = 1,
     elif router.kv_lease is not None:
         locs["kv_lease"].fail("a KV lease needs prefill/decode disaggregation: set cluster.router.prefill too, "
                               "or remove kv_lease")
-    return router, locs.get("host")
+    return router, locs.get("hosts") or locs.get("host"), vip_locs.get("address") or locs.get("vip")
 
 
 def _monitor(value: Any, loc: _Loc, ports: Ports, router: Router | None) -> tuple[Monitor, _Loc | None]:
@@ -873,7 +941,7 @@ def _cluster(
             vloc.fail(_SECRET_IN_ENV.format(name=name))
     kwargs["secrets"] = tuple(secrets)
     kwargs["env"] = tuple(sorted((k, v) for k, (v, _) in env.items()))
-    kwargs["router"], router_host_loc = _router(values.get("router"), locs.get("router", loc.sub("router")),
+    kwargs["router"], router_host_loc, vip_loc = _router(values.get("router"), locs.get("router", loc.sub("router")),
                                                 kwargs["ports"], values.get("replicas", 1), secret_names)
     kwargs["monitor"], monitor_host_loc = _monitor(
         values.get("monitor"), locs.get("monitor", loc.sub("monitor")), kwargs["ports"],
@@ -890,6 +958,7 @@ def _cluster(
         "secret_names": secret_names,
         "replicas_loc": locs.get("replicas"),
         "router_host_loc": router_host_loc,
+        "vip_loc": vip_loc,
         "monitor_host_loc": monitor_host_loc,
     }
     return cluster, defaults, facts

@@ -72,8 +72,8 @@ def scrape_targets(inv: Inventory) -> list[ScrapeTarget]:
     for h in heads:
         out.append(ScrapeTarget("vllm", PL.hostport(h.ip, c.ports.vllm), labels(h)))
     if fleet:
-        r = FP.router_host(inv)
-        out.append(ScrapeTarget("vllm-router", PL.hostport(r.ip, c.router.metrics_port), labels(r)))
+        for r in FP.router_hosts(inv):
+            out.append(ScrapeTarget("vllm-router", PL.hostport(r.ip, c.router.metrics_port), labels(r)))
     if c.runtime == "ray":
         for h in inv.hosts:
             out.append(ScrapeTarget("ray", PL.hostport(h.ip, c.ports.ray_metrics), labels(h)))

@@ -236,6 +236,17 @@ python -c 'import nixl, nixl._api; print("nixl", nixl.__file__)'
 grep -q '"NixlConnector"' /opt/venv/lib/python3.11/site-packages/vllm/distributed/kv_transfer/kv_connector/factory.py
 """  # noqa: E501 (as above)
 
+#: keepalived and iptables for a fleet's floating address (cluster.router.vip): keepalived's container
+#: runs the cluster image by default (curl is in it already).
+VIP_PACKAGES = "keepalived iptables"
+VLLM_VIP_SCRIPT = f"""\
+{APT_PROLOGUE}
+apt-get install -y -qq --no-install-recommends {VIP_PACKAGES}
+{APT_EPILOGUE}
+keepalived --version 2>&1 | head -1
+iptables --version
+"""
+
 #: Prometheus and its node exporter from Debian (`bootstrap monitor` on the sandbox), named as in
 #: the upstream images (prometheus, node_exporter) with /prometheus owned by nobody as there.
 MONITOR_PACKAGES = "prometheus prometheus-node-exporter"
@@ -383,7 +394,11 @@ def vllm_stages(wheels: Path) -> list[Stage]:
         parent=monitor.ref, script=VLLM_NIXL_SCRIPT, inputs=NIXL_REQS,
         mounts=((str(wheels.parent / "nixl-wheels"), "/nixl-wheels"),),
     )
-    return [apt, torch, pip, model, router, monitor, nixl]
+    vip = Stage(
+        name="vllm-vip", repo=VLLM_REPO, tag_prefix="vip-",
+        parent=nixl.ref, script=VLLM_VIP_SCRIPT, inputs=(VIP_PACKAGES,),
+    )
+    return [apt, torch, pip, model, router, monitor, nixl, vip]
 
 
 def ray_less_stage(vllm_ref: str) -> Stage:

@@ -58,7 +58,7 @@ def test_a_kv_lease_in_the_inventory_is_what_every_replica_gets_and_no_note_is_a
         (m,) = r.members
         kv = json.loads(m.vllm[m.vllm.index("--kv-transfer-config") + 1])
         assert kv["kv_connector_extra_config"] == {"kv_lease_duration": 45}
-    assert plan.notes == ("a note",)
+    assert plan.notes == ("a note", FP.one_host_note(inv))  # no KV note; the one-host note
 
 
 @pytest.mark.parametrize("value, parts", [

@@ -386,7 +386,7 @@ def test_plan_fleet_router_and_keeper(fleet):
     plan = FP.plan_fleet(fleet, spec, CPU_SPLIT, nofile={}, notes=("a note",))
     assert plan.router_host == "h0"
     assert plan.endpoint == "http://10.0.0.1:30000/v1"
-    assert plan.notes == ("a note",)
+    assert plan.notes == ("a note", FP.one_host_note(fleet))
     r = list(plan.router)
     assert r[:3] == ["docker", "run", "-d"]
     assert r[r.index("--name") + 1] == "bootstrap-vllm-router"

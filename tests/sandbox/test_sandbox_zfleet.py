@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -17,10 +16,10 @@ import urllib.request
 import pytest
 
 from tests.support.dashboards import DASHBOARD, dashboard_queries
+from tests.support.fleet_load import MODEL, Load, complete, status, wait_healthy
 from tests.support.sandbox import CONTAINER, ROOT, cli, on_node, stranger_post, stranger_scan, write_inventory
 
 pytestmark = pytest.mark.sandbox
-MODEL = "/opt/models/tiny-llama"
 FLAGS = ["--enforce-eager", "--max-model-len", "256"]
 SERVE = "bootstrap-vllm-serve"
 #: the fleet's API key (cluster.router.api_key names the secret FLEET_KEY; set in the fixture)
@@ -29,16 +28,6 @@ KEY = "sk-sandbox-" + os.urandom(6).hex()
 #: shows that `down` leaves nothing beyond it
 BEFORE = {}
 PROMPT = "The quick brown fox"
-
-
-def complete(endpoint, prompt, key=None, max_tokens=16):
-    # every token shown (the tiny random model's greedy tokens may be special or EOS)
-    body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                       "ignore_eos": True, "skip_special_tokens": False})
-    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
-    with urllib.request.urlopen(urllib.request.Request(endpoint + "/completions", body.encode(), headers),
-                                timeout=120) as resp:
-        return json.loads(resp.read())["choices"][0]["text"]
 
 
 def what_is_on(node):
@@ -51,58 +40,6 @@ def what_is_on(node):
             "volumes": words("docker", "volume", "ls", "-q"),
             "networks": words("docker", "network", "ls", "--format", "{{.Name}}"),
             "secrets": words("find", "/run", "-maxdepth", "2", "-path", "/run/bootstrap*")}
-
-
-def status(inv):
-    r = cli("status", "-i", inv, "--json")
-    return json.loads(r.stdout)["fleet"]
-
-
-def wait_healthy(inv, deadline=420):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < deadline:
-        st = status(inv)
-        if all(r["health"] == "healthy" for r in st["replicas"]):
-            return time.monotonic() - t0, st
-        time.sleep(5)
-    raise AssertionError(f"not every replica healthy after {deadline}s: {st}")
-
-
-class Load:
-    """Streaming completions through the router, `concurrency` at a time, until stopped; every
-    request's send time (time.time()) and outcome are kept. With `pause`, each sender waits that
-    long after each answer: a paced load keeps requests in flight through every step of a rollout
-    without taking the two cores the replacement vLLM needs to start (closed-loop load doubled the
-    start, 200 s instead of about 100 s per replica)."""
-
-    def __init__(self, endpoint, concurrency=3, max_tokens=16, pause=0.0):
-        from bootstrap.serve import bench as B
-
-        self.B = B
-        self.cfg = B.BenchConfig(url=endpoint.removesuffix("/v1"), model=MODEL, requests=1, concurrency=1,
-                                 max_tokens=max_tokens, timeout=120, api_key=KEY)
-        self.samples = []
-        self.pause = pause
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(concurrency)]
-
-    def _run(self):
-        while not self.stop.is_set():
-            self.samples.append(self.B.one_request(self.cfg, MODEL, clock=time.time))
-            self.stop.wait(self.pause)
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=180)
-
-    def failed(self, after=None):
-        return [s for s in self.samples if not s.ok and (after is None or s.started >= after)]
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +154,7 @@ def top_once(inv):
 
 def test_top_shows_every_replica_and_node_under_load_and_in_a_terminal(fleet):
     sb, inv, served = fleet
-    with Load(endpoint_of(served.stdout), concurrency=4):
+    with Load(endpoint_of(served.stdout), key=KEY, concurrency=4):
         time.sleep(4)
         rc, doc = top_once(inv)
         # as a person sees it: the live view in a real terminal (tmux), the pane captured
@@ -336,7 +273,7 @@ def test_a_killed_replica_is_contained_and_comes_back_without_a_command(fleet):
     them to replica 0), and the keeper + the member supervisor bring the whole group back."""
     sb, inv, served = fleet
     before = {r["replica"]: r["restarts"] for r in status(inv)["replicas"]}
-    with Load(endpoint_of(served.stdout)) as load:
+    with Load(endpoint_of(served.stdout), key=KEY) as load:
         time.sleep(8)
         on_node(sb.nodes[2], "docker", "kill", SERVE)
         killed_at = time.time()  # once the kill is done: a request sent before it may have been on replica 1
@@ -377,7 +314,7 @@ def test_a_killed_replica_is_contained_and_comes_back_without_a_command(fleet):
 def test_rollout_under_load_changes_every_replica_and_fails_no_request(fleet):
     sb, inv, served = fleet
     new = [*FLAGS, "--max-num-seqs", "32"]
-    with Load(endpoint_of(served.stdout), pause=1.5) as load:
+    with Load(endpoint_of(served.stdout), key=KEY, pause=1.5) as load:
         r = cli("rollout", "-i", inv, "--drain", "60", "--", *new, timeout=1500)
     assert r.returncode == 0, r.stderr[-3000:]
     print(f"rollout: {len(load.samples)} requests during the rollout, {len(load.failed())} failed; "
@@ -402,7 +339,7 @@ def test_a_rollout_vllm_refuses_is_rolled_back_and_the_fleet_keeps_serving(fleet
     assert r.returncode == 2 and "--no-such-vllm-flag is not an option of vLLM" in r.stderr, r.stderr[-2000:]
     # a value vLLM takes as an option but refuses once it reads the model (the tiny model allows
     # 1024 positions): replica 0 fails to start and is rolled back
-    with Load(endpoint_of(served.stdout), concurrency=2, pause=1.5) as load:
+    with Load(endpoint_of(served.stdout), key=KEY, concurrency=2, pause=1.5) as load:
         r = cli("rollout", "-i", inv, "--wait", "420", "--", *FLAGS, "--max-model-len", "4096", timeout=1500)
     assert r.returncode == 1, r.stdout + r.stderr[-3000:]
     err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
