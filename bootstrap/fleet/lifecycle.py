@@ -38,8 +38,9 @@ def _fleet_only(inv: Inventory, fn: str, single: str) -> None:
 def fleet_containers(inv: Inventory) -> tuple[str, ...]:
     """The fleet's own containers, in the order `down` removes them: the keeper first (it starts a
     serve or router container again that stopped behind its back), then the router and the serve
-    containers, the one kept for a rollback included."""
-    return (FP.keeper_name(inv), FP.router_name(inv), FP.serve_name(inv), FP.old_name(inv))
+    containers, the one kept for a rollback included. keepalived (a floating address) before the
+    router: it is stopped first (fleet.run.stop_vip) so that it gives the address up and removes its forwarding."""
+    return (FP.keeper_name(inv), FP.vip_name(inv), FP.router_name(inv), FP.serve_name(inv), FP.old_name(inv))
 
 
 # -- up -------------------------------------------------------------------------------------------
@@ -149,6 +150,9 @@ def down_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
         reachable = [h for h in inv.hosts if h.name not in conn.failed]
         # the keeper first: with it gone nothing starts the others again while they are removed
         kept = sess.stage("stop-keeper", reachable, lambda h: _remove(sess, h, keeper), strict=False)
+        if inv.cluster.router.vip is not None:
+            vips = [h for h in FP.router_hosts(inv) if h in reachable]
+            sess.stage("stop-vip", vips, lambda h: FL.stop_vip(sess, h), strict=False)
         gone = sess.stage("stop", reachable, lambda h: _remove(sess, h, rest), strict=False)
     failed: dict[str, BaseException] = {**conn.failed, **kept.failed}
     for name, exc in gone.failed.items():

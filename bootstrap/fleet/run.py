@@ -210,12 +210,17 @@ def _router_call(sess: Session, inv: Inventory, verb: str, url: str) -> dict:
     return {"ok": all(v.get("ok") for v in out.values()), **out}
 
 
+def stop_vip(sess: Session, host: Host) -> None:
+    """Stop keepalived (SIGTERM, 10 s): it gives the floating address up and its entry removes the
+    forwarding; `docker rm -f` alone would leave both on the host."""
+    DK.stop(sess.ssh[host.name], FP.vip_name(sess.inv), 10, timeout=60)
+
+
 def _rm_routers(sess: Session, inv: Inventory, stage: str) -> None:
     """Remove the routers and keepalived: keepalived stopped first, so that it gives the floating
     address up and its entry removes the forwarding (a kill would leave both on the host)."""
     if inv.cluster.router.vip is not None:
-        sess.stage(f"{stage}-vip", list(FP.router_hosts(inv)),
-                   lambda h: DK.stop(sess.ssh[h.name], FP.vip_name(inv), 10, timeout=60))
+        sess.stage(f"{stage}-vip", list(FP.router_hosts(inv)), lambda h: stop_vip(sess, h))
     _rm(sess, inv.hosts, FP.router_name(inv), FP.vip_name(inv), stage=stage)
 
 

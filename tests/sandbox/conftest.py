@@ -3,13 +3,14 @@
 Building a sandbox costs minutes (nodes start empty; the first `up` pulls the multi-GB vLLM image
 into every node), and `sandbox_up` keeps a running sandbox of the same size or grows it, but a
 smaller one is recreated. So the 2-node `infra` module, which also tests `sandbox down`, runs
-first; every 3-node module then shares one sandbox, and the 4-node fleet grows it by one node last.
+first; every 3-node module then shares one sandbox (the floating-address fleet, `vip`, last of them), and the
+4-node fleet grows it by one node last.
 `cluster` comes first of those: its first test puts the image on the empty nodes with
 `up --load-image` and peer copies, so no test before it pulls the image into all three.
 """
 from __future__ import annotations
 
-ORDER = ("infra", "cluster", "checks", "faults", "serve", "zfleet")
+ORDER = ("infra", "cluster", "checks", "faults", "serve", "vip", "zfleet")
 
 
 def _rank(item) -> int:

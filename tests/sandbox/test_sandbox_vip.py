@@ -1,0 +1,164 @@
+"""The endpoint survives losing a host: 3 replicas (one node each) on the 3-node sandbox, vllm-router on
+node1 and node2, a floating address held by keepalived on one of them (cluster.router.vip).
+
+Real parts: keepalived (Debian's) sending VRRP between the nodes, the address on the node's eth0
+answered by ARP on the sandbox's bridge, iptables forwarding it to the router, vllm-router, vLLM. A
+host's loss is `docker kill` of its whole node container (every process on it at once).
+"""
+import ipaddress
+import json
+import subprocess
+import time
+
+import pytest
+
+from tests.support.fleet_load import MODEL, Load, complete, status
+from tests.support.sandbox import cli, on_node, write_inventory
+
+pytestmark = pytest.mark.sandbox
+FLAGS = ["--enforce-eager", "--max-model-len", "256"]
+ROUTERS = ("node1", "node2")
+VIP_CONTAINER = "bootstrap-vllm-vip"
+ROUTER = "bootstrap-vllm-router"
+
+
+def holds(node, vip):
+    """Whether the node's eth0 has the address now (asked of its kernel, not of bootstrap)."""
+    r = on_node(node, "ip", "-o", "-4", "addr", "show", "dev", "eth0", check=False)
+    return f" {vip}/" in r.stdout
+
+
+def wait_for_holder(nodes, vip, deadline=30.0, step=0.05):
+    """(node, seconds) once one of `nodes` holds the address; (None, seconds) at the deadline."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < deadline:
+        for n in nodes:
+            if holds(n, vip):
+                return n, time.monotonic() - t0
+        time.sleep(step)
+    return None, time.monotonic() - t0
+
+
+@pytest.fixture(scope="module")
+def vipfleet(_sandbox_session, tmp_path_factory):
+    from bootstrap import sandbox as S
+    from tests.support.sandbox import shared_shape
+
+    sb = S.sandbox_up(3, log=lambda m: print(f"sandbox: {m}", flush=True), gpu=shared_shape())
+    vip = str(ipaddress.ip_network(sb.subnet)[250])  # no sandbox container is given .250
+
+    def mutate(doc):
+        doc["cluster"]["replicas"] = 3
+        doc["cluster"]["router"] = {"policy": "round_robin", "health_interval": 2, "vip": {"address": vip}}
+    inv = write_inventory(sb.inventory, tmp_path_factory.mktemp("vip") / "vip.yaml", mutate)
+    r = cli("up", "-i", inv)
+    assert r.returncode == 0, r.stderr[-3000:]
+    served = cli("serve", "-i", inv, MODEL, "--", *FLAGS)
+    assert served.returncode == 0, served.stderr[-3000:]
+    yield sb, inv, served, vip
+    for n in sb.nodes:  # a node killed by a failed test comes back for `down` and the modules after
+        subprocess.run(["docker", "start", n.container], capture_output=True, timeout=120)
+    r = cli("down", "-i", inv)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for n in sb.nodes:  # keepalived gave the address up and its forwarding is gone with it
+        assert not holds(n, vip), n.name
+        nat = on_node(n, "iptables", "-t", "nat", "-S").stdout
+        assert "bootstrap-vip" not in nat, (n.name, nat)
+        left = on_node(n, "docker", "ps", "-a", "--format", "{{.Names}}").stdout.split()
+        assert not [c for c in left if c.startswith("bootstrap-vllm-")], (n.name, left)
+
+
+def nodes_by_name(sb):
+    return {n.name: n for n in sb.nodes}
+
+
+def test_three_replicas_serve_through_the_floating_address_and_a_stuck_router_gives_it_up(vipfleet):
+    sb, inv, served, vip = vipfleet
+    nodes = nodes_by_name(sb)
+    endpoint = f"http://{vip}:30000/v1"
+    assert f"serving {MODEL} on {endpoint} " in served.stdout and "floating address" in served.stdout
+    assert complete(endpoint, "The quick brown fox")
+    st = status(inv)
+    routers = {r["host"]: r for r in st["routers"]}
+    assert sorted(routers) == list(ROUTERS)
+    urls = sorted(r["url"] for r in st["replicas"])
+    for name, rv in routers.items():  # every router knows every replica
+        assert rv["state"] == "running" and rv["vip_state"] == "running", rv
+        assert sorted(rv["workers"]) == urls, rv
+    holder = [n for n in ROUTERS if holds(nodes[n], vip)]
+    assert len(holder) == 1 and st["vip_holder"] == holder[0], (holder, st["vip_holder"])
+    assert [routers[n]["holds_vip"] for n in ROUTERS] == [n == holder[0] for n in ROUTERS]
+    assert not holds(nodes["node3"], vip)
+    assert all(r["health"] == "healthy" and r["in_rotation"] for r in st["replicas"])
+    # a router that stops answering (its process frozen, the host fine) loses the address within 3 s
+    other = next(n for n in ROUTERS if n != holder[0])
+    on_node(nodes[holder[0]], "docker", "pause", ROUTER)
+    try:
+        t0 = time.monotonic()
+        got, took = wait_for_holder([nodes[other]], vip, deadline=10)
+        print(f"stuck router on {holder[0]}: the address on {other} after {took:.2f}s")
+        assert got is not None and took <= 3.0, took
+        assert complete(endpoint, "The quick brown fox")
+    finally:
+        on_node(nodes[holder[0]], "docker", "unpause", ROUTER)
+    time.sleep(3)  # the unpaused router answers again; no preemption: the address stays where it is
+    assert holds(nodes[other], vip) and not holds(nodes[holder[0]], vip), time.monotonic() - t0
+
+
+def test_losing_the_router_host_moves_the_address_and_fails_only_what_was_on_it(vipfleet):
+    """Under continuous load the host that holds the address is killed whole: the other router host
+    takes the address over, no request sent after that fails, and the replica on the dead host is out
+    of the surviving router's rotation; the host comes back and rejoins without a command."""
+    sb, inv, served, vip = vipfleet
+    nodes = nodes_by_name(sb)
+    endpoint = f"http://{vip}:30000/v1"
+    dead = next(n for n in ROUTERS if holds(nodes[n], vip))
+    alive = next(n for n in ROUTERS if n != dead)
+    with Load(endpoint, concurrency=4, max_tokens=48, pause=0.1) as load:
+        time.sleep(8)
+        t_kill = time.time()
+        killer = subprocess.Popen(["docker", "kill", nodes[dead].container], stdout=subprocess.DEVNULL)
+        got, took = wait_for_holder([nodes[alive]], vip, deadline=15, step=0.02)
+        t_move = time.time()
+        killer.wait(timeout=120)
+        time.sleep(25)
+    assert got is not None, f"{alive} never took the address over"
+    before = [s for s in load.samples if s.started < t_kill]
+    window = [s for s in load.samples if t_kill <= s.started < t_move]
+    after = [s for s in load.samples if s.started >= t_move]
+    failed = [s for s in load.samples if not s.ok]
+    print(f"{dead} killed; the address on {alive} after {took:.2f}s; requests: {len(load.samples)}, "
+          f"failed {len(failed)}: in flight at the kill {sum(not s.ok for s in before)} of {len(before)}, "
+          f"sent to the dying host before the move {sum(not s.ok for s in window)} of {len(window)}, "
+          f"sent after the move {sum(not s.ok for s in after)} of {len(after)}")
+    for s in failed:
+        print(f"  sent {s.started - t_kill:+.2f}s, ended {s.started + s.e2e - t_kill:+.2f}s: {s.error}")
+    assert took <= 3.0, took
+    assert len(after) > 20 and not [s for s in after if not s.ok], [s.error for s in after if not s.ok][:5]
+    # those that failed were all on the dead host: sent before the address moved, ended by the kill
+    assert all(s.started < t_move for s in failed)
+    assert all(s.started + s.e2e < t_move + 1.0 for s in failed), [(s.started, s.e2e) for s in failed]
+    st = status(inv)  # a host that is down is shown as such; the view is the surviving router's
+    assert st["vip_holder"] == alive
+    routers = {r["host"]: r for r in st["routers"]}
+    assert routers[dead]["state"].startswith("unknown"), routers[dead]
+    reps = {r["hosts"][0]: r for r in st["replicas"]}
+    assert reps[dead]["health"].startswith("unknown") and reps[dead]["router_healthy"] is False, reps[dead]
+    assert all(reps[n]["health"] == "healthy" for n in reps if n != dead)
+
+    # the host comes back: its containers restart, its replica rejoins every router, the address stays
+    t0 = time.monotonic()
+    subprocess.run(["docker", "start", nodes[dead].container], check=True, capture_output=True, timeout=120)
+    while True:
+        st = status(inv)
+        routers = {r["host"]: r for r in st["routers"]}
+        if (all(r["health"] == "healthy" and r["router_healthy"] for r in st["replicas"])
+                and routers[dead]["state"] == "running" and routers[dead]["vip_state"] == "running"):
+            break
+        assert time.monotonic() - t0 < 300, json.dumps(st)[-3000:]
+        time.sleep(5)
+    print(f"{dead} back and its replica in rotation {time.monotonic() - t0:.0f}s after its start")
+    urls = sorted(r["url"] for r in st["replicas"])
+    assert sorted(routers[dead]["workers"]) == urls and sorted(routers[alive]["workers"]) == urls
+    assert st["vip_holder"] == alive and holds(nodes[alive], vip) and not holds(nodes[dead], vip)
+    assert complete(endpoint, "The quick brown fox")
