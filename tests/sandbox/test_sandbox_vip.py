@@ -82,7 +82,7 @@ def test_three_replicas_serve_through_the_floating_address_and_a_stuck_router_gi
     routers = {r["host"]: r for r in st["routers"]}
     assert sorted(routers) == list(ROUTERS)
     urls = sorted(r["url"] for r in st["replicas"])
-    for name, rv in routers.items():  # every router knows every replica
+    for rv in routers.values():  # every router knows every replica
         assert rv["state"] == "running" and rv["vip_state"] == "running", rv
         assert sorted(rv["workers"]) == urls, rv
     holder = [n for n in ROUTERS if holds(nodes[n], vip)]
