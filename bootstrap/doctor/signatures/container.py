@@ -1,5 +1,6 @@
 """Docker and the platform detection of vLLM and torch: a container started without its GPUs; a
-container of ours restarted without its secrets (after a reboot emptied the host's /run)."""
+container of ours restarted without its secrets (after a reboot emptied the host's /run); keepalived's
+container (a fleet's floating address) without its tools, or giving the address up."""
 from __future__ import annotations
 
 from bootstrap.doctor.signatures.engine import Signature
@@ -40,5 +41,31 @@ SIGNATURES: tuple[Signature, ...] = (
         fix="Run `bootstrap up` with the secrets set in your environment (it puts them back and restarts the "
             "containers), then `bootstrap serve` for a fleet; see docs/security.md, secrets.",
         sources=("bootstrap/cluster/secretstore.py (this project: the line its entrypoint prints)",),
+    ),
+    Signature(
+        id="vip-image-lacks-keepalived",
+        severity="error",
+        # checks/vip_entry.sh, when the image of keepalived's container lacks a tool it runs
+        patterns=(_p(r"bootstrap: (keepalived|iptables|curl) is not in this image", needle="is not in this image"),),
+        title="keepalived's container cannot run: its image lacks keepalived, iptables or curl, so this host "
+              "never holds the floating address",
+        fix="Install them in the image (Debian: apt-get install keepalived iptables curl) or set "
+            "cluster.router.vip.image to one that has them, then `bootstrap serve`; see "
+            "docs/high-availability.md.",
+        sources=("checks/vip_entry.sh (this project: the line it prints)",),
+    ),
+    Signature(
+        id="vip-router-unready",
+        severity="warning",
+        # keepalived's own words when the check of its router fails (recorded on the sandbox: the
+        # router paused, then the replicas' host killed)
+        patterns=(_p(r"VRRP_Script\(router_health\) failed", needle="VRRP_Script(router_health) failed"),),
+        title="keepalived gave the floating address up on this host (FAULT): its router did not answer "
+              "/readiness (not running, stuck, or no healthy replica in its view)",
+        fix="`bootstrap status` shows each router and which host holds the address now; `bootstrap logs "
+            "--serve HOST` shows the router's and keepalived's output. The address comes back to this host "
+            "only when the one holding it fails (no preemption).",
+        sources=("https://github.com/acassen/keepalived/blob/master/doc/man/man5/keepalived.conf.5 "
+                 "(vrrp_script, track_script)",),
     ),
 )

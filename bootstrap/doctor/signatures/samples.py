@@ -218,4 +218,12 @@ SAMPLES: dict[str, tuple[str, ...]] = {
         "bootstrap: the secret HF_TOKEN is not on this host (/run/bootstrap is on a tmpfs: a reboot empties it): "
         "run bootstrap up (and bootstrap serve) again to put it back",
     ),
+    "vip-image-lacks-keepalived": (
+        # checks/vip_entry.sh in an image without keepalived (tests/fleet/test_vip.py runs it)
+        "bootstrap: keepalived is not in this image (cluster.router.vip.image)",
+    ),
+    "vip-router-unready": (
+        # keepalived 2.2.7 on a sandbox router host, its router paused (docker pause)
+        "Fri Nov 27 03:19:35 2026: VRRP_Script(router_health) failed (exited with status 28)",
+    ),
 }
