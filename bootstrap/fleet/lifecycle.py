@@ -99,9 +99,11 @@ class FleetStatus:
 
     @property
     def ok(self) -> bool:
-        """Every node alive and every replica healthy (`status` exits 1 otherwise)."""
+        """Every node alive, every replica healthy, and a floating address (if any) held by a router
+        host (`status` exits 1 otherwise)."""
         return (all(n.ray_alive for g in self.groups for n in g.nodes)
-                and all(r.health == "healthy" for r in self.fleet.replicas))
+                and all(r.health == "healthy" for r in self.fleet.replicas)
+                and (self.fleet.vip is None or self.fleet.vip_holder is not None))
 
 
 def fleet_status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,

@@ -327,3 +327,28 @@ def test_down_stops_keepalived_on_the_router_hosts_before_removing_it(tmp_path, 
             assert len(stops) == 1 and stops[0] < rm, (name, h.commands)
         else:
             assert not stops, (name, h.commands)
+
+
+def test_cli_status_shows_each_router_and_which_host_holds_the_address(tmp_path, monkeypatch, no_hosts):
+    from bootstrap.cluster.run import ClusterStatus
+
+    path = write(tmp_path, fleet_yaml(4, 2, cluster="router: {vip: {address: 10.0.0.100}}"))
+    urls = ["http://10.0.0.1:8000", "http://10.0.0.3:8000"]
+    replicas = [FL.ReplicaState(k, [], u, {}, 0, None, "healthy", True) for k, u in enumerate(urls)]
+    routers = [FL.RouterView("h0", "unknown (h0: no route to host)"),
+               FL.RouterView("h2", "running", urls, "running", True)]
+    fs = FL.FleetState("http://10.0.0.100:30000/v1", "h2", "running", urls, replicas, routers, "10.0.0.100", "h2")
+    st = FLC.FleetStatus([ClusterStatus([], None, None, "none")] * 2, fs)
+    monkeypatch.setattr(FLC, "fleet_status", lambda inv, **kw: st)
+    monkeypatch.setattr("bootstrap.monitor.run.running_url", lambda inv: None)
+    r = CliRunner().invoke(main, ["status", "-i", str(path)], env={**ENVIRON, "COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "routers: floating address 10.0.0.100" in r.stdout
+    rows = {ln.split("│")[1].strip(): ln for ln in r.stdout.splitlines() if ln.startswith("│ h")}
+    assert "unknown (h0: no route to host)" in rows["h0"] and "yes" in rows["h2"], r.stdout
+    assert "endpoint: http://10.0.0.100:30000/v1 (floating address, held by h2)" in r.stdout
+    doc = json.loads(invoke("status", "-i", str(path), "--json").stdout)["fleet"]
+    assert doc["vip_holder"] == "h2" and doc["routers"][0]["state"].startswith("unknown")
+    fs.vip_holder = None  # nobody holds it: said, not hidden, and status exits 1
+    r = CliRunner().invoke(main, ["status", "-i", str(path)], env={**ENVIRON, "COLUMNS": "200"})
+    assert "held by no router host" in r.stdout and r.exit_code == 1
