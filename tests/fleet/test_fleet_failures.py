@@ -46,3 +46,18 @@ def test_a_router_host_that_does_not_answer_is_shown_unknown_and_no_holder_is_ma
     assert st.endpoint == "http://10.0.0.100:30000/v1"
     doc = st.to_dict()
     assert doc["vip_holder"] is None and [r["host"] for r in doc["routers"]] == ["h0", "h2"]
+
+
+def test_a_rollout_step_changes_the_workers_of_every_router_each_on_its_own_url(tmp_path):
+    """rollout's remove/add goes to each router host's router (its own data-plane URL, not the
+    floating address); it counts as done only when every router did it."""
+    inv = load(tmp_path, fleet_yaml(4, 2, cluster="router: {vip: {address: 10.0.0.100}}"))
+    ok, refused = (0, '{"ok": true}\n', ""), (0, '{"ok": false, "error": "503"}\n', "")
+    hosts = {n: FakeHost(n, [("docker exec", ok if n != "h2" else refused)]) for n in ("h0", "h1", "h2", "h3")}
+    sess = fake_session(inv, hosts)
+    out = FL._router_call(sess, inv, "remove", "http://10.0.0.3:8000")
+    assert out["ok"] is False and out["h0"]["ok"] is True and out["h2"]["error"] == "503"
+    asked = {n: [c for c in h.commands if "docker exec" in c] for n, h in hosts.items()}
+    assert "remove http://10.0.0.1:30000 http://10.0.0.3:8000" in asked["h0"][0]
+    assert "remove http://10.0.0.3:30000 http://10.0.0.3:8000" in asked["h2"][0]
+    assert asked["h1"] == [] and asked["h3"] == []
