@@ -568,11 +568,7 @@ def _write_inventory(info: SandboxInfo, iface: str) -> None:
             # vLLM's CPU workers need more: give each cluster container its own.
             "ipc_host": False,
             "shm_size": "1g",
-            # Every node is a container on the same 2 cores, and vLLM-CPU binds each one's worker to
-            # the same core (`auto`: core ids=[0] on every node): a restarting replica's imports then
-            # queue behind the serving ones there (a member's restart took 4 min, 88 s with
-            # nobind). On real CPU hosts, one per machine, leave vLLM's binding on.
-            "env": {"GLOO_SOCKET_IFNAME": iface, "VLLM_CPU_OMP_THREADS_BIND": "nobind"},
+            "env": {"GLOO_SOCKET_IFNAME": iface},
             # `bootstrap monitor`: the sandbox image carries Debian's Prometheus and node exporter
             "monitor": {"image": info.image, "node_exporter_image": info.image},
             # The sandbox registry runs on the same machine as the nodes: pulling costs no network
