@@ -207,6 +207,20 @@ class LockBusy(BootstrapError):
                          "wait for that run to finish, or pass --lock-wait SECONDS to queue behind it")
 
 
+class LockLost(BootstrapError):
+    """The SSH connection holding the cluster lock dropped, and another run took the lock meanwhile."""
+
+    exit_status = ExitStatus.LOCKED
+
+    def __init__(self, host: str, path: str, holder: str, *, ours: bool = False) -> None:
+        self.host, self.path, self.holder = host, path, holder
+        what = ("our old holder of it on the host had not exited in time" if ours else
+                f"{holder or 'another run'} took the lock meanwhile")
+        super().__init__(f"{host}: the SSH connection holding the cluster lock {path} dropped and {what}; "
+                         "stopped here so that two runs never change the cluster at once -- rerun when that run "
+                         "is done (`bootstrap status` shows where each host is)")
+
+
 class ServeFailed(BootstrapError):
     """vLLM (or a replica, or the router) did not serve: the log tail and the findings in it."""
 

@@ -20,7 +20,7 @@ from typing import BinaryIO, Callable, Iterable, Sequence
 import paramiko
 from fabric import Config, Connection
 
-from bootstrap.errors import CommandFailed, ConnectionLost, HostUnreachable, LockBusy
+from bootstrap.errors import CommandFailed, ConnectionLost, HostUnreachable, LockBusy, LockLost
 from bootstrap.model import Host, SSHSettings
 
 Argv = Sequence[str]
@@ -32,6 +32,9 @@ KNOWN_HOSTS = "~/.ssh/known_hosts"
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 logging.getLogger("paramiko").propagate = False
 STREAM_CHUNK = 1 << 20
+#: Seconds a lock held on a connection that dropped gets to come free (its remote holder exits once
+#: sshd sees the channel gone) before a new connection takes it again.
+RETAKE_WAIT = 10.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,11 @@ class SSHHost:
         self._sleep = sleep
         self._conn: Connection | None = None
         self._lock = threading.Lock()
+        #: locks taken on this host (path -> (holder, the channel holding it)): taken again on the
+        #: next connection when the one holding them drops (see _retake)
+        self._held: dict[str, tuple[str, paramiko.Channel]] = {}
+        #: the connection dropped under us while locks were held: the next connect takes them again
+        self._dropped = False
 
     # -- connection -------------------------------------------------------------------------
     def _configure_keys(self, conn: Connection) -> None:
@@ -145,6 +153,8 @@ class SSHHost:
                 started = time.monotonic()
                 try:
                     conn.open()
+                    if self._dropped and self._held:
+                        self._retake(conn)
                     self._conn = conn
                     return self
                 except paramiko.BadHostKeyException as exc:
@@ -207,15 +217,36 @@ class SSHHost:
         '_unlink_channel', seen in the interrupt test). The socket is gone either way."""
         with self._lock:
             conn, self._conn = self._conn, None
+            self._held.clear()  # their channels close with the connection: released
+            self._dropped = False
         if conn is not None:
             _close_quietly(conn)
 
     def _drop(self, conn: Connection) -> None:
-        """Forget ``conn`` after it failed under us, unless another thread already replaced it."""
+        """Forget ``conn`` after it failed under us, unless another thread already replaced it.
+        Locks held on it go with it: the next connection takes them again before any command."""
         with self._lock:
             if self._conn is conn:
                 self._conn = None
+                self._dropped = bool(self._held)
         _close_quietly(conn)
+
+    def _retake(self, conn: Connection) -> None:
+        """Take every lock we held again on a new connection, the old one having dropped (sshd
+        restarted, a network blip): otherwise a run would go on changing hosts without its lock,
+        and a second run could take it meanwhile (seen in CI). The old holder exits when sshd notices
+        its channel is gone; RETAKE_WAIT gives it that time. Raises :class:`LockLost` (and closes
+        ``conn``) when another run holds it now."""
+        for path, (holder, _) in list(self._held.items()):
+            try:
+                chan = self._take(conn, path, holder, wait=RETAKE_WAIT)
+            except LockBusy as exc:
+                self._held.clear()
+                self._dropped = False
+                _close_quietly(conn)
+                raise LockLost(self.name, path, exc.holder, ours=exc.holder == holder) from None
+            self._held[path] = (holder, chan)
+        self._dropped = False
 
     # -- commands ---------------------------------------------------------------------------
     def run(self, argv: Argv, *, timeout: float | None = None, check: bool = True,
@@ -359,8 +390,23 @@ class SSHHost:
         this process ends (the remote holder exits when our channel closes, even after a crash).
 
         Raises :class:`LockBusy` naming the holder when it is not free within ``wait`` seconds.
+        When the connection drops while the lock is held, the next command's connection takes it
+        again first (:meth:`_retake`), or fails with :class:`LockLost`.
         """
-        chan = self.conn.transport.open_session(timeout=self.settings.connect_timeout)
+        chan = self._take(self.conn, path, holder, wait=wait, on_wait=on_wait)
+        with self._lock:
+            self._held[path] = (holder, chan)
+        return HeldLock(self, path)
+
+    def release_lock(self, path: str) -> None:
+        with self._lock:
+            _, chan = self._held.pop(path, (None, None))
+        if chan is not None:
+            chan.close()
+
+    def _take(self, conn: Connection, path: str, holder: str, *, wait: float = 0.0,
+              on_wait: Callable[[str], None] | None = None) -> paramiko.Channel:
+        chan = conn.transport.open_session(timeout=self.settings.connect_timeout)
         chan.exec_command(shlex.join(("sh", "-c", _LOCK, "bootstrap-lock", path, f"{max(0.0, wait):g}", holder)))
         deadline = time.monotonic() + max(0.0, wait) + self.settings.connect_timeout + 10
         buf, holder_seen = b"", ""
@@ -370,7 +416,7 @@ class SSHHost:
                     line, buf = buf.split(b"\n", 1)
                     word = line.decode(errors="replace").strip()
                     if word == "LOCKED":
-                        return HeldLock(self.name, path, chan)
+                        return chan
                     if word == "WAITING":
                         continue
                     if word in ("NOFLOCK", "NOFILE"):
@@ -400,13 +446,13 @@ class SSHHost:
         on the host. OSError when the service refuses or does not answer."""
         import http.client
 
+        ssh = self.conn
         try:
-            chan = self.conn.transport.open_channel("direct-tcpip", (ip, port), ("127.0.0.1", 0),
-                                                    timeout=timeout)
+            chan = ssh.transport.open_channel("direct-tcpip", (ip, port), ("127.0.0.1", 0), timeout=timeout)
         except paramiko.ChannelException as exc:
             raise ConnectionRefusedError(f"{ip}:{port} from {self.name}: {exc.text or 'connect failed'}") from None
         except (EOFError, paramiko.SSHException) as exc:
-            self.close()
+            self._drop(ssh)
             raise HostUnreachable(self.name, f"connection lost before GET {path}: {exc}") from None
         conn = http.client.HTTPConnection(ip, port, timeout=timeout)
         try:
@@ -423,11 +469,11 @@ class SSHHost:
 
 
 class HeldLock:
-    def __init__(self, host: str, path: str, chan: paramiko.Channel) -> None:
-        self.host, self.path, self._chan = host, path, chan
+    def __init__(self, ssh: SSHHost, path: str) -> None:
+        self.host, self.path, self._ssh = ssh.name, path, ssh
 
     def release(self) -> None:
-        self._chan.close()
+        self._ssh.release_lock(self.path)
 
 
 _HOST_KEYS: dict[tuple[str, int, int], paramiko.HostKeys] = {}

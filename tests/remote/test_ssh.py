@@ -193,6 +193,40 @@ def test_lock_is_released_when_the_holder_connection_dies(sshd, tmp_path):
     b.acquire_lock(path, "next", wait=10).release()
 
 
+def test_a_dropped_connection_takes_its_lock_again_before_the_next_command(sshd, tmp_path):
+    kh = known(tmp_path, sshd)
+    path = str(tmp_path / "cluster.lock")
+    a, b = make(sshd, kh), make(sshd, kh)
+    held = a.acquire_lock(path, "first run")
+    a.conn.transport.sock.close()  # sshd restarted, a network blip: the lock's channel goes with it
+    assert a.run(("echo", "hi"), query=True).stdout == "hi\n"  # reconnected: the lock first
+    with pytest.raises(LockBusy, match="held by first run"):
+        b.acquire_lock(path, "second run")
+    held.release()
+    b.acquire_lock(path, "second run", wait=10).release()
+
+
+def test_a_lock_another_run_took_while_the_connection_was_down_stops_the_next_command(sshd, tmp_path, monkeypatch):
+    from bootstrap.errors import LockLost
+    from bootstrap.remote import ssh as S
+
+    monkeypatch.setattr(S, "RETAKE_WAIT", 1.0)
+    kh = known(tmp_path, sshd)
+    path = str(tmp_path / "cluster.lock")
+    a, b = make(sshd, kh), make(sshd, kh)
+    a.acquire_lock(path, "first run")
+    a.conn.transport.sock.close()
+    theirs = b.acquire_lock(path, "second run", wait=10)
+    try:
+        with pytest.raises(LockLost, match="dropped and second run took the lock meanwhile") as ei:
+            a.run(("echo", "hi"), query=True)
+        assert ei.value.exit_status == 5
+        with pytest.raises(LockBusy):  # still theirs
+            make(sshd, kh).acquire_lock(path, "third run")
+    finally:
+        theirs.release()
+
+
 def test_hangup_terminates_the_remote_command_when_the_channel_closes(sshd, tmp_path):
     import threading
 

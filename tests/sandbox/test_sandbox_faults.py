@@ -303,9 +303,12 @@ def test_concurrent_up_is_refused_and_down_queues_behind_it(clean):
     inv = str(clean.inventory)
     a = popen_cli("up", "-i", inv)
     try:
-        read_until(a, lambda ln: " lock " in ln and " done" in ln, 120)
+        a_seen = read_until(a, lambda ln: " lock " in ln and " done" in ln, 120)
         b = cli("up", "-i", inv)
-        assert b.returncode == 5, b.stderr
+        if b.returncode != 5:
+            a.terminate()
+            a_err = "".join(a_seen) + a.communicate(timeout=60)[1]
+            raise AssertionError(f"the second up was not refused:\n{b.stderr}\n-- the first up:\n{a_err}")
         assert "held by" in b.stderr and "`bootstrap up`" in b.stderr and "--lock-wait" in b.stderr
         assert len([ln for ln in b.stderr.splitlines() if ln.startswith("error:")]) == 1
         c = popen_cli("down", "-i", inv, "--lock-wait", "300")
