@@ -5,6 +5,7 @@ vllm-router in front. One fleet is shared by every test here (and this module ru
 What a user meets is real: sshd, Docker in each node, vLLM (CPU build) in each serve container,
 vllm-router, `docker kill`.
 """
+import contextlib
 import json
 import os
 import subprocess
@@ -402,6 +403,9 @@ def test_prefill_and_decode_on_two_nodes_serve_through_the_router_and_the_kv_cac
         r = cli("up", "-i", inv)
         assert r.returncode == 0, r.stderr[-3000:]
         r = cli("serve", "-i", inv, MODEL, "--", *flags)
+        if r.returncode != 0:  # each replica's vLLM output into the report: the occasional first-request
+            with contextlib.suppress(subprocess.TimeoutExpired):  # hang (issue 24) is not understood yet
+                cli("logs", "-i", inv, "--serve", "--tail", "150", timeout=120)
         assert r.returncode == 0, r.stderr[-3000:]
         lines = r.stdout.splitlines()
         assert any(ln.startswith("replica 0 (prefill): node1 -> ") for ln in lines), r.stdout
