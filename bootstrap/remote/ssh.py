@@ -95,11 +95,9 @@ class SSHHost:
         self._sleep = sleep
         self._conn: Connection | None = None
         self._lock = threading.Lock()
-        #: locks taken on this host (path -> (holder, the channel holding it)): taken again on the
-        #: next connection when the one holding them drops (see _retake)
+        #: locks taken on this host (path -> (holder, the channel holding it)); close() forgets them, so
+        #: any left when a new connection opens were held on one that dropped (see _retake)
         self._held: dict[str, tuple[str, paramiko.Channel]] = {}
-        #: the connection dropped under us while locks were held: the next connect takes them again
-        self._dropped = False
 
     # -- connection -------------------------------------------------------------------------
     def _configure_keys(self, conn: Connection) -> None:
@@ -153,7 +151,7 @@ class SSHHost:
                 started = time.monotonic()
                 try:
                     conn.open()
-                    if self._dropped and self._held:
+                    if self._held:
                         self._retake(conn)
                     self._conn = conn
                     return self
@@ -218,7 +216,6 @@ class SSHHost:
         with self._lock:
             conn, self._conn = self._conn, None
             self._held.clear()  # their channels close with the connection: released
-            self._dropped = False
         if conn is not None:
             _close_quietly(conn)
 
@@ -228,7 +225,6 @@ class SSHHost:
         with self._lock:
             if self._conn is conn:
                 self._conn = None
-                self._dropped = bool(self._held)
         _close_quietly(conn)
 
     def _retake(self, conn: Connection) -> None:
@@ -242,11 +238,9 @@ class SSHHost:
                 chan = self._take(conn, path, holder, wait=RETAKE_WAIT)
             except LockBusy as exc:
                 self._held.clear()
-                self._dropped = False
                 _close_quietly(conn)
                 raise LockLost(self.name, path, exc.holder, ours=exc.holder == holder) from None
             self._held[path] = (holder, chan)
-        self._dropped = False
 
     # -- commands ---------------------------------------------------------------------------
     def run(self, argv: Argv, *, timeout: float | None = None, check: bool = True,
