@@ -929,12 +929,19 @@ def sandbox():
               help="Give each node InfiniBand or RoCE ports under /sys/class/infiniband and /dev/infiniband.")
 @click.option("--hcas", type=click.IntRange(1, 8), default=1, show_default=True,
               help="HCAs per node with --ib (mlx5_0, mlx5_1, ...).")
-def sandbox_up(nodes, kind, without_ray, gpus, ib, hcas):
+@click.option("--registry-link", metavar="RATE", default=None,
+              help="Cap what the registry sends, shared by every node that pulls (Linux tc; e.g. 100mbit): a "
+                   "registry uplink thinner than the fabric, as on a rack. Without it: unshaped.")
+@click.option("--node-link", metavar="RATE", default=None,
+              help="Cap what each node sends (Linux tc; e.g. 1gbit): the node-to-node fabric. Without it: unshaped.")
+def sandbox_up(nodes, kind, without_ray, gpus, ib, hcas, registry_link, node_link):
     """Build the images (cached), start the registry and N nodes, write their inventory.
 
     Example: bootstrap sandbox up --nodes 3
 
     Example (GPU-shaped): bootstrap sandbox up --nodes 2 --gpus 8 --ib roce
+
+    Example (rack-shaped links): bootstrap sandbox up --nodes 4 --registry-link 100mbit --node-link 1gbit
     """
     from bootstrap import sandbox as S
 
@@ -947,7 +954,14 @@ def sandbox_up(nodes, kind, without_ray, gpus, ib, hcas):
             raise UsageError("--hcas needs --ib")
         shape = S.GpuShape(gpus=gpus, ib=ib, hcas=hcas)
         try:
-            info = S.sandbox_up(nodes, log=render.sandbox_log, kind=kind, ray=not without_ray, gpu=shape)
+            links = S.LinkShape(
+                registry_bits=S.parse_rate(registry_link, "--registry-link") if registry_link is not None else None,
+                node_bits=S.parse_rate(node_link, "--node-link") if node_link is not None else None)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            info = S.sandbox_up(nodes, log=render.sandbox_log, kind=kind, ray=not without_ray, gpu=shape,
+                                links=links)
         except (RuntimeError, OSError, ValueError) as exc:
             raise BootstrapError(f"sandbox: {exc}") from None
         render.sandbox_up(info)

@@ -914,7 +914,8 @@ def sandbox_log(message: str) -> None:
 
 def sandbox_up(info) -> None:
     out.print(_escape(f"sandbox up: {len(info.nodes)} node(s) on {info.subnet}, registry {info.registry}"
-                      + (f"; {info.gpu.describe()}" if info.gpu.shaped else "")))
+                      + (f"; {info.gpu.describe()}" if info.gpu.shaped else "")
+                      + (f"; {info.links.describe()}" if info.links.shaped else "")))
     out.print(_escape(f"inventory: {info.inventory}"))
     if info.gpu_inventory:
         out.print(_escape(f"GPU inventory: {info.gpu_inventory} (the same nodes as a GPU cluster; vLLM still "

@@ -33,10 +33,12 @@ from .cluster import (
 from .cluster import sandbox_down as _down
 from .cluster import sandbox_info as _info
 from .cluster import sandbox_up as _up
+from .cluster import set_links as _set_links
 from .cluster import use_image as _use_image
 from .gpu import NO_GPU, GpuShape
 from .images import TINY_MODEL_DIR, SandboxImages
 from .images import ensure_images as _ensure_images
+from .links import NO_LINKS, LinkShape, parse_rate
 
 DEFAULT_WORKDIR = Path(os.environ.get("BOOTSTRAP_SANDBOX_DIR", "~/.cache/bootstrap-sandbox")).expanduser()
 
@@ -46,6 +48,8 @@ __all__ = [
     "GpuShape",
     "LABEL",
     "LABEL_KV",
+    "NO_LINKS",
+    "LinkShape",
     "NETWORK",
     "REGISTRY_CONTAINER",
     "TINY_MODEL_DIR",
@@ -54,6 +58,7 @@ __all__ = [
     "SandboxInfo",
     "SandboxNode",
     "ensure_images",
+    "parse_rate",
     "plan_addresses",
     "sandbox_down",
     "sandbox_info",
@@ -70,7 +75,7 @@ def ensure_images(workdir: Path | str = DEFAULT_WORKDIR, log: Log = nolog) -> Sa
 
 def sandbox_up(
     nodes: int = 3, workdir: Path | str = DEFAULT_WORKDIR, log: Log = nolog, *, kind: str = "full",
-    ray: bool = True, gpu: GpuShape = NO_GPU,
+    ray: bool = True, gpu: GpuShape = NO_GPU, links: LinkShape = NO_LINKS,
 ) -> SandboxInfo:
     """Start `nodes` nodes ("full": sshd + dockerd; "sshd": sshd only), the registry and the network.
 
@@ -79,10 +84,13 @@ def sandbox_up(
     naming the vLLM image with Ray, or (ray False, kind full) its Ray-less variant, as stock
     vllm/vllm-openai images are: the inventory sets no runtime, so `up` picks it from the image.
     `gpu` makes every node GPU-shaped (bootstrap.sandbox.gpu): GPUs for nvidia-smi and `docker run
-    --gpus`, InfiniBand/RoCE ports; a running sandbox of another shape is recreated.
+    --gpus`, InfiniBand/RoCE ports; a running sandbox of another shape is recreated. `links` caps
+    what the registry and each node send (bootstrap.sandbox.links, Linux tc); without it a shape set
+    before is taken off.
     """
     workdir = Path(workdir).expanduser()
     info = _up(nodes, workdir, log, kind=kind, gpu=gpu)
+    info = _set_links(workdir, links, log)
     return _use_image(workdir, ray=ray, log=log) if kind == "full" else info
 
 

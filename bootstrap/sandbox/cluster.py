@@ -30,6 +30,7 @@ import yaml
 from bootstrap.remote import localdocker as LD
 
 from . import gpu as GPU
+from . import links as LK
 from ._util import (
     LABEL,
     LABEL_KV,
@@ -106,6 +107,8 @@ class SandboxInfo:
     kind: str = "full"
     #: GPUs and InfiniBand/RoCE ports each node shows (bootstrap.sandbox.gpu); none by default.
     gpu: GpuShape = GPU.NO_GPU
+    #: send rates of the registry's and the nodes' interfaces (bootstrap.sandbox.links); none by default.
+    links: LK.LinkShape = LK.NO_LINKS
 
     @property
     def gpu_inventory(self) -> Path | None:
@@ -554,6 +557,7 @@ def _read_state(workdir: Path) -> tuple[SandboxInfo, dict] | None:
         inventory=Path(data["inventory"]), key=Path(data["key"]),
         known_hosts=Path(data["known_hosts"]), kind=data.get("kind", "full"),
         gpu=GpuShape.from_dict(data.get("gpu")),
+        links=LK.LinkShape.from_dict(data.get("links")),
     )
     return info, data
 
@@ -655,6 +659,48 @@ def use_image(workdir: Path, *, ray: bool, log: Log = nolog) -> SandboxInfo:
         keep = {k: v for k, v in extra.items() if k not in asdict(info) and k != "version"}
         _write_state(info, keep)
     log(f"inventory {info.inventory}: image {want}" + ("" if ray else " (no Ray in it; no runtime key)"))
+    return info
+
+
+def _shape_one(container: str, ip: str, bits: int | None, node_image: str) -> str:
+    """docker run --rm --network container:C --cap-drop ALL --cap-add NET_ADMIN --entrypoint sh NODE_IMAGE
+    -c SCRIPT: tc inside ``container``'s network namespace (links.shape_script); its qdisc line."""
+    cl = client(120)
+    with sdk(f"shaping the link of {container}"):
+        out = cl.containers.run(node_image, ["-c", LK.shape_script(ip, bits)], entrypoint="sh", remove=True,
+                                network_mode=f"container:{container}", cap_drop=["ALL"], cap_add=["NET_ADMIN"],
+                                labels={LABEL: "1", ROLE_LABEL: "tc"}, stdout=True, stderr=True)
+    line = out.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+    if not LK.shaped_line_ok(line[0], bits):
+        raise SandboxError(f"shaping the link of {container}: tc shows {line[0]!r}, "
+                           f"wanted {LK.human_rate(bits) if bits else 'no tbf'}")
+    return line[0]
+
+
+def set_links(workdir: Path, shape: LK.LinkShape, log: Log = nolog) -> SandboxInfo:
+    """Give the running sandbox's registry and nodes these send rates (or take a former shape off:
+    a sandbox that never had one is not touched), and record it in the state. Returns what runs."""
+    workdir = Path(workdir).expanduser()
+    state = _read_state(workdir)
+    info = sandbox_info(workdir)
+    if info is None or state is None:
+        raise SandboxError("no sandbox is running: `bootstrap sandbox up` first")
+    _, extra = state
+    if not shape.shaped and not info.links.shaped:
+        return info
+    registry_ip = info.registry.split(":")[0]
+    targets = [(REGISTRY_CONTAINER, registry_ip, shape.registry_bits)]
+    targets += [(n.container, n.ip, shape.node_bits) for n in info.nodes]
+    with file_lock(workdir / ".sandbox.lock"), timed(log, f"{shape.describe()} ({len(targets)} interface(s))"):
+        with cf.ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
+            lines = list(pool.map(lambda t: _shape_one(*t, extra["node_image"]), targets))
+        from dataclasses import replace
+
+        info = replace(info, links=shape)
+        keep = {k: v for k, v in extra.items() if k not in asdict(info) and k != "version"}
+        _write_state(info, keep)
+    for (container, _, _), line in zip(targets, lines):
+        log(f"{container} {line}")
     return info
 
 
@@ -784,6 +830,8 @@ def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full
             workdir=workdir, network=NETWORK, subnet=subnet, registry=registry, image=image_ref,
             nodes=sandbox_nodes, inventory=workdir / "inventory.yaml", key=key,
             known_hosts=known_hosts, kind=kind, gpu=gpu,
+            # grown: the running nodes keep their shaped links (the caller shapes the new ones)
+            links=current.links if keep else LK.NO_LINKS,
         )
         _write_inventory(info, iface)
         _write_state(info, {

@@ -178,6 +178,101 @@ def test_up_again_with_same_shape_is_a_fast_noop(sandbox):
     assert sandbox_info(DEFAULT_WORKDIR) == sandbox
 
 
+#: in a node: read `want` bytes of the image's largest layer from the registry (a Range request), or
+#: send `want` bytes to a peer's listener (below); print bits per second
+REGISTRY_READ_PY = """
+import json, sys, time, urllib.request
+reg, ref, want = sys.argv[1], sys.argv[2], int(sys.argv[3])
+repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
+acc = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
+m = json.load(urllib.request.urlopen(urllib.request.Request(
+    f"http://{reg}/v2/{repo}/manifests/{tag}", headers={"Accept": acc}), timeout=30))
+layer = max(m["layers"], key=lambda x: x["size"])
+req = urllib.request.Request(f"http://{reg}/v2/{repo}/blobs/{layer['digest']}",
+                             headers={"Range": f"bytes=0-{want - 1}"})
+t0, n = time.monotonic(), 0
+with urllib.request.urlopen(req, timeout=60) as r:
+    while (b := r.read(1 << 20)):
+        n += len(b)
+assert n == want, n
+print(n * 8 / (time.monotonic() - t0))
+"""
+PEER_SINK_PY = """
+import socket
+s = socket.create_server(("0.0.0.0", 7999))
+s.settimeout(60)
+c, _ = s.accept()
+while c.recv(1 << 20):
+    pass
+c.sendall(b"k")
+"""
+PEER_SEND_PY = """
+import socket, sys, time
+s = socket.create_connection((sys.argv[1], 7999), timeout=60)
+buf, want = bytes(1 << 20), int(sys.argv[2])
+t0 = time.monotonic()
+for _ in range(want >> 20):
+    s.sendall(buf)
+s.shutdown(socket.SHUT_WR)
+assert s.recv(1) == b"k"
+print((want >> 20 << 20) * 8 / (time.monotonic() - t0))
+"""
+
+
+def _registry_bits(sandbox, want: int) -> float:
+    out = _docker("exec", sandbox.nodes[0].container, "python3", "-c", REGISTRY_READ_PY, sandbox.registry,
+                  sandbox.image, str(want))
+    return float(out.strip())
+
+
+def _peer_bits(sandbox, want: int) -> float:
+    sink = subprocess.Popen(["docker", "exec", sandbox.nodes[1].container, "python3", "-c", PEER_SINK_PY])
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                return float(_docker("exec", sandbox.nodes[0].container, "python3", "-c", PEER_SEND_PY,
+                                     sandbox.nodes[1].ip, str(want)).strip())
+            except subprocess.CalledProcessError:  # the listener is not up yet
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+    finally:
+        sink.wait(timeout=60)
+
+
+@pytest.mark.sandbox
+def test_rack_shaped_links_cap_what_the_registry_and_each_node_send_and_come_off_again(sandbox):
+    """`sandbox up --registry-link R --node-link L` on the running sandbox: tc on the registry's and
+    each node's interface, measured by moving bytes (a registry blob read by a node, a node sending
+    to a peer); `sandbox up` without them takes the shape off, and the nodes stay as they were."""
+    from bootstrap.sandbox import LinkShape, parse_rate
+
+    shape = LinkShape(registry_bits=parse_rate("100mbit", "r"), node_bits=parse_rate("400mbit", "n"))
+    lines: list[str] = []
+    try:
+        shaped = sandbox_up(N_NODES, DEFAULT_WORKDIR, log=lines.append, gpu=SHAPE, links=shape)
+        assert shaped.nodes == sandbox.nodes and shaped.links == shape, lines
+        assert sandbox_info(DEFAULT_WORKDIR).links == shape
+        assert sum(" qdisc tbf " in ln and "rate 400Mbit" in ln for ln in lines) == N_NODES, lines
+        assert any(ln.startswith("bootstrap-sandbox-registry ") and "rate 100Mbit" in ln for ln in lines), lines
+        # 1 s of the registry's rate, 1 s of a node's: each within its cap (the bucket adds 256 KiB)
+        reg = _registry_bits(sandbox, 12_500_000)
+        peer = _peer_bits(sandbox, 50 << 20)
+        print(f"shaped: registry -> node1 {reg / 1e6:.0f} Mbit/s (cap 100), node1 -> node2 {peer / 1e6:.0f} "
+              "Mbit/s (cap 400)")
+        assert 0.3e8 < reg <= 1.05e8, reg
+        assert 1.2e8 < peer <= 4.2e8, peer
+    finally:
+        back = sandbox_up(N_NODES, DEFAULT_WORKDIR, gpu=SHAPE)
+    assert back.nodes == sandbox.nodes and not back.links.shaped and not sandbox_info(DEFAULT_WORKDIR).links.shaped
+    qdiscs = [_docker("exec", n.container, "tc", "qdisc", "show", "dev", "eth0") for n in sandbox.nodes]
+    assert not any("tbf" in q for q in qdiscs), qdiscs
+    free = _registry_bits(sandbox, 12_500_000)
+    print(f"unshaped: registry -> node1 {free / 1e6:.0f} Mbit/s")
+    assert free > 3e8, free
+
+
 @pytest.mark.sandbox
 def test_gpu_shaped_nodes_look_like_gpu_hosts_to_ssh_and_docker(sandbox):
     """Over real SSH and the node's own dockerd: nvidia-smi lists 8 GPUs, `docker info` the nvidia
