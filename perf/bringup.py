@@ -88,9 +88,9 @@ def bootstrap_cmd(*args: str) -> list[str]:
 
 
 # -- hosts -----------------------------------------------------------------------------------------
-def sandbox_up(n: int) -> Path:
-    log(f"bootstrap sandbox up --nodes {n}")
-    r = subprocess.run(bootstrap_cmd("sandbox", "up", "--nodes", str(n)), cwd=ROOT, stdout=subprocess.PIPE,
+def sandbox_up(n: int, extra: tuple[str, ...] = ()) -> Path:
+    log(f"bootstrap sandbox up --nodes {n}{''.join(' ' + x for x in extra)}")
+    r = subprocess.run(bootstrap_cmd("sandbox", "up", "--nodes", str(n), *extra), cwd=ROOT, stdout=subprocess.PIPE,
                        text=True)
     if r.returncode != 0:
         raise SystemExit(f"bringup: sandbox up failed (exit {r.returncode})")

@@ -15,7 +15,13 @@ Configurations are `NODES:TP:PP[:EXTRA VLLM FLAGS]` (TP/PP `-` for the planner's
 Hosts: --inventory (default: the sandbox's, ~/.cache/bootstrap-sandbox/inventory.yaml, with the
 cluster already up); a row with N nodes uses its first N hosts.
 
-Example: python -m perf.splits --config 2:2:1 --config 2:1:2 --config 3:-:- --requests 24
+Each configuration gets --loads bench runs in a row (default 2): the first load after `serve`
+returns (what a user meets first) and the later ones, each on its own line.
+
+Target (exit 1 when missed, or a run failed): every configuration's ITL p50 within --within (default
+2) times the first configuration's, load by load (the first load against the first load).
+
+Example: python -m perf.splits --config 2:1:2 --config 3:1:3 --requests 24
 """
 from __future__ import annotations
 
@@ -27,13 +33,25 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from perf import verdict as V
+
 DEFAULT_INV = Path(os.environ.get("BOOTSTRAP_SANDBOX_DIR", Path.home() / ".cache/bootstrap-sandbox")) / "inventory.yaml"
 MODEL = "/opt/models/tiny-llama"
+
+
+@dataclass
+class Load:
+    itl_p50: float | None = None
+    itl_p95: float | None = None
+    ttft_p50: float | None = None
+    tok_s: float | None = None
+    ok: int = 0
+    failed: int = 0
 
 
 @dataclass
@@ -43,13 +61,12 @@ class Row:
     tp: int | None = None
     pp: int | None = None
     ready_s: float | None = None
-    itl_p50: float | None = None
-    itl_p95: float | None = None
-    ttft_p50: float | None = None
-    tok_s: float | None = None
-    ok: int = 0
-    failed: int = 0
+    loads: list[Load] = field(default_factory=list)
     error: str = ""
+
+    @property
+    def failed(self) -> int:
+        return sum(x.failed for x in self.loads)
 
 
 def bootstrap(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
@@ -89,17 +106,37 @@ def run_row(inv_all: str, inv: str, tp, pp, extra, args) -> Row:
         return row
     s = json.loads(r.stdout)
     row.tp, row.pp, row.ready_s = s["tp"], s["pp"], s["ready_seconds"]
-    b = bootstrap("bench", "-i", inv, "--requests", str(args.requests), "--concurrency", str(args.concurrency),
-                  "--max-tokens", str(args.max_tokens), "--ignore-eos", "--json")
-    try:
-        d = json.loads(b.stdout)
-    except ValueError:
-        row.error = (b.stderr.strip().splitlines() or ["bench failed"])[-1][:160]
-        return row
-    row.ok, row.failed = d["ok"], d["failed"]
-    row.itl_p50, row.itl_p95 = d["itl_ms"]["p50"], d["itl_ms"]["p95"]
-    row.ttft_p50, row.tok_s = d["ttft_ms"]["p50"], d["output_tokens_per_s"]
+    for _ in range(args.loads):
+        b = bootstrap("bench", "-i", inv, "--requests", str(args.requests), "--concurrency", str(args.concurrency),
+                      "--max-tokens", str(args.max_tokens), "--ignore-eos", "--json")
+        try:
+            d = json.loads(b.stdout)
+        except ValueError:
+            row.error = (b.stderr.strip().splitlines() or ["bench failed"])[-1][:160]
+            return row
+        row.loads.append(Load(d["itl_ms"]["p50"], d["itl_ms"]["p95"], d["ttft_ms"]["p50"], d["output_tokens_per_s"],
+                              d["ok"], d["failed"]))
     return row
+
+
+def checks(rows: list[Row], loads: int, within: float) -> list[V.Check]:
+    """ITL p50 of every row after the first against the first row's, load by load."""
+    found: list[V.Check] = []
+    if not rows:
+        return found
+    base = rows[0]
+    for r in rows[1:]:
+        for k in range(loads):
+            name = f"ITL p50 {r.label.split(' --')[0]} / {base.label.split(' --')[0]}, load {k + 1} of {loads}"
+            a = r.loads[k].itl_p50 if k < len(r.loads) else None
+            b = base.loads[k].itl_p50 if k < len(base.loads) else None
+            if not a or not b:
+                failed = base if not b else r
+                found.append(V.not_measured(name, "<=", within, f"no load {k + 1} for {failed.label}"
+                                            + (f" ({failed.error})" if failed.error else "")))
+            else:
+                found.append(V.Check(name, "<=", within, a / b))
+    return found
 
 
 def fmt(v, spec=".1f"):
@@ -114,6 +151,9 @@ def main(argv=None) -> int:
     ap.add_argument("--requests", type=int, default=24)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--loads", type=int, default=2, help="bench runs per serve, the first right after it (default 2)")
+    ap.add_argument("--within", type=float, default=2.0,
+                    help="target: ITL p50 of each row <= this times the first row's, load by load (default 2)")
     args = ap.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -127,21 +167,29 @@ def main(argv=None) -> int:
             print(f"# {nodes} node(s) {row.label}: {time.monotonic() - t:.0f}s {row.error}",
                   file=sys.stderr, flush=True)
         bootstrap("serve", "-i", str(args.inventory), "--stop")
-    base = next((r for r in rows if r.itl_p50), None)
     print(f"load: {args.requests} requests, concurrency {args.concurrency}, {args.max_tokens} tokens each "
-          f"(--ignore-eos), model {args.model}")
-    head = f"{'N':>2}  {'split':<34} {'ready (s)':>9} {'ok':>5} {'TTFT p50':>9} {'ITL p50':>8} {'ITL p95':>8} " \
-           f"{'tok/s':>7} {'ITL/ITL[0]':>10}"
+          f"(--ignore-eos), model {args.model}; {args.loads} load(s) per serve")
+    head = f"{'N':>2}  {'split':<34} {'ready (s)':>9} {'load':>4} {'ok':>5} {'TTFT p50':>9} {'ITL p50':>8} " \
+           f"{'ITL p95':>8} {'tok/s':>7} {'ITL/ITL[0]':>10}"
     print(head)
+    base = rows[0] if rows else None
     for r in rows:
         split = f"TP={r.tp} PP={r.pp}" if r.tp else r.label
         extra = r.label.split(" ", 2)[2] if r.label.count(" ") >= 2 else ""
         name = (split + (" " + extra if extra else ""))[:34]
-        ratio = fmt(r.itl_p50 / base.itl_p50, ".2f") if (base and r.itl_p50) else "-"
-        print(f"{r.nodes:>2}  {name:<34} {fmt(r.ready_s, '.0f'):>9} {r.ok:>2}/{r.ok + r.failed:<2} "
-              f"{fmt(r.ttft_p50):>9} {fmt(r.itl_p50):>8} {fmt(r.itl_p95):>8} {fmt(r.tok_s):>7} {ratio:>10}"
-              + (f"  error: {r.error}" if r.error else ""))
-    return 1 if any(r.error or r.failed for r in rows) else 0
+        if not r.loads:
+            print(f"{r.nodes:>2}  {name:<34} {fmt(r.ready_s, '.0f'):>9}  error: {r.error}")
+        for k, x in enumerate(r.loads):
+            b = base.loads[k].itl_p50 if base and k < len(base.loads) else None
+            ratio = fmt(x.itl_p50 / b, ".2f") if (b and x.itl_p50) else "-"
+            print(f"{r.nodes:>2}  {name:<34} {fmt(r.ready_s, '.0f'):>9} {k + 1:>4} {x.ok:>2}/{x.ok + x.failed:<2} "
+                  f"{fmt(x.ttft_p50):>9} {fmt(x.itl_p50):>8} {fmt(x.itl_p95):>8} {fmt(x.tok_s):>7} {ratio:>10}"
+                  + (f"  error: {r.error}" if r.error and k == len(r.loads) - 1 else ""))
+    found = checks(rows, args.loads, args.within)
+    failures = [f"{r.label}: {r.error or f'{r.failed} request(s) failed'}" for r in rows if r.error or r.failed]
+    for line in V.lines(found, failures):
+        print(line)
+    return V.exit_status(found, failures)
 
 
 if __name__ == "__main__":

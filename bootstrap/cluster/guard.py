@@ -83,11 +83,13 @@ def put_secrets(sess: Session, hosts: Sequence[Host], *, prune: bool) -> None:
     sess.stage("secrets", hosts, lambda h: sess.ssh[h.name].run_with_input(argv, [body], timeout=30, display=shown))
 
 
-def put_fences(sess: Session, facts: Mapping[str, F.HostFacts], full: Inventory | None = None) -> None:
+def put_fences(sess: Session, facts: Mapping[str, F.HostFacts], full: Inventory | None = None, *,
+               hosts: Sequence[Host] | None = None, only_fenced: bool = False) -> None:
     """The fence on every host of the session (replaced whole where it is already), or, with
     cluster.fence off, a fence of ours left by an earlier `up` removed. `full`: the whole inventory
     when the session's leaves hosts out (--allow-partial): they stay members, so that they can
-    join later."""
+    join later. `hosts`: only these; `only_fenced`: only where a fence of ours is already (its
+    members brought in line with the inventory's), nothing where there is none."""
     inv = sess.inv
     guards = {h.name: (facts[h.name].guard if h.name in facts else None) or FN.GuardFacts()
               for h in (full or inv).hosts}
@@ -96,6 +98,8 @@ def put_fences(sess: Session, facts: Mapping[str, F.HostFacts], full: Inventory 
     def put(h: Host) -> None:
         g = guards[h.name]
         s = sess.ssh[h.name]
+        if only_fenced and not _fenced(s, inv, g):
+            return
         if not inv.cluster.fence:
             _remove(s, inv, g)
             return
@@ -109,7 +113,14 @@ def put_fences(sess: Session, facts: Mapping[str, F.HostFacts], full: Inventory 
                                  [FN.iptables_restore(members_inv, h, guards, family).encode()], timeout=30)
             s.run(FN.iptables_jump_argv(inv, g), timeout=30)
 
-    sess.stage("fence", inv.hosts, put)
+    sess.stage("fence-members" if only_fenced else "fence", list(hosts if hosts is not None else inv.hosts), put)
+
+
+def _fenced(s, inv: Inventory, g: FN.GuardFacts) -> bool:
+    """Whether a fence of ours (our nftables table, or our iptables chain) is on the host now."""
+    if g.nft and s.run(FN.list_argv(inv, g), timeout=30, check=False).exit_code == 0:
+        return True
+    return bool(g.iptables) and s.run(FN.iptables_list_argv(inv, g), timeout=30, check=False).exit_code == 0
 
 
 def share_token(sess: Session, facts: dict[str, F.HostFacts]) -> dict[str, F.HostFacts]:

@@ -16,6 +16,8 @@ from typing import Sequence
 
 #: receivers one sender serves at once (one `docker save` read, copied to each)
 FANOUT = 4
+#: ... for a model directory (measured in perf/cold_up.py --sync-only)
+MODEL_FANOUT = 4
 #: how long a sender waits for its receivers to connect, and receivers keep trying
 CONNECT_WAIT_S = 60.0
 SEED_CONTAINER = "bootstrap-image-seed"

@@ -16,20 +16,21 @@ from bootstrap.remote.session import Session
 def copy_in_rounds(sess: Session, seeds: Sequence[Host], receivers: Sequence[Host], *, stage: str,
                    send: Callable[[Host, Sequence[Host]], dict | str],
                    receive: Callable[[Host, Host, Callable[[], dict | str]], str],
-                   got_from: dict[str, str]) -> dict[Host, str]:
+                   got_from: dict[str, str], fanout: int = IC.FANOUT) -> dict[Host, str]:
     """Rounds of copies from the hosts that have the payload (``seeds``) to ``receivers``.
 
     ``send(sender, receivers)`` serves one stream to those receivers and returns the sender's JSON
     line (or why it failed). ``receive(receiver, sender, sent)`` takes the stream and checks it;
     ``sent()`` waits for the sender and returns what it returned (to compare digests). A receiver
     that succeeds serves in the next round and is recorded in ``got_from`` (its sender's name).
+    Each sender serves up to ``fanout`` receivers at once (imagecopy.copy_rounds).
     Return the receivers that did not get it, and why (the caller falls back for those)."""
     by_name = {h.name: h for h in sess.inv.hosts}
     failed: dict[Host, str] = {}
     have = [h.name for h in seeds]
     todo = [h.name for h in receivers]
     while todo:
-        transfers = IC.copy_rounds(have, todo)[0]
+        transfers = IC.copy_rounds(have, todo, fanout)[0]
         sent_by = {r: t.sender for t in transfers for r in t.receivers}
         outs: dict[str, dict | str] = {}
         done = {t.sender: threading.Event() for t in transfers}

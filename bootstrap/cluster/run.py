@@ -167,6 +167,12 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
     _usable(sess, "preflight", rack_refusals(full, facts, live, skip_checks | renewed), allow_partial, skipped)
     live = [h for h in live if h.name not in skipped]
     if len(live) > 1 and RC.CHECK not in skip_checks:
+        # A fence of ours from an earlier `up` admits that run's members only: a node added to the
+        # inventory since would be refused by it below. Where a fence of ours is, its members are
+        # brought in line with this inventory first (what `up` does to it later anyway); hosts
+        # without one are not touched.
+        if full.cluster.fence:
+            GD.put_fences(sess, facts, full, hosts=live, only_fenced=True)
         # between the nodes, on the ports the cluster will use: before anything starts
         found, unchecked = probe.port_reachability(sess, live)
         for n in unchecked:

@@ -48,7 +48,8 @@ def stream_argv(container: str, mode: str, model: str, script: str, *args: str,
 
 
 def sync_model(sess: Session, model: str, targets: Sequence[Host],
-               manifests: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, str]:
+               manifests: Mapping[str, Mapping[str, int]] | None = None,
+               fanout: int = IC.MODEL_FANOUT) -> dict[str, str]:
     """Copy ``model`` from the head's container to each target's; return where each target got it
     from (a peer's name, or "this machine" for the relayed fallback). Raises GroupError naming the
     targets that got it neither way. With every host's ``manifests`` (serve's model-files stage), a
@@ -97,7 +98,7 @@ def sync_model(sess: Session, model: str, targets: Sequence[Host],
 
     got_from: dict[str, str] = {}
     failed = peers.copy_in_rounds(sess, [inv.head], targets, stage="copy-model", send=send, receive=receive,
-                                  got_from=got_from)
+                                  got_from=got_from, fanout=fanout)
     if failed:
         for h, why in failed.items():
             sess.reporter.event(h.name, "copy-model", "warning", f"{why}; relaying it through this machine instead")

@@ -19,13 +19,15 @@ def test_both_targets_from_the_recorded_run():
     assert V.lines(C.checks(res([1, 2, 4]), [1, 2, 4])) == [
         "target met: peers: registry bytes at N=4 / at N=1 <= 1.2 (measured 1.00)",
         "target missed: peers: up(4)/up(1) <= 1.3 (measured 4.33)",
-        "verdict: 1 met, 1 missed, 0 not measured (of 2 targets)"]
+        "target not measured: sync-model: slowest node's copy / node link, min over N>=2 >= 0.7 "
+        "(node links unshaped (--unshaped): no link rate to compare with)",
+        "verdict: 1 met, 1 missed, 1 not measured (of 3 targets)"]
 
 
 def test_one_n_or_no_n1_measures_neither_target():
     for nodes, why in (([1], "one N only: --nodes 1"), ([2, 4], "no N=1 in --nodes 2,4")):
         found = C.checks(res(nodes), nodes)
-        assert [c.passed for c in found] == [None, None]
+        assert [c.passed for c in found] == [None, None, None]
         assert found[1].line() == f"target not measured: peers: up(Nmax)/up(1) <= 1.3 ({why})"
         assert V.exit_status(found) == 0
 
@@ -42,14 +44,45 @@ def test_main_at_one_n_does_not_print_targets_met(monkeypatch, capsys):
     image's bytes at every N; peers up(Nmax)/up(1) <= 1.3"."""
     recorded = res([1])
     monkeypatch.setattr(C, "subprocess", SimpleNamespace(run=lambda *a, **kw: SimpleNamespace(returncode=0)))
-    monkeypatch.setattr(C, "sandbox_up", lambda n: Path("inventory.yaml"))
+    monkeypatch.setattr(C, "sandbox_up", lambda n, extra=(): Path("inventory.yaml"))
     monkeypatch.setattr(C, "first_hosts", lambda inventory, n, work: n)
     monkeypatch.setattr(C, "with_peer_copy", lambda n, on, work: (n, "peers" if on else "pull"))
     monkeypatch.setattr(C, "cold", lambda key: recorded[key])
     monkeypatch.setattr(C, "down", lambda inv: B.Run(0.1, 0, "", ""))
-    code = C.main(["--nodes", "1"])
+    code = C.main(["--nodes", "1", "--unshaped"])
     out = capsys.readouterr().out
     assert "targets met" not in out
     assert "target not measured: peers: up(Nmax)/up(1) <= 1.3 (one N only: --nodes 1)" in out
-    assert out.rstrip().endswith("verdict: 0 met, 0 missed, 2 not measured (of 2 targets)")
+    assert out.rstrip().endswith("verdict: 0 met, 0 missed, 3 not measured (of 3 targets)")
     assert code == 0
+
+
+def sync(per: dict, size: int = 300_000_000) -> dict:
+    return {"wall": 9.9, "bytes": size, "per": per}
+
+
+def test_the_model_copy_is_judged_by_its_slowest_node_against_the_node_link():
+    r = res([1, 2, 4])
+    syncs = {2: sync({"node2": ("node1", 3.0)}),  # 800 Mbit/s
+             4: sync({"node2": ("node1", 3.0), "node3": ("node1", 6.0), "node4": ("node2", 3.0)})}  # 400
+    assert C.slowest_mbit(syncs[4]) == 400.0
+    assert C.checks(r, [1, 2, 4], syncs, 1_000_000_000)[2].line() == (
+        "target missed: sync-model: slowest node's copy / node link, min over N>=2 >= 0.7 (measured 0.40)")
+    syncs[4]["per"]["node3"] = ("node1", 3.2)
+    assert C.checks(r, [1, 2, 4], syncs, 1_000_000_000)[2].passed is True
+
+
+def test_a_relayed_copy_or_no_copy_is_not_a_measurement_of_the_link():
+    r = res([1, 2])
+    relayed = {2: sync({"node2": ("this machine", None)})}
+    assert "relayed through this machine" in C.checks(r, [1, 2], relayed, 10**9)[2].line()
+    assert "no N >= 2" in C.checks(res([1]), [1], {}, 10**9)[2].line()
+
+
+def test_each_receivers_time_is_its_copy_stage_done_event():
+    t = C.StageTimes("copy-model")
+    t.event("node2", "copy-model", "start")
+    t.event("node2", "copy-model", "done", "3.1s")
+    t.event("node3", "copy-model", "failed", "cannot reach node1")
+    t.event("node1", "seed-model", "done", "300.0 MB to node2 in 3.0s (100.0 MB/s)")
+    assert t.seconds == {"node2": 3.1}

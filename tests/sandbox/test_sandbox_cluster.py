@@ -239,6 +239,24 @@ def test_without_the_fence_a_stranger_reaches_ray_and_the_exposure_report_says_s
     assert stranger_scan([n1])[(n1.ip, 6379)] == "refused"
 
 
+def test_a_node_added_to_the_inventory_is_let_through_the_fence_of_an_earlier_up(cluster, tmp_path):
+    """`up` on two of the nodes fences them for those two; the third, added to the inventory again,
+    is not refused by that fence in the port preflight (found by perf/cold_up.py growing 2 -> 4
+    nodes: "TCP port 6379 ... is not reachable from node3, node4"), and the fences then admit all three."""
+    n1, n2, n3 = cluster.nodes
+    two = write_inventory(cluster.inventory, tmp_path / "two.yaml", lambda d: d.update(hosts=d["hosts"][:2]))
+    r = cli("up", "-i", two)
+    assert r.returncode == 0, r.stderr[-3000:]
+    member = ("nft", "get", "element", "inet", "bootstrap_sandbox", "members4", f"{{ {n3.ip} }}")
+    assert on_node(n1, *member, check=False).returncode != 0  # node1's fence admits node1 and node2 only
+    r = cli("up", "-i", str(cluster.inventory), "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "fence-members" in json.loads(r.stdout)["stages"]
+    for n in (n1, n2):
+        assert on_node(n, *member, check=False).returncode == 0, n.name
+    assert ray_alive_ips(n1) == sorted(n.ip for n in cluster.nodes)
+
+
 def test_second_up_changes_nothing(cluster):
     before = [container_id(n) for n in cluster.nodes]
     r = cli("up", "-i", str(cluster.inventory), "--json")
