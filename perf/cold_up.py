@@ -193,6 +193,14 @@ def checks(res: dict[tuple[int, str], dict], nodes: list[int], syncs: dict[int, 
     return found
 
 
+def leave_sandbox(nodes: int, keep: bool, shaped: bool) -> None:
+    """The sandbox down (one this run created, without --keep), or left up with its links unshaped."""
+    if not keep:
+        subprocess.run(bootstrap_cmd("sandbox", "down"), cwd=ROOT)
+    elif shaped:
+        subprocess.run(bootstrap_cmd("sandbox", "up", "--nodes", str(nodes)), cwd=ROOT, stdout=subprocess.DEVNULL)
+
+
 def sync_table(syncs: dict[tuple[int, int], dict], node_bits: int | None) -> str:
     rows = []
     for (n, f), s in syncs.items():
@@ -222,11 +230,7 @@ def sync_only(nodes: list[int], inventory: Path, work: Path, a: argparse.Namespa
                 log(f"N={n} fanout {f}: sync-model {s['wall']:.1f}s: {s['per']}")
         must(down(first_hosts(inventory, nodes[-1], work)), "final down")
     finally:
-        if not existed and not a.keep:
-            subprocess.run(bootstrap_cmd("sandbox", "down"), cwd=ROOT)
-        elif shape:
-            subprocess.run(bootstrap_cmd("sandbox", "up", "--nodes", str(nodes[-1])), cwd=ROOT,
-                           stdout=subprocess.DEVNULL)
+        leave_sandbox(nodes[-1], existed or a.keep, bool(shape))
     links = "links unshaped" if a.unshaped else f"registry link {a.registry_link}, node links {a.node_link}"
     print(f"serve --sync-model's copy on the sandbox ({os.cpu_count()} CPU(s); {links}): {a.model_mb} MB of random "
           f"bytes + the tiny model, from the head to the others; serve's fanout is {MODEL_FANOUT}")
@@ -287,11 +291,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"N={n}: sync-model {s['wall']:.1f}s: {s['per']}")
         must(down(first_hosts(inventory, nodes[-1], work)), "final down")
     finally:
-        if not existed and not a.keep:
-            subprocess.run(bootstrap_cmd("sandbox", "down"), cwd=ROOT)
-        elif shape:
-            subprocess.run(bootstrap_cmd("sandbox", "up", "--nodes", str(nodes[-1])), cwd=ROOT,
-                           stdout=subprocess.DEVNULL)
+        leave_sandbox(nodes[-1], existed or a.keep, bool(shape))
     gb = lambda x: f"{x / 1e9:.2f}"  # noqa: E731
     base_pull, base_peer = res[(nodes[0], "pull")], res[(nodes[0], "peers")]
 
