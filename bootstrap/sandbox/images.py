@@ -253,9 +253,9 @@ iptables --version
 #: cgroup) on this machine's 2 cores, where a spinning reader holds a core another node's pipeline stage
 #: needs until it gives up: PP=3's tokens then come 1 s apart (perf/README.md, "The one-second stall at
 #: PP=3": 1.0 s -> ITL p95 1023 ms, 0.5 s -> 536 ms, 0.1 s -> 29 ms in one run, yet a steady ~130 ms per
-#: token at PP=3 or PP=2 in others). 0 here, checked: a reader never spins and waits on the zmq notification
-#: the writer sends with every write (SpinCondition.wait's idle mode, which 1 s of reads otherwise skips).
-SPIN_SECONDS = "0"
+#: token at PP=3 or PP=2 in others). 0.1 s here, checked. Not 0: with no spin every read waits on the zmq
+#: notification, and under the fleet tests' load replicas then made 0.2-0.8 tokens/s with idle cores.
+SPIN_SECONDS = "0.1"
 SHM_BROADCAST = "/opt/venv/lib/python3.11/site-packages/vllm/distributed/device_communicators/shm_broadcast.py"
 VLLM_SPIN_SCRIPT = f"""\
 sed -i 's/^\\( *busy_loop_s: float = \\)1,$/\\1{SPIN_SECONDS},/' {SHM_BROADCAST}
