@@ -22,7 +22,7 @@ import shutil
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -650,8 +650,6 @@ def use_image(workdir: Path, *, ray: bool, log: Log = nolog) -> SandboxInfo:
         want = push_ray_less(workdir, log)
     if want == info.image:
         return info
-    from dataclasses import replace
-
     with file_lock(workdir / ".sandbox.lock"):
         info = replace(info, image=want)
         _, extra = state
@@ -694,8 +692,6 @@ def set_links(workdir: Path, shape: LK.LinkShape, log: Log = nolog) -> SandboxIn
     with file_lock(workdir / ".sandbox.lock"), timed(log, f"{shape.describe()} ({len(targets)} interface(s))"):
         with cf.ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
             lines = list(pool.map(lambda t: _shape_one(*t, extra["node_image"]), targets))
-        from dataclasses import replace
-
         info = replace(info, links=shape)
         keep = {k: v for k, v in extra.items() if k not in asdict(info) and k != "version"}
         _write_state(info, keep)
