@@ -51,6 +51,26 @@ def metric(text, name):
     return total if found else None
 
 
+def per_label(text, name, label):
+    """A Prometheus metric's samples summed per value of one label ({} : none carries it; None: not
+    exported). vLLM's data parallel API server labels each engine's counters engine="<index>"."""
+    out, found = {}, False
+    for line in text.splitlines():
+        if not (line.startswith(name) and line[len(name):len(name) + 1] in ("{", " ")):
+            continue
+        found = True
+        head, _, value = line.rpartition(" ")
+        key = f'{label}="'
+        if key not in head:
+            continue
+        which = head.split(key, 1)[1].split('"', 1)[0]
+        try:
+            out[which] = out.get(which, 0.0) + float(value)
+        except ValueError:
+            pass
+    return out if found else None
+
+
 def load(url):
     code, body = http("GET", url + "/metrics")
     if code != 200:
@@ -59,6 +79,8 @@ def load(url):
     return {"running": metric(text, "vllm:num_requests_running"),
             "waiting": metric(text, "vllm:num_requests_waiting"),
             "succeeded": metric(text, "vllm:request_success_total"),
+            # per data parallel engine (a DP replica's API server reports each engine's own)
+            "engines": per_label(text, "vllm:request_success_total", "engine"),
             # a disaggregated decode replica's pulls of the KV cache (vLLM's NixlConnector; absent elsewhere)
             "kv_transfers": metric(text, "vllm:nixl_xfer_time_seconds_count"),
             "kv_failed": metric(text, "vllm:nixl_num_failed_transfers_total"),

@@ -660,6 +660,10 @@ def _serve_fleet(inv, model, extra, tp, pp, dp, backend, sync_model, wait, liste
 @click.option("--model", default=None, help="The model to change to (default: the one served).")
 @click.option("--image", default=None, help="The image to change to (default: the one served).")
 @click.option("--keep-flags", is_flag=True, help="Keep the vLLM flags served now (default: the flags after --).")
+@click.option("--dp", type=click.IntRange(1), default=None,
+              help="Change each replica to this many vLLM data parallel engines over its nodes (as serve --dp; "
+                   "default: each replica keeps its shape).")
+@click.option("--no-dp", is_flag=True, help="Change each replica back to one TP x PP engine (as serve without --dp).")
 @click.option("--max-unavailable", type=click.IntRange(1), default=1, show_default=True,
               help="Replicas replaced at once (never all of them).")
 @click.option("--drain", type=SECONDS, default=120.0, show_default=True,
@@ -667,7 +671,7 @@ def _serve_fleet(inv, model, extra, tp, pp, dp, backend, sync_model, wait, liste
 @click.option("--wait", type=SECONDS, default=900.0, show_default=True,
               help="Seconds a new replica may take to answer a completion.")
 @json_option
-def rollout(inventory, parallel, extra, model, image, keep_flags, max_unavailable, drain, wait, as_json):
+def rollout(inventory, parallel, extra, model, image, keep_flags, dp, no_dp, max_unavailable, drain, wait, as_json):
     """Change the model, vLLM flags or image of a fleet (cluster.replicas > 1), replica by replica.
 
     Each replica leaves the router, drains (running + waiting requests at zero for 2 s, or --drain), stops,
@@ -676,19 +680,26 @@ def rollout(inventory, parallel, extra, model, image, keep_flags, max_unavailabl
     serving. Ctrl-C rolls back the replica in flight and lists each replica's state.
 
     Example: bootstrap rollout -i hosts.yaml -- --max-model-len 4096
+    (bootstrap rollout -i hosts.yaml --dp 2 --keep-flags: each replica becomes 2 data parallel engines)
     """
     from bootstrap.fleet import run as FL
 
     check_rollout_args(model, extra, keep_flags, image)
+    if dp is not None and no_dp:
+        raise click.UsageError("--dp and --no-dp: give one (--dp N: data parallel engines; --no-dp: one TP x PP "
+                               "engine)")
 
     def go():
         inv = read_inventory(inventory)
         if inv.cluster.replicas < 2:
             raise click.UsageError("rollout replaces replicas one by one: set cluster.replicas (2 or more) in the "
                                    "inventory; with one replica use bootstrap serve")
+        if dp is not None:
+            check_parallelism(inv, None, None, dp)
         step = render.rollout_step(as_json)
         try:
-            res = FL.rollout(inv, model=model, extra=None if keep_flags else tuple(extra), image=image, drain=drain,
+            res = FL.rollout(inv, model=model, extra=None if keep_flags else tuple(extra), image=image,
+                             dp=None if no_dp else dp if dp is not None else False, drain=drain,
                              wait=wait, max_unavailable=max_unavailable, parallel=parallel,
                              reporter=LineReporter(quiet=True), on_step=step)
         except FL.RolloutFailed as exc:

@@ -371,14 +371,19 @@ def fleet_status(inv, groups, fs, as_json: bool) -> None:
     for r in fs.replicas:
         color = "green" if r.health == "healthy" else ("yellow" if r.health.startswith("starting") else "red")
         rot = "-" if r.in_rotation is None else ("[green]yes[/]" if r.in_rotation else "[yellow]no[/]")
-        model = f"{r.spec.model} {' '.join(r.spec.extra)}".strip() if r.spec else "-"
+        model = (f"{r.spec.model} {' '.join(r.spec.extra)}".strip() + (f" (--dp {r.spec.dp})" if r.spec.dp else "")
+                 if r.spec else "-")
+        served = num(r.succeeded)
+        if r.engines and len(r.engines) > 1:  # a data parallel replica: each engine's share
+            order = sorted(r.engines.items(), key=lambda x: (len(x[0]), x[0]))  # 0, 1, ..., 10
+            served += " (" + ", ".join(f"engine {k}: {n:g}" for k, n in order) + ")"
         says = ("-" if r.router_healthy is None else "[red]unhealthy[/]" if not r.router_healthy
                 else "[yellow]circuit open[/]" if r.router_circuit_closed is False else "[green]healthy[/]")
         kv = ("-" if r.kv_transfers is None and r.kv_failed is None
               else f"{num(r.kv_transfers)} ({'[red]' + num(r.kv_failed) + '[/]' if r.kv_failed else num(r.kv_failed)})")
         t.add_row(str(r.index), *((_escape(r.role or "-"), kv) if pd else ()), _escape(", ".join(r.hosts)),
                   _escape(r.url), f"[{color}]{_escape(r.health)}[/]", rot, says, num(r.running), num(r.waiting),
-                  num(r.succeeded), str(r.restarts), _escape(model))
+                  _escape(served), str(r.restarts), _escape(model))
     out.print(t)
     if len(fs.routers) > 1 or fs.vip:
         t = Table(title="routers" + (f": floating address {_escape(fs.vip)}" if fs.vip else ""))

@@ -32,7 +32,7 @@ from bootstrap.serve import experts as EX
 from bootstrap.serve import plan as P
 
 #: serve's processes inside the node containers (a single-replica serve) hold the vLLM port.
-from bootstrap.serve.state import check_extra_in_image, read_model_info, stop_serving
+from bootstrap.serve.state import check_extra_in_image, engine_counts, read_model_info, stop_serving
 
 
 @dataclass
@@ -63,6 +63,8 @@ class ReplicaState:
     #: the engine's own latency histograms, sum (seconds) and count: time to first token and
     #: inter-token latency (vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds)
     latency: dict[str, float] | None = None
+    #: requests finished per data parallel engine index (a DP replica's API server; None: not read)
+    engines: dict[str, float] | None = None
 
     @property
     def router_available(self) -> bool | None:
@@ -78,7 +80,8 @@ class ReplicaState:
                 "in_rotation": self.in_rotation, "running": self.running, "waiting": self.waiting,
                 "succeeded": self.succeeded, "router_healthy": self.router_healthy,
                 "router_circuit_closed": self.router_circuit_closed, "role": self.role,
-                "kv_transfers": self.kv_transfers, "kv_failed": self.kv_failed, "latency": self.latency}
+                "kv_transfers": self.kv_transfers, "kv_failed": self.kv_failed, "latency": self.latency,
+                "dp": self.spec.dp if self.spec else None, "engines": self.engines}
 
 
 @dataclass
@@ -449,7 +452,8 @@ def fleet_state(sess: Session) -> FleetState:
                                      healthy.get(urls[k]) if isinstance(healthy, dict) else None,
                                      closed.get(urls[k]) if isinstance(closed, dict) else None,
                                      FP.role(inv, k), row.get("kv_transfers"), row.get("kv_failed"),
-                                     {n: float(row[n]) for n in LATENCY_KEYS if isinstance(row.get(n), (int, float))}))
+                                     {n: float(row[n]) for n in LATENCY_KEYS if isinstance(row.get(n), (int, float))},
+                                     engine_counts(row.get("engines"))))
     shown = first or routers[0]
     holder = next((r.host for r in routers if r.holds_vip), None)
     vip = inv.cluster.router.vip
@@ -565,12 +569,13 @@ def _mean_ms(before: dict | None, after: dict | None, name: str) -> float | None
 
 
 def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | None = None,
-            image: str | None = None, served_name: str | None = None, drain: float = 120.0,
-            wait: float = 900.0, max_unavailable: int = 1, parallel: int = DEFAULT_PARALLEL,
+            image: str | None = None, served_name: str | None = None, dp: int | None | bool = False,
+            drain: float = 120.0, wait: float = 900.0, max_unavailable: int = 1, parallel: int = DEFAULT_PARALLEL,
             reporter: Reporter | None = None, on_step: Callable[[int, str], None] | None = None) -> RolloutResult:
     """Replace the replicas one batch at a time (max_unavailable per batch): out of the router,
     drained, stopped (kept for rollback), started with the new spec, gated on a completion, back in
-    the router. A replica that does not serve is rolled back and the rollout stops, naming it;
+    the router. dp: False keeps each replica's shape, an int changes it to that many data parallel
+    engines, None to a TP x PP group. A replica that does not serve is rolled back and the rollout stops, naming it;
     the others keep serving. Ctrl-C rolls the replica in flight back and lists every replica."""
     t0 = time.monotonic()
     step = on_step or (lambda k, what: None)
@@ -586,7 +591,8 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
             raise PreflightFailed("fleet", "no replica is serving", "run `bootstrap serve MODEL` first")
         target = FP.Spec(model or base.model, tuple(extra) if extra is not None else base.extra,
                          image or base.image or inv.cluster.image,
-                         served_name if served_name is not None else base.served_name, base.dp)
+                         served_name if served_name is not None else base.served_name,
+                         base.dp if dp is False else dp)
         todo = FP.rollout_order(current, target)
         if todo and FP.is_pd(inv):
             raise UsageError("rollout replaces replicas one at a time behind the router, which is not built for a "

@@ -70,7 +70,7 @@ def parse_serving(probe: dict) -> ServingState | None:
     return ServingState(str(st.get("model", "?")), list(probe.get("models") or []), str(st.get("backend", "?")),
                         int(st.get("tp") or 0), int(st.get("pp") or 0), str(st.get("endpoint", "")), word,
                         probe.get("uptime_s"), kv, [str(n) for n in st.get("nodes") or []],
-                        str(st.get("split_reason") or ""), int(st.get("dp") or 1), _engines(probe.get("engines")),
+                        str(st.get("split_reason") or ""), int(st.get("dp") or 1), engine_counts(probe.get("engines")),
                         _int(st.get("ep"), 1), st.get("all2all") if isinstance(st.get("all2all"), str) else None)
 
 
@@ -78,10 +78,11 @@ def _int(v: object, default: int) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default
 
 
-def _engines(got: object) -> dict[str, float] | None:
-    if not isinstance(got, dict):
+def engine_counts(got: object) -> dict[str, float] | None:
+    """A probe's {engine index: requests finished} (None: not read, or no engine label)."""
+    if not isinstance(got, dict) or not got:
         return None
-    return {str(k): float(v) for k, v in got.items() if isinstance(v, (int, float))}
+    return {str(k): float(v) for k, v in got.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def stop_serving(sess: Session, h: Host) -> None:

