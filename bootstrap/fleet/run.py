@@ -276,7 +276,7 @@ def _split(sess: Session, inv: Inventory, model: str, tp: int | None, pp: int | 
     notes: list[str] = []
     check_extra_in_image(sess, inv.replicas[0][0], image or c.image, extra, "native", notes)
     engine = EX.EngineCaps.from_doc(info.get("engine"))
-    FP.check_pd(inv, extra, nixl_connector=engine.nixl_connector, nixl="nixl" in engine.modules)
+    FP.check_pd(inv, extra, nixl_connector=engine.nixl_connector, nixl="nixl" in engine.modules, pp=split.par.pp)
     if config is None:
         notes.append(f"could not read the model's config.json ({info.get('error') or 'no answer'}): "
                      "the split is not checked against the model")

@@ -136,6 +136,16 @@ def test_the_plans_connector_flag_and_an_image_without_nixl_are_refused(tmp_path
     FP.check_pd(load(tmp_path, fleet_yaml(2, 2)), ("--kv-transfer-config", "{}"), nixl_connector=None, nixl=False)
 
 
+def test_pipeline_parallel_replicas_are_refused_on_a_disaggregated_fleet_only(tmp_path):
+    """vLLM's NixlConnector refuses PP > 1 on the decode side when its engine starts (vLLM 0.32's
+    nixl/base_worker.py); every replica has the same split, so PP > 1 is refused before launch."""
+    inv = load(tmp_path, fleet_yaml(4, 2, cluster=PD))
+    with pytest.raises(FleetError, match=r"PP=2 on a disaggregated fleet: .* no pipeline parallel on the decode side"):
+        FP.check_pd(inv, (), nixl_connector=True, nixl=True, pp=2)
+    FP.check_pd(inv, (), nixl_connector=True, nixl=True, pp=1)  # TP over the replica's nodes: fine
+    FP.check_pd(load(tmp_path, fleet_yaml(4, 2)), (), nixl_connector=True, nixl=True, pp=2)  # no PD: fine
+
+
 def test_bench_reports_each_roles_own_latency_from_the_engines_histograms():
     from bootstrap.fleet.run import FleetState, ReplicaState, spread
 
