@@ -1,0 +1,111 @@
+"""How long a vLLM worker takes to see a message its engine wrote: vLLM's shared-memory broadcast
+queue alone, without bootstrap, serve or a model.
+
+A minimal reproduction for the token stalls on the sandbox (docs/development.md, "The one-second
+stall"): one writer (the engine core's role) enqueues a timestamp into vLLM's own
+`MessageQueue` at random gaps; one reader process (a worker's role) dequeues it, records how long
+after the write it got it, and "computes" for a few milliseconds. Between reads the reader spins
+for `busy_loop_s` (vLLM's SpinCondition), then waits on a ZMQ notification with a poll timeout of
+SHM_READER_RECHECK_INTERVAL_MS (5000 ms in vLLM 0.32): a read that takes about that long was woken
+by the timeout, not by the writer's notification. Optional busy processes share the CPUs, as the
+other nodes' processes do on the sandbox.
+
+Runs INSIDE the vLLM image (it imports vllm):
+
+    docker run --rm --cpus 2 -v "$PWD/perf:/perf:ro" --entrypoint python3 IMAGE \\
+        /perf/shm_wake.py --busy 0,0.1,1 --messages 300 --hogs 2
+
+Prints one line per busy_loop_s: read latency p50/p99/max, reads slower than 1 s, and those within
+0.5 s of a multiple of the poll timeout.
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import random
+import time
+
+
+def _hog(stop) -> None:
+    while not stop.is_set():
+        pass
+
+
+def _reader(handle, n: int, busy: float, compute_s: float, out) -> None:
+    from vllm.distributed.device_communicators.shm_broadcast import MessageQueue
+
+    mq = MessageQueue.create_from_handle(handle, 0)
+    mq._spin_condition.busy_loop_s = busy
+    mq.wait_until_ready()
+    lat = []
+    for _ in range(n):
+        sent = mq.dequeue()
+        lat.append(time.monotonic() - sent)
+        end = time.monotonic() + compute_s
+        while time.monotonic() < end:  # a step's work
+            pass
+    out.put(lat)
+
+
+def run(busy: float, n: int, max_gap: float, compute_s: float, hogs: int, seed: int) -> list[float]:
+    from vllm.distributed.device_communicators.shm_broadcast import MessageQueue
+
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    burners = [ctx.Process(target=_hog, args=(stop,), daemon=True) for _ in range(hogs)]
+    for p in burners:
+        p.start()
+    mq = MessageQueue(1, 1)
+    out = ctx.Queue()
+    reader = ctx.Process(target=_reader, args=(mq.export_handle(), n, busy, compute_s, out))
+    reader.start()
+    mq.wait_until_ready()
+    rnd = random.Random(seed)
+    for _ in range(n):
+        time.sleep(rnd.uniform(0, max_gap))
+        mq.enqueue(time.monotonic())
+    lat = out.get(timeout=n * 6 + 60)
+    reader.join(timeout=30)
+    stop.set()
+    for p in burners:
+        p.join(timeout=5)
+    return lat
+
+
+def summary(busy: float, lat: list[float], recheck_s: float) -> str:
+    s = sorted(lat)
+
+    def pct(q: float) -> float:
+        return s[min(len(s) - 1, int(q * len(s)))] * 1000
+
+    slow = [x for x in s if x > 1.0]
+    near = [x for x in slow if abs(x / recheck_s - round(x / recheck_s)) * recheck_s < 0.5]
+    return (f"busy_loop_s {busy:<5g} reads {len(s)}: p50 {pct(0.5):8.2f} ms  p99 {pct(0.99):8.1f} ms  "
+            f"max {s[-1] * 1000:8.1f} ms  > 1 s: {len(slow):3d}  of those at a multiple of the "
+            f"{recheck_s:g}-s poll timeout (+-0.5 s): {len(near)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--busy", default="0,0.1,1", help="busy_loop_s values, comma-separated")
+    ap.add_argument("--messages", type=int, default=300)
+    ap.add_argument("--max-gap", type=float, default=0.3, help="seconds between writes: uniform in [0, this]")
+    ap.add_argument("--compute-ms", type=float, default=5.0, help="the reader's work per message")
+    ap.add_argument("--hogs", type=int, default=0, help="busy processes sharing the CPUs")
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args(argv)
+    from vllm.distributed.device_communicators import shm_broadcast as SB
+
+    recheck_s = SB.SHM_READER_RECHECK_INTERVAL_MS / 1000
+    import vllm
+    print(f"vLLM {vllm.__version__}: SHM_READER_RECHECK_INTERVAL_MS {SB.SHM_READER_RECHECK_INTERVAL_MS}, "
+          f"{a.messages} messages, gaps uniform 0-{a.max_gap:g} s, {a.compute_ms:g} ms work per read, "
+          f"{a.hogs} busy process(es)", flush=True)
+    for busy in (float(x) for x in a.busy.split(",")):
+        lat = run(busy, a.messages, a.max_gap, a.compute_ms / 1000, a.hogs, a.seed)
+        print(summary(busy, lat, recheck_s), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
