@@ -15,8 +15,10 @@ Runs INSIDE the vLLM image (it imports vllm):
     docker run --rm --cpus 2 -v "$PWD/perf:/perf:ro" --entrypoint python3 IMAGE \\
         /perf/shm_wake.py --busy 0,0.1,1 --messages 300 --hogs 2
 
-Prints one line per busy_loop_s: read latency p50/p99/max, reads slower than 1 s, and those within
-0.5 s of a multiple of the poll timeout.
+Prints one line per busy_loop_s: read latency p50/p99/max, reads slower than 50 ms and than 1 s,
+and those within 0.5 s of a multiple of the poll timeout. A reproduction, not a benchmark: it states
+no target. `--default-hwm` and `--no-conflate` change one ZMQ option of vLLM's each (a diagnosis);
+perf/README.md, "The lost notification", has the runs.
 """
 from __future__ import annotations
 
