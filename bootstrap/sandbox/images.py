@@ -247,29 +247,23 @@ keepalived --version 2>&1 | head -1
 iptables --version
 """
 
-#: The sandbox's two changes to vLLM itself, both in its shared-memory broadcast queue
-#: (vllm/distributed/device_communicators/shm_broadcast.py), both checked when the image is built:
-#: 1. A reader busy-loops with sched_yield() for `busy_loop_s` (1 s, no setting) after each read. A
-#:    rack's hosts each have their own cores; the sandbox runs every node (a container, its own CPU
-#:    cgroup) on this machine's 2 cores, where a spinning reader holds a core another node's pipeline
-#:    stage needs: PP=3's tokens then came 1 s apart (perf/README.md, "The one-second stall at PP=3").
-#:    0 here: no spin.
-#: 2. Without the spin every read waits on the writer's zmq notification, and the writer's PUB socket
-#:    has a send high-water mark of 1, so the second of two messages written within about a millisecond
-#:    (vLLM writes execute_model, then sample_tokens) loses its notification: the reader sleeps until
-#:    the next write or its 5-s recheck (perf/shm_wake.py reproduces it with vLLM's MessageQueue alone:
-#:    45 of 200 reads late, one by 5.0 s; with ZMQ's default mark, none). That is what made the fleets
-#:    crawl with no spin (0.2-0.8 tokens/s, idle cores) and, with a 0.1-s spin, the ~130-ms-per-token
-#:    regimes. The line that sets the mark is removed here, so ZMQ's default (1000) holds; the reader's
-#:    socket keeps only the last notification (ZMQ_CONFLATE), so nothing piles up.
-SPIN_SECONDS = "0"
+#: The sandbox's one change to vLLM itself. A reader of vLLM's shared-memory broadcast queue
+#: busy-loops with sched_yield() for `busy_loop_s` (1 s, no setting) after each read. A rack's hosts
+#: each have their own cores and nobody notices; the sandbox runs every node (a container, its own CPU
+#: cgroup) on this machine's 2 cores, where a spinning reader holds a core another node's pipeline stage
+#: needs until it gives up: PP=3's tokens then come 1 s apart (perf/README.md, "The one-second stall at
+#: PP=3": 1.0 s -> ITL p95 1023 ms, 0.5 s -> 536 ms, 0.1 s -> 29 ms in one run, yet a steady ~130 ms per
+#: token at PP=3 or PP=2 in others). 0.1 s here, checked. Not 0: with no spin every read waits on the zmq
+#: notification, which vLLM's writer drops for the second of two writes within a millisecond (its PUB
+#: socket's SNDHWM 1; perf/shm_wake.py), and under the fleet tests' load replicas then made 0.2-0.8
+#: tokens/s. Tried 2026-11-27: no spin and ZMQ's default mark passed the fleet and floating-address tests
+#: and the PP=3 target, but the disaggregated decode's first KV pull then hung (2 of 2 serves); 0.1 s
+#: with the default mark left the ~0.1-s stalls (perf/README.md, "The lost notification").
+SPIN_SECONDS = "0.1"
 SHM_BROADCAST = "/opt/venv/lib/python3.11/site-packages/vllm/distributed/device_communicators/shm_broadcast.py"
 VLLM_SPIN_SCRIPT = f"""\
 sed -i 's/^\\( *busy_loop_s: float = \\)1,$/\\1{SPIN_SECONDS},/' {SHM_BROADCAST}
 grep -qx '        busy_loop_s: float = {SPIN_SECONDS},' {SHM_BROADCAST}
-grep -qx '            self.local_notify_socket.setsockopt(zmq.SNDHWM, 1)' {SHM_BROADCAST}
-sed -i '/^ *self.local_notify_socket.setsockopt(zmq.SNDHWM, 1)$/d' {SHM_BROADCAST}
-if grep -n 'SNDHWM' {SHM_BROADCAST}; then exit 1; fi
 python -c 'import inspect; from vllm.distributed.device_communicators.shm_broadcast import SpinCondition as S; \
 d = inspect.signature(S).parameters["busy_loop_s"].default; print("busy_loop_s", d); assert d == {SPIN_SECONDS}'
 """
@@ -427,9 +421,8 @@ def vllm_stages(wheels: Path) -> list[Stage]:
     )
     spin = Stage(
         name="vllm-spin", repo=VLLM_REPO, tag_prefix="spin-",
-        parent=vip.ref, script=VLLM_SPIN_SCRIPT, inputs=(SPIN_SECONDS, "notify-hwm-default"),
-        changes=(f"LABEL bootstrap.sandbox.vllm-busy-loop-s={SPIN_SECONDS}",
-                 "LABEL bootstrap.sandbox.vllm-shm-notify-hwm=zmq-default"),
+        parent=vip.ref, script=VLLM_SPIN_SCRIPT, inputs=(SPIN_SECONDS,),
+        changes=(f"LABEL bootstrap.sandbox.vllm-busy-loop-s={SPIN_SECONDS}",),
     )
     return [apt, torch, pip, model, router, monitor, nixl, vip, spin]
 
