@@ -111,6 +111,27 @@ def keeper(path, interval):
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+class Output:
+    """The keeper's output, read line by line while it runs, so that a test stops it only after the
+    line it checks was written (Docker answered the start before the keeper printed it)."""
+
+    def __init__(self, proc):
+        self.lines: list[str] = []
+        self._t = threading.Thread(target=self._read, args=(proc.stdout,), daemon=True)
+        self._t.start()
+
+    def _read(self, stream):
+        for line in stream:
+            self.lines.append(line)
+
+    def has(self, needle: str) -> bool:
+        return any(needle in ln for ln in self.lines)
+
+    def text(self) -> str:
+        self._t.join(timeout=10)
+        return "".join(self.lines)
+
+
 def wait_for(pred, timeout=10.0):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -126,6 +147,8 @@ def test_a_killed_serving_container_is_started_on_its_die_event_and_bootstraps_o
                          "b": {"name": SERVE + "-old", "status": "running", "code": 0},  # a rollout renamed it
                          "c": {"name": "bootstrap-vllm-router", "status": "running", "code": 0}})
     k = keeper(path, 60)  # the periodic look is out of the picture: the events do it all
+    output = Output(k)
+    line = f"keeper: {SERVE} was Exited (137) when it died: started (204)"
     try:
         time.sleep(0.5)
         t = time.monotonic()
@@ -137,21 +160,27 @@ def test_a_killed_serving_container_is_started_on_its_die_event_and_bootstraps_o
         time.sleep(1.0)
         assert [cid for cid, _ in d.started] == ["a"], d.started
         assert 0.2 < took < 3.0, took
+        wait_for(lambda: output.has(line))
     finally:
         k.terminate()
-        out = k.communicate(timeout=10)[0]
-    assert f"keeper: {SERVE} was Exited (137) when it died: started (204)" in out, out
+        k.wait(timeout=10)
+    out = output.text()
+    assert line in out, out
 
 
 def test_a_die_the_keeper_did_not_hear_is_caught_by_two_looks(docker):
     d, path = docker
     d.containers["a"] = {"name": SERVE, "status": "exited", "code": 137}  # died before the keeper started
     k = keeper(path, 0.3)
+    output = Output(k)
+    line = f"keeper: {SERVE} was Exited (137) for two looks: started (204)"
     try:
-        # the path is what is tested (two looks, SETTLE 0.3 s); the bound only stops a hung keeper: a
-        # fresh-clone CI run on a loaded machine once took more than 5 s to start its Python
-        assert wait_for(lambda: d.started, timeout=20), "the exited container was not started"
+        assert wait_for(lambda: d.started), "the exited container was not started"
+        # stopped only once the line is out: a fresh-clone CI run stopped the keeper between Docker's
+        # answer and its print
+        wait_for(lambda: output.has(line))
     finally:
         k.terminate()
-        out = k.communicate(timeout=10)[0]
-    assert f"keeper: {SERVE} was Exited (137) for two looks: started (204)" in out, out
+        k.wait(timeout=10)
+    out = output.text()
+    assert line in out, out
