@@ -38,36 +38,32 @@ def http(method, url, body=None, timeout=5.0):
         return e.code, e.read()
 
 
-def metric(text, name):
-    """The sum of a Prometheus metric's samples (None: not exported)."""
-    total, found = 0.0, False
+def samples(text, name):
+    """A Prometheus metric's samples: (the name and labels, value) per line that parses."""
     for line in text.splitlines():
         if line.startswith(name) and line[len(name):len(name) + 1] in ("{", " "):
+            head, _, value = line.rpartition(" ")
             try:
-                total += float(line.rsplit(" ", 1)[1])
-                found = True
+                yield head, float(value)
             except ValueError:
                 pass
-    return total if found else None
+
+
+def metric(text, name):
+    """The sum of a Prometheus metric's samples (None: not exported)."""
+    got = [v for _, v in samples(text, name)]
+    return sum(got) if got else None
 
 
 def per_label(text, name, label):
     """A Prometheus metric's samples summed per value of one label ({} : none carries it; None: not
     exported). vLLM's data parallel API server labels each engine's counters engine="<index>"."""
-    out, found = {}, False
-    for line in text.splitlines():
-        if not (line.startswith(name) and line[len(name):len(name) + 1] in ("{", " ")):
-            continue
+    out, found, key = {}, False, f'{label}="'
+    for head, value in samples(text, name):
         found = True
-        head, _, value = line.rpartition(" ")
-        key = f'{label}="'
-        if key not in head:
-            continue
-        which = head.split(key, 1)[1].split('"', 1)[0]
-        try:
-            out[which] = out.get(which, 0.0) + float(value)
-        except ValueError:
-            pass
+        if key in head:
+            which = head.split(key, 1)[1].split('"', 1)[0]
+            out[which] = out.get(which, 0.0) + value
     return out if found else None
 
 
