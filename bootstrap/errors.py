@@ -224,10 +224,13 @@ class LockLost(BootstrapError):
 class ServeFailed(BootstrapError):
     """vLLM (or a replica, or the router) did not serve: the log tail and the findings in it."""
 
-    def __init__(self, message: str, log_tail: str = "", findings: Sequence[object] = ()):
+    def __init__(self, message: str, log_tail: str = "", findings: Sequence[object] = (),
+                 tail_of: str = "the vLLM log"):
         super().__init__(message)
         self.log_tail = log_tail
         self.findings = list(findings)
+        #: what log_tail is the end of (the CLI's heading above it)
+        self.tail_of = tail_of
 
 
 class ReplicaFailed(BootstrapError):

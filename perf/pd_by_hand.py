@@ -16,6 +16,7 @@ import json
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 _GREEDY = {"temperature": 0, "ignore_eos": True, "skip_special_tokens": False}
 
@@ -53,18 +54,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=150.0, help="seconds per HTTP request")
     ap.add_argument("--compare", action="store_true", help="also ask the decode replica alone and compare")
+    ap.add_argument("--concurrency", type=int, default=1, help="requests in flight at once (default 1)")
     a = ap.parse_args(argv)
-    if not 1 <= a.n <= 1000 or not 1 <= a.max_tokens <= 4096:
-        ap.error("-n takes 1 to 1000 and --max-tokens 1 to 4096")
-    differ = 0
-    for i in range(a.n):
-        r = one(a.prefill, a.decode, a.model, f"Request {i} at {time.time():.3f}: the quick brown fox",
-                a.max_tokens, a.timeout, a.compare)
+    if not 1 <= a.n <= 1000 or not 1 <= a.max_tokens <= 4096 or not 1 <= a.concurrency <= 64:
+        ap.error("-n takes 1 to 1000, --max-tokens 1 to 4096 and --concurrency 1 to 64")
+    t0 = time.monotonic()
+
+    def run(i: int) -> tuple[int, int]:
+        """(differs, failed) for request i, printed as it ends."""
+        start = time.monotonic() - t0
+        try:
+            r = one(a.prefill, a.decode, a.model, f"Request {i} at {time.time():.3f}: the quick brown fox",
+                    a.max_tokens, a.timeout, a.compare)
+        except Exception as exc:  # a timeout or an HTTP error: that request failed, the others go on
+            print(f"request {i}: sent at {start:6.2f} s  FAILED after {time.monotonic() - t0 - start:6.2f} s: "
+                  f"{type(exc).__name__}: {exc}", flush=True)
+            return 0, 1
         same = "" if "plain" not in r else f"  same as plain: {r['text'] == r['plain']}"
-        differ += "plain" in r and r["text"] != r["plain"]
-        print(f"request {i}: prefill {r['prefill_s']:6.2f} s  decode {r['decode_s']:6.2f} s  "
+        print(f"request {i}: sent at {start:6.2f} s  prefill {r['prefill_s']:6.2f} s  decode {r['decode_s']:6.2f} s  "
               f"text {r['text']!r}{same}", flush=True)
-    return 1 if differ else 0
+        return int("plain" in r and r["text"] != r["plain"]), 0
+
+    with ThreadPoolExecutor(a.concurrency) as pool:
+        results = list(pool.map(run, range(a.n)))
+    differ, failed = sum(d for d, _ in results), sum(f for _, f in results)
+    print(f"{a.n} requests, {a.concurrency} at a time: {failed} failed, {differ} differ from the plain text")
+    return 1 if differ or failed else 0
 
 
 if __name__ == "__main__":

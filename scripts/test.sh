@@ -9,4 +9,6 @@ python3 -c "import torch" 2>/dev/null || python3 -m pip install -q torch==2.13.0
 export BOOTSTRAP_REQUIRE_SANDBOX=${BOOTSTRAP_REQUIRE_SANDBOX:-1}
 # Lint first (pyproject.toml [tool.ruff]): a finding fails the run like a failing test.
 ruff check --no-cache .
-exec python3 -m pytest -v -rs --durations=15 "$@"
+# Two workers (pytest-xdist): the sandbox tests are one group on one worker, in their order
+# (tests/sandbox/conftest.py); the other worker runs the unit tests beside them.
+exec python3 -m pytest -v -rs --durations=15 -n 2 --dist loadgroup "$@"

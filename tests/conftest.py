@@ -7,6 +7,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# pytest-xdist's workers (scripts/test.sh runs two) start with COLUMNS=80 and LINES=24 in their
+# environment; every command a test starts would inherit them, and `bootstrap top` in the tmux pane
+# of the fleet test then drew its tables 80 columns wide in a 200-column terminal (CI run, 2026-11-28).
+# A plain pytest run has neither, so the tests see what a user's shell gives.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
+
 
 def docker_ok() -> bool:
     return shutil.which("docker") is not None and subprocess.run(

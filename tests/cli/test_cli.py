@@ -60,14 +60,14 @@ def test_missing_inventory_is_one_line_exit_2(tmp_path):
     assert r.stderr.strip().count("\n") == 0 and "nope.yaml" in r.stderr and "Traceback" not in r.stderr
 
 
+EXAMPLES = ("inventory/example.yaml", "inventory/ansible-hosts.yaml", "inventory/fleet.yaml", "inventory/pd.yaml")
+
+
 def test_example_inventories_validate_offline_in_plan():
-    for f in ("inventory/example.yaml", "inventory/ansible-hosts.yaml", "inventory/fleet.yaml"):
+    for f in EXAMPLES:
         r = run("plan", "-i", f, "--json")
         assert r.returncode == 0, r.stderr
         assert "VLLM_HOST_IP=10.10.0.11" in r.stdout
-
-
-EXAMPLES = ("inventory/example.yaml", "inventory/ansible-hosts.yaml", "inventory/fleet.yaml")
 
 
 @pytest.mark.parametrize("example", EXAMPLES)

@@ -175,6 +175,15 @@ def test_ray_module_submodules_are_not_a_missing_ray():
     assert [f.id for f in scan_log("h", "ModuleNotFoundError: No module named 'ray'")] == ["ray-missing"]
 
 
+def test_a_cuda_kernels_illegal_instruction_is_not_the_cpus():
+    cuda = "RuntimeError: CUDA error: an illegal instruction was encountered"
+    assert "worker-illegal-instruction" not in [f.id for f in scan_log("h", cuda)]
+    died = "ERROR [multiproc_executor.py:316] Worker proc VllmWorker-0 died unexpectedly (exit code: -4), shutting down"
+    assert [f.id for f in scan_log("h", died)] == ["worker-illegal-instruction"]
+    other = "ERROR [multiproc_executor.py:316] Worker proc VllmWorker-0 died unexpectedly (exit code: -9), shutting down"
+    assert "worker-illegal-instruction" not in [f.id for f in scan_log("h", other)]
+
+
 def test_long_lines_are_cut_around_the_match():
     (f,) = findings_for("port-in-use__2.log")
     assert len(f.evidence) <= MAX_EVIDENCE

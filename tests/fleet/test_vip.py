@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import textwrap
 
@@ -182,7 +183,8 @@ def _entry(tmp_path, *args, env=None, missing=""):
     run.mkdir()
     environ = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", **(env or {})}
     proc = subprocess.Popen(["sh", str(script), "10.0.0.100", "30000", "10.0.0.3", *args, "/etc/k.conf", str(run)],
-                            env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # its own process group: a kill reaches its keepalived too
     return proc, log, run
 
 
@@ -217,7 +219,7 @@ def test_a_restart_does_not_add_the_forwarding_twice(tmp_path):
     for _ in range(2):
         proc, log, run = _entry(tmp_path, "")
         _wait_for(log, "keepalived --dont-fork")
-        proc.kill()  # as `docker kill`: no cleanup
+        os.killpg(proc.pid, signal.SIGKILL)  # as `docker kill`: every process of it, no cleanup
         proc.wait(timeout=10)
         for p in ("bin", "run", "vip_entry.sh"):
             shutil.rmtree(tmp_path / p) if (tmp_path / p).is_dir() else (tmp_path / p).unlink()

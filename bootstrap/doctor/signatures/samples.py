@@ -209,6 +209,13 @@ SAMPLES: dict[str, tuple[str, ...]] = {
         "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
         "initializing the engine.",
     ),
+    "worker-illegal-instruction": (
+        # built from vllm/v1/executor/multiproc_executor.py: an eager DP engine on the sandbox before the AMX fix
+        "(EngineCore_DP1 pid=412) ERROR 11-27 22:07:37 [multiproc_executor.py:316] Worker proc VllmWorker-0 died "
+        "unexpectedly (exit code: -4), shutting down executor.",
+        # the sandbox image before the AMX fix: an eager LLM.generate under python -X faulthandler (2026-11-27)
+        "Fatal Python error: Illegal instruction",
+    ),
     "serve-container-exited": (
         # checks/keeper.py, as the sandbox fleet's kill test prints it
         "keeper: bootstrap-vllm-serve was Exited (137) 3 seconds ago: started (204)",

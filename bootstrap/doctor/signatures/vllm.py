@@ -179,6 +179,27 @@ SIGNATURES: tuple[Signature, ...] = (
                  "vllm-project/vllm vllm/v1/worker/gpu_worker.py (determine_available_memory)"),
     ),
     Signature(
+        id="worker-illegal-instruction",
+        severity="error",
+        patterns=(
+            # vLLM's executor naming a worker killed by SIGILL (exit code -4)
+            _p(r"Worker proc \S+ died unexpectedly \(exit code: -4\)", needle="died unexpectedly (exit code: -4)"),
+            # Python's faulthandler, or the shell, over the process that executed it
+            _p(r"\bIllegal instruction\b", needle="illegal instruction"),
+        ),
+        ignore=re.compile(r"illegal instruction was encountered", re.IGNORECASE),  # a CUDA kernel's, not the CPU's
+        title="A vLLM process was killed by SIGILL: it ran a CPU instruction this host does not allow it",
+        fix=("On a CPU cluster (vLLM-CPU) with AMX tiles (`amx_tile` in /proc/cpuinfo): vLLM-CPU's attention kernel "
+             "uses AMX without asking Linux for it, so eager engines die on their first request; leave "
+             "--enforce-eager out, or use an image that requests the AMX state in every Python process (the "
+             "sandbox image's bootstrap_sandbox_amx; docs/troubleshooting.md). Otherwise the image was built for "
+             "a newer CPU than this host's: compare the host's flags in /proc/cpuinfo with the image's build."),
+        sources=("vllm-project/vllm vllm/v1/executor/multiproc_executor.py (\"Worker proc %s died unexpectedly "
+                 "(exit code: %s)\")",
+                 "vllm-project/vllm vllm/v1/attention/backends/cpu_attn.py (_get_attn_isa picks amx)",
+                 "Linux Documentation/arch/x86/xstate.rst (ARCH_REQ_XCOMP_PERM)"),
+    ),
+    Signature(
         id="serve-container-exited",
         severity="warning",
         patterns=(_p(r"^keeper: \S+ was Exited \(\d+\)", needle="keeper: "),),
