@@ -56,6 +56,7 @@ echo "== clock"; date +%s.%N
 echo "== link"; ip -o link show 2>/dev/null
 echo "== addr"; ip -o addr show 2>/dev/null
 echo "== shm"; df -P -B1 /dev/shm 2>/dev/null | tail -n 1
+echo "== cpus"; nproc 2>/dev/null
 echo "== ib"
 [ -d /sys/class/infiniband ] && echo present
 for p in /sys/class/infiniband/*/ports/*; do
@@ -112,6 +113,8 @@ class RackFacts:
     dockerd_memlock: int | None = None
     #: dockerd may raise a container's limits past its own (CAP_SYS_RESOURCE; None: not read)
     dockerd_sys_resource: bool | None = None
+    #: the CPUs the host's processes may run on (`nproc`; None: not read)
+    cpus: int | None = None
 
 
 def parse_rack(out: str, *, sent: float | None = None, received: float | None = None) -> RackFacts:
@@ -143,7 +146,9 @@ def parse_rack(out: str, *, sent: float | None = None, received: float | None = 
     if ib_lines and ib_lines[0] == "present":
         ib = tuple(p for p in (parse_ib_port(ln) for ln in ib_lines[1:]) if p is not None)
     memlock, sys_resource = parse_dockerd(sections.get("dockerd", []))
-    return RackFacts(offset, links, addrs, shm, ib, memlock, sys_resource)
+    nproc = (sections.get("cpus") or [""])[0].strip()
+    return RackFacts(offset, links, addrs, shm, ib, memlock, sys_resource,
+                     int(nproc) if nproc.isdigit() and int(nproc) > 0 else None)
 
 
 #: CAP_SYS_RESOURCE's bit in /proc/PID/status CapEff

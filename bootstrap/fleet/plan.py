@@ -112,10 +112,41 @@ def kv_transfer_config(inv: Inventory, k: int) -> str:
 
 
 def kv_env(inv: Inventory, host: Host, ucx: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A disaggregated member's side channel on its own data-plane IP, and UCX's devices from its facts."""
+    """A disaggregated member's side channel on its own data-plane IP, and `ucx`: the transfer's settings
+    from its facts (UCX's devices; the CPU binding, unbound_hosts)."""
     if not is_pd(inv):
         return {}
     return {NIXL_HOST_ENV: host.ip, NIXL_PORT_ENV: str(inv.cluster.ports.kv_transfer), **(ucx or {})}
+
+
+#: vLLM-CPU's OpenMP thread binding ("auto" by default; "nobind" leaves the engine's threads unpinned)
+CPU_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+
+
+def unbound_hosts(inv: Inventory, cpus: Mapping[str, int | None], local_ranks: int) -> list[str]:
+    """The disaggregated members on CPU nodes whose engine threads the plan leaves unbound.
+
+    vLLM-CPU's automatic binding keeps cores out of the engine's OpenMP set: one per local rank for
+    the engine's scheduler and, with a KV connector, one more per rank for NIXL
+    (vllm/utils/ompmultiprocessing.py, vLLM 0.32). On a node with no more CPUs than it would keep,
+    it keeps none (a warning in its log) and pins OpenMP to every core, the one NIXL's progress
+    thread runs on included; the KV pulls then wait on the busy core (measured on the sandbox's
+    2-CPU nodes: 8 requests through 1P1D took 5.6-48 s each bound, 1.7-7.5 s unbound; docs/replicas.md).
+    A host whose env sets the variable keeps its own; a node whose CPU count is unknown is left as is."""
+    if not is_pd(inv) or inv.cluster.accelerator == "gpu":
+        return []
+    return [h.name for h in inv.hosts if CPU_BIND_ENV not in dict(h.env)
+            and (n := cpus.get(h.name)) is not None and n <= 2 * local_ranks]
+
+
+def unbound_note(hosts: Sequence[str], cpus: Mapping[str, int | None], local_ranks: int) -> str | None:
+    if not hosts:
+        return None
+    counts = sorted({cpus[h] for h in hosts})
+    return (f"{', '.join(hosts)}: {'/'.join(map(str, counts))} CPUs, no more than vLLM-CPU keeps beside a "
+            f"disaggregated engine ({2 * local_ranks}: its scheduler and NIXL), so it would pin its OpenMP threads "
+            f"to every core, NIXL's included, and the KV pulls would wait: their engines run unbound "
+            f"({CPU_BIND_ENV}=nobind; set it in a host's env to choose)")
 
 
 def check_pd(inv: Inventory, extra: Sequence[str], *, nixl_connector: bool | None, nixl: bool, pp: int = 1) -> None:
@@ -512,14 +543,18 @@ def plan_routers(inv: Inventory, urls: Sequence[str], image: str | None = None,
 def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice, *, nofile: dict[str, int | None],
                notes: Sequence[str] = (), derived: Mapping[str, Mapping[str, str]] | None = None,
                ucx: Mapping[str, Mapping[str, str]] | None = None,
-               ifaces: Mapping[str, str | None] | None = None) -> FleetPlan:
+               ifaces: Mapping[str, str | None] | None = None,
+               cpus: Mapping[str, int | None] | None = None) -> FleetPlan:
     """Every replica's members (the same split on each), the routers (and keepalived) and the keeper;
     `derived`: each host's plan.derived_env; `ucx`: each host's plan.ucx_env (a disaggregated fleet's
-    transfer); `ifaces`: each router host's data-plane interface (a floating address)."""
+    transfer); `ifaces`: each router host's data-plane interface (a floating address); `cpus`: each
+    host's CPU count (unbound_hosts)."""
     c = inv.cluster
     lease_note = kv_lease(inv)[1] if is_pd(inv) else None
     one_host = one_host_note(inv)
-    notes = (*notes, *(n for n in (lease_note, one_host) if n))
+    unbound = unbound_hosts(inv, cpus or {}, split.par.tp)
+    bind_note = unbound_note(unbound, cpus or {}, split.par.tp)
+    notes = (*notes, *(n for n in (lease_note, bind_note, one_host) if n))
     replicas = []
     for k, group in enumerate(inv.replicas):
         ips = [h.ip for h in group]
@@ -529,7 +564,8 @@ def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice, *, nofile: dict
                                      extra=extra)
         members = tuple(MemberLaunch(h.name, k, rank, member_create_argv(
             inv, h, nofile.get(h.name), replica=k, rank=rank, nodes=len(group), vllm=vllms[rank], spec=spec,
-            derived=(derived or {}).get(h.name), ucx=(ucx or {}).get(h.name)),
+            derived=(derived or {}).get(h.name),
+            ucx={**((ucx or {}).get(h.name) or {}), **({CPU_BIND_ENV: "nobind"} if h.name in unbound else {})}),
             vllms[rank]) for rank, h in enumerate(group))
         replicas.append(ReplicaPlan(k, tuple(h.name for h in group), replica_url(inv, k), members, role(inv, k)))
     urls = [r.url for r in replicas]

@@ -288,13 +288,15 @@ def _split(sess: Session, inv: Inventory, model: str, tp: int | None, pp: int | 
 
 
 def _node_facts(sess: Session, inv: Inventory) -> dict:
-    """plan_fleet's per-host facts: nofile= (the limit to give), derived= (plan.derived_env) and
-    ucx= (plan.ucx_env)."""
+    """plan_fleet's per-host facts: nofile= (the limit to give), derived= (plan.derived_env),
+    ucx= (plan.ucx_env), ifaces= and cpus= (each host's CPU count)."""
     facts = probe.gather_hosts(sess, inv.hosts)
     return {"nofile": {h.name: PL.nofile_for(inv, facts.get(h.name)) for h in inv.hosts},
             "derived": {h.name: PL.derived_env(inv, h, facts.get(h.name)) for h in inv.hosts},
             "ucx": {h.name: PL.ucx_env(inv, h, facts.get(h.name)) for h in inv.hosts},
-            "ifaces": {h.name: PL.interface_of(h, facts.get(h.name)) for h in FP.router_hosts(inv)}}
+            "ifaces": {h.name: PL.interface_of(h, facts.get(h.name)) for h in FP.router_hosts(inv)},
+            "cpus": {h.name: f.rack.cpus for h in inv.hosts
+                     if (f := facts.get(h.name)) is not None and f.rack is not None}}
 
 
 def _kv_check(sess: Session, inv: Inventory, ucx: dict, *, port: int | None = None,

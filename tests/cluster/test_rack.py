@@ -19,10 +19,10 @@ ADDRS = ("1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever pref
 
 
 def output(ip="10.10.0.11", mtu=9000, clock="1764108000.250000000", shm="tmpfs 68719476736 0 68719476736 0% /dev/shm",
-           ib=("mlx5_0 1 Ethernet 1 4: ACTIVE", "mlx5_1 1 Ethernet 1 4: ACTIVE")):
+           ib=("mlx5_0 1 Ethernet 1 4: ACTIVE", "mlx5_1 1 Ethernet 1 4: ACTIVE"), cpus="224"):
     ib_part = "" if ib is None else "present\n" + "".join(x + "\n" for x in ib)
     return (f"== clock\n{clock}\n== link\n{LINKS.format(mtu=mtu)}== addr\n{ADDRS.format(ip=ip)}== shm\n{shm}\n"
-            f"== ib\n{ib_part}")
+            f"== cpus\n{cpus}\n== ib\n{ib_part}")
 
 
 def node(name="a", ip="10.10.0.11", env=None, driver="580.159.04", nofile=1048576, sent=1764108000.0,
@@ -42,6 +42,9 @@ def test_the_facts_command_output_is_parsed():
     assert RK.parse_rack(output(ib=None)).ib is None  # no /sys/class/infiniband
     assert RK.parse_rack(output(ib=())).ib == ()  # the class is there, no port
     assert RK.parse_rack("").links == () and RK.parse_rack("").clock_offset is None
+    assert RK.parse_rack(output()).cpus == 224
+    assert RK.parse_rack(output(cpus="")).cpus is None and RK.parse_rack(output(cpus="0")).cpus is None
+    assert RK.parse_rack("").cpus is None
 
 
 def test_the_script_reads_the_kernels_files():

