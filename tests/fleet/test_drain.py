@@ -74,7 +74,7 @@ def test_a_finishing_request_restarts_the_quiet_window(replica):
 
 def test_a_replica_that_stays_busy_is_not_drained_at_the_deadline(replica):
     r = replica([(0, 0, 2, 0)])
-    doc = load_probe().drain(r.url, 1.5, quiet=0.5)
+    doc = load_probe().drain(r.url, 3.0, quiet=0.5)  # 3 s: at least 3 looks on a loaded machine
     assert doc["drained"] is False and "still busy" in doc["why"] and "'waiting': 2.0" in doc["why"], doc
     assert r.hits >= 3
 
