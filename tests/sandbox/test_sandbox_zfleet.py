@@ -275,8 +275,12 @@ def test_rollout_under_load_to_data_parallel_changes_every_replica_and_fails_no_
     router, and no request fails. Afterwards each engine of each replica serves (the API server's
     per-engine counters in `status`). The tests after this one run on the data parallel replicas."""
     sb, inv, served = fleet
-    new = [*FLAGS, "--max-num-seqs", "32"]
-    with Load(endpoint_of(served.stdout), key=KEY, pause=1.5) as load:
+    # one API server process per replica: vLLM starts one per engine by default, and each imports
+    # torch and vLLM (20-30 s on the sandbox's 2 shared cores) at every start of a replica
+    new = [*FLAGS, "--max-num-seqs", "32", "--api-server-count", "1"]
+    # paced: 3 senders each waiting 3 s after an answer keep requests in flight at every step (about 200
+    # over the rollout; at 1.5 s, 417 in one run, whose CPU the starting replicas wait for)
+    with Load(endpoint_of(served.stdout), key=KEY, pause=3) as load:
         r = cli("rollout", "-i", inv, "--dp", "2", "--drain", "60", "--", *new, timeout=1500)
     assert r.returncode == 0, r.stderr[-3000:]
     print(f"rollout: {len(load.samples)} requests during the rollout, {len(load.failed())} failed; "
@@ -367,7 +371,7 @@ def test_a_rollout_vllm_refuses_is_rolled_back_and_the_fleet_keeps_serving(fleet
     assert r.returncode == 2 and "--no-such-vllm-flag is not an option of vLLM" in r.stderr, r.stderr[-2000:]
     # a value vLLM takes as an option but refuses once it reads the model (the tiny model allows
     # 1024 positions): replica 0 fails to start and is rolled back
-    with Load(endpoint_of(served.stdout), key=KEY, concurrency=2, pause=1.5) as load:
+    with Load(endpoint_of(served.stdout), key=KEY, concurrency=2, pause=3) as load:
         r = cli("rollout", "-i", inv, "--wait", "420", "--", *FLAGS, "--max-model-len", "4096", timeout=1500)
     assert r.returncode == 1, r.stdout + r.stderr[-3000:]
     err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
@@ -428,6 +432,7 @@ def test_prefill_and_decode_on_two_nodes_serve_through_the_router_and_the_kv_cac
         doc["cluster"]["replicas"] = 2
         doc["cluster"]["router"] = {"policy": "round_robin", "health_interval": 2, "prefill": [0]}
         doc["cluster"]["secrets"] = [s for s in doc["cluster"].get("secrets", []) if s != "FLEET_KEY"]
+        doc["cluster"]["env"].pop("VLLM_CPU_OMP_THREADS_BIND")  # the sandbox's own choice: here the plan makes it
     inv = write_inventory(sb.inventory, tmp_path / "pd.yaml", mutate)
     try:
         r = cli("up", "-i", inv)
