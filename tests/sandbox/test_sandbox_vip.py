@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.support.fleet_load import MODEL, Load, complete, status
+from tests.support.fleet_load import MODEL, Load, complete, status, wait_answering
 from tests.support.sandbox import cli, on_node, write_inventory
 
 pytestmark = pytest.mark.sandbox
@@ -149,6 +149,7 @@ def test_losing_the_router_host_moves_the_address_and_fails_only_what_was_on_it(
     # the host comes back: its containers restart, its replica rejoins every router, the address stays
     t0 = time.monotonic()
     subprocess.run(["docker", "start", nodes[dead].container], check=True, capture_output=True, timeout=120)
+    wait_answering([r["url"] for r in st["replicas"]], 300)  # its vLLM first, without `status` on the cores
     while True:
         st = status(inv)
         routers = {r["host"]: r for r in st["routers"]}

@@ -25,8 +25,27 @@ def status(inv):
     return json.loads(r.stdout)["fleet"]
 
 
+def answers_health(url, timeout=5.0):
+    """Whether a replica's vLLM answers GET /health with 200 (from this machine, as a member would)."""
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=timeout) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def wait_answering(urls, deadline):
+    """Until every URL answers /health, a GET a second, bounded: each `bootstrap status` (a Python
+    process, SSH to every node, a probe in the router's container) took 5-14 s of the two cores that
+    the restarting vLLM needs, and polling it every 5 s slowed the restart it waited for."""
+    t0 = time.monotonic()
+    while not all(answers_health(u) for u in urls) and time.monotonic() - t0 < deadline:
+        time.sleep(1)
+
+
 def wait_healthy(inv, deadline=420):
     t0 = time.monotonic()
+    wait_answering([r["url"] for r in status(inv)["replicas"]], deadline)
     while time.monotonic() - t0 < deadline:
         st = status(inv)
         if all(r["health"] == "healthy" for r in st["replicas"]):
