@@ -269,15 +269,36 @@ def test_monitor_scrapes_every_target_counts_every_request_and_feeds_every_panel
     assert r.returncode == 3 and "monitor up" in r.stderr, r.stderr
 
 
+def test_a_rollout_vllm_refuses_is_rolled_back_and_the_fleet_keeps_serving(fleet):
+    """Before the data parallel rollout below: rolling a TP x PP replica back is one group start
+    (135 s in a CI run), a data parallel one's more (176-222 s)."""
+    sb, inv, served = fleet
+    old = status(inv)["replicas"]
+    # an option the image's vLLM does not know is refused before any replica is touched
+    r = cli("rollout", "-i", inv, "--", *FLAGS, "--no-such-vllm-flag")
+    assert r.returncode == 2 and "--no-such-vllm-flag is not an option of vLLM" in r.stderr, r.stderr[-2000:]
+    # a value vLLM takes as an option but refuses once it reads the model (the tiny model allows
+    # 1024 positions): replica 0 fails to start and is rolled back
+    with Load(endpoint_of(served.stdout), key=KEY, concurrency=2, pause=3) as load:
+        r = cli("rollout", "-i", inv, "--wait", "420", "--", *FLAGS, "--max-model-len", "4096", timeout=1500)
+    assert r.returncode == 1, r.stdout + r.stderr[-3000:]
+    err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(err) == 1 and "replica 0 (node1, node2) did not serve" in err[0], r.stderr[-3000:]
+    assert "rolled back" in err[0]
+    assert "replica 1: old" in r.stderr
+    assert load.failed() == [], [s.error for s in load.failed()]
+    st = status(inv)
+    assert [x["extra"] for x in st["replicas"]] == [x["extra"] for x in old]
+    assert [x["health"] for x in st["replicas"]] == ["healthy", "healthy"]
+
+
 def test_rollout_under_load_to_data_parallel_changes_every_replica_and_fails_no_request(fleet):
     """`rollout --dp 2` under load: each TP x PP replica becomes vLLM's data parallel (2 engines over
     its 2 nodes, behind its head's API server) with a new flag, one replica at a time behind the
     router, and no request fails. Afterwards each engine of each replica serves (the API server's
     per-engine counters in `status`). The tests after this one run on the data parallel replicas."""
     sb, inv, served = fleet
-    # one API server process per replica: vLLM starts one per engine by default, and each imports
-    # torch and vLLM (20-30 s on the sandbox's 2 shared cores) at every start of a replica
-    new = [*FLAGS, "--max-num-seqs", "32", "--api-server-count", "1"]
+    new = [*FLAGS, "--max-num-seqs", "32"]
     # paced: 3 senders each waiting 3 s after an answer keep requests in flight at every step (about 200
     # over the rollout; at 1.5 s, 417 in one run, whose CPU the starting replicas wait for)
     with Load(endpoint_of(served.stdout), key=KEY, pause=3) as load:
@@ -361,27 +382,6 @@ def test_a_killed_replica_is_contained_and_comes_back_without_a_command(fleet):
     assert killed and "137 is SIGKILL" in killed["fix"] and "OOMKilled" in killed["fix"], found
     assert not [k for k in found if k[0] == "serve-container-exited" and k[1] in (sb.nodes[0].name, sb.nodes[1].name)]
     assert not [k for k in found if k[0] == "ray-node-missing"], found  # each replica is its own Ray cluster
-
-
-def test_a_rollout_vllm_refuses_is_rolled_back_and_the_fleet_keeps_serving(fleet):
-    sb, inv, served = fleet
-    old = status(inv)["replicas"]
-    # an option the image's vLLM does not know is refused before any replica is touched
-    r = cli("rollout", "-i", inv, "--", *FLAGS, "--no-such-vllm-flag")
-    assert r.returncode == 2 and "--no-such-vllm-flag is not an option of vLLM" in r.stderr, r.stderr[-2000:]
-    # a value vLLM takes as an option but refuses once it reads the model (the tiny model allows
-    # 1024 positions): replica 0 fails to start and is rolled back
-    with Load(endpoint_of(served.stdout), key=KEY, concurrency=2, pause=3) as load:
-        r = cli("rollout", "-i", inv, "--wait", "420", "--", *FLAGS, "--max-model-len", "4096", timeout=1500)
-    assert r.returncode == 1, r.stdout + r.stderr[-3000:]
-    err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
-    assert len(err) == 1 and "replica 0 (node1, node2) did not serve" in err[0], r.stderr[-3000:]
-    assert "rolled back" in err[0]
-    assert "replica 1: old" in r.stderr
-    assert load.failed() == [], [s.error for s in load.failed()]
-    st = status(inv)
-    assert [x["extra"] for x in st["replicas"]] == [x["extra"] for x in old]
-    assert [x["health"] for x in st["replicas"]] == ["healthy", "healthy"]
 
 
 def test_down_leaves_nothing_of_the_fleet_on_any_node(fleet):
