@@ -577,7 +577,10 @@ def _write_inventory(info: SandboxInfo, iface: str) -> None:
             # worker (its start's imports included) ran on one core while the other idled. Unbound,
             # with the one OpenMP thread per worker that binding gave: no busy-waiting threads beyond
             # the cores (nobind alone gave each worker 2 and slowed decoding; perf/README.md).
-            "env": {"GLOO_SOCKET_IFNAME": iface, "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"},
+            # `fork`: the engine core and workers inherit the API server's imports instead of importing
+            # torch and vLLM again (the sandbox image lets vLLM-CPU take it; sandbox/images.py).
+            "env": {"GLOO_SOCKET_IFNAME": iface, "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1",
+                    "VLLM_WORKER_MULTIPROC_METHOD": "fork"},
             # `bootstrap monitor`: the sandbox image carries Debian's Prometheus and node exporter
             "monitor": {"image": info.image, "node_exporter_image": info.image},
             # The sandbox registry runs on the same machine as the nodes: pulling costs no network
