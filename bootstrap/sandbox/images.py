@@ -261,7 +261,9 @@ iptables --version
 #: and the PP=3 target, but the disaggregated decode's first KV pull then hung (2 of 2 serves); 0.1 s
 #: with the default mark left the ~0.1-s stalls (perf/README.md, "The lost notification").
 SPIN_SECONDS = "0.1"
-SHM_BROADCAST = "/opt/venv/lib/python3.11/site-packages/vllm/distributed/device_communicators/shm_broadcast.py"
+#: vLLM's package in the image (its venv's Python 3.11), where the sandbox's changes to it go
+VLLM_PACKAGE = "/opt/venv/lib/python3.11/site-packages/vllm"
+SHM_BROADCAST = f"{VLLM_PACKAGE}/distributed/device_communicators/shm_broadcast.py"
 VLLM_SPIN_SCRIPT = f"""\
 sed -i 's/^\\( *busy_loop_s: float = \\)1,$/\\1{SPIN_SECONDS},/' {SHM_BROADCAST}
 grep -qx '        busy_loop_s: float = {SPIN_SECONDS},' {SHM_BROADCAST}
@@ -276,7 +278,7 @@ d = inspect.signature(S).parameters["busy_loop_s"].default; print("busy_loop_s",
 #: asks for `fork` (bootstrap.sandbox.cluster._write_inventory): the child processes inherit the
 #: imports. Measured on this 2-core machine, `vllm serve` of the tiny model alone in a container
 #: (--cpus 2, --enforce-eager), to /health: 29.0-31.1 s spawned, 19.3 s forked, the same greedy text.
-CPU_PLATFORM = "/opt/venv/lib/python3.11/site-packages/vllm/platforms/cpu.py"
+CPU_PLATFORM = f"{VLLM_PACKAGE}/platforms/cpu.py"
 VLLM_FORK_SCRIPT = f"""\
 F={CPU_PLATFORM}
 FORCED='os.environ\\["VLLM_WORKER_MULTIPROC_METHOD"\\] = "spawn"'
