@@ -248,6 +248,9 @@ class Cluster:
     ssh: SSHSettings = field(default_factory=SSHSettings)
     #: Serving groups: the hosts split, in order, into this many equal groups, each its own head.
     replicas: int = 1
+    #: With replicas: a standby serve container beside each one, vLLM imported and waiting, that
+    #: takes the place of a killed one (the keeper's take-over); false: a killed one starts afresh.
+    standby: bool = True
     #: vllm-router in front of the replicas (cluster.router).
     router: Router = field(default_factory=Router)
     #: Prometheus and the exporters of `bootstrap monitor` (cluster.monitor).

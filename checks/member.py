@@ -1,11 +1,19 @@
-"""One member of a serving group (replica): run vLLM, and fall with the group.
+"""One member of a serving group (replica): run vLLM, and start it again with the group.
 
-Runs as the serve container's command on every host of a replica (Docker restarts the container
-when it exits; a keeper restarts it when it was killed). A multi-node vLLM group cannot survive
-the loss of one member: the others hang in their collectives. So the members hold a TCP
+Runs as the serve container's command on every host of a replica. A multi-node vLLM group cannot
+survive the loss of one member: the others hang in their collectives. So the members hold a TCP
 connection to the group's head (rank 0): the head starts vLLM only when every member is
 connected and tells them to start theirs; when any member, the head or a vLLM process goes away,
-every member stops its vLLM and exits non-zero, and the whole group restarts and meets again.
+every member stops its vLLM and the group meets again and starts anew. The supervisor itself stays:
+it imported vLLM's command line once (preload) and each start is a fork of it, so a restart does
+not import torch and vLLM again (seconds to tens of seconds on busy cores). It exits only when told
+to stop; Docker restarts it if it dies, and a keeper when it was killed.
+
+Standby: a container whose role file (ROLE, beside this script) says `standby` preloads vLLM and
+waits; the keeper renames it to the serving name when the serving container was killed and sends
+SIGUSR1: it then writes `active` there and serves, without the imports a fresh container pays. A
+`standby delay=S` waits S seconds before its imports (it was the killed container, started again as
+the next standby: its imports must not take the cores the take-over's start needs).
 
 Args: RANK NODES COORD_HOST COORD_PORT -- VLLM ARGV...
 SIGTERM (docker stop): vLLM gets SIGTERM, then the member exits 0. The API server's vLLM (rank 0)
@@ -21,6 +29,7 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 
 STOP_GRACE = float(os.environ.get("BOOTSTRAP_STOP_GRACE", "30"))
 #: Seconds a vLLM whose group lost a member gets to exit before it is killed: its collectives cannot
@@ -28,7 +37,24 @@ STOP_GRACE = float(os.environ.get("BOOTSTRAP_STOP_GRACE", "30"))
 BROKEN_GRACE = 2.0
 #: Seconds between a member's tries to reach its head while the group meets again.
 RETRY = 0.25
+#: A vLLM that exits within this many seconds of its start is started again only after a pause
+#: that doubles each time (1 s up to BACKOFF_MAX), as Docker's restart policy would.
+QUICK_EXIT = 30.0
+BACKOFF_MAX = 30.0
+#: The member's own files: its role (standby or active) and how many times it started vLLM.
+STATE_DIR = os.environ.get("BOOTSTRAP_MEMBER_STATE") or os.path.dirname(os.path.abspath(__file__))
+ROLE = os.path.join(STATE_DIR, "member.role")
+STARTS = os.path.join(STATE_DIR, "member.starts")
+#: What a preload imports: vLLM's command line and what `vllm serve` imports before its engine
+#: starts (each optional but the first; other vLLM versions may lack one).
+PRELOAD = ("vllm.entrypoints.cli.main", "vllm.entrypoints.cli.serve", "vllm.entrypoints.openai.api_server",
+           "vllm.v1.engine.core")
 _stopping = False
+_activated = False
+#: vLLM's command-line entry, once preloaded
+_vllm_main = None
+#: the supervisor's sockets: a forked vLLM closes its copies (else a peer never sees this one go)
+_sockets = set()
 
 
 def log(msg):
@@ -40,6 +66,10 @@ def keepalive(sock):
     for opt, val in (("TCP_KEEPIDLE", 5), ("TCP_KEEPINTVL", 2), ("TCP_KEEPCNT", 3)):
         if hasattr(socket, opt):
             sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), val)
+
+
+def is_vllm_serve(argv):
+    return len(argv) >= 2 and os.path.basename(argv[0]) == "vllm" and argv[1] == "serve"
 
 
 def engine_takes(flag):
@@ -62,7 +92,7 @@ def engine_takes(flag):
 def with_drain_on_stop(argv, grace):
     """ARGV, with --shutdown-timeout added where it is vLLM's API server, the flag is not set,
     and the engine takes it."""
-    if len(argv) < 2 or os.path.basename(argv[0]) != "vllm" or argv[1] != "serve" or "--headless" in argv:
+    if not is_vllm_serve(argv) or "--headless" in argv:
         return argv
     if any(a == "--shutdown-timeout" or a.startswith("--shutdown-timeout=") for a in argv):
         return argv
@@ -74,7 +104,98 @@ def with_drain_on_stop(argv, grace):
     return [*argv, "--shutdown-timeout", str(seconds)]
 
 
+def preload(argv):
+    """Import vLLM's command line now (where ARGV is `vllm serve`), so that every start forks a
+    process that has it instead of executing `vllm`, which imports torch and vLLM again. A vLLM
+    that cannot be imported here is executed as a command, as before."""
+    global _vllm_main
+    if not is_vllm_serve(argv) or os.environ.get("BOOTSTRAP_PRELOAD", "1") == "0":
+        return
+    import importlib
+    t = time.monotonic()
+    try:
+        cli = importlib.import_module(PRELOAD[0])
+        for name in PRELOAD[1:]:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass
+    except Exception as exc:  # any failure: vLLM runs as a command, and says itself what is wrong
+        log(f"vLLM not preloaded ({type(exc).__name__}: {exc}): each start imports it")
+        return
+    _vllm_main = cli.main
+    log(f"vLLM preloaded in {time.monotonic() - t:.1f}s: each start of it is a fork of this process")
+
+
+class Forked:
+    """A forked vLLM, with the part of Popen's interface the supervisor uses."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.returncode = None
+
+    def poll(self):
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() >= end:
+                raise subprocess.TimeoutExpired("vllm", timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+
+def _run_forked(argv):
+    """In the forked child: vLLM's command line with ARGV, in a session of its own; never returns."""
+    code = 1
+    try:
+        os.setsid()
+        for s in list(_sockets):
+            s.close()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            signal.signal(sig, signal.SIG_DFL)
+        sys.argv = list(argv)
+        _vllm_main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:
+                pass
+        os._exit(code)
+
+
+def count_start():
+    try:
+        with open(STARTS, encoding="ascii") as fh:
+            n = int(fh.read().strip() or 0)
+    except (OSError, ValueError):
+        n = 0
+    try:
+        with open(STARTS, "w", encoding="ascii") as fh:
+            fh.write(f"{n + 1}\n")
+    except OSError:
+        pass
+
+
 def start_vllm(argv):
+    count_start()
+    if _vllm_main is not None and is_vllm_serve(argv):
+        log("starting " + " ".join(argv[:3]) + " ... (forked, vLLM already imported)")
+        pid = os.fork()
+        if pid == 0:
+            _run_forked(argv)
+        return Forked(pid)
     log("starting " + " ".join(argv[:3]) + " ...")
     return subprocess.Popen(argv, start_new_session=True)
 
@@ -102,6 +223,21 @@ def on_term(signum, frame):
     _stopping = True
 
 
+def on_activate(signum, frame):
+    global _activated
+    _activated = True
+
+
+def pause(seconds, until=lambda: False):
+    """Sleep up to SECONDS; False when told to stop (or `until` came true) first."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if _stopping or until():
+            return False
+        time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+    return not _stopping
+
+
 def watch(proc, socks):
     """Until vLLM exits, a peer goes away, or we are told to stop: returns why."""
     while True:
@@ -125,48 +261,60 @@ def watch(proc, socks):
             time.sleep(0.5)
 
 
-def head(nodes, host, port, argv):
+def run_and_watch(argv, socks):
+    proc = start_vllm(argv)
+    why = watch(proc, socks)
+    stop_vllm(proc, STOP_GRACE if why == "stop" else BROKEN_GRACE)
+    return why
+
+
+def _close(*socks):
+    for s in socks:
+        _sockets.discard(s)
+        s.close()
+
+
+def head_once(nodes, host, port, argv):
+    """Gather the members, start vLLM, watch: why it ended ("stop" when told to)."""
     srv = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    _sockets.add(srv)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind((host, port))
     srv.listen(nodes)
     srv.settimeout(0.5)
     members = {}
     log(f"waiting for {nodes - 1} member(s) on {host}:{port}")
-    while len(members) < nodes - 1:
-        if _stopping:
-            return 0
-        try:
-            conn, addr = srv.accept()
-        except socket.timeout:
-            continue
-        conn.settimeout(5)
-        try:
-            rank = int(conn.recv(16).decode().strip() or "0")
-        except (OSError, ValueError):
-            conn.close()
-            continue
-        conn.settimeout(None)
-        keepalive(conn)
-        if rank in members:
-            members[rank].close()
-        members[rank] = conn
-        log(f"member {rank} joined from {addr[0]}")
-    srv.close()  # a member that restarts must not queue on this (finished) rendezvous
-    for conn in members.values():
-        conn.sendall(b"go\n")
-    proc = start_vllm(argv)
-    why = watch(proc, list(members.values()))
-    stop_vllm(proc, STOP_GRACE if why == "stop" else BROKEN_GRACE)
-    for conn in members.values():
-        conn.close()
-    if why == "stop":
-        return 0
-    log(f"{why}: the group restarts")
-    return 1
+    try:
+        while len(members) < nodes - 1:
+            if _stopping:
+                return "stop"
+            try:
+                conn, addr = srv.accept()
+            except socket.timeout:
+                continue
+            _sockets.add(conn)
+            conn.settimeout(5)
+            try:
+                rank = int(conn.recv(16).decode().strip() or "0")
+            except (OSError, ValueError):
+                _close(conn)
+                continue
+            conn.settimeout(None)
+            keepalive(conn)
+            if rank in members:
+                _close(members[rank])
+            members[rank] = conn
+            log(f"member {rank} joined from {addr[0]}")
+        _close(srv)  # a member that restarts must not queue on this (finished) rendezvous
+        for conn in members.values():
+            conn.sendall(b"go\n")
+        return run_and_watch(argv, list(members.values()))
+    finally:
+        _close(srv, *members.values())
 
 
-def member(rank, host, port, argv):
+def member_once(rank, host, port, argv):
+    """Join the head, start vLLM when it says so, watch: why it ended ("stop" when told to)."""
     while not _stopping:
         try:
             sock = socket.create_connection((host, port), timeout=3)
@@ -174,29 +322,61 @@ def member(rank, host, port, argv):
         except OSError:
             time.sleep(RETRY)
     else:
-        return 0
-    keepalive(sock)
-    sock.sendall(f"{rank}\n".encode())
-    sock.settimeout(None)
-    buf = b""
-    while b"\n" not in buf:
-        if _stopping:
-            return 0
-        r, _, _ = select.select([sock], [], [], 0.5)
-        if r:
-            data = sock.recv(16)
-            if not data:
-                log("the group's head went away before the start")
-                return 1
-            buf += data
-    proc = start_vllm(argv)
-    why = watch(proc, [sock])
-    stop_vllm(proc, STOP_GRACE if why == "stop" else BROKEN_GRACE)
-    sock.close()
-    if why == "stop":
-        return 0
-    log(f"{why}: the group restarts")
-    return 1
+        return "stop"
+    _sockets.add(sock)
+    try:
+        keepalive(sock)
+        sock.sendall(f"{rank}\n".encode())
+        sock.settimeout(None)
+        buf = b""
+        while b"\n" not in buf:
+            if _stopping:
+                return "stop"
+            r, _, _ = select.select([sock], [], [], 0.5)
+            if r:
+                data = sock.recv(16)
+                if not data:
+                    return "the group's head went away before the start"
+                buf += data
+        return run_and_watch(argv, [sock])
+    finally:
+        _close(sock)
+
+
+def read_role():
+    """('standby' or 'active', seconds to wait before a standby's imports)."""
+    try:
+        with open(ROLE, encoding="utf-8") as fh:
+            words = fh.read().split()
+    except OSError:
+        return "active", 0.0
+    role = words[0] if words else "active"
+    delay = 0.0
+    for w in words[1:]:
+        if w.startswith("delay="):
+            try:
+                delay = max(0.0, float(w[6:]))
+            except ValueError:
+                pass
+    return ("standby" if role == "standby" else "active"), delay
+
+
+def stand_by(cmd, delay):
+    """Preload vLLM and wait for the keeper's SIGUSR1; False when told to stop first."""
+    log(f"standby: vLLM is imported {'in %gs ' % delay if delay else ''}and waits to serve in place of "
+        "a killed serving container")
+    if not pause(delay, until=lambda: _activated):
+        return False
+    preload(cmd)
+    if not _activated:
+        log("standby: ready")
+    while not _activated:
+        if not pause(0.2):
+            return False
+    with open(ROLE, "w", encoding="utf-8") as fh:
+        fh.write("active\n")
+    log("standby: now the serving container (the keeper renamed it): starting")
+    return True
 
 
 def main(argv):
@@ -205,16 +385,28 @@ def main(argv):
     cmd = with_drain_on_stop(argv[sep + 1:], STOP_GRACE)
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    if nodes == 1:
-        proc = start_vllm(cmd)
-        why = watch(proc, [])
-        stop_vllm(proc, STOP_GRACE if why == "stop" else BROKEN_GRACE)
-        if why != "stop":
-            log(why)
-        return 0 if why == "stop" else 1
-    if rank == 0:
-        return head(nodes, host, port, cmd)
-    return member(rank, host, port, cmd)
+    signal.signal(signal.SIGUSR1, on_activate)
+    role, delay = read_role()
+    if role == "standby":
+        if not stand_by(cmd, delay):
+            return 0
+    else:
+        preload(cmd)
+    backoff = 0.0
+    while True:
+        t = time.monotonic()
+        if nodes == 1:
+            why = run_and_watch(cmd, [])
+        elif rank == 0:
+            why = head_once(nodes, host, port, cmd)
+        else:
+            why = member_once(rank, host, port, cmd)
+        if why == "stop" or _stopping:
+            return 0
+        backoff = min(BACKOFF_MAX, max(1.0, 2 * backoff)) if time.monotonic() - t < QUICK_EXIT else 0.0
+        log(f"{why}: the group starts again" + (f" in {backoff:g}s" if backoff else ""))
+        if not pause(backoff):
+            return 0
 
 
 if __name__ == "__main__":

@@ -6,9 +6,12 @@ replicas' data-plane URLs this machine reaches (the sandbox's do). Under a light
 router, it runs `docker kill` on the serve container of one member of the last replica (over SSH,
 as an operator's slip would) and times, from the moment the kill returned:
 
-  killed container running again   the keeper (or Docker's restart policy) started it: its StartedAt
-  whole group restarted            the last member of the replica started again (its survivors fall
-                                   with it: checks/member.py)
+  keeper acted                     the keeper's line on the victim: its standby took over (the
+                                   standby, vLLM imported, renamed and told to serve) or it started
+                                   the killed container again (no standby)
+  whole group restarted            the last member of the replica started vLLM again (its survivors
+                                   stop theirs and the group meets again: checks/member.py), from
+                                   the members' own `starting` lines
   vLLM answers /health             first 200 from the replica's API server (polled every 0.2 s)
   back in rotation                 the replica served a request of the load through the router again
                                    (its vllm:request_success_total grew, polled every 0.5 s)
@@ -54,14 +57,26 @@ def served(url: str, key: str | None) -> float | None:
                if ln.startswith("vllm:request_success_total{"))
 
 
-def started_at(sess: Session, host: str, name: str) -> float | None:
-    r = sess.ssh[host].run(("docker", "inspect", "--format", "{{.State.StartedAt}}", name), timeout=30, check=False)
-    text = r.stdout.strip()
-    if not r.ok or not text or text.startswith("0001"):
+def _utc(stamp: str) -> float | None:
+    """Docker's RFC 3339 timestamp (nanoseconds, Z) as a UNIX time."""
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    try:
+        t = dt.datetime.strptime(head, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.timezone.utc).timestamp()
+    except ValueError:
         return None
-    head, _, frac = text.rstrip("Z").partition(".")
-    t = dt.datetime.strptime(head, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.timezone.utc).timestamp()
     return t + float("0." + (frac or "0")[:6])
+
+
+def log_lines(sess: Session, host: str, name: str, since: float, needle: str) -> list[tuple[float, str]]:
+    """The container's log lines since SINCE that hold NEEDLE: (time, text)."""
+    r = sess.ssh[host].run(("docker", "logs", "-t", "--since", f"{since:.3f}", name), timeout=60, check=False)
+    out = []
+    for ln in (r.stdout + r.stderr).splitlines():
+        stamp, _, text = ln.partition(" ")
+        t = _utc(stamp)
+        if t is not None and needle in text:
+            out.append((t, text))
+    return out
 
 
 class Load:
@@ -116,12 +131,13 @@ def one_run(inv, sess: Session, k: int, member: int, key: str | None, model: str
                     marks["rotation"] = now
             time.sleep(0.2)
         time.sleep(2)
-    back = started_at(sess, victim, name)
-    group_at = [started_at(sess, h.name, name) for h in group]
+    keeper = log_lines(sess, victim, FP.keeper_name(inv), t0 - 1, f"{name} was Exited")
+    starts = [log_lines(sess, h.name, name, t0, "[bootstrap-member] starting") for h in group]
     failed = [t for t, ok in load.samples if not ok]
-    return {"victim": victim, "t0": t0,
-            "back": back - t0 if back and back > t0 else None,
-            "group": max(group_at) - t0 if all(g and g > t0 for g in group_at) else None,
+    how = ("took over" if "standby took over" in keeper[0][1] else "started") if keeper else "-"
+    return {"victim": victim, "t0": t0, "how": how,
+            "back": keeper[0][0] - t0 if keeper else None,
+            "group": max(st[0][0] for st in starts) - t0 if all(starts) else None,
             "health": marks["health"] - t0 if "health" in marks else None,
             "rotation": marks["rotation"] - t0 if "rotation" in marks else None,
             "requests": len(load.samples), "failed": len(failed),
@@ -153,13 +169,13 @@ def main(argv: list[str]) -> int:
         return f"{v:8.1f}" if v is not None else "       -"
 
     print(f"replica {k}, member {a.member} killed; seconds after the kill")
-    print(f"{'run':>3} {'victim':>8} {'running':>8} {'group':>8} {'/health':>8} {'rotation':>8} "
+    print(f"{'run':>3} {'victim':>8} {'keeper':>10} {'at':>6} {'group':>8} {'/health':>8} {'rotation':>8} "
           f"{'requests':>9} {'failed':>7} {'failed>2s':>10}")
     for i, r in enumerate(rows):
-        print(f"{i:>3} {r['victim']:>8} {s(r['back'])} {s(r['group'])} {s(r['health'])} {s(r['rotation'])} "
-              f"{r['requests']:>9} {r['failed']:>7} {r['failed_after_2s']:>10}")
+        print(f"{i:>3} {r['victim']:>8} {r['how']:>10} {s(r['back'])[2:]} {s(r['group'])} {s(r['health'])} "
+              f"{s(r['rotation'])} {r['requests']:>9} {r['failed']:>7} {r['failed_after_2s']:>10}")
     for r in rows:
-        parts = [("keeper/Docker start", r["back"]), ("group restart", r["group"]), ("vLLM start", r["health"]),
+        parts = [("keeper", r["back"]), ("group restart", r["group"]), ("vLLM start", r["health"]),
                  ("router", r["rotation"])]
         prev, shown = 0.0, []
         for label, v in parts:

@@ -70,6 +70,14 @@ def _printable(text: str, keep: str = "") -> str:
     return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
 
 
+def _standby_cell(standbys: dict[str, str] | None) -> str:
+    """A replica's standbys: how many of its members have one running (cluster.standby)."""
+    if standbys is None:
+        return "-"
+    up = sum(1 for v in standbys.values() if v == "running")
+    return f"[green]{up}/{len(standbys)}[/]" if up == len(standbys) else f"[yellow]{up}/{len(standbys)}[/]"
+
+
 def _escape(text: object, *, lines: bool = False, markup: bool = True) -> str:
     """A string from a user, an inventory or a host, made safe to print: shown as it is, on one line.
 
@@ -363,7 +371,7 @@ def fleet_status(inv, groups, fs, as_json: bool) -> None:
     t = Table(title=f"serving through the router on {_escape(fs.router_host)} ({_escape(fs.router)})"
               + (": prefill/decode disaggregated" if pd else ""))
     for col in ("replica", *(("serves", "KV pulled (failed)") if pd else ()), "hosts", "url", "health", "in router",
-                "router says", "running", "waiting", "served", "restarts", "model"):
+                "router says", "running", "waiting", "served", "restarts", "standby", "model"):
         t.add_column(col)
     def num(v: float | None) -> str:
         return "-" if v is None else f"{v:g}"
@@ -383,7 +391,7 @@ def fleet_status(inv, groups, fs, as_json: bool) -> None:
               else f"{num(r.kv_transfers)} ({'[red]' + num(r.kv_failed) + '[/]' if r.kv_failed else num(r.kv_failed)})")
         t.add_row(str(r.index), *((_escape(r.role or "-"), kv) if pd else ()), _escape(", ".join(r.hosts)),
                   _escape(r.url), f"[{color}]{_escape(r.health)}[/]", rot, says, num(r.running), num(r.waiting),
-                  _escape(served), str(r.restarts), _escape(model))
+                  _escape(served), str(r.restarts), _standby_cell(r.standbys), _escape(model))
     out.print(t)
     if len(fs.routers) > 1 or fs.vip:
         t = Table(title="routers" + (f": floating address {_escape(fs.vip)}" if fs.vip else ""))

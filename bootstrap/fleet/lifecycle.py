@@ -2,8 +2,10 @@
 
 A fleet is two things on its hosts: each replica group's cluster (its own node containers, head and
 Ray cluster, brought up and torn down by cluster/run.py, once per group) and the fleet's own
-containers (per host: the serve container `<container_name>-serve`, a replaced one kept for a
-rollback `<container_name>-serve-old`, the keeper `<container_name>-keeper`; on the router host the
+containers (per host: the serve container `<container_name>-serve`, its standby
+`<container_name>-serve-standby` (and `-serve-spent` for a moment after a take-over), a replaced
+one kept for a rollback `<container_name>-serve-old` (`-serve-standby-old`), the keeper
+`<container_name>-keeper`; on the router host the
 router `<container_name>-router`; started by fleet/run.py). The functions here drive both, so the
 CLI, a Python caller and the tests do the same thing. cluster/run.py refuses a fleet inventory and
 names these functions: the cluster layer cannot call the fleet above it.
@@ -38,9 +40,10 @@ def _fleet_only(inv: Inventory, fn: str, single: str) -> None:
 def fleet_containers(inv: Inventory) -> tuple[str, ...]:
     """The fleet's own containers, in the order `down` removes them: the keeper first (it starts a
     serve or router container again that stopped behind its back), then the router and the serve
-    containers, the one kept for a rollback included. keepalived (a floating address) before the
+    containers, the standbys and those kept for a rollback included. keepalived (a floating address) before the
     router: it is stopped first (fleet.run.stop_vip) so that it gives the address up and removes its forwarding."""
-    return (FP.keeper_name(inv), FP.vip_name(inv), FP.router_name(inv), FP.serve_name(inv), FP.old_name(inv))
+    return (FP.keeper_name(inv), FP.vip_name(inv), FP.router_name(inv), FP.serve_name(inv), FP.standby_name(inv),
+            FP.spent_name(inv), FP.old_name(inv), FP.standby_old_name(inv))
 
 
 # -- up -------------------------------------------------------------------------------------------

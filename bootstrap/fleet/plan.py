@@ -33,8 +33,12 @@ MASTER_PORT = NATIVE_MASTER_PORT
 COORD_PORT = NATIVE_COORD_PORT
 #: Seconds vLLM gets to finish in-flight requests when a replica is stopped on purpose.
 STOP_GRACE = 30
-#: Where the member supervisor lives in a serve container (copied in before the first start).
+#: Where the member supervisor lives in a serve container (copied in before the first start), and
+#: its role file there (checks/member.py's ROLE; checks/keeper.py writes it too).
 MEMBER_PATH = "/opt/bootstrap/member.py"
+ROLE_PATH = "/opt/bootstrap/member.role"
+#: ... and its count of vLLM starts (checks/member.py's STARTS): a replica's restarts in `status`
+STARTS_PATH = "/opt/bootstrap/member.starts"
 KEEPER_PATH = "/opt/bootstrap/keeper.py"
 #: what vLLM reads its API key from (the value comes from the secret cluster.router.api_key names)
 API_KEY_ENV = SS.API_KEY_ENV
@@ -42,6 +46,21 @@ API_KEY_ENV = SS.API_KEY_ENV
 
 def serve_name(inv: Inventory) -> str:
     return f"{inv.cluster.container_name}-serve"
+
+
+def standby_name(inv: Inventory) -> str:
+    """A member's standby: its serve container's twin, vLLM imported, waiting (cluster.standby)."""
+    return f"{serve_name(inv)}-standby"
+
+
+def spent_name(inv: Inventory) -> str:
+    """A killed serve container while the keeper makes it the next standby (checks/keeper.py's SPENT)."""
+    return f"{serve_name(inv)}-spent"
+
+
+def standby_old_name(inv: Inventory) -> str:
+    """A replaced replica's standby, kept until its successor serves (rollback)."""
+    return f"{standby_name(inv)}-old"
 
 
 def old_name(inv: Inventory) -> str:
@@ -274,6 +293,9 @@ class MemberLaunch:
     create: tuple[str, ...]
     #: the `vllm serve` argv the supervisor runs
     vllm: tuple[str, ...]
+    #: the standby's `docker create` argv (the same container under standby_name; cluster.standby),
+    #: else empty
+    standby: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -518,7 +540,8 @@ def keeper_create_argv(inv: Inventory) -> tuple[str, ...]:
             "-v", "/var/run/docker.sock:/var/run/docker.sock",
             "--label", f"{PL.LABEL_CLUSTER}={c.name}",
             "--entrypoint", "python3", c.image, KEEPER_PATH, c.name, str(interval),
-            serve_name(inv), router_name(inv), *((vip_name(inv),) if c.router.vip is not None else ()))
+            f"{serve_name(inv)}={standby_name(inv)}" if c.standby else serve_name(inv), router_name(inv),
+            *((vip_name(inv),) if c.router.vip is not None else ()))
 
 
 def plan_routers(inv: Inventory, urls: Sequence[str], image: str | None = None,
@@ -562,12 +585,15 @@ def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice, *, nofile: dict
         vllms = P.native_serve_argvs(spec.model, split.par, ips, port=c.ports.vllm, host=group[0].ip,
                                      master_port=MASTER_PORT, served_name=spec.served_name,
                                      extra=extra)
-        members = tuple(MemberLaunch(h.name, k, rank, member_create_argv(
-            inv, h, nofile.get(h.name), replica=k, rank=rank, nodes=len(group), vllm=vllms[rank], spec=spec,
-            derived=(derived or {}).get(h.name),
-            ucx={**((ucx or {}).get(h.name) or {}), **({CPU_BIND_ENV: "nobind"} if h.name in unbound else {})}),
-            vllms[rank]) for rank, h in enumerate(group))
-        replicas.append(ReplicaPlan(k, tuple(h.name for h in group), replica_url(inv, k), members, role(inv, k)))
+        members = []
+        for rank, h in enumerate(group):
+            argvs = [member_create_argv(
+                inv, h, nofile.get(h.name), replica=k, rank=rank, nodes=len(group), vllm=vllms[rank], spec=spec,
+                name=name, derived=(derived or {}).get(h.name),
+                ucx={**((ucx or {}).get(h.name) or {}), **({CPU_BIND_ENV: "nobind"} if h.name in unbound else {})})
+                for name in (None, *((standby_name(inv),) if c.standby else ()))]
+            members.append(MemberLaunch(h.name, k, rank, argvs[0], vllms[rank], argvs[1] if c.standby else ()))
+        replicas.append(ReplicaPlan(k, tuple(h.name for h in group), replica_url(inv, k), tuple(members), role(inv, k)))
     urls = [r.url for r in replicas]
     return FleetPlan(spec, split, tuple(replicas), plan_routers(inv, urls, spec.image, ifaces),
                      router_url(inv) + "/v1", keeper_create_argv(inv), tuple(notes), c.router.api_key,

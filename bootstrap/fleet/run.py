@@ -44,6 +44,8 @@ class ReplicaState:
     url: str
     #: serve container per host: running, restarting, exited, absent
     containers: dict[str, str]
+    #: how often its members' vLLM started again: Docker's restarts of the serve containers and the
+    #: member supervisors' own restarts of vLLM (checks/member.py)
     restarts: int
     spec: FP.Spec | None
     health: str
@@ -67,6 +69,8 @@ class ReplicaState:
     latency: dict[str, float] | None = None
     #: requests finished per data parallel engine index (a DP replica's API server; None: not read)
     engines: dict[str, float] | None = None
+    #: each member's standby container (cluster.standby): running, exited, absent...; None: no standbys
+    standbys: dict[str, str] | None = None
 
     @property
     def router_available(self) -> bool | None:
@@ -83,7 +87,7 @@ class ReplicaState:
                 "succeeded": self.succeeded, "router_healthy": self.router_healthy,
                 "router_circuit_closed": self.router_circuit_closed, "role": self.role,
                 "kv_transfers": self.kv_transfers, "kv_failed": self.kv_failed, "latency": self.latency,
-                "dp": self.spec.dp if self.spec else None, "engines": self.engines}
+                "dp": self.spec.dp if self.spec else None, "engines": self.engines, "standbys": self.standbys}
 
 
 @dataclass
@@ -352,6 +356,25 @@ def _start_replica(sess: Session, inv: Inventory, rp: FP.ReplicaPlan, stage: str
                                                        FP.MEMBER_PATH, "member.py"))
 
 
+def _start_standbys(sess: Session, inv: Inventory, rps: Sequence[FP.ReplicaPlan], stage: str = "standby") -> None:
+    """Each member's standby (cluster.standby): its serve container's twin, vLLM imported and
+    waiting, that the keeper puts in the place of a killed one (checks/keeper.py). Started once the
+    replicas serve, so that its imports do not slow their start."""
+    members = [m for rp in rps for m in rp.members if m.standby]
+    if not members:
+        return
+    by_host = {m.host: m for m in members}
+    files = {FP.MEMBER_PATH: check_script("member.py"), FP.ROLE_PATH: b"standby\n"}
+    sess.stage(stage, [inv.host(h) for h in by_host],
+               lambda h: _create_with(sess, h, by_host[h.name].standby, FP.standby_name(inv), files))
+
+
+def serve_names(inv: Inventory) -> tuple[str, ...]:
+    """Every serve container a member's host may hold: serving, its standby, a killed one on its
+    way to be the next standby, and a rollout's kept ones."""
+    return (FP.serve_name(inv), FP.standby_name(inv), FP.spent_name(inv), FP.old_name(inv), FP.standby_old_name(inv))
+
+
 def _gate(sess: Session, inv: Inventory, k: int, wait: float) -> dict:
     head = inv.replicas[k][0]
     return _probe(sess, head, FP.serve_name(inv), ["ready", FP.replica_url(inv, k), str(wait)], timeout=wait + 120)
@@ -391,7 +414,7 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
             return plan
         sess.stage("stop-old", inv.hosts, lambda h: stop_serving(sess, h))  # what a single `serve` started
         _rm_routers(sess, inv, "remove-old-router")
-        _rm(sess, inv.hosts, FP.serve_name(inv), FP.old_name(inv), stage="remove-old")
+        _rm(sess, inv.hosts, *serve_names(inv), stage="remove-old")
         kv = _kv_check(sess, inv, facts["ucx"])
         notes.extend(w for w in (r.warning(inv.cluster.infiniband) for r in kv) if w)
         GD.put_secrets(sess, inv.hosts, prune=False)
@@ -409,7 +432,7 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
             failed = ServeFailed(f"replica {k} ({', '.join(plan.replicas[k].hosts)}) did not serve: {cause}{others}",
                                  tail)
             # a removal that fails is attached to the error, not raised in its place (Session.cleanup)
-            names = (FP.serve_name(inv), FP.router_name(inv), FP.vip_name(inv))
+            names = (*serve_names(inv), FP.router_name(inv), FP.vip_name(inv))
             sess.cleanup("stop-failed", inv.hosts, lambda h: DK.rm(sess.ssh[h.name], *names, timeout=120), failed)
             raise failed
         launches = {r.host: r for r in plan.routers}
@@ -432,6 +455,7 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
                 tails = "\n".join(f"{h.name}: {_logs(sess, h, FP.vip_name(inv), 15)}" for h in rhosts)
                 raise ServeFailed(f"the floating address {plan.vip} did not answer a completion: "
                                   f"{through.get('error')}", tails)
+        _start_standbys(sess, inv, plan.replicas)
         return FleetResult(plan.endpoint, through.get("models", []), plan,
                            {k: float(r.get("t", 0)) for k, r in ready.items()}, time.monotonic() - t0, notes, kv)
 
@@ -442,7 +466,7 @@ def stop_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
         sess.connect()
         _rm(sess, inv.hosts, FP.keeper_name(inv), stage="stop-keeper")
         _rm_routers(sess, inv, "stop-router")
-        _rm(sess, inv.hosts, FP.serve_name(inv), FP.old_name(inv), stage="stop")
+        _rm(sess, inv.hosts, *serve_names(inv), stage="stop")
     return [h.name for h in inv.hosts]
 
 
@@ -452,9 +476,9 @@ def stop_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
 def fleet_state(sess: Session) -> FleetState:
     inv = sess.inv
     sname = FP.serve_name(inv)
-    looked = sess.stage("inspect-serve", inv.hosts, lambda h: (_inspect(sess, h, sname),
-                                                               DK.restart_count(sess.ssh[h.name], sname)),
-                        strict=False)
+    twin = FP.standby_name(inv) if inv.cluster.standby else ""
+    looked = sess.stage("inspect-serve", inv.hosts, lambda h: (_inspect(sess, h, sname), DK.supervised_restarts(
+                            sess.ssh[h.name], sname, FP.STARTS_PATH, twin)), strict=False)
     inspected, not_inspected = looked.succeeded, looked.failed
     urls = [FP.replica_url(inv, k) for k in range(inv.cluster.replicas)]
     routers, views = _router_views(sess, inv, urls)
@@ -471,7 +495,7 @@ def fleet_state(sess: Session) -> FleetState:
     closed = rview.get("circuit_closed") if isinstance(rview, dict) else None
     replicas = []
     for k, group in enumerate(inv.replicas):
-        containers, restarts, spec = {}, 0, None
+        containers, restarts, spec, standbys = {}, 0, None, {}
         unknown = []
         for h in group:
             if h.name in not_inspected:  # unreachable, or its Docker does not answer: not "absent"
@@ -479,9 +503,12 @@ def fleet_state(sess: Session) -> FleetState:
                 unknown.append(f"{h.name}: {not_inspected[h.name]}")
                 continue
             got = inspected.get(h.name)
-            st, n = (None, 0) if got is None else got
+            st, (docker_restarts, starts, standby) = (None, (0, None, None)) if got is None else got
             containers[h.name] = st.status if st else "absent"
-            restarts += n
+            # the container's restarts by Docker, and its supervisor's starts of vLLM after the first
+            restarts += docker_restarts + max(0, (starts or 1) - 1)
+            if standby is not None:
+                standbys[h.name] = standby
             if st and h is group[0]:
                 spec = FP.Spec.from_label(st.labels.get(FP.LABEL_SERVE))
         row = (view.get("replicas") or {}).get(urls[k]) or {}
@@ -502,7 +529,7 @@ def fleet_state(sess: Session) -> FleetState:
                                      closed.get(urls[k]) if isinstance(closed, dict) else None,
                                      FP.role(inv, k), row.get("kv_transfers"), row.get("kv_failed"),
                                      {n: float(row[n]) for n in LATENCY_KEYS if isinstance(row.get(n), (int, float))},
-                                     engine_counts(row.get("engines"))))
+                                     engine_counts(row.get("engines")), standbys or None))
     shown = first or routers[0]
     holder = next((r.host for r in routers if r.holds_vip), None)
     vip = inv.cluster.router.vip
@@ -753,8 +780,11 @@ def _replace(sess: Session, inv: Inventory, rp: FP.ReplicaPlan, drain: float, wa
     # Renamed first: the keeper restarts only containers under the serving name. The head (the API
     # server) is stopped first and alone: its vLLM finishes what is still in flight (member.py's
     # --shutdown-timeout) while the other members, whose GPUs those requests need, are still there.
-    sess.stage(f"retire-r{k}", hosts, lambda h: (DK.rm(sess.ssh[h.name], oname),
-                                                DK.rename(sess.ssh[h.name], sname, oname)))
+    sb, sbold = FP.standby_name(inv), FP.standby_old_name(inv)
+    # the standbys too: they serve the old spec (the keeper would not take over with them anyway)
+    sess.stage(f"retire-r{k}", hosts, lambda h: (DK.rm(sess.ssh[h.name], oname, sbold),
+                                                DK.rename(sess.ssh[h.name], sname, oname),
+                                                DK.rename_if_present(sess.ssh[h.name], sb, sbold)))
     sess.stage(f"stop-r{k}", hosts[:1], lambda h: _stop(sess, h, oname))
     if hosts[1:]:
         sess.stage(f"stop-r{k}-members", hosts[1:], lambda h: _stop(sess, h, oname))
@@ -771,7 +801,8 @@ def _replace(sess: Session, inv: Inventory, rp: FP.ReplicaPlan, drain: float, wa
     if not back.get("ok"):
         raise RolloutFailed(f"the router did not take replica {k} back: {back}", {})
     step(k, f"serving the new spec, back in the router ({ready.get('t', 0):.0f}s to serve)")
-    _rm(sess, hosts, oname, stage=f"clean-r{k}")
+    _rm(sess, hosts, oname, sbold, stage=f"clean-r{k}")
+    _start_standbys(sess, inv, [rp], stage=f"standby-r{k}")
 
 
 def _roll_back(sess: Session, inv: Inventory, k: int, wait: float, step: Callable[[int, str], None]) -> str:
@@ -784,8 +815,10 @@ def _roll_back(sess: Session, inv: Inventory, k: int, wait: float, step: Callabl
         back = _router_call(sess, inv, "add", FP.replica_url(inv, k))  # it may have left the router already
         return "old (left as it was)" if back.get("ok") else "old (left as it was, not in the router)"
     step(k, "rolling back")
-    sess.stage(f"rollback-r{k}", hosts, lambda h: (DK.rm(sess.ssh[h.name], sname),
+    sb, sbold = FP.standby_name(inv), FP.standby_old_name(inv)
+    sess.stage(f"rollback-r{k}", hosts, lambda h: (DK.rm(sess.ssh[h.name], sname, sb),
                                                   DK.rename(sess.ssh[h.name], oname, sname),
+                                                  DK.rename_if_present(sess.ssh[h.name], sbold, sb),
                                                   DK.start(sess.ssh[h.name], sname)))
     ready = _gate(sess, inv, k, wait)
     if not ready.get("ready"):

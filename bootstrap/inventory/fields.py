@@ -595,6 +595,7 @@ _CLUSTER_FIELDS: dict[str, Validator] = {
     "dashboard_host": _dashboard_host,
     "ssh": _described("a mapping: cluster.ssh below", lambda v, loc: v),  # checked in _ssh
     "replicas": _int(1, _MAX_HOSTS),
+    "standby": _bool,
     # checked in _router (needs the ports and the secrets) and _monitor (needs the ports)
     "router": _described("a mapping: cluster.router below", lambda v, loc: v),
     "monitor": _described("a mapping: cluster.monitor below", lambda v, loc: v),

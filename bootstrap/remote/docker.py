@@ -148,15 +148,26 @@ def inspect(ssh: Runner, name: str, *, timeout: float = 30, check: bool = False)
     return parse_container_inspect(r.stdout) if r.ok else None
 
 
-def restart_count(ssh: Runner, name: str, *, timeout: float = 30) -> int:
-    """How often Docker restarted the container; 0 when it cannot tell. Safe to default: the only
-    caller (fleet status) inspects the same container in the same step, and that inspect raises when
-    Docker does not answer; an absent container has restarted 0 times."""
-    r = ssh.run(("docker", "inspect", "--format", "{{.RestartCount}}", name), timeout=timeout, check=False)
-    try:
-        return int(r.stdout.strip())
-    except ValueError:
-        return 0
+#: Docker's restart count of $1, the count in file $2 inside it (when it runs and has one), and the
+#: state of container $3 ("absent" when there is none): one command per host for `status`.
+_RESTARTS = ('docker inspect --format "{{.RestartCount}}" "$1" 2>/dev/null || echo 0; '
+             '{ [ -n "$2" ] && docker exec "$1" cat "$2" 2>/dev/null; } | head -n 1 | grep . || echo -; '
+             '[ -n "$3" ] && { docker inspect --format "{{.State.Status}}" "$3" 2>/dev/null || echo absent; }; true')
+
+
+def supervised_restarts(ssh: Runner, name: str, starts_file: str = "", twin: str = "",
+                        *, timeout: float = 30) -> tuple[int, int | None, str | None]:
+    """(Docker's restart count of the container, the number in STARTS_FILE inside it: how many
+    times its supervisor started its process (None: no such file, or it is not running), the state
+    of the container TWIN (None: none asked; "absent")). Unreadable parts read as 0 / None."""
+    r = ssh.run(("sh", "-c", _RESTARTS, "sh", name, starts_file, twin), timeout=timeout, check=False)
+    lines = [ln.strip() for ln in r.stdout.splitlines()]
+    def num(i: int) -> int | None:
+        try:
+            return int(lines[i])
+        except (IndexError, ValueError):
+            return None
+    return num(0) or 0, num(1), (lines[2] or None) if twin and len(lines) > 2 else None
 
 
 def logs(ssh: Runner, name: str, tail: int, *, timeout: float = 60) -> str:
@@ -185,6 +196,11 @@ def stop(ssh: Runner, name: str, grace: int, *, timeout: float):
 
 def rename(ssh: Runner, old: str, new: str, *, timeout: float = 60):
     return ssh.run(("docker", "rename", old, new), timeout=timeout)
+
+
+def rename_if_present(ssh: Runner, old: str, new: str, *, timeout: float = 60):
+    """`docker rename OLD NEW` where OLD exists; absent is fine, any other failure raises CommandFailed."""
+    return _run_unless_absent(ssh, ("docker", "rename", old, new), timeout=timeout, check=False)
 
 
 def kill_signal(ssh: Runner, name: str, signal: str, *, timeout: float = 60):

@@ -60,9 +60,11 @@ def test_the_fleet_functions_refuse_one_replica_and_name_the_cluster_ones(tmp_pa
 
 def test_the_fleet_containers_follow_the_container_name_keeper_first(tmp_path):
     inv = load(tmp_path, fleet_yaml(4, 2, cluster="container_name: llm"))
-    assert FLC.fleet_containers(inv) == ("llm-keeper", "llm-vip", "llm-router", "llm-serve", "llm-serve-old")
+    assert FLC.fleet_containers(inv) == ("llm-keeper", "llm-vip", "llm-router", "llm-serve", "llm-serve-standby",
+                                         "llm-serve-spent", "llm-serve-old", "llm-serve-standby-old")
     assert FLC.fleet_containers(inv) == (FP.keeper_name(inv), FP.vip_name(inv), FP.router_name(inv),
-                                         FP.serve_name(inv), FP.old_name(inv))
+                                         FP.serve_name(inv), FP.standby_name(inv), FP.spent_name(inv),
+                                         FP.old_name(inv), FP.standby_old_name(inv))
 
 
 # -- down -----------------------------------------------------------------------------------------
@@ -91,14 +93,14 @@ class LockingHost(FakeHost):
 def _docker_host(inv, name, *, serving=True, node=True, **kw) -> LockingHost:
     """A host where Docker has (serving: ) the keeper and serve containers, and (node: ) the node
     container; `docker rm -f` prints each container it removed, as Docker does."""
-    keeper, vip, router, serve, old = FLC.fleet_containers(inv)
+    keeper, vip, router, serve, *rest = FLC.fleet_containers(inv)
     cname = inv.cluster.container_name
     return LockingHost(name, [
         (f"docker rm -f {keeper}",
          (0, f"{keeper}\n", "") if serving else (0, "", f"Error: No such container: {keeper}")),
-        (f"docker rm -f {vip} {router} {serve} {old}",
+        (f"docker rm -f {vip} {router} {serve} {' '.join(rest)}",
          (0, f"{serve}\n", f"Error: No such container: {vip}\nError: No such container: {router}\n"
-                          f"Error: No such container: {old}") if serving
+                          + "\n".join(f"Error: No such container: {c}" for c in rest)) if serving
          else (0, "", "Error: No such container: x")),
         (f"container inspect {cname}", RUNNING if node else ABSENT),
         (f"docker rm -f {cname}", (0, f"{cname}\n", "")),
@@ -119,13 +121,13 @@ def test_down_removes_the_keepers_then_router_and_serve_then_each_groups_node_co
     hosts = {n: _docker_host(fleet, n) for n in ("h0", "h1", "h2", "h3")}
     _fake_sessions(monkeypatch, hosts)
     res = FLC.down_fleet(fleet)
-    keeper, vip, router, serve, old = FLC.fleet_containers(fleet)
+    keeper, vip, router, serve, *rest = FLC.fleet_containers(fleet)
     assert res.fleet_removed == {n: (keeper, serve) for n in hosts}
     assert [set(g.removed) for g in res.replicas] == [{"h0", "h1"}, {"h2", "h3"}]
     assert [g.absent for g in res.replicas] == [(), ()]
     for name, h in hosts.items():
         rms = [c for c in h.commands if c.startswith("docker rm -f")]
-        assert rms == [f"docker rm -f {keeper}", f"docker rm -f {vip} {router} {serve} {old}",
+        assert rms == [f"docker rm -f {keeper}", f"docker rm -f {vip} {router} {serve} {' '.join(rest)}",
                        "docker rm -f bootstrap-vllm"], (name, h.commands)
         # the compile caches' volume once no container mounts it, then the fence and Ray's token
         vol = h.commands.index("docker volume rm -f bootstrap-vllm-compile-cache")
@@ -322,7 +324,8 @@ def test_down_stops_keepalived_on_the_router_hosts_before_removing_it(tmp_path, 
     for name, h in hosts.items():
         stops = [i for i, c in enumerate(h.commands) if c == "docker stop -t 10 bootstrap-vllm-vip"]
         rm = h.commands.index("docker rm -f bootstrap-vllm-vip bootstrap-vllm-router bootstrap-vllm-serve "
-                              "bootstrap-vllm-serve-old")
+                              "bootstrap-vllm-serve-standby bootstrap-vllm-serve-spent bootstrap-vllm-serve-old "
+                              "bootstrap-vllm-serve-standby-old")
         if name in ("h0", "h2"):  # the heads of the first two replicas: the router hosts
             assert len(stops) == 1 and stops[0] < rm, (name, h.commands)
         else:

@@ -410,7 +410,9 @@ def test_plan_fleet_router_and_keeper(fleet):
     assert k[k.index("--network") + 1] == "none"
     assert k[k.index("--cap-drop") + 1] == "ALL"
     assert k[k.index("--restart") + 1] == "unless-stopped"
-    assert FP.KEEPER_PATH in k and k[-2:] == ["bootstrap-vllm-serve", "bootstrap-vllm-router"]
+    # the serving name with its standby's (cluster.standby, on by default), and the router's
+    assert FP.KEEPER_PATH in k
+    assert k[-2:] == ["bootstrap-vllm-serve=bootstrap-vllm-serve-standby", "bootstrap-vllm-router"]
     doc = plan.to_dict()
     assert json.loads(json.dumps(doc)) == doc
     assert len(doc["replicas"]) == 2 and doc["router"] == r and doc["tp"] == 2 and doc["pp"] == 1
@@ -752,3 +754,22 @@ def test_fleet_status_shows_each_engines_requests_and_the_data_parallel_shape(fl
     text = capsys.readouterr().out
     assert "engine 1: 8" in text, text
     assert "(--dp 2)" in text, text
+
+
+def test_each_member_has_a_standby_twin_that_the_keeper_knows_unless_the_inventory_says_no(fleet, tmp_path):
+    """cluster.standby (default on): each member's standby is its serve container under another
+    name (same options, labels and supervisor command, so the keeper's label check passes), and the
+    keeper is told which name stands by for the serving one."""
+    plan = FP.plan_fleet(fleet, FP.Spec("org/model"), CPU_SPLIT, nofile={})
+    for rp in plan.replicas:
+        for m in rp.members:
+            c, s = list(m.create), list(m.standby)
+            assert c[c.index("--name") + 1] == "bootstrap-vllm-serve"
+            assert s[s.index("--name") + 1] == FP.standby_name(fleet) == "bootstrap-vllm-serve-standby"
+            i = c.index("--name")
+            assert s[:i + 1] + s[i + 2:] == c[:i + 1] + c[i + 2:]
+    assert "bootstrap-vllm-serve=bootstrap-vllm-serve-standby" in plan.keeper
+    off = load(tmp_path, fleet_yaml(cluster="name: demo\nstandby: false"))
+    plan = FP.plan_fleet(off, FP.Spec("org/model"), CPU_SPLIT, nofile={})
+    assert all(m.standby == () for rp in plan.replicas for m in rp.members)
+    assert "bootstrap-vllm-serve" in plan.keeper and not [a for a in plan.keeper if "standby" in a]

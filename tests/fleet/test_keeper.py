@@ -5,11 +5,13 @@ is caught by the periodic look (two looks in a row)."""
 from __future__ import annotations
 
 import http.server
+import io
 import json
 import os
 import socketserver
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 import urllib.parse
@@ -27,6 +29,8 @@ class FakeDocker(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     def __init__(self, path):
         self.containers: dict[str, dict] = {}
         self.started: list[tuple[str, float]] = []
+        #: every other call that changes something: (method, container id, what)
+        self.calls: list[tuple[str, str, str]] = []
         self.events: list[dict] = []
         self.cond = threading.Condition()
         super().__init__(path, Handler)
@@ -36,6 +40,11 @@ class FakeDocker(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             self.containers[cid].update(status=status, code=code)
             self.events.append({"status": "die", "id": cid, "time": time.time()})
             self.cond.notify_all()
+
+    def find(self, ref):
+        """A container's ID from its ID or its name, as Docker's API takes either."""
+        return ref if ref in self.containers else next(
+            (cid for cid, c in self.containers.items() if c["name"] == ref), ref)
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -79,21 +88,61 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._json(200, [{"Id": cid, "Names": ["/" + c["name"]], "State": c["status"]}
                              for cid, c in d.containers.items()])
             return
-        cid = url.path.split("/")[2]
+        cid = d.find(urllib.parse.unquote(url.path.split("/")[2]))
         c = d.containers.get(cid)
         if c is None:
-            self._json(404, {"message": f"No such container: {cid}"})
+            self._json(404, {"message": f"No such container: {url.path.split('/')[2]}"})
             return
-        self._json(200, {"Id": cid, "Name": "/" + c["name"], "State": {"Status": c["status"], "ExitCode": c["code"]}})
+        self._json(200, {"Id": cid, "Name": "/" + c["name"], "State": {"Status": c["status"], "ExitCode": c["code"]},
+                         "Config": {"Labels": c.get("labels", {})}})
+
+    def _empty(self, code):
+        self.send_response(code)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def do_POST(self):
         d: FakeDocker = self.server
-        cid = self.path.split("/")[2]
+        url = urllib.parse.urlsplit(self.path)
+        cid, verb = d.find(urllib.parse.unquote(url.path.split("/")[2])), url.path.split("/")[3]
+        args = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
         with d.cond:
-            d.containers[cid]["status"] = "running"
-            d.started.append((cid, time.monotonic()))
-        self.send_response(204)
-        self.end_headers()
+            if cid not in d.containers:
+                self._empty(404)
+                return
+            if verb == "start":
+                d.containers[cid]["status"] = "running"
+                d.started.append((cid, time.monotonic()))
+            elif verb == "rename":
+                if any(c["name"] == args["name"] for c in d.containers.values()):
+                    self._empty(409)
+                    return
+                d.containers[cid]["name"] = args["name"]
+                d.calls.append(("rename", cid, args["name"]))
+            elif verb == "kill":
+                d.calls.append(("kill", cid, args.get("signal", "SIGKILL")))
+        self._empty(204)
+
+    def do_PUT(self):
+        d: FakeDocker = self.server
+        url = urllib.parse.urlsplit(self.path)
+        cid = d.find(url.path.split("/")[2])
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+            for m in tar.getmembers():
+                path = urllib.parse.parse_qs(url.query)["path"][0] + "/" + m.name
+                d.calls.append(("put", cid, f"{path}={tar.extractfile(m).read().decode()}"))
+        self._empty(200)
+
+    def do_DELETE(self):
+        d: FakeDocker = self.server
+        cid = d.find(urllib.parse.unquote(urllib.parse.urlsplit(self.path).path.split("/")[2]))
+        with d.cond:
+            if d.containers.pop(cid, None) is None:
+                self._empty(404)
+                return
+            d.calls.append(("delete", cid, ""))
+        self._empty(204)
 
 
 @pytest.fixture
@@ -105,9 +154,9 @@ def docker(tmp_path):
     d.shutdown()
 
 
-def keeper(path, interval):
+def keeper(path, interval, serve=SERVE):
     env = {**os.environ, "BOOTSTRAP_DOCKER_SOCKET": path, "BOOTSTRAP_KEEPER_SETTLE": "0.3"}
-    return subprocess.Popen([sys.executable, str(KEEPER), "demo", str(interval), SERVE, "bootstrap-vllm-router"],
+    return subprocess.Popen([sys.executable, str(KEEPER), "demo", str(interval), serve, "bootstrap-vllm-router"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -184,3 +233,54 @@ def test_a_die_the_keeper_did_not_hear_is_caught_by_two_looks(docker):
         k.wait(timeout=10)
     out = output.text()
     assert line in out, out
+
+
+STANDBY = SERVE + "-standby"
+SPEC = {"bootstrap.serve": '{"model": "/m"}', "bootstrap.replica": "1"}
+
+
+def test_a_killed_serving_container_is_replaced_by_its_standby_which_is_told_to_serve(docker):
+    """The standby (vLLM imported, waiting) is renamed to the serving name and signalled; the dead
+    container gets the standby role (with a delay before its imports) and name, and is started."""
+    d, path = docker
+    d.containers.update({"a": {"name": SERVE, "status": "running", "code": 0, "labels": SPEC},
+                         "s": {"name": STANDBY, "status": "running", "code": 0, "labels": SPEC}})
+    k = keeper(path, 60, f"{SERVE}={STANDBY}")
+    output = Output(k)
+    try:
+        time.sleep(0.5)
+        d.die("a")
+        assert wait_for(lambda: output.has("is the next standby")), output.lines
+    finally:
+        k.terminate()
+        k.wait(timeout=10)
+    assert d.containers["s"]["name"] == SERVE and d.containers["a"]["name"] == STANDBY
+    assert d.calls == [("rename", "a", SERVE + "-spent"), ("rename", "s", SERVE), ("kill", "s", "SIGUSR1"),
+                       ("put", "a", "/opt/bootstrap/member.role=standby delay=60\n"), ("rename", "a", STANDBY)], d.calls
+    assert [cid for cid, _ in d.started] == ["a"]  # as the standby, under its name
+    out = output.text()
+    assert f"keeper: {SERVE} was Exited (137) when it died: its standby took over (signalled: 204)" in out, out
+
+
+def test_a_standby_of_another_spec_or_not_running_does_not_take_over(docker):
+    """After a rollout the standby may serve the old spec (labels differ): the dead container is
+    started again as without a standby; so it is when the standby is not running."""
+    d, path = docker
+    d.containers.update({"a": {"name": SERVE, "status": "running", "code": 0, "labels": SPEC},
+                         "s": {"name": STANDBY, "status": "running", "code": 0,
+                               "labels": {**SPEC, "bootstrap.serve": '{"model": "/old"}'}}})
+    k = keeper(path, 60, f"{SERVE}={STANDBY}")
+    output = Output(k)
+    try:
+        time.sleep(0.5)
+        d.die("a")
+        assert wait_for(lambda: output.has("started (204)")), output.lines
+        d.containers["s"].update(labels=SPEC, status="exited")
+        d.die("a")
+        assert wait_for(lambda: len(d.started) == 2), d.started
+    finally:
+        k.terminate()
+        k.wait(timeout=10)
+    assert d.calls == [] and [cid for cid, _ in d.started] == ["a", "a"], (d.calls, d.started)
+    assert d.containers["a"]["name"] == SERVE
+    assert f"{STANDBY} serves another spec than {SERVE}: not taking over" in output.text()

@@ -84,14 +84,44 @@ def test_inspect_reads_state_env_and_args():
     assert DK.inspect(_Runner(container=_Result(1, "[]", "Error: No such container: node")), "node") is None
 
 
-def test_logs_rm_and_restart_count():
-    ssh = _Runner(logs=_Result(0, "out\n", "err\n"), inspect=_Result(0, "3\n"))
+def test_logs_and_rm():
+    ssh = _Runner(logs=_Result(0, "out\n", "err\n"))
     assert DK.logs(ssh, "n", 5, timeout=20) == "out\nerr\n"
     DK.rm(ssh, "a", "b", timeout=120)
-    assert DK.restart_count(ssh, "n") == 3
     assert ssh.argvs[:2] == [(("docker", "logs", "--tail", "5", "n"), 20, False),
                              (("docker", "rm", "-f", "a", "b"), 120, False)]
-    assert DK.restart_count(_Runner(inspect=_Result(1, "")), "n") == 0
+
+
+class _LocalShell:
+    """Runs the argv here with a stand-in `docker` first on PATH (the step's own shell, for real)."""
+
+    def __init__(self, bindir):
+        self.env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+
+    def run(self, argv, *, timeout=None, check=True):
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self.env)
+        return _Result(r.returncode, r.stdout, r.stderr)
+
+
+def test_supervised_restarts_reads_dockers_count_the_supervisors_starts_and_the_twin(tmp_path):
+    """One shell command per host: Docker's RestartCount, the count file inside the running
+    container (checks/member.py's), the standby's state; each part may be missing."""
+    (tmp_path / "docker").write_text(
+        "#!/bin/sh\n"
+        'case "$1 $4 $2" in\n'
+        '  "inspect serve --format") [ "$3" = "{{.RestartCount}}" ] && echo 2 ;;\n'
+        '  "inspect standby --format") echo running ;;\n'
+        '  "inspect"*) echo "Error: No such object: $4" >&2; exit 1 ;;\n'
+        '  "exec"*) [ "$2" = serve ] && [ "$3 $4" = "cat /opt/s" ] && printf "3\\n" || exit 1 ;;\n'
+        "esac\n")
+    (tmp_path / "docker").chmod(0o755)
+    ssh = _LocalShell(tmp_path)
+    assert DK.supervised_restarts(ssh, "serve", "/opt/s", "standby") == (2, 3, "running")
+    assert DK.supervised_restarts(ssh, "serve", "/opt/s", "gone") == (2, 3, "absent")
+    assert DK.supervised_restarts(ssh, "serve", "/opt/other") == (2, None, None)
+    assert DK.supervised_restarts(ssh, "nothing", "/opt/s", "standby") == (0, None, "running")
+    refused = _Runner(sh=_Result(255, "", "ssh: connect refused"))
+    assert DK.supervised_restarts(refused, "serve", "/opt/s") == (0, None, None)
 
 
 def test_group_result_splits_successes_and_failures():
