@@ -229,10 +229,10 @@ def on_activate(signum, frame):
 
 
 def pause(seconds, until=lambda: False):
-    """Sleep up to SECONDS; False when told to stop (or `until` came true) first."""
+    """Sleep up to SECONDS, or until `until()` is true; False when told to stop first."""
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if _stopping or until():
+    while time.monotonic() < end and not until():
+        if _stopping:
             return False
         time.sleep(min(0.2, max(0.0, end - time.monotonic())))
     return not _stopping

@@ -251,3 +251,21 @@ def test_a_standby_that_is_stopped_never_started_vllm(tmp_path):
     assert p.wait(timeout=20) == 0
     assert not log.exists()  # not even imported: its delay had not run out
     assert "imported in 600s" in p.stderr.read()
+
+
+def test_a_standby_signalled_during_its_delay_imports_and_serves_at_once(tmp_path):
+    """The killed container, started again as the next standby (a delay before its imports), is
+    signalled before its delay ran out when the new serving container is killed too."""
+    log = _stand_in_vllm(tmp_path)
+    (tmp_path / "member.role").write_text("standby delay=600\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "BOOTSTRAP_MEMBER_STATE": str(tmp_path)}
+    p = subprocess.Popen([sys.executable, str(MEMBER), "0", "1", "127.0.0.1", "1", "--", "vllm", "serve", "/m"],
+                         stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        time.sleep(1.0)
+        p.send_signal(signal.SIGUSR1)
+        assert wait_for(lambda: len(_lines(log, "run")) == 1)
+        assert p.poll() is None
+    finally:
+        p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=20) == 0
