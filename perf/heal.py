@@ -6,6 +6,8 @@ replicas' data-plane URLs this machine reaches (the sandbox's do). Under a light
 router, it runs `docker kill` on the serve container of one member of the last replica (over SSH,
 as an operator's slip would) and times, from the moment the kill returned:
 
+  (before the kill, the victim's standby is waited for until it has vLLM imported: the column
+  `standby` says whether it was)
   keeper acted                     the keeper's line on the victim: its standby took over (the
                                    standby, vLLM imported, renamed and told to serve) or it started
                                    the killed container again (no standby)
@@ -106,12 +108,26 @@ class Load:
             t.join(timeout=90)
 
 
+def standby_ready(sess: Session, host: str, name: str, wait: float) -> bool:
+    """Wait up to WAIT s until the host's standby has vLLM imported (its `standby: ready` line)."""
+    end = time.monotonic() + wait
+    while time.monotonic() < end:
+        r = sess.ssh[host].run(("docker", "logs", "--tail", "3", name), timeout=30, check=False)
+        if "standby: ready" in r.stdout + r.stderr:
+            return True
+        time.sleep(2)
+    return False
+
+
 def one_run(inv, sess: Session, k: int, member: int, key: str | None, model: str | None, deadline: float) -> dict:
     group = inv.replicas[k]
     victim = group[member].name
     url = FP.replica_url(inv, k).removesuffix("/v1")
     name = FP.serve_name(inv)
     marks: dict[str, float] = {}
+    # the steady state the kill meets: the victim's standby has vLLM imported (a kill soon after the
+    # one before meets a standby still importing; cluster.standby false: none)
+    ready = standby_ready(sess, victim, FP.standby_name(inv), 180) if inv.cluster.standby else None
     with Load(FP.router_url(inv) + "/v1", model, key) as load:
         time.sleep(3)
         sess.ssh[victim].run(("docker", "kill", name), timeout=60)
@@ -135,7 +151,7 @@ def one_run(inv, sess: Session, k: int, member: int, key: str | None, model: str
     starts = [log_lines(sess, h.name, name, t0, "[bootstrap-member] starting") for h in group]
     failed = [t for t, ok in load.samples if not ok]
     how = ("took over" if "standby took over" in keeper[0][1] else "started") if keeper else "-"
-    return {"victim": victim, "t0": t0, "how": how,
+    return {"victim": victim, "t0": t0, "how": how, "standby": {True: "ready", False: "not ready", None: "none"}[ready],
             "back": keeper[0][0] - t0 if keeper else None,
             "group": max(st[0][0] for st in starts) - t0 if all(starts) else None,
             "health": marks["health"] - t0 if "health" in marks else None,
@@ -169,10 +185,10 @@ def main(argv: list[str]) -> int:
         return f"{v:8.1f}" if v is not None else "       -"
 
     print(f"replica {k}, member {a.member} killed; seconds after the kill")
-    print(f"{'run':>3} {'victim':>8} {'keeper':>10} {'at':>6} {'group':>8} {'/health':>8} {'rotation':>8} "
-          f"{'requests':>9} {'failed':>7} {'failed>2s':>10}")
+    print(f"{'run':>3} {'victim':>8} {'standby':>9} {'keeper':>10} {'at':>6} {'group':>8} {'/health':>8} "
+          f"{'rotation':>8} {'requests':>9} {'failed':>7} {'failed>2s':>10}")
     for i, r in enumerate(rows):
-        print(f"{i:>3} {r['victim']:>8} {r['how']:>10} {s(r['back'])[2:]} {s(r['group'])} {s(r['health'])} "
+        print(f"{i:>3} {r['victim']:>8} {r['standby']:>9} {r['how']:>10} {s(r['back'])[2:]} {s(r['group'])} {s(r['health'])} "
               f"{s(r['rotation'])} {r['requests']:>9} {r['failed']:>7} {r['failed_after_2s']:>10}")
     for r in rows:
         parts = [("keeper", r["back"]), ("group restart", r["group"]), ("vLLM start", r["health"]),

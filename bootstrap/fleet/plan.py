@@ -378,8 +378,10 @@ def member_create_argv(inv: Inventory, host: Host, nofile: int | None, *, replic
 
 #: seconds the router's circuit breaker keeps a replica that failed requests out before it tries it
 #: again (vllm-router's default is 60 s: a healed replica would sit out that long, and a rollout
-#: waits for it, since taking the other replica out then leaves the router none)
-CB_TIMEOUT = 20
+#: waits for it, since taking the other replica out then leaves the router none). A replica that
+#: heals in ~15 s (a standby's take-over) sat out up to 16 s more with 20 (perf/heal.py); a trial
+#: request that fails is retried on another replica, so a short one costs clients nothing.
+CB_TIMEOUT = 5
 
 
 def api_key(inv: Inventory) -> str | None:
