@@ -334,7 +334,8 @@ def test_rollout_under_load_to_data_parallel_changes_every_replica_and_fails_no_
 def test_a_killed_replica_is_contained_and_comes_back_without_a_command(fleet):
     """`docker kill` of replica 1's head (the API server and engine 0 of its data parallel pair, after
     the rollout above): requests sent after it all succeed (the router sends them to replica 0), and
-    the keeper + the member supervisor bring the whole group back, both engines serving again."""
+    the keeper (its standby in the killed one's place) + the member supervisors bring the whole group
+    back, both engines serving again."""
     sb, inv, served = fleet
     before = {r["replica"]: r["restarts"] for r in status(inv)["replicas"]}
     with Load(endpoint_of(served.stdout), key=KEY) as load:
@@ -368,7 +369,11 @@ def test_a_killed_replica_is_contained_and_comes_back_without_a_command(fleet):
     engines = status(inv)["replicas"][1]["engines"]  # counted since the restart: both engines are back
     assert engines is not None and set(engines) == {"0", "1"} and all(v >= 1 for v in engines.values()), engines
     keeper = on_node(sb.nodes[2], "docker", "logs", "bootstrap-vllm-keeper").stdout
-    assert f"{SERVE} was Exited (137)" in keeper, keeper
+    # the member's standby (cluster.standby, the default: vLLM imported, waiting) took the killed one's
+    # place, and the killed one is the next standby
+    assert f"{SERVE} was Exited (137) when it died: its standby took over" in keeper, keeper
+    assert f"the dead {SERVE} is the next standby" in keeper, keeper
+    assert st["replicas"][1]["standbys"] == {sb.nodes[2].name: "running", sb.nodes[3].name: "running"}, st
     # what a user reads afterwards: the keeper's line among the serve logs, and doctor's finding
     lg = cli("logs", "-i", inv, "--serve", "--since", "10m", sb.nodes[2].name)
     assert lg.returncode == 0, lg.stderr
