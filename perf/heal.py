@@ -188,8 +188,8 @@ def main(argv: list[str]) -> int:
     print(f"{'run':>3} {'victim':>8} {'standby':>9} {'keeper':>10} {'at':>6} {'group':>8} {'/health':>8} "
           f"{'rotation':>8} {'requests':>9} {'failed':>7} {'failed>2s':>10}")
     for i, r in enumerate(rows):
-        print(f"{i:>3} {r['victim']:>8} {r['standby']:>9} {r['how']:>10} {s(r['back'])[2:]} {s(r['group'])} {s(r['health'])} "
-              f"{s(r['rotation'])} {r['requests']:>9} {r['failed']:>7} {r['failed_after_2s']:>10}")
+        print(f"{i:>3} {r['victim']:>8} {r['standby']:>9} {r['how']:>10} {s(r['back'])[2:]} {s(r['group'])} "
+              f"{s(r['health'])} {s(r['rotation'])} {r['requests']:>9} {r['failed']:>7} {r['failed_after_2s']:>10}")
     for r in rows:
         parts = [("keeper", r["back"]), ("group restart", r["group"]), ("vLLM start", r["health"]),
                  ("router", r["rotation"])]
