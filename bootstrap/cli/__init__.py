@@ -204,7 +204,8 @@ def plan(inventory, as_json):
         groups = [PL.plan_offline(FP.replica_inventory(inv, k)) for k in range(inv.cluster.replicas)]
         ifaces = {h.name: f"<the interface of {h.ip}>" for h in FP.router_hosts(inv)}
         render.fleet_plan(list(zip(urls, groups)), FP.plan_routers(inv, urls, ifaces=ifaces), FP.router_url(inv),
-                          FP.keeper_create_argv(inv), as_json)
+                          FP.keeper_create_argv(inv), as_json,
+                          standby=FP.standby_name(inv) if inv.cluster.standby else None)
     _run(go)
 
 

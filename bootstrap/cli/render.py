@@ -204,9 +204,10 @@ def plan_rows(actions, as_json: bool, live: bool, runtime: str | None = "", why:
         out.print("  " + _escape(shlex.join(a.spec.run_argv())), soft_wrap=True)
 
 
-def fleet_plan(replicas, routers, router_url: str, keeper_argv, as_json: bool) -> None:
+def fleet_plan(replicas, routers, router_url: str, keeper_argv, as_json: bool, standby: str | None = None) -> None:
     """`plan` with replicas: replicas is [(url, actions)] per replica, then the routers
-    (fleet.plan.RouterLaunch) and the keeper."""
+    (fleet.plan.RouterLaunch) and the keeper; `standby`: the members' standby containers' name
+    (cluster.standby), else None."""
     if as_json:
         _json({
             "replicas": [{"replica": k, "url": url,
@@ -216,7 +217,7 @@ def fleet_plan(replicas, routers, router_url: str, keeper_argv, as_json: bool) -
             "router": {"host": routers[0].host, "endpoint": router_url + "/v1", "argv": list(routers[0].run)},
             "routers": [{"host": r.host, "argv": list(r.run), "vip_argv": list(r.vip_create),
                          "vip_config": r.vip_config} for r in routers],
-            "keeper": list(keeper_argv)})
+            "keeper": list(keeper_argv), "standby": standby})
         return
     for k, (url, acts) in enumerate(replicas):
         out.print(f"[bold]replica {k}[/] -> {_escape(url)}")
@@ -228,7 +229,9 @@ def fleet_plan(replicas, routers, router_url: str, keeper_argv, as_json: bool) -
         if r.vip_create:
             out.print(f"[bold]keepalived[/] on {_escape(r.host)} (the floating address)")
             out.print("  " + _escape(shlex.join(r.vip_create)), soft_wrap=True)
-    out.print("[bold]keeper[/] on every host (restarts serve/router containers stopped outside bootstrap)")
+    out.print("[bold]keeper[/] on every host (restarts serve/router containers stopped outside bootstrap"
+              + (f"; puts a member's standby, {_escape(standby)}, in place of a killed serve container)"
+                 if standby else ")"))
     out.print("  " + _escape(shlex.join(keeper_argv)), soft_wrap=True)
 
 

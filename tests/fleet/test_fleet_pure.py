@@ -574,6 +574,7 @@ def test_cli_plan_shows_every_replica_and_the_router(tmp_path, no_hosts):
     assert "replica 0" in r.stdout and "replica 1" in r.stdout and "router on h0" in r.stdout
     assert "http://10.0.0.1:8000" in r.stdout and "http://10.0.0.3:8000" in r.stdout
     assert "--policy random" in r.stdout and "keeper" in r.stdout
+    assert "puts a member's standby, bootstrap-vllm-serve-standby, in place of a killed serve container" in r.stdout
     assert TOKEN not in r.stdout
     r = invoke("plan", "-i", str(path), "--json")
     assert r.exit_code == 0, r.output
@@ -586,6 +587,7 @@ def test_cli_plan_shows_every_replica_and_the_router(tmp_path, no_hosts):
     assert argv[argv.index("--policy") + 1] == "random"
     assert doc["router"]["host"] == "h0" and doc["router"]["endpoint"] == "http://10.0.0.1:30000/v1"
     assert "/var/run/docker.sock:/var/run/docker.sock" in doc["keeper"]
+    assert doc["standby"] == "bootstrap-vllm-serve-standby"
     assert TOKEN not in r.stdout
 
 
