@@ -87,9 +87,27 @@ def load(url):
             "itl_count": metric(text, "vllm:inter_token_latency_seconds_count")}
 
 
-def ready(url, deadline):
+def exited_since(path, since):
+    """The member supervisor's line on a vLLM that exited by itself (checks/member.py's EXITED) when
+    it was written after SINCE (time.time()), else None."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            stamp, _, why = fh.read().strip().partition(" ")
+        return why if float(stamp) >= since else None
+    except (OSError, ValueError):
+        return None
+
+
+def ready(url, deadline, exited=None):
+    """Until the API server answers a real completion, or DEADLINE s; with EXITED (the member
+    supervisor's file), a vLLM that exits meanwhile ends the wait at once: the supervisor starts it
+    again, and a spec vLLM refuses would be waited for until the deadline."""
     start, err = time.monotonic(), None
+    since = time.time()
     while time.monotonic() - start < deadline:
+        why = exited_since(exited, since) if exited else None
+        if why:
+            return {"ready": False, "error": why, "t": round(time.monotonic() - start, 2)}
         try:
             code, _ = http("GET", url + "/health", timeout=3)
             if code == 200:
@@ -240,7 +258,7 @@ def holds(address):
 def main(argv):
     cmd = argv[0]
     if cmd == "ready":
-        doc = ready(argv[1].rstrip("/"), float(argv[2]))
+        doc = ready(argv[1].rstrip("/"), float(argv[2]), *argv[3:4])
     elif cmd == "drain":
         doc = drain(argv[1].rstrip("/"), float(argv[2]), *(float(x) for x in argv[3:4]))
     elif cmd == "status":

@@ -45,6 +45,9 @@ BACKOFF_MAX = 30.0
 STATE_DIR = os.environ.get("BOOTSTRAP_MEMBER_STATE") or os.path.dirname(os.path.abspath(__file__))
 ROLE = os.path.join(STATE_DIR, "member.role")
 STARTS = os.path.join(STATE_DIR, "member.starts")
+#: The last vLLM exit that was not asked for: "TIME why" (checks/fleet_probe.py's ready reads it: a
+#: gate stops waiting for a vLLM that exited, as it did when the container exited with it)
+EXITED = os.path.join(STATE_DIR, "member.exited")
 #: What a preload imports: vLLM's command line and what `vllm serve` imports before its engine
 #: starts (each optional but the first; other vLLM versions may lack one).
 PRELOAD = ("vllm.entrypoints.cli.main", "vllm.entrypoints.cli.serve", "vllm.entrypoints.openai.api_server",
@@ -265,6 +268,12 @@ def run_and_watch(argv, socks):
     proc = start_vllm(argv)
     why = watch(proc, socks)
     stop_vllm(proc, STOP_GRACE if why == "stop" else BROKEN_GRACE)
+    if why.startswith("vLLM exited"):
+        try:
+            with open(EXITED, "w", encoding="utf-8") as fh:
+                fh.write(f"{time.time():.3f} {why}\n")
+        except OSError:
+            pass
     return why
 
 

@@ -39,6 +39,8 @@ MEMBER_PATH = "/opt/bootstrap/member.py"
 ROLE_PATH = "/opt/bootstrap/member.role"
 #: ... and its count of vLLM starts (checks/member.py's STARTS): a replica's restarts in `status`
 STARTS_PATH = "/opt/bootstrap/member.starts"
+#: ... and its line on the last vLLM that exited by itself (EXITED): a gate ends there
+EXITED_PATH = "/opt/bootstrap/member.exited"
 KEEPER_PATH = "/opt/bootstrap/keeper.py"
 #: what vLLM reads its API key from (the value comes from the secret cluster.router.api_key names)
 API_KEY_ENV = SS.API_KEY_ENV

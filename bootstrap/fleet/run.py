@@ -377,7 +377,8 @@ def serve_names(inv: Inventory) -> tuple[str, ...]:
 
 def _gate(sess: Session, inv: Inventory, k: int, wait: float) -> dict:
     head = inv.replicas[k][0]
-    return _probe(sess, head, FP.serve_name(inv), ["ready", FP.replica_url(inv, k), str(wait)], timeout=wait + 120)
+    return _probe(sess, head, FP.serve_name(inv), ["ready", FP.replica_url(inv, k), str(wait), FP.EXITED_PATH],
+                  timeout=wait + 120)
 
 
 def _replica_failure(sess: Session, inv: Inventory, k: int, ready: dict) -> tuple[str, str]:

@@ -88,3 +88,21 @@ def test_an_idle_replica_drains_after_the_quiet_window_only(replica):
 def test_a_replica_that_no_longer_answers_is_drained():
     doc = load_probe().drain("http://127.0.0.1:9", 5, quiet=1.0)  # discard port: nothing listens
     assert doc["drained"] is True and doc["why"].startswith("not answering"), doc
+
+
+def test_ready_ends_when_the_member_says_vllm_exited_and_not_for_an_older_exit(tmp_path):
+    """The gate's wait (fleet_probe ready) for an API server that never answers: the member
+    supervisor's line on a vLLM that exited after the wait began ends it at once with that reason;
+    a line from before it does not."""
+    fp = load_probe()
+    exited = tmp_path / "member.exited"
+    exited.write_text(f"{time.time() - 60:.3f} vLLM exited with status 1\n")  # an earlier start's
+    t = time.monotonic()
+    doc = fp.ready("http://127.0.0.1:9", 2.5, str(exited))  # port 9: nothing answers
+    assert doc["ready"] is False and time.monotonic() - t >= 2.5 and "exited" not in doc["error"], doc
+    import threading
+    threading.Timer(1.0, lambda: exited.write_text(f"{time.time():.3f} vLLM exited with status 1\n")).start()
+    t = time.monotonic()
+    doc = fp.ready("http://127.0.0.1:9", 60, str(exited))
+    assert doc == {"ready": False, "error": "vLLM exited with status 1", "t": doc["t"]}
+    assert time.monotonic() - t < 10, doc

@@ -133,6 +133,9 @@ def test_a_single_node_replica_starts_vllm_again_after_a_pause_when_it_exits(tmp
     assert p.wait(timeout=20) == 0
     err = p.stderr.read()
     assert "vLLM exited with status 3: the group starts again in 1s" in err, err
+    # the gate's probe reads this: it stops waiting for a vLLM that exits (fleet_probe ready)
+    stamp, why = (tmp_path / "member.exited").read_text().split(" ", 1)
+    assert why == "vLLM exited with status 3\n" and abs(float(stamp) - time.time()) < 60
 
 
 def _member_module(monkeypatch, tmp_path, arg_utils: str | None):
