@@ -27,7 +27,6 @@ Example: python -m perf.heal -i fleet.yaml [--member 0] [--runs 1]
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import sys
 import threading
 import time
@@ -38,6 +37,7 @@ from bootstrap.inventory import load_inventory
 from bootstrap.remote.session import Session
 from bootstrap.serve import bench as B
 from perf import verdict as V
+from perf.bringup import docker_time
 
 TARGET_S = 30.0
 
@@ -59,23 +59,13 @@ def served(url: str, key: str | None) -> float | None:
                if ln.startswith("vllm:request_success_total{"))
 
 
-def _utc(stamp: str) -> float | None:
-    """Docker's RFC 3339 timestamp (nanoseconds, Z) as a UNIX time."""
-    head, _, frac = stamp.rstrip("Z").partition(".")
-    try:
-        t = dt.datetime.strptime(head, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.timezone.utc).timestamp()
-    except ValueError:
-        return None
-    return t + float("0." + (frac or "0")[:6])
-
-
 def log_lines(sess: Session, host: str, name: str, since: float, needle: str) -> list[tuple[float, str]]:
     """The container's log lines since SINCE that hold NEEDLE: (time, text)."""
     r = sess.ssh[host].run(("docker", "logs", "-t", "--since", f"{since:.3f}", name), timeout=60, check=False)
     out = []
     for ln in (r.stdout + r.stderr).splitlines():
         stamp, _, text = ln.partition(" ")
-        t = _utc(stamp)
+        t = docker_time(stamp)
         if t is not None and needle in text:
             out.append((t, text))
     return out

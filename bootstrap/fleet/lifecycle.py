@@ -42,8 +42,7 @@ def fleet_containers(inv: Inventory) -> tuple[str, ...]:
     serve or router container again that stopped behind its back), then the router and the serve
     containers, the standbys and those kept for a rollback included. keepalived (a floating address) before the
     router: it is stopped first (fleet.run.stop_vip) so that it gives the address up and removes its forwarding."""
-    return (FP.keeper_name(inv), FP.vip_name(inv), FP.router_name(inv), FP.serve_name(inv), FP.standby_name(inv),
-            FP.spent_name(inv), FP.old_name(inv), FP.standby_old_name(inv))
+    return (FP.keeper_name(inv), FP.vip_name(inv), FP.router_name(inv), *FP.serve_names(inv))
 
 
 # -- up -------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import posixpath
 import zlib
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
@@ -36,11 +37,12 @@ STOP_GRACE = 30
 #: Where the member supervisor lives in a serve container (copied in before the first start), and
 #: its role file there (checks/member.py's ROLE; checks/keeper.py writes it too).
 MEMBER_PATH = "/opt/bootstrap/member.py"
-ROLE_PATH = "/opt/bootstrap/member.role"
+_MEMBER_DIR = posixpath.dirname(MEMBER_PATH)
+ROLE_PATH = f"{_MEMBER_DIR}/member.role"
 #: ... and its count of vLLM starts (checks/member.py's STARTS): a replica's restarts in `status`
-STARTS_PATH = "/opt/bootstrap/member.starts"
+STARTS_PATH = f"{_MEMBER_DIR}/member.starts"
 #: ... and its line on the last vLLM that exited by itself (EXITED): a gate ends there
-EXITED_PATH = "/opt/bootstrap/member.exited"
+EXITED_PATH = f"{_MEMBER_DIR}/member.exited"
 KEEPER_PATH = "/opt/bootstrap/keeper.py"
 #: what vLLM reads its API key from (the value comes from the secret cluster.router.api_key names)
 API_KEY_ENV = SS.API_KEY_ENV
@@ -68,6 +70,12 @@ def standby_old_name(inv: Inventory) -> str:
 def old_name(inv: Inventory) -> str:
     """A replaced serve container, kept stopped until its successor serves (rollback)."""
     return f"{inv.cluster.container_name}-serve-old"
+
+
+def serve_names(inv: Inventory) -> tuple[str, ...]:
+    """Every serve container a member's host may hold: serving, its standby, a killed one on its
+    way to be the next standby, and a rollout's kept ones."""
+    return (serve_name(inv), standby_name(inv), spent_name(inv), old_name(inv), standby_old_name(inv))
 
 
 def router_name(inv: Inventory) -> str:

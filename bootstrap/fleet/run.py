@@ -369,12 +369,6 @@ def _start_standbys(sess: Session, inv: Inventory, rps: Sequence[FP.ReplicaPlan]
                lambda h: _create_with(sess, h, by_host[h.name].standby, FP.standby_name(inv), files))
 
 
-def serve_names(inv: Inventory) -> tuple[str, ...]:
-    """Every serve container a member's host may hold: serving, its standby, a killed one on its
-    way to be the next standby, and a rollout's kept ones."""
-    return (FP.serve_name(inv), FP.standby_name(inv), FP.spent_name(inv), FP.old_name(inv), FP.standby_old_name(inv))
-
-
 def _gate(sess: Session, inv: Inventory, k: int, wait: float) -> dict:
     head = inv.replicas[k][0]
     return _probe(sess, head, FP.serve_name(inv), ["ready", FP.replica_url(inv, k), str(wait), FP.EXITED_PATH],
@@ -415,7 +409,7 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
             return plan
         sess.stage("stop-old", inv.hosts, lambda h: stop_serving(sess, h))  # what a single `serve` started
         _rm_routers(sess, inv, "remove-old-router")
-        _rm(sess, inv.hosts, *serve_names(inv), stage="remove-old")
+        _rm(sess, inv.hosts, *FP.serve_names(inv), stage="remove-old")
         kv = _kv_check(sess, inv, facts["ucx"])
         notes.extend(w for w in (r.warning(inv.cluster.infiniband) for r in kv) if w)
         GD.put_secrets(sess, inv.hosts, prune=False)
@@ -433,7 +427,7 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
             failed = ServeFailed(f"replica {k} ({', '.join(plan.replicas[k].hosts)}) did not serve: {cause}{others}",
                                  tail)
             # a removal that fails is attached to the error, not raised in its place (Session.cleanup)
-            names = (*serve_names(inv), FP.router_name(inv), FP.vip_name(inv))
+            names = (*FP.serve_names(inv), FP.router_name(inv), FP.vip_name(inv))
             sess.cleanup("stop-failed", inv.hosts, lambda h: DK.rm(sess.ssh[h.name], *names, timeout=120), failed)
             raise failed
         launches = {r.host: r for r in plan.routers}
@@ -467,7 +461,7 @@ def stop_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
         sess.connect()
         _rm(sess, inv.hosts, FP.keeper_name(inv), stage="stop-keeper")
         _rm_routers(sess, inv, "stop-router")
-        _rm(sess, inv.hosts, *serve_names(inv), stage="stop")
+        _rm(sess, inv.hosts, *FP.serve_names(inv), stage="stop")
     return [h.name for h in inv.hosts]
 
 

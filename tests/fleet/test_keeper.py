@@ -239,16 +239,22 @@ STANDBY = SERVE + "-standby"
 SPEC = {"bootstrap.serve": '{"model": "/m"}', "bootstrap.replica": "1"}
 
 
+def _keeper_with_standby(d, path, standby_labels):
+    """A serving container "a" and its standby "s" (with STANDBY_LABELS), both running, and a keeper
+    told that s stands by for a (its periodic look out of the picture); the keeper and its output."""
+    d.containers.update({"a": {"name": SERVE, "status": "running", "code": 0, "labels": SPEC},
+                         "s": {"name": STANDBY, "status": "running", "code": 0, "labels": standby_labels}})
+    k = keeper(path, 60, f"{SERVE}={STANDBY}")
+    time.sleep(0.5)
+    return k, Output(k)
+
+
 def test_a_killed_serving_container_is_replaced_by_its_standby_which_is_told_to_serve(docker):
     """The standby (vLLM imported, waiting) is renamed to the serving name and signalled; the dead
     container gets the standby role (with a delay before its imports) and name, and is started."""
     d, path = docker
-    d.containers.update({"a": {"name": SERVE, "status": "running", "code": 0, "labels": SPEC},
-                         "s": {"name": STANDBY, "status": "running", "code": 0, "labels": SPEC}})
-    k = keeper(path, 60, f"{SERVE}={STANDBY}")
-    output = Output(k)
+    k, output = _keeper_with_standby(d, path, SPEC)
     try:
-        time.sleep(0.5)
         d.die("a")
         assert wait_for(lambda: output.has("is the next standby")), output.lines
     finally:
@@ -266,13 +272,8 @@ def test_a_standby_of_another_spec_or_not_running_does_not_take_over(docker):
     """After a rollout the standby may serve the old spec (labels differ): the dead container is
     started again as without a standby; so it is when the standby is not running."""
     d, path = docker
-    d.containers.update({"a": {"name": SERVE, "status": "running", "code": 0, "labels": SPEC},
-                         "s": {"name": STANDBY, "status": "running", "code": 0,
-                               "labels": {**SPEC, "bootstrap.serve": '{"model": "/old"}'}}})
-    k = keeper(path, 60, f"{SERVE}={STANDBY}")
-    output = Output(k)
+    k, output = _keeper_with_standby(d, path, {**SPEC, "bootstrap.serve": '{"model": "/old"}'})
     try:
-        time.sleep(0.5)
         d.die("a")
         assert wait_for(lambda: output.has("started (204)")), output.lines
         d.containers["s"].update(labels=SPEC, status="exited")

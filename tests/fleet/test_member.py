@@ -192,6 +192,14 @@ def _stand_in_vllm(root: Path) -> Path:
     return root / "log"
 
 
+def _supervise(state: Path) -> subprocess.Popen:
+    """The member supervisor of a one-node replica running `vllm serve /m` from the stand-in package
+    in STATE (also its state directory: role, starts, exit line)."""
+    env = {**os.environ, "PYTHONPATH": str(state), "BOOTSTRAP_MEMBER_STATE": str(state)}
+    return subprocess.Popen([sys.executable, str(MEMBER), "0", "1", "127.0.0.1", "1", "--", "vllm", "serve", "/m"],
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -206,9 +214,7 @@ def _lines(log: Path, kind: str) -> list[list[str]]:
 
 def test_vllm_is_imported_once_and_each_start_is_a_fork_of_the_member(tmp_path):
     log = _stand_in_vllm(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "BOOTSTRAP_MEMBER_STATE": str(tmp_path)}
-    p = subprocess.Popen([sys.executable, str(MEMBER), "0", "1", "127.0.0.1", "1", "--", "vllm", "serve", "/m"],
-                         stderr=subprocess.PIPE, text=True, env=env)
+    p = _supervise(tmp_path)
     try:
         assert wait_for(lambda: len(_lines(log, "run")) == 1)
         first = _lines(log, "run")[0]
@@ -228,9 +234,7 @@ def test_vllm_is_imported_once_and_each_start_is_a_fork_of_the_member(tmp_path):
 def test_a_standby_preloads_and_serves_only_when_the_keeper_signals_it(tmp_path):
     log = _stand_in_vllm(tmp_path)
     (tmp_path / "member.role").write_text("standby\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "BOOTSTRAP_MEMBER_STATE": str(tmp_path)}
-    p = subprocess.Popen([sys.executable, str(MEMBER), "0", "1", "127.0.0.1", "1", "--", "vllm", "serve", "/m"],
-                         stderr=subprocess.PIPE, text=True, env=env)
+    p = _supervise(tmp_path)
     try:
         assert wait_for(lambda: _lines(log, "import"))  # preloaded while it waits
         time.sleep(1.0)
@@ -246,9 +250,7 @@ def test_a_standby_preloads_and_serves_only_when_the_keeper_signals_it(tmp_path)
 def test_a_standby_that_is_stopped_never_started_vllm(tmp_path):
     log = _stand_in_vllm(tmp_path)
     (tmp_path / "member.role").write_text("standby delay=600\n")  # the killed container, as the next standby
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "BOOTSTRAP_MEMBER_STATE": str(tmp_path)}
-    p = subprocess.Popen([sys.executable, str(MEMBER), "0", "1", "127.0.0.1", "1", "--", "vllm", "serve", "/m"],
-                         stderr=subprocess.PIPE, text=True, env=env)
+    p = _supervise(tmp_path)
     time.sleep(1.0)
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=20) == 0
@@ -261,9 +263,7 @@ def test_a_standby_signalled_during_its_delay_imports_and_serves_at_once(tmp_pat
     signalled before its delay ran out when the new serving container is killed too."""
     log = _stand_in_vllm(tmp_path)
     (tmp_path / "member.role").write_text("standby delay=600\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "BOOTSTRAP_MEMBER_STATE": str(tmp_path)}
-    p = subprocess.Popen([sys.executable, str(MEMBER), "0", "1", "127.0.0.1", "1", "--", "vllm", "serve", "/m"],
-                         stderr=subprocess.PIPE, text=True, env=env)
+    p = _supervise(tmp_path)
     try:
         time.sleep(1.0)
         p.send_signal(signal.SIGUSR1)
