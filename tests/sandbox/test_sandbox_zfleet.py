@@ -163,12 +163,15 @@ def test_top_shows_every_replica_and_node_under_load_and_in_a_terminal(fleet):
         subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "200", "-y", "40",
                         f"cd {ROOT} && {sys.executable} -m bootstrap top -i {inv} --interval 1"],
                        check=True, env={**os.environ, "TERM": "xterm-256color"})
-        try:  # wait for a frame drawn from two looks (rates need two), bounded
+        rows = ("replica 0", "replica 1", *(n.name for n in sb.nodes))
+        try:  # wait for a whole frame drawn from two looks (rates need two), bounded: a capture can land
+            # while the frame is being written (seen in a fresh-clone run: the node table's rows not yet there)
             for _ in range(60):
                 time.sleep(1)
                 pane = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
                                       text=True, check=True).stdout
-                if "latency over the last" in pane and "latency over the last 0s" not in pane:
+                drawn = all(any(ln.strip("│ ").startswith(r) for ln in pane.splitlines()) for r in rows)
+                if "latency over the last" in pane and "latency over the last 0s" not in pane and drawn:
                     break
         finally:
             subprocess.run(["tmux", "kill-session", "-t", session], check=False)
@@ -182,7 +185,7 @@ def test_top_shows_every_replica_and_node_under_load_and_in_a_terminal(fleet):
     assert [n["name"] for n in doc["nodes"]] == [n.name for n in sb.nodes]
     assert all(n["up"] and n["cpu"] is not None and 0 < n["mem"] < 100 for n in doc["nodes"])
     lines = pane.splitlines()
-    for name in ("replica 0", "replica 1", *(n.name for n in sb.nodes)):
+    for name in rows:
         row = next((ln for ln in lines if ln.strip("│ ").startswith(name)), None)
         assert row is not None and "DOWN" not in row, (name, pane)
     rep0 = next(ln for ln in lines if ln.strip("│ ").startswith("replica 0"))
