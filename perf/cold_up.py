@@ -19,7 +19,9 @@ starts from `down` and the image removed from those N nodes):
 and after the peers run, at N >= 2: a model directory (the sandbox's tiny model plus --model-mb of
 random bytes, which no compression shrinks) made on the head only, copied to the others by
 bootstrap.serve.modelsync.sync_model, the code `serve --sync-model` runs: wall time and, per node,
-the copy's own time (its round), so its throughput in Mbit/s.
+the copy's own time (its end of the pipelined copy, the commit included), so its throughput in
+Mbit/s. With --sync-only --fanouts 1,4 the copy's shape side by side: 1 is serve's chain (each node
+passes the stream on to the next), 4 a head serving up to four nodes at once.
 
 Printed side by side: pull and peers per N, peers/pull, time vs N in each mode, registry bytes,
 the model copy; a PNG of the three against N with --png.
@@ -233,7 +235,8 @@ def sync_only(nodes: list[int], inventory: Path, work: Path, a: argparse.Namespa
         leave_sandbox(nodes[-1], existed or a.keep, bool(shape))
     links = "links unshaped" if a.unshaped else f"registry link {a.registry_link}, node links {a.node_link}"
     print(f"serve --sync-model's copy on the sandbox ({os.cpu_count()} CPU(s); {links}): {a.model_mb} MB of random "
-          f"bytes + the tiny model, from the head to the others; serve's fanout is {MODEL_FANOUT}")
+          f"bytes + the tiny model, from the head to the others; fanout: children per node of the pipelined "
+          f"copy (serve's: {MODEL_FANOUT}, a chain)")
     print(sync_table(syncs, node_bits))
     for (n, f), s in syncs.items():
         print(f"sync-model at N={n}, fanout {f}: "
@@ -257,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sync-only", action="store_true",
                    help="only the model copy: `up` (the image left on the nodes), then sync-model at each N>=2")
     p.add_argument("--fanouts", default="",
-                   help="with --sync-only: receivers per sender to compare, e.g. 4,1 (default: serve's)")
+                   help="with --sync-only: children per node of the pipelined copy to compare, e.g. 1,4 "
+                        "(default: serve's, 1: a chain)")
     a = p.parse_args(argv)
     nodes = sorted({int(x) for x in a.nodes.split(",") if x.strip()})
     if not nodes or nodes[0] < 1:

@@ -16,8 +16,9 @@ from typing import Sequence
 
 #: receivers one sender serves at once (one `docker save` read, copied to each)
 FANOUT = 4
-#: ... for a model directory (measured in perf/cold_up.py --sync-only)
-MODEL_FANOUT = 4
+#: children per node of a model directory's pipelined copy: 1, a chain (every link carries the
+#: stream once, at once; measured in perf/cold_up.py --sync-only --fanouts 1,4)
+MODEL_FANOUT = 1
 #: how long a sender waits for its receivers to connect, and receivers keep trying
 CONNECT_WAIT_S = 60.0
 SEED_CONTAINER = "bootstrap-image-seed"
@@ -47,6 +48,17 @@ def copy_rounds(seeds: Sequence[str], receivers: Sequence[str], fanout: int = FA
         rounds.append(this)
         have += [r for t in this for r in t.receivers]
     return rounds
+
+
+def tree_children(receivers: int, fanout: int = 1) -> dict[int, list[int]]:
+    """A pipelined copy's shape over positions 0 (the root) .. ``receivers``: each position's
+    children, in order (position p feeds p*fanout+1 .. p*fanout+fanout). fanout 1 is a chain."""
+    if fanout < 1:
+        raise ValueError("fanout must be at least 1")
+    kids: dict[int, list[int]] = {}
+    for c in range(1, receivers + 1):
+        kids.setdefault((c - 1) // fanout, []).append(c)
+    return kids
 
 
 def seed_argv(image: str, bind_ip: str, port: int, peer_ips: Sequence[str], script: str,

@@ -78,3 +78,64 @@ def copy_in_rounds(sess: Session, seeds: Sequence[Host], receivers: Sequence[Hos
             got_from[n] = sent_by[n]
         todo = [n for n in todo if n not in sent_by]
     return failed
+
+
+def copy_in_tree(sess: Session, root: Host, receivers: Sequence[Host], *, stage: str,
+                 send: Callable[[Host, Sequence[Host]], dict | str],
+                 receive: Callable[[Host, Host, Sequence[Host], Callable[[], dict | str]], str],
+                 got_from: dict[str, str], fanout: int = 1) -> dict[Host, str]:
+    """One pipelined copy from ``root`` to every receiver: each node passes the stream on to its
+    children (IC.tree_children: with fanout 1 a chain) while it receives it, so every link carries
+    it once and at the same time. ``send(root, children)`` serves the root's stream and returns its
+    JSON line (or why it failed); ``receive(node, parent, children, sent)`` takes the stream from
+    parent, passes it on and checks it (``sent()`` waits for the root and returns what it returned).
+    Every node of a tree runs at once, so a tree holds at most sess.parallel receivers; more go in
+    further trees from the root. Return the receivers that did not get it, and why."""
+    failed: dict[Host, str] = {}
+    size = max(1, sess.parallel)
+    for i in range(0, len(receivers), size):
+        wave = list(receivers[i:i + size])
+        kids = IC.tree_children(len(wave), fanout)
+        nodes = [root, *wave]
+        children = {nodes[p].name: [nodes[c] for c in cs] for p, cs in kids.items()}
+        parent = {nodes[c].name: nodes[p] for p, cs in kids.items() for c in cs}
+        out: dict[str, dict | str] = {}
+        done = threading.Event()
+
+        def serve(out: dict = out, done: threading.Event = done, first: list = children[root.name]) -> None:
+            try:
+                out["root"] = send(root, first)
+            except BootstrapError as exc:
+                out["root"] = str(exc)
+            finally:
+                done.set()
+
+        th = threading.Thread(target=serve, daemon=True)
+        th.start()
+
+        def take(h: Host, out: dict = out, done: threading.Event = done, parent: dict = parent,
+                 children: dict = children) -> str:
+            def sent() -> dict | str:
+                while not done.wait(0.2):
+                    if sess.cancel.is_set():
+                        raise BootstrapError(f"interrupted while {root.name} was sending")
+                return out.get("root", "")
+            return receive(h, parent[h.name], children.get(h.name, []), sent)
+
+        res = sess.stage(stage, wave, take, strict=False)
+        th.join()
+        first_out = out.get("root")
+        if isinstance(first_out, dict) and first_out.get("bytes"):
+            secs = max(first_out.get("seconds") or 0.0, 1e-3)
+            size_s = IC.human_bytes(first_out["bytes"])
+            sess.reporter.event(root.name, f"seed-{stage.removeprefix('copy-')}", "done",
+                                f"{size_s} to {', '.join(h.name for h in children[root.name])} in {secs:.1f}s "
+                                f"({IC.human_bytes(first_out['bytes'] / secs)}/s)")
+        for n, v in res.failed.items():
+            why = "; ".join([str(v), *notes_of(v)])
+            if isinstance(first_out, str) and first_out and first_out not in why:
+                why += f" (sender: {first_out})"
+            failed[next(h for h in wave if h.name == n)] = why
+        for n in res.succeeded:
+            got_from[n] = parent[n].name
+    return failed

@@ -1,19 +1,22 @@
 """`serve --sync-model`: copy the model directory from the head to the nodes where it differs,
-node to node over the data network (cluster/peers.py: rounds, the controller starts both ends),
-each copy checked by content before it replaces anything, and carrying only the files that differ.
-See docs/image-distribution.md.
+node to node over the data network (cluster/peers.py: one pipelined copy, the controller starts every
+node's end), each copy checked by content before it replaces anything, and carrying only the files
+that differ. See docs/image-distribution.md.
 
-A sender streams `tar -C MODEL -cf - .` out of its cluster container into checks/image_seed.py
-(in a throw-away, unprivileged container of the image, bound to the sender's data-plane IP, serving
-only this round's receivers). A receiver pipes the stream into checks/model_stream.py in its cluster
-container, which unpacks it under MODEL/.bootstrap-incoming while taking its SHA-256. Only when that
-digest equals the one the sender took of what it sent does the received tree replace MODEL's
-contents; otherwise it is discarded and the node falls back to a stream relayed by this machine
-(head -> here -> node, checked the same way), and a warning says so.
+The head runs checks/image_seed.py in its cluster container, reading `tar -C MODEL -cf - .` itself
+and serving the stream on its data-plane IP to its first receiver only. Each receiver runs the same
+script in its cluster container: it connects to the node before it (from its own data-plane IP),
+passes every chunk on to the node after it (a chain, IC.MODEL_FANOUT) and into checks/model_stream.py,
+which unpacks it under MODEL/.bootstrap-incoming while taking its SHA-256. No byte goes through a
+`docker exec` or `docker run` stdin. Only when a node's digest equals the one the head took of what
+it sent does the received tree replace MODEL's contents; otherwise it is discarded and the node falls
+back to a stream relayed by this machine (head -> here -> node, checked the same way), and a warning
+says so.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from typing import Iterable, Mapping, Sequence
 
@@ -27,18 +30,46 @@ from bootstrap.remote.session import Session, check_script, last_json
 from bootstrap.serve import plan as P
 
 INCOMING = ".bootstrap-incoming"
-SEED_CONTAINER = "bootstrap-model-seed"
 #: the least time a copy gets (weights run to hundreds of GB): the inventory's command_timeout if longer
 COPY_TIMEOUT_S = 3600.0
 
 
-def tar_argv(container: str, model: str, files: Sequence[str] | None = None) -> tuple[str, ...]:
+def tar_cmd(model: str, files: Sequence[str] | None = None) -> tuple[str, ...]:
     """The sender's stream: the model directory as tar, without a half-received copy in it; with
     ``files`` (P.sync_files), only those (none: an archive of the directory entry alone)."""
     if files is None:
-        return DK.exec_argv(container, "tar", "-C", model, f"--exclude=./{INCOMING}", "-cf", "-", ".")
+        return ("tar", "-C", model, f"--exclude=./{INCOMING}", "-cf", "-", ".")
     names = [f"./{f}" for f in files] or ["."]  # ./ : a name starting with - is never an option
-    return DK.exec_argv(container, "tar", "-C", model, "--no-recursion", "-cf", "-", *names)
+    return ("tar", "-C", model, "--no-recursion", "-cf", "-", *names)
+
+
+def tar_argv(container: str, model: str, files: Sequence[str] | None = None) -> tuple[str, ...]:
+    """tar_cmd run in the cluster container, its output out of `docker exec` (the relay's source)."""
+    return DK.exec_argv(container, *tar_cmd(model, files))
+
+
+def untar_cmd(model: str) -> tuple[str, ...]:
+    """A receiver's sink: the stream unpacked under MODEL/.bootstrap-incoming (emptied first), as
+    model_stream.py's receive does, for commit or merge to put in place once the digest is checked."""
+    return ("sh", "-c", 'rm -rf "$0" && mkdir -p "$0" && exec tar -C "$0" -xf -', f"{model.rstrip('/')}/{INCOMING}")
+
+
+def send_args(ip: str, port: int, to: Sequence[str], model: str, files: Sequence[str] | None,
+              wait_s: float = IC.CONNECT_WAIT_S) -> tuple[str, ...]:
+    """checks/image_seed.py's arguments on the head: tar_cmd's stream, served on its data-plane IP to ``to``."""
+    return (ip, str(port), ",".join(to), f"{wait_s:g}", "--source-json", json.dumps(tar_cmd(model, files)))
+
+
+def pass_args(ip: str, port: int, to: Sequence[str], src: str, model: str,
+              wait_s: float = IC.CONNECT_WAIT_S) -> tuple[str, ...]:
+    """... on a receiver: the stream from ``src`` unpacked (untar_cmd) and passed on to ``to``."""
+    return (ip, str(port), ",".join(to), f"{wait_s:g}", "--from", src, "--sink-json", json.dumps(untar_cmd(model)))
+
+
+def _read_error(relayed: dict) -> str | None:
+    """The relaying script's error about its own read (not about passing the stream on)."""
+    err = relayed.get("error")
+    return err if isinstance(err, str) and not err.startswith("the sink") else None
 
 
 def stream_argv(container: str, mode: str, model: str, script: str, *args: str,
@@ -71,34 +102,44 @@ def sync_model(sess: Session, model: str, targets: Sequence[Host],
     seed_py = check_script("image_seed.py").decode()
     stream_py = check_script("model_stream.py").decode()
 
+    files = files_for(targets)  # every node passes on the same stream: what any of them lacks
+    timeout = COPY_TIMEOUT_S
+
     def send(h: Host, to: Sequence[Host]) -> dict | str:
         ssh = sess.ssh[h.name]
-        argv = IC.seed_argv(inv.cluster.image, h.ip, port, [x.ip for x in to], seed_py,
-                            source=tar_argv(name, model, files_for(to)), name=SEED_CONTAINER)
-        r = ssh.run(argv, check=False, hangup=True, timeout=max(COPY_TIMEOUT_S, ssh.settings.command_timeout),
+        argv = DK.exec_argv(name, "python3", "-c", seed_py, *send_args(h.ip, port, [x.ip for x in to], model, files))
+        r = ssh.run(argv, check=False, hangup=True, timeout=max(timeout, ssh.settings.command_timeout),
                     display=f"tar -C {model} -c | image_seed.py {h.ip}:{port}")
         return last_json(r.stdout) or (r.stderr or r.stdout).strip()[-300:]
 
-    def receive(h: Host, src: Host, sent) -> str:
+    def receive(h: Host, src: Host, to: Sequence[Host], sent) -> str:
         ssh = sess.ssh[h.name]
         t0 = time.monotonic()
-        r = ssh.run(IC.receive_argv(src.ip, port, sink=stream_argv(name, "receive", model, stream_py,
-                                                                   interactive=True)),
-                    check=False, hangup=True, timeout=max(COPY_TIMEOUT_S, ssh.settings.command_timeout),
-                    display=f"model stream from {src.name} into {model}")
-        got = last_json(r.stdout) or {}
+        argv = DK.exec_argv(name, "python3", "-c", seed_py, *pass_args(h.ip, port, [x.ip for x in to], src.ip, model))
+        r = ssh.run(argv, check=False, hangup=True, timeout=max(timeout, ssh.settings.command_timeout),
+                    display=f"model stream from {src.name} into {model}"
+                            + (f", passed on to {', '.join(x.name for x in to)}" if to else ""))
+        relayed = last_json(r.stdout) or {}
+        sink = relayed.get("sink") if isinstance(relayed.get("sink"), dict) else {}
+        # what this node unpacked is what it read: the script's own digest of the stream
+        got = {**sink, "ok": bool(sink.get("ok")) and not _read_error(relayed), "sha256": relayed.get("sha256"),
+               "bytes": relayed.get("bytes"), "error": sink.get("error") or _read_error(relayed)}
         out = sent()
         if r.exit_code == IC.NO_SENDER:
             _discard(sess, h, model, stream_py)
             raise PreflightFailed(h.name, f"cannot reach {src.name} ({PL.hostport(src.ip, port)}) over the data "
                                           "network for the model copy")
+        if isinstance(out, dict) and out.get("error"):  # the head's tar failed: what it sent is not the model
+            _discard(sess, h, model, stream_py)
+            raise PreflightFailed(h.name, f"the model stream from {inv.head.name} is incomplete: {out['error']}")
         want = out.get("sha256") if isinstance(out, dict) else None
-        _check_and_commit(sess, h, model, stream_py, got, want, src.name, r.stderr or r.stdout, stale_for(h))
+        _check_and_commit(sess, h, model, stream_py, got, want, src.name,
+                          relayed.get("error") or r.stderr or r.stdout, stale_for(h))
         return f"from {src.name} in {time.monotonic() - t0:.1f}s ({IC.human_bytes(got.get('bytes') or 0)})"
 
     got_from: dict[str, str] = {}
-    failed = peers.copy_in_rounds(sess, [inv.head], targets, stage="copy-model", send=send, receive=receive,
-                                  got_from=got_from, fanout=fanout)
+    failed = peers.copy_in_tree(sess, inv.head, targets, stage="copy-model", send=send, receive=receive,
+                                got_from=got_from, fanout=fanout)
     if failed:
         for h, why in failed.items():
             sess.reporter.event(h.name, "copy-model", "warning", f"{why}; relaying it through this machine instead")

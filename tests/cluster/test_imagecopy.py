@@ -165,3 +165,61 @@ def test_the_receiver_returns_as_soon_as_the_stream_ends_and_leaves_no_process_b
     assert took < 10, took  # not the watchdog's 32 s
     left = subprocess.run(["pgrep", "-f", "sleep 32"], capture_output=True, text=True).stdout.split()
     assert left == [], left
+
+
+def test_a_pipelined_copy_is_a_chain_by_default_and_a_tree_with_a_wider_fanout():
+    assert IC.tree_children(3) == {0: [1], 1: [2], 2: [3]}
+    assert IC.tree_children(6, 2) == {0: [1, 2], 1: [3, 4], 2: [5, 6]}
+    assert IC.tree_children(3, 4) == {0: [1, 2, 3]}  # the root serves everyone: no node passes it on
+    assert IC.tree_children(0) == {}
+    with pytest.raises(ValueError):
+        IC.tree_children(3, 0)
+
+
+def _tree_session(tmp_path, n, parallel):
+    from tests.support.fake_hosts import FakeHost, fake_session
+    from tests.support.fleet_inventories import hosts_yaml, load
+
+    inv = load(tmp_path, "cluster:\n  accelerator: none\n" + hosts_yaml(n))
+    return inv, fake_session(inv, {h.name: FakeHost(h.name) for h in inv.hosts}, parallel=parallel)
+
+
+def test_every_node_of_a_tree_starts_at_once_with_its_parent_and_children_and_a_break_is_named(tmp_path):
+    """copy_in_tree's orchestration (the ends are stand-ins): one tree per sess.parallel receivers,
+    each receiver told its parent and children, all of a tree's ends running at the same time (a
+    node waits for its parent and its children), a failed node returned with its reason and the
+    root's answer, the others recorded with the node they got it from."""
+    from bootstrap.cluster import peers
+
+    inv, sess = _tree_session(tmp_path, 6, parallel=3)
+    root, rest = inv.hosts[0], list(inv.hosts[1:])
+    calls, running, most = [], set(), [0]
+    lock = threading.Lock()
+
+    def send(h, to):
+        calls.append(("send", h.name, [x.name for x in to]))
+        return {"bytes": 10, "sha256": "ab", "seconds": 0.1}
+
+    def receive(h, parent, to, sent):
+        with lock:
+            calls.append(("recv", h.name, parent.name, [x.name for x in to]))
+            running.add(h.name)
+            most[0] = max(most[0], len(running))
+        time.sleep(0.2)
+        with lock:
+            running.discard(h.name)
+        assert sent()["sha256"] == "ab"
+        if h.name == "h2":
+            raise peers.BootstrapError("h2: the stream from h1 arrived as cd, not ab: refused")
+        return "ok"
+
+    got_from = {}
+    failed = peers.copy_in_tree(sess, root, rest, stage="copy-model", send=send, receive=receive,
+                                got_from=got_from, fanout=1)
+    assert [c for c in calls if c[0] == "send"] == [("send", "h0", ["h1"]), ("send", "h0", ["h4"])]
+    recvs = sorted(c for c in calls if c[0] == "recv")
+    assert recvs == [("recv", "h1", "h0", ["h2"]), ("recv", "h2", "h1", ["h3"]), ("recv", "h3", "h2", []),
+                     ("recv", "h4", "h0", ["h5"]), ("recv", "h5", "h4", [])]
+    assert most[0] == 3  # the first tree's three receivers at once, never more than sess.parallel
+    assert got_from == {"h1": "h0", "h3": "h2", "h4": "h0", "h5": "h4"}
+    assert [h.name for h in failed] == ["h2"] and "arrived as cd" in failed[inv.hosts[2]]

@@ -1,6 +1,7 @@
-"""serve --sync-model's copy: the sender (checks/image_seed.py fed by tar) and the receiver (bash's
-/dev/tcp into checks/model_stream.py) over real loopback sockets with real tar, and the refusal of a
-stream whose digest is not the sender's."""
+"""serve --sync-model's copy: the head (checks/image_seed.py reading tar) and a chain of receivers
+(the same script, reading the node before it, unpacking with tar and passing the stream on) over
+real loopback sockets with real tar, what a broken link or a failed tar gives, and the refusal of a
+stream whose digest is not the head's."""
 import hashlib
 import io
 import json
@@ -9,7 +10,6 @@ import re
 import subprocess
 import sys
 import tarfile
-import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -49,31 +49,85 @@ def _stream(mode: str, d: Path, data: bytes = b"") -> dict:
     return json.loads(r.stdout)
 
 
-def test_a_model_crosses_from_sender_to_receiver_and_replaces_what_was_there(tmp_path):
+SEED = CHECKS / "image_seed.py"
+
+
+def _node(args: tuple[str, ...]) -> subprocess.Popen:
+    """checks/image_seed.py with the arguments sync_model gives it in a node's cluster container, run here."""
+    return subprocess.Popen([sys.executable, str(SEED), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _done(p: subprocess.Popen) -> tuple[int, dict]:
+    out, err = p.communicate(timeout=60)
+    return p.returncode, json.loads(out.decode().strip().splitlines()[-1])
+
+
+def test_a_model_passes_down_a_chain_and_each_node_commits_the_heads_files(tmp_path):
+    """The head (127.0.0.1) serves the first receiver only; each receiver unpacks the stream and
+    passes it on to the next (127.0.0.2 -> 127.0.0.3 -> 127.0.0.4), each from its own address."""
     src = _model(tmp_path / "a")
-    dst = tmp_path / "b" / "model"
-    dst.mkdir(parents=True)
-    (dst / "stale.bin").write_bytes(b"old")
-    (dst / "config.json").write_text("old config")
-    port = _free_port()
-    seed = subprocess.Popen([sys.executable, str(CHECKS / "image_seed.py"), "127.0.0.1", str(port), "127.0.0.1", "10"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    argv = IC.receive_argv("127.0.0.1", port, 10, sink=(sys.executable, str(STREAM), "receive", str(dst)))
-    recv = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    dsts = []
+    for i in range(3):
+        d = tmp_path / f"n{i}" / "model"
+        d.mkdir(parents=True)
+        (d / "stale.bin").write_bytes(b"old")
+        dsts.append(d)
+    port, ips = _free_port(), ["127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    kids = IC.tree_children(3, IC.MODEL_FANOUT)
+    assert kids == {0: [1], 1: [2], 2: [3]}  # serve's default: a chain
+    nodes = [_node(MS.send_args(ips[0], port, [ips[1]], str(src), None, wait_s=20))]
+    for i, d in enumerate(dsts, start=1):
+        nodes.append(_node(MS.pass_args(ips[i], port, [ips[c] for c in kids.get(i, [])], ips[i - 1], str(d),
+                                        wait_s=20)))
+    (rc0, sent), *rest = [_done(p) for p in nodes]
     data = _tar(src)
-    threading.Thread(target=lambda: (seed.stdin.write(data), seed.stdin.close()), daemon=True).start()
-    out, err = recv.communicate(timeout=60)
-    sent = json.loads(seed.stdout.read())
-    seed.wait(timeout=30)
-    got = json.loads(out)
-    assert recv.returncode == 0, err
-    assert got["ok"] and got["sha256"] == sent["sha256"] == hashlib.sha256(data).hexdigest()
-    assert got["bytes"] == sent["bytes"] == len(data)
-    assert (dst / "stale.bin").exists()  # nothing replaced before the digests are compared
-    done = _stream("commit", dst)
-    assert done["ok"] and done["files"] == 3
-    assert _sums(dst) == _sums(src)
-    assert not (dst / MS.INCOMING).exists() and not (dst / "stale.bin").exists()
+    assert rc0 == 0 and sent["served"] == ["127.0.0.2"] and sent["error"] is None
+    assert sent["sha256"] == hashlib.sha256(data).hexdigest() and sent["bytes"] == len(data)
+    for (rc, got), d, nxt in zip(rest, dsts, ["127.0.0.3", "127.0.0.4", None]):
+        assert rc == 0 and got["sink"]["ok"] and got["error"] is None, got
+        assert got["sha256"] == sent["sha256"] and got["bytes"] == sent["bytes"]
+        assert got["served"] == ([nxt] if nxt else [])
+        assert (d / "stale.bin").exists()  # nothing replaced before the digests are compared
+        assert _sums(d / MS.INCOMING) == _sums(src)
+        assert _stream("commit", d)["ok"] and _sums(d) == _sums(src) and not (d / MS.INCOMING).exists()
+
+
+def test_a_node_whose_upstream_breaks_reports_a_short_digest_and_its_own_next_gets_the_same(tmp_path):
+    """The node before it sends half the head's stream and goes away: the receiver and the one it
+    passes on to both read a stream whose digest is not the head's (refused by _check_and_commit)."""
+    import socket
+
+    data = _tar(_model(tmp_path / "a"))
+    port = _free_port()
+    srv = socket.create_server(("127.0.0.1", port))
+    d1, d2 = tmp_path / "n1", tmp_path / "n2"
+    d1.mkdir()
+    d2.mkdir()
+    mid = _node(MS.pass_args("127.0.0.2", port, ["127.0.0.3"], "127.0.0.1", str(d1), wait_s=20))
+    last = _node(MS.pass_args("127.0.0.3", port, [], "127.0.0.2", str(d2), wait_s=20))
+    c, _ = srv.accept()
+    c.sendall(data[: len(data) // 2])
+    c.close()
+    srv.close()
+    for p in (mid, last):
+        rc, got = _done(p)
+        assert rc == 1 and got["sha256"] != hashlib.sha256(data).hexdigest() and got["bytes"] == len(data) // 2
+        assert not got["sink"]["ok"] and "the sink exited" in got["sink"]["error"]  # tar: unexpected end
+
+
+def test_a_receiver_whose_upstream_never_answers_exits_no_sender(tmp_path):
+    p = _node(MS.pass_args("127.0.0.2", _free_port(), [], "127.0.0.1", str(tmp_path), wait_s=1))
+    rc, got = _done(p)
+    assert rc == IC.NO_SENDER and "nothing answers on 127.0.0.1" in got["error"]
+
+
+def test_a_head_whose_tar_fails_says_so_and_exits_1(tmp_path):
+    port = _free_port()
+    head = _node(MS.send_args("127.0.0.1", port, ["127.0.0.2"], str(tmp_path / "absent"), None, wait_s=20))
+    recv = _node(MS.pass_args("127.0.0.2", port, [], "127.0.0.1", str(tmp_path / "n"), wait_s=20))
+    rc, sent = _done(head)
+    _done(recv)
+    assert rc == 1 and sent["error"] == "the source exited 2"
 
 
 def test_a_changed_stream_gives_another_digest_and_a_cut_one_is_not_unpacked(tmp_path):
@@ -108,17 +162,15 @@ def test_the_manifest_leaves_out_a_copy_being_received(tmp_path):
     assert sorted(P.model_manifest(out)) == ["config.json", "model.safetensors", "sub/tokenizer.json"]
 
 
-def test_the_sender_streams_the_model_out_of_the_cluster_container_into_a_least_privilege_seed():
-    argv = IC.seed_argv("reg/vllm:1", "10.0.0.1", 8476, ["10.0.0.2"], "SCRIPT",
-                        source=MS.tar_argv("bootstrap-vllm", "/models/my model"), name=MS.SEED_CONTAINER)
-    sh = argv[2]
-    assert sh.startswith(f"docker rm -f {MS.SEED_CONTAINER} ")
-    assert ("docker exec bootstrap-vllm tar -C '/models/my model' --exclude=./.bootstrap-incoming -cf - . | "
-            f"docker run -i --rm --name {MS.SEED_CONTAINER} --network host --cap-drop ALL") in sh
-    assert argv[4:] == ("reg/vllm:1", "SCRIPT", "10.0.0.1", "8476", "10.0.0.2", "60")
-    recv = IC.receive_argv("10.0.0.1", 8476, sink=MS.stream_argv("bootstrap-vllm", "receive", "/m", "S",
-                                                                  interactive=True))
-    assert recv[2].endswith("docker exec -i bootstrap-vllm python3 -c S receive /m <&3")
+def test_every_end_of_the_copy_runs_in_its_cluster_container_bound_to_its_data_plane_ip():
+    """No `docker run -i` or `docker exec -i`: no byte of the model through Docker's stdio."""
+    send = MS.send_args("10.0.0.1", 8476, ["10.0.0.2"], "/models/my model", None)
+    assert send[:4] == ("10.0.0.1", "8476", "10.0.0.2", "60") and send[4] == "--source-json"
+    assert json.loads(send[5]) == ["tar", "-C", "/models/my model", "--exclude=./.bootstrap-incoming", "-cf", "-", "."]
+    recv = MS.pass_args("10.0.0.2", 8476, ["10.0.0.3"], "10.0.0.1", "/models/my model/")
+    assert recv[:6] == ("10.0.0.2", "8476", "10.0.0.3", "60", "--from", "10.0.0.1") and recv[6] == "--sink-json"
+    assert json.loads(recv[7])[-1] == "/models/my model/.bootstrap-incoming"
+    assert "0.0.0.0" not in send + recv
 
 
 class _Ssh:
