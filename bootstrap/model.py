@@ -246,7 +246,8 @@ class Cluster:
     dashboard_host: str = "localhost"
     #: SSH settings for every host (cluster.ssh).
     ssh: SSHSettings = field(default_factory=SSHSettings)
-    #: Serving groups: the hosts split, in order, into this many equal groups, each its own head.
+    #: Serving groups: the hosts split, in order, into this many equal groups, each its own head
+    #: (groups of different sizes when every host pins its own `replica`).
     replicas: int = 1
     #: With replicas: a standby serve container beside each one, vLLM imported and waiting, that
     #: takes the place of a killed one (the keeper's take-over); false: a killed one starts afresh.

@@ -319,7 +319,7 @@ def check_serve_args(ctx: click.Context, model: str | None, extra: tuple[str, ..
 
 
 def check_parallelism(inv, tp: int | None, pp: int | None, dp: int | None = None, *, ep: bool = False) -> None:
-    """serve's --tp/--pp/--dp/--ep, when given: a split the cluster (its first replica) can hold."""
+    """serve's --tp/--pp/--dp/--ep, when given: a split every replica of the cluster can hold."""
     if ep:
         if inv.cluster.replicas > 1:
             raise click.UsageError("--ep: expert parallel serves one cluster (its engines behind the head's API "
@@ -341,15 +341,30 @@ def check_parallelism(inv, tp: int | None, pp: int | None, dp: int | None = None
             raise click.UsageError("--dp with cluster.router.prefill: a disaggregated fleet's replicas are TP x PP "
                                    "groups (drop --dp)")
         try:  # with replicas, each replica's engines within its own nodes
-            P.data_parallel(len(inv.replicas[0]), inv.gpus_per_node, dp, tp, pp, accelerator=inv.cluster.accelerator)
+            for n in _replica_sizes(inv):
+                P.data_parallel(n, inv.gpus_per_node, dp, tp, pp, accelerator=inv.cluster.accelerator)
         except P.ServePlanError as exc:
-            raise click.UsageError(f"--dp: {exc}") from None
+            raise click.UsageError(f"--dp: {exc}{_on_which(inv)}") from None
         return
     if tp is not None or pp is not None:
         try:
-            P.parallelism(len(inv.replicas[0]), inv.gpus_per_node, tp, pp, accelerator=inv.cluster.accelerator)
+            for n in _replica_sizes(inv):
+                P.parallelism(n, inv.gpus_per_node, tp, pp, accelerator=inv.cluster.accelerator)
         except P.ServePlanError as exc:
-            raise click.UsageError(f"--tp/--pp: {exc}") from None
+            raise click.UsageError(f"--tp/--pp: {exc}{_on_which(inv)}") from None
+
+
+def _replica_sizes(inv) -> list[int]:
+    """The replicas' node counts, replica 0's first: a forced split must fit each."""
+    return list(dict.fromkeys(len(g) for g in inv.replicas))
+
+
+def _on_which(inv) -> str:
+    sizes = _replica_sizes(inv)
+    if len(sizes) == 1:
+        return ""
+    return (f" (--tp/--pp/--dp apply to every replica, and the replicas have {'/'.join(map(str, sizes))} nodes: "
+            "leave them out to have each replica's split planned for its nodes)")
 
 
 def check_rollout_args(model: str | None, extra: tuple[str, ...], keep_flags: bool, image: str | None = None) -> None:

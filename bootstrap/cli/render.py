@@ -688,9 +688,12 @@ def serve_plan(plan, dry_run: bool) -> None:
 def fleet_serve_plan(plan, dry_run: bool) -> None:
     """The fleet's serve plan, before anything starts: each replica's commands, the router, the endpoint."""
     out.print(f"model:    {_escape(plan.spec.model)} (image {_escape(plan.spec.image)})")
-    out.print(f"split:    {_escape(plan.split.reason)} on each replica (backend native)")
+    if plan.uniform:
+        out.print(f"split:    {_escape(plan.split.reason)} on each replica (backend native)")
     for r in plan.replicas:
         out.print(_escape(f"replica {r.index}{f' ({r.role})' if r.role else ''}: {', '.join(r.hosts)} -> {r.url}"))
+        if not plan.uniform:
+            out.print(f"  split: {_escape(plan.split_of(r).reason)} (backend native)")
         for m in r.members:
             out.print(_escape(f"  {m.host} rank {m.rank}: {shlex.join(m.vllm)}"))
     for r in plan.routers:
@@ -769,9 +772,12 @@ def fleet_served(inv, res, as_json: bool) -> None:
     for r in res.kv:
         out.print(_escape(f"kv-check: {r.describe()}"))
     ready = ", ".join(f"replica {k} {t:.0f}s" for k, t in sorted(res.ready_seconds.items()))
-    par = res.plan.split.par
+    plan = res.plan
+    shape = (f"{len(plan.replicas)} replicas x {split_label(plan.split.par)}" if plan.uniform else
+             "replicas " + ", ".join(f"{r.index}{f' ({r.role})' if r.role else ''} {split_label(plan.split_of(r).par)}"
+                                     for r in plan.replicas))
     out.print(_escape(f"serving {res.served[0] if res.served else res.plan.spec.model} on {res.endpoint} "
-                      f"({len(res.plan.replicas)} replicas x {split_label(par)}, router "
+                      f"({shape}, router "
                       f"{inv.cluster.router.policy} on {', '.join(r.host for r in res.plan.routers)}"
                       f"{', floating address' if res.plan.vip else ''}); ready: {ready}; "
                       f"took {res.seconds:.0f}s"))

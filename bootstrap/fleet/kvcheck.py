@@ -94,13 +94,16 @@ class PairResult:
 
 
 def pairs(inv: Inventory) -> list[Pair]:
-    """Every decode replica's head against every prefill replica's head (the router sends a request's
-    prefill to any prefill replica and its decode to any decode replica)."""
+    """Every node of every decode replica against every node of every prefill replica (the router
+    sends a request's prefill to any prefill replica and its decode to any decode replica, and each
+    decode worker reads the KV of the prefill workers that hold its heads: with replicas of more than
+    one node, or of different sizes, nodes other than the heads read too)."""
     if not FP.is_pd(inv):
         return []
     prefill = [k for k in range(len(inv.replicas)) if FP.role(inv, k) == "prefill"]
     decode = [k for k in range(len(inv.replicas)) if FP.role(inv, k) == "decode"]
-    return [Pair(inv.replicas[p][0], inv.replicas[d][0], p, d) for p in prefill for d in decode]
+    return [Pair(src, rdr, p, d) for p in prefill for d in decode
+            for src in inv.replicas[p] for rdr in inv.replicas[d]]
 
 
 def device(inv: Inventory) -> str:

@@ -152,7 +152,7 @@ def kv_env(inv: Inventory, host: Host, ucx: Mapping[str, str] | None = None) -> 
 CPU_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 
 
-def unbound_hosts(inv: Inventory, cpus: Mapping[str, int | None], local_ranks: int) -> list[str]:
+def unbound_hosts(inv: Inventory, cpus: Mapping[str, int | None], local_ranks: int | Mapping[str, int]) -> list[str]:
     """The disaggregated members on CPU nodes whose engine threads the plan leaves unbound.
 
     vLLM-CPU's automatic binding keeps cores out of the engine's OpenMP set: one per local rank for
@@ -164,16 +164,20 @@ def unbound_hosts(inv: Inventory, cpus: Mapping[str, int | None], local_ranks: i
     A host whose env sets the variable keeps its own; a node whose CPU count is unknown is left as is."""
     if not is_pd(inv) or inv.cluster.accelerator == "gpu":
         return []
+    ranks = local_ranks if isinstance(local_ranks, Mapping) else {h.name: local_ranks for h in inv.hosts}
     return [h.name for h in inv.hosts if CPU_BIND_ENV not in dict(h.env)
-            and (n := cpus.get(h.name)) is not None and n <= 2 * local_ranks]
+            and (n := cpus.get(h.name)) is not None and n <= 2 * ranks.get(h.name, 1)]
 
 
-def unbound_note(hosts: Sequence[str], cpus: Mapping[str, int | None], local_ranks: int) -> str | None:
+def unbound_note(hosts: Sequence[str], cpus: Mapping[str, int | None],
+                 local_ranks: int | Mapping[str, int]) -> str | None:
     if not hosts:
         return None
     counts = sorted({cpus[h] for h in hosts})
+    ranks = local_ranks if isinstance(local_ranks, Mapping) else {h: local_ranks for h in hosts}
+    kept = "/".join(map(str, sorted({2 * ranks.get(h, 1) for h in hosts})))
     return (f"{', '.join(hosts)}: {'/'.join(map(str, counts))} CPUs, no more than vLLM-CPU keeps beside a "
-            f"disaggregated engine ({2 * local_ranks}: its scheduler and NIXL), so it would pin its OpenMP threads "
+            f"disaggregated engine ({kept}: its scheduler and NIXL), so it would pin its OpenMP threads "
             f"to every core, NIXL's included, and the KV pulls would wait: their engines run unbound "
             f"({CPU_BIND_ENV}=nobind; set it in a host's env to choose)")
 
@@ -316,6 +320,8 @@ class ReplicaPlan:
     members: tuple[MemberLaunch, ...]
     #: 'prefill' or 'decode' in a disaggregated fleet; None: whole requests
     role: str | None = None
+    #: this replica's split (replicas of different sizes have their own); None: the fleet's
+    split: P.SplitChoice | None = None
 
 
 @dataclass(frozen=True)
@@ -332,6 +338,14 @@ class FleetPlan:
     api_key_env: str | None = None
     #: the floating address (cluster.router.vip), or None: the endpoint is the first router's host
     vip: str | None = None
+
+    def split_of(self, r: ReplicaPlan) -> P.SplitChoice:
+        return r.split or self.split
+
+    @property
+    def uniform(self) -> bool:
+        """Every replica has the same split (replicas of one size)."""
+        return len({self.split_of(r).par for r in self.replicas}) == 1
 
     @property
     def router_host(self) -> str:
@@ -350,6 +364,7 @@ class FleetPlan:
                 "routers": [{"host": r.host, "run": list(r.run), "vip_create": list(r.vip_create),
                              "vip_config": r.vip_config} for r in self.routers],
                 "replicas": [{"replica": r.index, "hosts": list(r.hosts), "url": r.url, "role": r.role,
+                              "tp": self.split_of(r).par.tp, "pp": self.split_of(r).par.pp,
                               "members": [{"host": m.host, "rank": m.rank, "vllm": list(m.vllm)}
                                           for m in r.members]} for r in self.replicas],
                 "notes": list(self.notes)}
@@ -575,26 +590,32 @@ def plan_routers(inv: Inventory, urls: Sequence[str], image: str | None = None,
     return tuple(out)
 
 
-def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice, *, nofile: dict[str, int | None],
-               notes: Sequence[str] = (), derived: Mapping[str, Mapping[str, str]] | None = None,
+def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice | Mapping[int, P.SplitChoice], *,
+               nofile: dict[str, int | None], notes: Sequence[str] = (),
+               derived: Mapping[str, Mapping[str, str]] | None = None,
                ucx: Mapping[str, Mapping[str, str]] | None = None,
                ifaces: Mapping[str, str | None] | None = None,
                cpus: Mapping[str, int | None] | None = None) -> FleetPlan:
-    """Every replica's members (the same split on each), the routers (and keepalived) and the keeper;
-    `derived`: each host's plan.derived_env; `ucx`: each host's plan.ucx_env (a disaggregated fleet's
-    transfer); `ifaces`: each router host's data-plane interface (a floating address); `cpus`: each
-    host's CPU count (unbound_hosts)."""
+    """Every replica's members, the routers (and keepalived) and the keeper. `split`: one for every
+    replica, or one per replica size (number of nodes: replicas of different sizes); `derived`: each
+    host's plan.derived_env; `ucx`: each host's plan.ucx_env (a disaggregated fleet's transfer);
+    `ifaces`: each router host's data-plane interface (a floating address); `cpus`: each host's CPU
+    count (unbound_hosts)."""
     c = inv.cluster
+    by_size = dict(split) if isinstance(split, Mapping) else {len(g): split for g in inv.replicas}
+    splits = [by_size[len(g)] for g in inv.replicas]
     lease_note = kv_lease(inv)[1] if is_pd(inv) else None
     one_host = one_host_note(inv)
-    unbound = unbound_hosts(inv, cpus or {}, split.par.tp)
-    bind_note = unbound_note(unbound, cpus or {}, split.par.tp)
+    # each node's local ranks: its replica's ranks over its nodes
+    ranks = {h.name: max(1, sp.par.tp * sp.par.pp // len(g)) for g, sp in zip(inv.replicas, splits) for h in g}
+    unbound = unbound_hosts(inv, cpus or {}, ranks)
+    bind_note = unbound_note(unbound, cpus or {}, ranks)
     notes = (*notes, *(n for n in (lease_note, bind_note, one_host) if n))
     replicas = []
-    for k, group in enumerate(inv.replicas):
+    for k, (group, sp) in enumerate(zip(inv.replicas, splits)):
         ips = [h.ip for h in group]
         extra = (KV_FLAG, kv_transfer_config(inv, k), *spec.extra) if is_pd(inv) else spec.extra
-        vllms = P.native_serve_argvs(spec.model, split.par, ips, port=c.ports.vllm, host=group[0].ip,
+        vllms = P.native_serve_argvs(spec.model, sp.par, ips, port=c.ports.vllm, host=group[0].ip,
                                      master_port=MASTER_PORT, served_name=spec.served_name,
                                      extra=extra)
         members = []
@@ -605,9 +626,10 @@ def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice, *, nofile: dict
                 ucx={**((ucx or {}).get(h.name) or {}), **({CPU_BIND_ENV: "nobind"} if h.name in unbound else {})})
                 for name in (None, *((standby_name(inv),) if c.standby else ()))]
             members.append(MemberLaunch(h.name, k, rank, argvs[0], vllms[rank], argvs[1] if c.standby else ()))
-        replicas.append(ReplicaPlan(k, tuple(h.name for h in group), replica_url(inv, k), tuple(members), role(inv, k)))
+        replicas.append(ReplicaPlan(k, tuple(h.name for h in group), replica_url(inv, k), tuple(members), role(inv, k),
+                                    sp))
     urls = [r.url for r in replicas]
-    return FleetPlan(spec, split, tuple(replicas), plan_routers(inv, urls, spec.image, ifaces),
+    return FleetPlan(spec, splits[0], tuple(replicas), plan_routers(inv, urls, spec.image, ifaces),
                      router_url(inv) + "/v1", keeper_create_argv(inv), tuple(notes), c.router.api_key,
                      c.router.vip.address if c.router.vip else None)
 

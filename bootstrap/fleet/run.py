@@ -267,28 +267,34 @@ def _preflight(sess: Session, inv: Inventory) -> None:
 
 
 def _split(sess: Session, inv: Inventory, model: str, tp: int | None, pp: int | None,
-           extra: Sequence[str], dp: int | None = None, image: str | None = None) -> tuple[P.SplitChoice, list[str]]:
-    """Each replica's split (the same on each): TP x PP, or with dp vLLM's data parallel engines
-    within the replica's nodes behind its head's API server."""
+           extra: Sequence[str], dp: int | None = None,
+           image: str | None = None) -> tuple[dict[int, P.SplitChoice], list[str]]:
+    """Each replica's split, by its number of nodes (one entry when the replicas are of one size):
+    TP x PP, or with dp vLLM's data parallel engines within the replica's nodes behind its head's
+    API server. --tp/--pp/--dp apply to every replica."""
     c = inv.cluster
-    nodes = len(inv.replicas[0])
-    if dp is None:
-        P.parallelism(nodes, inv.gpus_per_node, tp, pp, accelerator=c.accelerator)
-    else:
-        P.data_parallel(nodes, inv.gpus_per_node, dp, tp, pp, accelerator=c.accelerator)
+    sizes = list(dict.fromkeys(len(g) for g in inv.replicas))  # replica 0's first
+    for nodes in sizes:
+        if dp is None:
+            P.parallelism(nodes, inv.gpus_per_node, tp, pp, accelerator=c.accelerator)
+        else:
+            P.data_parallel(nodes, inv.gpus_per_node, dp, tp, pp, accelerator=c.accelerator)
     info = read_model_info(sess, inv.replicas[0][0], model)
     config = info.get("config") if isinstance(info.get("config"), dict) else None
     shape = P.model_shape(config) if config else None
-    split = P.choose_split(shape, nodes, inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp, dp=dp)
-    P.check_engine_flags(c.accelerator, split.par, extra)
+    splits = {n: P.choose_split(shape, n, inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp, dp=dp)
+              for n in sizes}
     notes: list[str] = []
     check_extra_in_image(sess, inv.replicas[0][0], image or c.image, extra, "native", notes)
     engine = EX.EngineCaps.from_doc(info.get("engine"))
-    FP.check_pd(inv, extra, nixl_connector=engine.nixl_connector, nixl="nixl" in engine.modules, pp=split.par.pp)
+    for split in splits.values():
+        P.check_engine_flags(c.accelerator, split.par, extra)
+        FP.check_pd(inv, extra, nixl_connector=engine.nixl_connector, nixl="nixl" in engine.modules,
+                    pp=split.par.pp)
     if config is None:
         notes.append(f"could not read the model's config.json ({info.get('error') or 'no answer'}): "
                      "the split is not checked against the model")
-    return split, notes
+    return splits, notes
 
 
 def _node_facts(sess: Session, inv: Inventory) -> dict:
@@ -399,10 +405,10 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
         sess.connect()
         _preflight(sess, inv)
         GD.check_secret_store(sess, inv.hosts)
-        split, notes = _split(sess, inv, model, tp, pp, extra, dp)
+        splits, notes = _split(sess, inv, model, tp, pp, extra, dp)
         _check_vip_image(sess, inv, spec.image)
         facts = _node_facts(sess, inv)
-        plan = FP.plan_fleet(inv, spec, split, notes=notes, **facts)
+        plan = FP.plan_fleet(inv, spec, splits, notes=notes, **facts)
         if on_plan is not None:
             on_plan(plan)
         if dry_run:
@@ -679,9 +685,9 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
                                   "while another is replaced", "see `bootstrap status`; `bootstrap serve` starts over")
         # never every replica at once: one keeps serving
         max_unavailable = min(max_unavailable, len(inv.replicas) - 1)
-        split, _ = _split(sess, inv, target.model, None, None, target.extra, target.dp, target.image)
+        splits, _ = _split(sess, inv, target.model, None, None, target.extra, target.dp, target.image)
         inv_t = inv if not image else _with_image(inv, target.image)
-        plan = FP.plan_fleet(inv_t, target, split, **_node_facts(sess, inv))
+        plan = FP.plan_fleet(inv_t, target, splits, **_node_facts(sess, inv))
         if todo:
             GD.check_secret_store(sess, inv.hosts)
             GD.put_secrets(sess, inv.hosts, prune=False)  # a secret changed since `serve`: the new replicas get it

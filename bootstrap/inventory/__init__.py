@@ -210,8 +210,9 @@ def _identities(specs: list[_HostSpec], defaults: _SSHDefaults) -> None:
 
 
 def _groups(specs: list[_HostSpec], replicas: int, loc: _Loc | None) -> list[list[_HostSpec]]:
-    """The hosts split into `replicas` equal serving groups: a host's `replica` pins it, the others
-    fill the groups in order."""
+    """The hosts split into `replicas` serving groups: a host's `replica` pins it, the others fill
+    the groups in order, to equal sizes. When every host is pinned the groups may differ in size
+    (say a one-node prefill replica and a two-node decode one): each is its own split."""
     n = len(specs)
     pinned = [s for s in specs if s.values.get("replica") is not None]
     if replicas == 1 and not pinned:
@@ -219,19 +220,20 @@ def _groups(specs: list[_HostSpec], replicas: int, loc: _Loc | None) -> list[lis
     where = loc or specs[0].loc.at(field="cluster.replicas")
     if replicas > n:
         where.fail(f"{replicas} replicas need at least {replicas} hosts; the inventory lists {n}")
+    if len(pinned) == n:
+        return _pinned_groups(specs, replicas, where)
     if n % replicas:
         where.fail(f"{replicas} replicas do not divide {n} hosts into equal groups"
-                   f" (each replica is a full serving group: give {replicas} x k hosts)")
+                   f" (each replica is a full serving group: give {replicas} x k hosts, or set every host's"
+                   f" `replica` for groups of different sizes)")
     size = n // replicas
     groups: list[list[_HostSpec]] = [[] for _ in range(replicas)]
     for s in pinned:
-        k = s.values["replica"]
-        if k >= replicas:
-            s.where("replica").fail(f"{k} is not a replica of this cluster: replicas are numbered 0 to"
-                                    f" {replicas - 1} (cluster.replicas: {replicas})")
+        k = _replica_of(s, replicas)
         if len(groups[k]) == size:
             s.where("replica").fail(f"replica {k} already has {size} hosts: with {n} hosts and {replicas}"
-                                    f" replicas every replica has {size}")
+                                    f" replicas every replica has {size} (set every host's `replica` for"
+                                    f" groups of different sizes)")
         groups[k].append(s)
     free = iter(s for s in specs if s.values.get("replica") is None)
     for g in groups:
@@ -239,6 +241,26 @@ def _groups(specs: list[_HostSpec], replicas: int, loc: _Loc | None) -> list[lis
             g.append(next(free))
     order = {id(s): i for i, s in enumerate(specs)}
     return [sorted(g, key=lambda s: order[id(s)]) for g in groups]
+
+
+def _replica_of(s: _HostSpec, replicas: int) -> int:
+    k = s.values["replica"]
+    if k >= replicas:
+        s.where("replica").fail(f"{k} is not a replica of this cluster: replicas are numbered 0 to"
+                                f" {replicas - 1} (cluster.replicas: {replicas})")
+    return k
+
+
+def _pinned_groups(specs: list[_HostSpec], replicas: int, where: _Loc) -> list[list[_HostSpec]]:
+    """Every host pinned: each group is the hosts that name it, at least one each, any size."""
+    groups: list[list[_HostSpec]] = [[] for _ in range(replicas)]
+    for s in specs:
+        groups[_replica_of(s, replicas)].append(s)
+    empty = [k for k, g in enumerate(groups) if not g]
+    if empty:
+        where.fail(f"replica {empty[0]} has no host: every host names its replica, and none names {empty[0]}"
+                   f" (give it a host, or set cluster.replicas: {replicas - len(empty)} and renumber)")
+    return groups
 
 
 def _head(specs: list[_HostSpec], of: str = "") -> _HostSpec:

@@ -414,3 +414,16 @@ def test_a_bad_environment_variable_is_bad_input_exit_2_before_anything_starts(e
                        text=True, timeout=60, env={**os.environ, **env})
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and says in lines[0], r.stderr
+
+
+def test_a_forced_split_that_one_replica_of_several_sizes_cannot_hold_is_refused_before_any_host(tmp_path):
+    """Replicas of 1 and 2 nodes: --tp 2 fits the second and not the first; one line says which and
+    how to have each replica planned for its own nodes (nothing is contacted: the address is unused)."""
+    inv = tmp_path / "uneven.yaml"
+    inv.write_text("cluster:\n  accelerator: none\n  replicas: 2\n  router:\n    prefill: [0]\nhosts:\n"
+                   "  - {name: p, address: 192.0.2.1, replica: 0}\n  - {name: d1, address: 192.0.2.2, replica: 1}\n"
+                   "  - {name: d2, address: 192.0.2.3, replica: 1}\n")
+    r = run("serve", "-i", str(inv), "org/model", "--tp", "2")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "--tp/--pp: TP 2 x PP 1 = 2 workers, but the CPU cluster has 1 node(s)" in r.stderr
+    assert "the replicas have 1/2 nodes: leave them out to have each replica's split planned" in r.stderr

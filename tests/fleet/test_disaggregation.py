@@ -50,6 +50,38 @@ def test_the_first_replica_prefills_and_the_other_decodes(tmp_path):
     assert any(n.startswith("KV lease 5 s") and "cluster.router.kv_lease" in n for n in plan.notes), plan.notes
 
 
+def test_a_one_node_prefill_and_a_two_node_decode_replica_each_get_their_own_split(tmp_path):
+    """Replicas of different sizes (every host pinned): the plan takes a split per size, each
+    replica's members run their own (TP=1 on the prefill node, TP=2 across the decode's two), vLLM's
+    NixlConnector maps the KV heads between the two TP sizes (heterogeneous TP)."""
+    inv = load(tmp_path, fleet_yaml(3, 2, cluster=PD, extra={0: "replica: 0", 1: "replica: 1", 2: "replica: 1"}))
+    one = SPLIT
+    two = SplitChoice(Parallelism(2, 1, 2), "TP=2 PP=1: tensor parallel across the 2 nodes", True)
+    plan = FP.plan_fleet(inv, FP.Spec("/m"), {1: one, 2: two}, nofile={}, cpus={"h0": 2, "h1": 2, "h2": 2})
+    prefill, decode = plan.replicas
+    assert (prefill.role, prefill.split, decode.role, decode.split) == ("prefill", one, "decode", two)
+    assert not plan.uniform and plan.split == one
+    (p0,) = prefill.members
+    assert _flag(p0.vllm, "--tensor-parallel-size") == "1" and _flag(p0.vllm, "--nnodes") == "1"
+    d0, d1 = decode.members
+    for rank, m in enumerate((d0, d1)):
+        assert _flag(m.vllm, "--tensor-parallel-size") == "2" and _flag(m.vllm, "--nnodes") == "2"
+        assert _flag(m.vllm, "--node-rank") == str(rank) and _flag(m.vllm, "--master-addr") == inv.host("h1").ip
+        assert json.loads(_flag(m.vllm, "--kv-transfer-config"))["kv_role"] == "kv_consumer"
+    assert "--headless" in d1.vllm and "--headless" not in d0.vllm
+    doc = plan.to_dict()
+    assert [(r["tp"], r["pp"]) for r in doc["replicas"]] == [(1, 1), (2, 1)]
+    # one worker per node on each: every node has 2 CPUs, no more than vLLM-CPU keeps, so all run unbound
+    assert any(n.startswith("h0, h1, h2: 2 CPUs") for n in plan.notes), plan.notes
+    # one split for every replica: the same plan as before
+    same = FP.plan_fleet(load(tmp_path, fleet_yaml(2, 2, cluster=PD)), FP.Spec("/m"), SPLIT, nofile={})
+    assert same.uniform and [r.split for r in same.replicas] == [SPLIT, SPLIT]
+
+
+def _flag(argv, name):
+    return argv[argv.index(name) + 1]
+
+
 def test_a_kv_lease_in_the_inventory_is_what_every_replica_gets_and_no_note_is_added(tmp_path):
     inv = load(tmp_path, fleet_yaml(2, 2, cluster=PD + "  kv_lease: 45\n"))
     assert inv.cluster.router.kv_lease == 45

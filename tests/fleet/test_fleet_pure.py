@@ -143,7 +143,8 @@ def test_router_settings_are_read(tmp_path):
 def test_replicas_that_do_not_divide_the_hosts(tmp_path):
     err = error(tmp_path, fleet_yaml(4, 3))
     check(err, tmp_path / "inventory.yaml", 3, "cluster.replicas",
-          "3 replicas do not divide 4 hosts into equal groups", "give 3 x k hosts")
+          "3 replicas do not divide 4 hosts into equal groups", "give 3 x k hosts",
+          "set every host's `replica` for groups of different sizes")
 
 
 def test_more_replicas_than_hosts(tmp_path):
@@ -176,6 +177,19 @@ def test_too_many_hosts_pinned_to_one_replica(tmp_path):
     err = error(tmp_path, fleet_yaml(extra={0: "replica: 1", 1: "replica: 1", 3: "replica: 1"}))
     check(err, tmp_path / "inventory.yaml", line_of(tmp_path / "inventory.yaml", "name: h3,"), "hosts[3].replica",
           "replica 1 already has 2 hosts", "every replica has 2")
+
+
+def test_every_host_pinned_gives_replicas_of_different_sizes(tmp_path):
+    inv = load(tmp_path, fleet_yaml(5, 2, extra={0: "replica: 0", 1: "replica: 1", 2: "replica: 1",
+                                                  3: "replica: 0", 4: "replica: 1"}))
+    assert [[h.name for h in g] for g in inv.replicas] == [["h0", "h3"], ["h1", "h2", "h4"]]
+    assert [g[0].name for g in inv.replicas] == ["h0", "h1"]  # each replica's first host is its head
+
+
+def test_every_host_pinned_and_a_replica_left_empty(tmp_path):
+    err = error(tmp_path, fleet_yaml(3, 3, extra={0: "replica: 0", 1: "replica: 2", 2: "replica: 2"}))
+    check(err, tmp_path / "inventory.yaml", 3, "cluster.replicas",
+          "replica 1 has no host", "set cluster.replicas: 2 and renumber")
 
 
 def test_two_heads_in_one_replica(tmp_path):

@@ -27,11 +27,19 @@ def read(name: str) -> str:
     return (DATA / name).read_text()
 
 
-def test_every_decode_head_checks_against_every_prefill_head(tmp_path):
-    inv = load(tmp_path, fleet_yaml(6, 3, cluster="router:\n  prefill: [0, 2]\n"))
+def test_every_decode_node_checks_against_every_prefill_node(tmp_path):
+    inv = load(tmp_path, fleet_yaml(3, 3, cluster="router:\n  prefill: [0, 2]\n"))
     got = [(p.source.name, p.reader.name, p.source_replica, p.reader_replica) for p in KV.pairs(inv)]
     heads = [g[0].name for g in inv.replicas]
     assert got == [(heads[0], heads[1], 0, 1), (heads[2], heads[1], 2, 1)]
+    # replicas of two nodes, or of different sizes: every decode worker reads the prefill workers
+    two = load(tmp_path, fleet_yaml(4, 2, cluster="router:\n  prefill: [0]\n"))
+    (p0, p1), (d0, d1) = ([h.name for h in g] for g in two.replicas)
+    assert [(p.source.name, p.reader.name) for p in KV.pairs(two)] == [(p0, d0), (p0, d1), (p1, d0), (p1, d1)]
+    uneven = load(tmp_path, fleet_yaml(3, 2, cluster="router:\n  prefill: [0]\n",
+                                       extra={0: "replica: 0", 1: "replica: 1", 2: "replica: 1"}))
+    assert [(p.source.name, p.reader.name, p.reader_replica) for p in KV.pairs(uneven)] == [
+        ("h0", "h1", 1), ("h0", "h2", 1)]
     assert KV.pairs(load(tmp_path, fleet_yaml(4, 2))) == []  # no disaggregation, no check
 
 

@@ -520,3 +520,79 @@ def test_prefill_and_decode_on_two_nodes_serve_through_the_router_and_the_kv_cac
         d = cli("down", "-i", inv)
     assert d.returncode == 0, d.stderr[-2000:]
 
+
+
+def top_logprobs(endpoint, prompt, max_tokens=4):
+    """Each generated token with the top 3 log-probabilities the engine gave at that position."""
+    body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                       "ignore_eos": True, "skip_special_tokens": False, "logprobs": 3})
+    with urllib.request.urlopen(urllib.request.Request(endpoint + "/completions", body.encode(),
+                                                       {"Content-Type": "application/json"}), timeout=120) as resp:
+        lp = json.loads(resp.read())["choices"][0]["logprobs"]
+    return list(zip(lp["tokens"], lp["top_logprobs"]))
+
+
+def test_a_one_node_prefill_and_a_two_node_decode_replica_serve_each_with_its_own_split(fleet, tmp_path):
+    """Replicas of different sizes per role: every host pins its replica, node1 prefills with TP=1,
+    node2 and node3 decode with TP=2 across them; vLLM's NixlConnector maps the KV heads between the
+    two TP sizes. Before any member starts, `serve` checks the KV path from node1 to both decode
+    nodes. Correctness against the decode replica serving the same request whole: the first token's
+    top log-probabilities agree (a KV cache read wrongly moves them by far more than the float
+    rounding between TP=1 and TP=2), and the greedy tokens are the same up to a near-tie of the
+    model (the tiny random model has some: docs/replicas.md)."""
+    sb, _, _ = fleet
+
+    def mutate(doc):
+        doc["hosts"] = doc["hosts"][:3]
+        for i, h in enumerate(doc["hosts"]):
+            h["replica"] = 0 if i == 0 else 1
+        doc["cluster"]["replicas"] = 2
+        doc["cluster"]["router"] = {"policy": "round_robin", "health_interval": 2, "prefill": [0]}
+        doc["cluster"]["secrets"] = [s for s in doc["cluster"].get("secrets", []) if s != "FLEET_KEY"]
+        doc["cluster"]["env"].pop("VLLM_CPU_OMP_THREADS_BIND")
+    inv = write_inventory(sb.inventory, tmp_path / "pd-uneven.yaml", mutate)
+    try:
+        r = cli("up", "-i", inv)
+        assert r.returncode == 0, r.stderr[-3000:]
+        r = cli("serve", "-i", inv, MODEL, "--", *FLAGS)
+        if r.returncode != 0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                cli("logs", "-i", inv, "--serve", "--tail", "150", timeout=120)
+        assert r.returncode == 0, r.stderr[-3000:]
+        out = r.stdout
+        assert "replica 0 (prefill): node1 -> " in out and "  split: TP=1 PP=1" in out, out
+        assert "replica 1 (decode): node2, node3 -> " in out and "  split: TP=2 PP=1" in out, out
+        assert "(replicas 0 (prefill) TP=1 PP=1, 1 (decode) TP=2 PP=1, router" in out, out
+        kvs = [ln for ln in out.splitlines() if ln.startswith("kv-check: ")]
+        assert [ln.split(" read ")[0] for ln in kvs] == ["kv-check: node2 (decode)", "kv-check: node3 (decode)"], kvs
+        assert all("from node1 (prefill) over NIXL" in ln for ln in kvs), kvs
+        endpoint = endpoint_of(out)
+        st = status(inv)
+        decode_url = st["replicas"][1]["url"] + "/v1"
+        compared, ties = 0, 0
+        for i in range(6):
+            prompt = f"{PROMPT} {i} jumps over the lazy dog and then"
+            through, alone = top_logprobs(endpoint, prompt), top_logprobs(decode_url, prompt)
+            print(f"prompt {i}: through PD {through[0]}\n          decode alone {alone[0]}")
+            first_pd, first_alone = through[0][1], alone[0][1]
+            for tok, lp in first_alone.items():  # the same distribution over the first token
+                if tok in first_pd:
+                    assert abs(first_pd[tok] - lp) < 0.05, (i, through[0], alone[0])
+            for (t_pd, _), (t_alone, lp) in zip(through, alone):
+                if t_pd != t_alone:
+                    top = sorted(lp.values(), reverse=True)
+                    assert top[0] - top[1] < 0.02, (i, through, alone)  # only a near-tie may go either way
+                    ties += 1
+                    break
+            else:
+                compared += 1
+        print(f"{compared} of 6 prompts token for token, {ties} parted at a near-tie")
+        assert compared >= 4
+        st = status(inv)
+        decode = st["replicas"][1]
+        assert [x["health"] for x in st["replicas"]] == ["healthy", "healthy"], st
+        print(f"KV pulls on the two-node decode replica: {decode['kv_transfers']} (failed {decode['kv_failed']})")
+        assert decode["kv_transfers"] >= 6 and decode["kv_failed"] <= 1, decode
+    finally:
+        d = cli("down", "-i", inv)
+    assert d.returncode == 0, d.stderr[-2000:]
