@@ -455,7 +455,7 @@ def check_nccl(inventory, parallel, deadline, sizes, iters, backend, as_json):
                    "give another while a disaggregated fleet serves, since its members hold that one).")
 @json_option
 def check_kv(inventory, parallel, port, as_json):
-    """Prove the KV cache can move: each decode replica's head reads each prefill replica's head over NIXL.
+    """Prove the KV cache can move: each decode node reads each prefill node's buffer over NIXL.
 
     For a disaggregated fleet (cluster.router.prefill), after `up`: the same check `serve` runs
     before it starts the replicas (checks/kv_check.py in the cluster containers: a 16 MiB buffer in
