@@ -10,7 +10,6 @@ content. See docs/image-distribution.md.
 """
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -62,24 +61,20 @@ def tree_children(receivers: int, fanout: int = 1) -> dict[int, list[int]]:
 
 
 def seed_argv(image: str, bind_ip: str, port: int, peer_ips: Sequence[str], script: str,
-              wait_s: float = CONNECT_WAIT_S, source: Sequence[str] | None = None,
-              name: str = SEED_CONTAINER) -> tuple[str, ...]:
-    """On the sender: ``source`` (default `docker save IMAGE`) into a container of the image that
-    serves the stream (checks/image_seed.py). The container has no capabilities, no writable root,
-    runs as nobody, on the host network only to bind the data-plane IP."""
-    run = ("docker run -i --rm --name " + name + " --network host --cap-drop ALL "
+              wait_s: float = CONNECT_WAIT_S) -> tuple[str, ...]:
+    """On the sender: `docker save IMAGE` into a container of the image that serves the stream
+    (checks/image_seed.py). The container has no capabilities, no writable root, runs as nobody, on
+    the host network only to bind the data-plane IP."""
+    run = ("docker run -i --rm --name " + SEED_CONTAINER + " --network host --cap-drop ALL "
            "--security-opt no-new-privileges --read-only --user 65534:65534 --pull never "
            '--label bootstrap.role=image-seed --entrypoint python3 "$1" -c "$2" "$3" "$4" "$5" "$6"')
-    src = shlex.join(source) if source else 'docker save "$1"'
-    sh = f"docker rm -f {name} >/dev/null 2>&1; {src} | {run}"
+    sh = f'docker rm -f {SEED_CONTAINER} >/dev/null 2>&1; docker save "$1" | {run}'
     return ("sh", "-c", sh, "sh", image, script, bind_ip, str(port), ",".join(peer_ips), f"{wait_s:g}")
 
 
-def receive_argv(sender_ip: str, port: int, wait_s: float = CONNECT_WAIT_S,
-                 sink: Sequence[str] | None = None) -> tuple[str, ...]:
+def receive_argv(sender_ip: str, port: int, wait_s: float = CONNECT_WAIT_S) -> tuple[str, ...]:
     """On a receiver: connect to the sender (retrying while it starts) and pipe the stream into
-    ``sink`` (default `docker load`)."""
-    into = shlex.join(sink) if sink else "docker load"
+    `docker load`."""
     w = max(1, round(wait_s))
     # Bounded by bash's clock (SECONDS), not a count of tries: a refused connect can take a second.
     # A connect whose SYN is dropped blocks for minutes (the kernel's SYN retries): a watchdog
@@ -92,7 +87,7 @@ def receive_argv(sender_ip: str, port: int, wait_s: float = CONNECT_WAIT_S,
               f'until exec 3<"/dev/tcp/$0/$1"; do [ "$SECONDS" -ge {w} ] && break; '
               f'sleep 0.5; done 2>/dev/null; kill "$dog" 2>/dev/null; trap - TERM; exec 4>&-; '
               f'if ! {{ true <&3; }} 2>/dev/null; then '
-              f'echo "nothing listens on $0:$1" >&2; exit {NO_SENDER}; fi; {into} <&3')
+              f'echo "nothing listens on $0:$1" >&2; exit {NO_SENDER}; fi; docker load <&3')
     host = sender_ip.strip("[]")
     return ("bash", "-c", script, host, str(port))
 

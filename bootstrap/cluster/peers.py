@@ -97,6 +97,7 @@ def copy_in_tree(sess: Session, root: Host, receivers: Sequence[Host], *, stage:
         wave = list(receivers[i:i + size])
         kids = IC.tree_children(len(wave), fanout)
         nodes = [root, *wave]
+        by_name = {h.name: h for h in wave}
         children = {nodes[p].name: [nodes[c] for c in cs] for p, cs in kids.items()}
         parent = {nodes[c].name: nodes[p] for p, cs in kids.items() for c in cs}
         out: dict[str, dict | str] = {}
@@ -135,7 +136,7 @@ def copy_in_tree(sess: Session, root: Host, receivers: Sequence[Host], *, stage:
             why = "; ".join([str(v), *notes_of(v)])
             if isinstance(first_out, str) and first_out and first_out not in why:
                 why += f" (sender: {first_out})"
-            failed[next(h for h in wave if h.name == n)] = why
+            failed[by_name[n]] = why
         for n in res.succeeded:
             got_from[n] = parent[n].name
     return failed

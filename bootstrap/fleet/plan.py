@@ -169,12 +169,11 @@ def unbound_hosts(inv: Inventory, cpus: Mapping[str, int | None], local_ranks: i
             and (n := cpus.get(h.name)) is not None and n <= 2 * ranks.get(h.name, 1)]
 
 
-def unbound_note(hosts: Sequence[str], cpus: Mapping[str, int | None],
-                 local_ranks: int | Mapping[str, int]) -> str | None:
+def unbound_note(hosts: Sequence[str], cpus: Mapping[str, int | None], ranks: Mapping[str, int]) -> str | None:
+    """Why ``hosts`` (unbound_hosts) run unbound; ``ranks``: each host's local ranks."""
     if not hosts:
         return None
     counts = sorted({cpus[h] for h in hosts})
-    ranks = local_ranks if isinstance(local_ranks, Mapping) else {h: local_ranks for h in hosts}
     kept = "/".join(map(str, sorted({2 * ranks.get(h, 1) for h in hosts})))
     return (f"{', '.join(hosts)}: {'/'.join(map(str, counts))} CPUs, no more than vLLM-CPU keeps beside a "
             f"disaggregated engine ({kept}: its scheduler and NIXL), so it would pin its OpenMP threads "

@@ -6,9 +6,10 @@ that differ. See docs/image-distribution.md.
 The head runs checks/image_seed.py in its cluster container, reading `tar -C MODEL -cf - .` itself
 and serving the stream on its data-plane IP to its first receiver only. Each receiver runs the same
 script in its cluster container: it connects to the node before it (from its own data-plane IP),
-passes every chunk on to the node after it (a chain, IC.MODEL_FANOUT) and into checks/model_stream.py,
-which unpacks it under MODEL/.bootstrap-incoming while taking its SHA-256. No byte goes through a
-`docker exec` or `docker run` stdin. Only when a node's digest equals the one the head took of what
+passes every chunk on to the node after it (a chain, IC.MODEL_FANOUT), takes the stream's SHA-256
+and feeds `tar -x` under MODEL/.bootstrap-incoming (untar_cmd). No byte goes through a `docker exec`
+or `docker run` stdin; checks/model_stream.py puts a checked copy in place (commit, merge) and
+receives the relayed fallback's stream. Only when a node's digest equals the one the head took of what
 it sent does the received tree replace MODEL's contents; otherwise it is discarded and the node falls
 back to a stream relayed by this machine (head -> here -> node, checked the same way), and a warning
 says so.
@@ -103,12 +104,11 @@ def sync_model(sess: Session, model: str, targets: Sequence[Host],
     stream_py = check_script("model_stream.py").decode()
 
     files = files_for(targets)  # every node passes on the same stream: what any of them lacks
-    timeout = COPY_TIMEOUT_S
 
     def send(h: Host, to: Sequence[Host]) -> dict | str:
         ssh = sess.ssh[h.name]
         argv = DK.exec_argv(name, "python3", "-c", seed_py, *send_args(h.ip, port, [x.ip for x in to], model, files))
-        r = ssh.run(argv, check=False, hangup=True, timeout=max(timeout, ssh.settings.command_timeout),
+        r = ssh.run(argv, check=False, hangup=True, timeout=max(COPY_TIMEOUT_S, ssh.settings.command_timeout),
                     display=f"tar -C {model} -c | image_seed.py {h.ip}:{port}")
         return last_json(r.stdout) or (r.stderr or r.stdout).strip()[-300:]
 
@@ -116,7 +116,7 @@ def sync_model(sess: Session, model: str, targets: Sequence[Host],
         ssh = sess.ssh[h.name]
         t0 = time.monotonic()
         argv = DK.exec_argv(name, "python3", "-c", seed_py, *pass_args(h.ip, port, [x.ip for x in to], src.ip, model))
-        r = ssh.run(argv, check=False, hangup=True, timeout=max(timeout, ssh.settings.command_timeout),
+        r = ssh.run(argv, check=False, hangup=True, timeout=max(COPY_TIMEOUT_S, ssh.settings.command_timeout),
                     display=f"model stream from {src.name} into {model}"
                             + (f", passed on to {', '.join(x.name for x in to)}" if to else ""))
         relayed = last_json(r.stdout) or {}
