@@ -239,6 +239,11 @@ class Cluster:
     #: Nodes lacking the image get it from a node that has it, over the data plane, so that the
     #: registry (or this machine, with load_image) sends it once; false: every node pulls.
     peer_copy: bool = True
+    #: With peer_copy, when no node has the image: the image of a registry mirror (nginx) the head
+    #: runs for the duration of the pulls, which every node pulls through at once, so that the
+    #: registry sends each layer once (bootstrap.cluster.mirror); "" (``false`` in the file): the
+    #: head pulls and copies the image to the others.
+    image_mirror: str = "nginx:1.27-alpine"
     #: Extra arguments for `ray start` on every node.
     ray_args: tuple[str, ...] = ()
     #: Where the head's Ray dashboard listens: ``localhost`` (Ray's default, 127.0.0.1),

@@ -78,19 +78,30 @@ def node_containers(inv: Path) -> list[str]:
     return [f"bootstrap-sandbox-{h['name']}" for h in doc["hosts"]]
 
 
-def with_peer_copy(inv: Path, on: bool, work: Path) -> Path:
+#: how each node without the image gets it, as the inventory says (the modes of this benchmark)
+MODES = {
+    "pull": {"peer_copy": False},  # every node from the registry (the plain-pull baseline)
+    "peers": {"peer_copy": True, "image_mirror": False},  # the head pulls, then copies node to node
+    "mirror": {"peer_copy": True},  # every node at once through the head's mirror (up's default)
+}
+DESCRIBE = {"pull": "every node from the registry", "peers": "registry once, then node to node",
+            "mirror": "every node through the head's mirror"}
+
+
+def with_mode(inv: Path, mode: str, work: Path) -> Path:
     doc = yaml.safe_load(inv.read_text())
-    doc["cluster"]["peer_copy"] = on
-    path = work / f"{inv.stem}-{'peers' if on else 'pull'}.yaml"
+    doc["cluster"].update(MODES[mode])
+    path = work / f"{inv.stem}-{mode}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
 
 def cold(inv: Path) -> dict:
     must(down(inv), "down")
-    image = yaml.safe_load(inv.read_text())["cluster"]["image"]
+    cluster = yaml.safe_load(inv.read_text())["cluster"]
     for c in node_containers(inv):
-        subprocess.run(["docker", "exec", c, "docker", "rmi", "-f", image], capture_output=True)
+        for image in (cluster["image"], cluster.get("image_mirror") or cluster["image"]):
+            subprocess.run(["docker", "exec", c, "docker", "rmi", "-f", image], capture_output=True)
         subprocess.run(["docker", "exec", c, "docker", "image", "prune", "-f"], capture_output=True)
     before = registry_tx()
     run = must(up(inv), f"up {inv.name}")
@@ -165,20 +176,21 @@ def slowest_mbit(sync: dict) -> float | None:
 
 
 def checks(res: dict[tuple[int, str], dict], nodes: list[int], syncs: dict[int, dict] | None = None,
-           node_bits: int | None = None) -> list[V.Check]:
-    """The targets against the peers runs in ``res`` ((N, mode) -> cold()'s dict) and the model copies
-    in ``syncs`` (N -> sync_model()'s dict), or not measured (with the reason)."""
+           node_bits: int | None = None, mode: str = "mirror") -> list[V.Check]:
+    """The targets against the runs in ``res`` ((N, mode) -> cold()'s dict) of ``mode`` (`up`'s
+    default: the mirror) and the model copies in ``syncs`` (N -> sync_model()'s dict), or not
+    measured (with the reason)."""
     last = nodes[-1]
     why = V.no_ratio_to_one(nodes)
     share = ("sync-model: slowest node's copy / node link, min over N>=2", ">=", TARGET_LINK_SHARE)
     found: list[V.Check]
     if why:
-        found = [V.not_measured("peers: registry bytes at Nmax / at N=1", "<=", TARGET_BYTES, why),
-                 V.not_measured("peers: up(Nmax)/up(1)", "<=", TARGET_SCALING, why)]
+        found = [V.not_measured(f"{mode}: registry bytes at Nmax / at N=1", "<=", TARGET_BYTES, why),
+                 V.not_measured(f"{mode}: up(Nmax)/up(1)", "<=", TARGET_SCALING, why)]
     else:
-        sent = (f"peers: registry bytes at N={last} / at N=1", "<=", TARGET_BYTES)
-        scaling = (f"peers: up({last})/up(1)", "<=", TARGET_SCALING)
-        one, top = res[(1, "peers")], res[(last, "peers")]
+        sent = (f"{mode}: registry bytes at N={last} / at N=1", "<=", TARGET_BYTES)
+        scaling = (f"{mode}: up({last})/up(1)", "<=", TARGET_SCALING)
+        one, top = res[(1, mode)], res[(last, mode)]
         found = [V.Check(*sent, top["registry"] / one["registry"]) if one["registry"] > 0
                  else V.not_measured(*sent, "the registry sent 0 bytes at N=1: its counter did not move"),
                  V.Check(*scaling, top["up"] / one["up"])]
@@ -187,7 +199,7 @@ def checks(res: dict[tuple[int, str], dict], nodes: list[int], syncs: dict[int, 
     if not node_bits:
         found.append(V.not_measured(*share, "node links unshaped (--unshaped): no link rate to compare with"))
     elif not syncs:
-        found.append(V.not_measured(*share, "no N >= 2 in --nodes: nothing was copied"))
+        found.append(V.not_measured(*share, "no N >= 2 in --nodes, or --no-sync: nothing was copied"))
     elif any(r is None for r in rates):
         found.append(V.not_measured(*share, "a node got the model relayed through this machine, not from a peer"))
     else:
@@ -224,7 +236,7 @@ def sync_only(nodes: list[int], inventory: Path, work: Path, a: argparse.Namespa
     syncs: dict[tuple[int, int], dict] = {}
     try:
         for n in [x for x in nodes if x >= 2]:
-            inv = with_peer_copy(first_hosts(inventory, n, work), True, work)
+            inv = with_mode(first_hosts(inventory, n, work), "peers", work)
             must(up(inv), f"up {inv.name}")
             for f in fanouts:
                 log(f"N={n}: sync-model of {a.model_mb} MB from the head, fanout {f}")
@@ -262,7 +274,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fanouts", default="",
                    help="with --sync-only: children per node of the pipelined copy to compare, e.g. 1,4 "
                         "(default: serve's, 1: a chain)")
+    p.add_argument("--modes", default="pull,peers,mirror",
+                   help="how nodes without the image get it, comma-separated: pull (every node from the "
+                        "registry), peers (one pull, then node to node), mirror (all at once through the "
+                        "head's mirror, up's default); default all three")
+    p.add_argument("--no-sync", action="store_true", help="skip the model copy")
     a = p.parse_args(argv)
+    modes = [m for m in MODES if m in {x.strip() for x in a.modes.split(",")}]
+    if not modes or set(x.strip() for x in a.modes.split(",")) - set(MODES):
+        p.error(f"--modes takes {', '.join(MODES)}")
     nodes = sorted({int(x) for x in a.nodes.split(",") if x.strip()})
     if not nodes or nodes[0] < 1:
         p.error("--nodes needs positive counts")
@@ -285,19 +305,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for n in nodes:
             base = first_hosts(inventory, n, work)
-            for mode in ("pull", "peers"):
+            for mode in modes:
                 log(f"N={n} {mode}: down, image removed, up")
-                r = res[(n, mode)] = cold(with_peer_copy(base, mode == "peers", work))
+                r = res[(n, mode)] = cold(with_mode(base, mode, work))
                 log(f"N={n} {mode}: {r['up']:.1f}s, registry sent {r['registry'] / 1e9:.2f} GB, from {r['from']}")
-            if n >= 2:
+            if n >= 2 and not a.no_sync:
                 log(f"N={n}: sync-model of {a.model_mb} MB from the head")
-                s = syncs[n] = sync_model(with_peer_copy(base, True, work), a.model_mb)
+                s = syncs[n] = sync_model(with_mode(base, "peers", work), a.model_mb)
                 log(f"N={n}: sync-model {s['wall']:.1f}s: {s['per']}")
         must(down(first_hosts(inventory, nodes[-1], work)), "final down")
     finally:
         leave_sandbox(nodes[-1], existed or a.keep, bool(shape))
     gb = lambda x: f"{x / 1e9:.2f}"  # noqa: E731
-    base_pull, base_peer = res[(nodes[0], "pull")], res[(nodes[0], "peers")]
 
     def copy_cols(n: int) -> tuple[str, str, str]:
         s = syncs.get(n)
@@ -307,31 +326,37 @@ def main(argv: list[str] | None = None) -> int:
         share = f"{rate * 1e6 / node_bits:.2f}" if rate is not None and node_bits else "-"
         return f"{s['wall']:.1f}", f"{rate:.0f}" if rate is not None else "relayed", share
 
-    rows = [(str(n), f"{res[(n, 'pull')]['up']:.1f}", f"{res[(n, 'peers')]['up']:.1f}",
-             f"{res[(n, 'peers')]['up'] / res[(n, 'pull')]['up']:.2f}",
-             f"{res[(n, 'pull')]['up'] / base_pull['up']:.2f}", f"{res[(n, 'peers')]['up'] / base_peer['up']:.2f}",
-             gb(res[(n, 'pull')]['registry']), gb(res[(n, 'peers')]['registry']), *copy_cols(n)) for n in nodes]
+    first = nodes[0]
+    rows = []
+    for n in nodes:
+        cells = [str(n)]
+        cells += [f"{res[(n, m)]['up']:.1f}" for m in modes]
+        cells += [f"{res[(n, m)]['up'] / res[(n, 'pull')]['up']:.2f}" for m in modes if m != "pull" and "pull" in modes]
+        cells += [f"{res[(n, m)]['up'] / res[(first, m)]['up']:.2f}" for m in modes]
+        cells += [gb(res[(n, m)]['registry']) for m in modes]
+        rows.append((*cells, *copy_cols(n)))
+    head = ("N", *(f"{m} s" for m in modes), *(f"{m}/pull" for m in modes if m != "pull" and "pull" in modes),
+            *(f"{m}(N)/{m}({first})" for m in modes), *(f"registry GB {m}" for m in modes),
+            "sync-model s", "slowest copy Mbit/s", "copy/node link")
     links = "links unshaped" if a.unshaped else f"registry link {a.registry_link}, node links {a.node_link}"
     print(f"cold up on the sandbox ({os.cpu_count()} CPU(s) shared by every node; {links}), one run per cell; "
+          f"modes: {', '.join(f'{m} ({DESCRIBE[m]})' for m in modes)}; "
           f"sync-model of {a.model_mb} MB of random bytes + the tiny model")
-    print(render(("N", "pull s", "peers s", "peers/pull", f"pull(N)/pull({nodes[0]})", f"peers(N)/peers({nodes[0]})",
-                  "registry GB pull", "registry GB peers", "sync-model s", "slowest copy Mbit/s",
-                  "copy/node link"), rows))
-    last = res[(nodes[-1], "peers")]
-    print(f"image-from at N={nodes[-1]} (peers): {last['from']}")
+    print(render(head, rows))
+    for m in modes:
+        print(f"image-from at N={nodes[-1]} ({m}): {res[(nodes[-1], m)]['from']}")
     for n, s in syncs.items():
         print(f"sync-model at N={n}: " + ", ".join(f"{h} from {src} in {sec}s" for h, (src, sec) in s["per"].items()))
     if a.png:
         from perf.plot import line_plot
 
-        line_plot(a.png, f"cold start on the sandbox ({links})", nodes,
-                  {"plain pull: every node from the registry": [res[(n, "pull")]["up"] for n in nodes],
-                   "bootstrap up: registry once, then peers": [res[(n, "peers")]["up"] for n in nodes],
-                   f"serve --sync-model: {a.model_mb} MB head to the others":
-                       [syncs[n]["wall"] if n in syncs else None for n in nodes]},
-                  xlabel="nodes (N)", prefix="cold_up")
+        series = {f"{m}: {DESCRIBE[m]}": [res[(n, m)]["up"] for n in nodes] for m in modes}
+        if syncs:
+            series[f"serve --sync-model: {a.model_mb} MB head to the others"] = [
+                syncs[n]["wall"] if n in syncs else None for n in nodes]
+        line_plot(a.png, f"cold start on the sandbox ({links})", nodes, series, xlabel="nodes (N)", prefix="cold_up")
         print(f"plot: {a.png}")
-    found = checks(res, nodes, syncs, node_bits)
+    found = checks(res, nodes, syncs, node_bits, "mirror" if "mirror" in modes else modes[-1])
     for line in V.lines(found):
         print(line)
     return V.exit_status(found)

@@ -9,6 +9,7 @@ from typing import Mapping, Sequence
 
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import imagecopy as IC
+from bootstrap.cluster import mirror as MR
 from bootstrap.cluster import peers
 from bootstrap.cluster import plan as PL
 from bootstrap.errors import BootstrapError, CommandFailed, GroupError, PreflightFailed, add_note
@@ -182,6 +183,14 @@ def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, l
         want_id = facts[first.name].image_id
     seeds = [h for h in have if facts[h.name].image_id == want_id]
     rest = list(todo)
+    if not seeds and not load and inv.cluster.image_mirror:
+        first = next((h for h in todo if h.is_head), todo[0])
+        got = _through_mirror(sess, first, todo, image)
+        if got:
+            got_from.update(got)
+            seeds = [h for h in todo if h.name in got]
+            rest = [h for h in todo if h.name not in got]
+            want_id = sess.ssh[first.name].run(F.image_id_cmd(image), timeout=30).stdout.strip()
     if not seeds:
         first = next((h for h in todo if h.is_head), todo[0])
         source([first])
@@ -200,6 +209,95 @@ def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, l
         source(list(failed))
         got_from.update({h.name: origin for h in failed})
     return got_from
+
+
+def _through_mirror(sess: Session, head: Host, todo: Sequence[Host], image: str) -> dict[str, str]:
+    """Every host of ``todo`` pulls the image at once through a registry mirror on ``head``
+    (cluster/mirror.py), which is removed afterwards. Return where each host that got it got it
+    ("registry" for the head, the head's name for the others): empty when the mirror could not
+    serve (the reason in a warning; the head then pulls and copies as before). A host whose pull
+    failed, or whose image differs from the head's, is left out (it gets the image from a peer)."""
+    inv = sess.inv
+    port = inv.cluster.ports.image_copy
+    ref = MR.mirror_ref(image, port)
+    if ref is None:
+        return {}
+    ssh = sess.ssh[head.name]
+    started = False
+
+    def skip(why: str) -> dict[str, str]:
+        sess.reporter.event(head.name, "image-mirror", "warning",
+                            f"{why}; {head.name} pulls the image and copies it to the others instead")
+        return {}
+
+    try:
+        t0 = sess.clock()
+        sess.reporter.event(head.name, "image-mirror", "start")
+        mirror = inv.cluster.image_mirror
+        if not ssh.run(F.image_id_cmd(mirror), timeout=30, check=False).ok:
+            try:
+                pull_image(ssh, mirror)
+            except CommandFailed as exc:
+                return skip(f"cannot pull the mirror's image {mirror} (cluster.image_mirror): "
+                            f"{exc.output_tail.strip()[-200:]}")
+        reg = MR.split_image(image).registry
+        conf_out = ssh.run(MR.registry_config_cmd(), timeout=30, check=False).stdout
+        https = not MR.plain_http(reg, conf_out)
+        others = [h.ip.strip("[]") for h in inv.hosts if h is not head]
+        conf = MR.nginx_conf(reg, https, head.ip, port, others)
+        started = True
+        for argv in (MR.prepare_argv(mirror), MR.run_argv(mirror, conf)):
+            r = ssh.run(argv, timeout=120, check=False, display=f"docker run {mirror} (the image mirror)")
+            if not r.ok:
+                return skip(f"the mirror did not start: {(r.stderr or r.stdout).strip()[-200:] or r.exit_code}")
+        out = ssh.run(MR.probe_argv(port), timeout=30, check=False).stdout
+        status = MR.probe_status(out)
+        if status != 200:
+            why = {None: "it does not answer", 401: "the registry asks for credentials (the mirror serves "
+                   "registries that answer anonymously)"}.get(status, f"the registry answers it with HTTP {status}")
+            logs = ssh.run(("docker", "logs", "--tail", "3", MR.CONTAINER), timeout=30, check=False)
+            tail = (logs.stderr or logs.stdout).strip().splitlines()[-1:]
+            seen = f" ({tail[0][:200]})" if tail else ""
+            return skip(f"the mirror on {head.name} cannot serve {reg}: {why}{seen}")
+        scheme = "https" if https else "http"
+        sess.reporter.event(head.name, "image-mirror", "done",
+                            f"{PL.hostport(head.ip, port)} caching {scheme}://{reg} in {sess.clock() - t0:.1f}s")
+        script = check_script("mirror_forward.py").decode()
+
+        def pull(h: Host) -> str:
+            s = sess.ssh[h.name]
+            t = time.monotonic()
+            argv = MR.pull_argv(ref, None if h is head else head.ip, port, h.ip, script)
+            r = s.run(argv, timeout=s.settings.command_timeout, check=False, hangup=True,
+                      display=f"docker pull {ref}" + ("" if h is head else f" (via {head.name})"))
+            if not r.ok:
+                tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.exit_code}"]
+                raise PreflightFailed(h.name, f"the pull through {head.name}'s mirror failed: {tail[0][:300]}")
+            s.run(MR.retag_argv(ref, image), timeout=60)
+            return f"{time.monotonic() - t:.1f}s"
+
+        res = sess.stage("pull-mirror", todo, pull, strict=False)
+    finally:
+        if started:
+            ssh.run(MR.remove_argv(), timeout=120, check=False)
+    if head.name not in res.succeeded:
+        return skip(f"{head.name}'s pull through its mirror failed ({res.failed.get(head.name)})")
+    ids = sess.stage("image-id", [h for h in todo if h.name in res.succeeded],
+                     lambda h: sess.ssh[h.name].run(F.image_id_cmd(image), timeout=30).stdout.strip(), strict=False)
+    want = ids.succeeded.get(head.name)
+    got: dict[str, str] = {}
+    for h in todo:
+        if h.name not in ids.succeeded:
+            continue
+        if ids.succeeded[h.name] != want:  # never: one manifest, checked by each Docker; refused if so
+            sess.ssh[h.name].run(("docker", "image", "rm", image), timeout=60, check=False)
+            sess.reporter.event(h.name, "pull-mirror", "warning", f"got {ids.succeeded[h.name][:19]}, not "
+                                f"{(want or '')[:19]}: removed")
+            continue
+        got[h.name] = "registry" if h is head else head.name
+    for n, why in res.failed.items():
+        sess.reporter.event(n, "pull-mirror", "warning", f"{why}; it gets the image from a peer instead")
+    return got
 
 
 def _copy_image(sess: Session, seeds: Sequence[Host], receivers: Sequence[Host], image: str,

@@ -251,6 +251,16 @@ def _image(value: Any, loc: _Loc) -> str:
     return value
 
 
+def _image_or_off(value: Any, loc: _Loc) -> str:
+    if value is False:
+        return ""
+    if isinstance(value, bool):
+        loc.fail("expected an image reference or false")
+    return _image(value, loc)
+
+
+_image_or_off.accepts = "an image reference, or false"  # type: ignore[attr-defined]
+
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
@@ -591,6 +601,7 @@ _CLUSTER_FIELDS: dict[str, Validator] = {
     "nofile": _optional(_nofile),
     "load_image": _bool,
     "peer_copy": _bool,
+    "image_mirror": _image_or_off,
     "ray_args": _list(_string),
     "dashboard_host": _dashboard_host,
     "ssh": _described("a mapping: cluster.ssh below", lambda v, loc: v),  # checked in _ssh

@@ -54,7 +54,7 @@ from ._util import (
     timed,
 )
 from .gpu import GpuShape
-from .images import SandboxImages, ensure_images, planned_images
+from .images import SandboxImages, ensure_images, mirror_stage, planned_images
 
 NETWORK = "bootstrap-sandbox"
 DEFAULT_SUBNET = "172.31.240.0/24"
@@ -65,6 +65,8 @@ REGISTRY_PORT = 5000
 REMOTE_REPO = "bootstrap/vllm-cpu"
 #: ... and of its Ray-less variant (`sandbox up --without-ray`).
 RAY_LESS_REMOTE_REPO = "bootstrap/vllm-cpu-noray"
+#: Repository of the registry mirror's image (cluster.image_mirror) inside the sandbox registry.
+MIRROR_REMOTE_REPO = "bootstrap/nginx"
 KIND_LABEL = "bootstrap.sandbox.kind"
 KINDS = ("full", "sshd")
 #: Offsets inside the subnet: .1 gateway, .2 registry, .11.. nodes.
@@ -356,10 +358,10 @@ def _registry_drop_other_tags(port: int, repo: str, keep_tag: str, log: Log) -> 
 
 
 def _push_image(images: SandboxImages, workdir: Path, registry_ip: str, port: int, log: Log,
-                source: str | None = None, repo: str = REMOTE_REPO) -> str:
-    """Push the vLLM image (or `source`, a variant of it, into `repo`) into the registry unless
-    there, and tag the nodes' reference here."""
-    tag = images.vllm_tag
+                source: str | None = None, repo: str = REMOTE_REPO, tag: str | None = None) -> str:
+    """Push the vLLM image (or `source`, a variant of it or another image, into `repo` as `tag`)
+    into the registry unless there, and tag the nodes' reference here."""
+    tag = tag or images.vllm_tag
     source = source or images.vllm
     nodes_ref = f"{registry_ip}:{REGISTRY_PORT}/{repo}:{tag}"
     tag_image(source, nodes_ref)
@@ -374,6 +376,11 @@ def _push_image(images: SandboxImages, workdir: Path, registry_ip: str, port: in
         push_logged(local_ref, logfile, what=f"docker push {local_ref}", timeout=3600)
     _registry_drop_other_tags(port, repo, tag, log)
     return nodes_ref
+
+
+def mirror_tag() -> str:
+    """The mirror image's tag in the sandbox registry: its recipe's hash."""
+    return mirror_stage().recipe
 
 
 def push_ray_less(workdir: Path, log: Log = nolog) -> str:
@@ -587,6 +594,8 @@ def _write_inventory(info: SandboxInfo, iface: str) -> None:
             # there, and a peer copy (uncompressed docker save | docker load on the same 2 cores)
             # is slower than N pulls (bench/cold_up.py). On a real cluster leave it on.
             "peer_copy": False,
+            # with peer_copy: the registry mirror on the head of a cold cluster (Debian's nginx here)
+            "image_mirror": f"{info.registry}/{MIRROR_REMOTE_REPO}:{mirror_tag()}",
             "ssh": {
                 "user": "root",
                 "key": str(info.key),
@@ -787,6 +796,8 @@ def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full
             _ensure_network(subnet, gateway, log)
             _ensure_registry(images, workdir, registry_ip, port, log)
             image_ref = _push_image(images, workdir, registry_ip, port, log)
+            _push_image(images, workdir, registry_ip, port, log, source=images.mirror, repo=MIRROR_REMOTE_REPO,
+                        tag=mirror_tag())
 
         key = workdir / "id_ed25519"
         client_pub = ensure_keypair(key, "bootstrap-sandbox")

@@ -55,6 +55,7 @@ BASE_REF = f"{BASE_REPO}:{SUITE}"
 NODE_REPO = "bootstrap-sandbox/node"
 VLLM_REPO = "bootstrap-sandbox/vllm-cpu"
 REGISTRY_REPO = "bootstrap-sandbox/registry"
+MIRROR_REPO = "bootstrap-sandbox/nginx"
 STAGE_REPO = "bootstrap-sandbox/stage"
 
 #: What the vLLM image runs; torch 2.13.0 resolves to the +cpu build on machines of this kind.
@@ -175,6 +176,15 @@ apt-get install -y -qq docker-registry ca-certificates
 install -d -m 755 /etc/docker/registry /var/lib/registry
 install -m 644 /recipe/config.yml /etc/docker/registry/config.yml
 docker-registry --version
+"""
+
+#: The registry mirror `up` runs on the head of a cold cluster (cluster.image_mirror; on a real
+#: cluster Docker Hub's nginx image): Debian's nginx-light has the slice module it needs.
+MIRROR_SCRIPT = f"""\
+{APT_PROLOGUE}
+apt-get install -y -qq --no-install-recommends nginx-light ca-certificates
+{APT_EPILOGUE}
+nginx -V 2>&1 | grep -q -- --with-http_slice_module
 """
 
 VLLM_PACKAGES = (
@@ -395,6 +405,7 @@ class SandboxImages:
     node: str
     vllm: str
     registry: str
+    mirror: str
 
     @property
     def vllm_tag(self) -> str:
@@ -431,6 +442,11 @@ def registry_stage() -> Stage:
             "EXPOSE 5000",
         ),
     )
+
+
+def mirror_stage() -> Stage:
+    return Stage(name="mirror", repo=MIRROR_REPO, parent=f"{BASE_REF}@{BASE_RECIPE}", script=MIRROR_SCRIPT,
+                 changes=('CMD ["nginx", "-g", "daemon off;"]',))
 
 
 def vllm_stages(wheels: Path) -> list[Stage]:
@@ -646,7 +662,8 @@ def planned_images(workdir: Path) -> SandboxImages:
     """The references ensure_images would produce, without building anything."""
     stages = vllm_stages(Path(workdir) / "wheels")
     return SandboxImages(
-        base=BASE_REF, node=node_stage().ref, vllm=stages[-1].ref, registry=registry_stage().ref
+        base=BASE_REF, node=node_stage().ref, vllm=stages[-1].ref, registry=registry_stage().ref,
+        mirror=mirror_stage().ref,
     )
 
 
@@ -659,11 +676,11 @@ def ensure_images(workdir: Path, log: Log = nolog) -> SandboxImages:
     with file_lock(workdir / ".images.lock"):
         for stale in (workdir / "tmp").glob("recipe-*"):  # left by an interrupted build
             shutil.rmtree(stale, ignore_errors=True)
-        if all(image_exists(r) for r in (planned.node, planned.registry, planned.vllm)):
+        if all(image_exists(r) for r in (planned.node, planned.registry, planned.vllm, planned.mirror)):
             log(f"images present: {planned.node}, {planned.registry}, {planned.vllm}")
             stages = vllm_stages(workdir / "wheels")
             _prune_superseded(
-                {BASE_REF, planned.node, planned.registry, *(s.ref for s in stages),
+                {BASE_REF, planned.node, planned.registry, planned.mirror, *(s.ref for s in stages),
                  ray_less_stage(planned.vllm).ref}, planned.vllm_tag, log
             )
             return planned
@@ -677,6 +694,7 @@ def ensure_images(workdir: Path, log: Log = nolog) -> SandboxImages:
             _ensure_base(workdir, log)
             node = _build_stage(node_stage(), workdir, log)
             registry = _build_stage(registry_stage(), workdir, log)
+            mirror = _build_stage(mirror_stage(), workdir, log)
             if wheels is not None:
                 _build_stage(stages[0], workdir, log)
                 wheels.result()
@@ -684,9 +702,9 @@ def ensure_images(workdir: Path, log: Log = nolog) -> SandboxImages:
                     _build_stage(stage, workdir, log)
         vllm = stages[-1].ref
         log(f"images ready in {time.monotonic() - start:.1f}s")
-        _prune_superseded({BASE_REF, node, registry, *(s.ref for s in stages), ray_less_stage(vllm).ref},
+        _prune_superseded({BASE_REF, node, registry, mirror, *(s.ref for s in stages), ray_less_stage(vllm).ref},
                           stages[-1].recipe, log)
-        return SandboxImages(base=BASE_REF, node=node, vllm=vllm, registry=registry)
+        return SandboxImages(base=BASE_REF, node=node, vllm=vllm, registry=registry, mirror=mirror)
 
 
 def ensure_ray_less_image(workdir: Path, log: Log = nolog) -> str:
@@ -704,7 +722,7 @@ def _prune_superseded(keep: set[str], vllm_tag: str, log: Log) -> None:
         refs = [t for img in cl.api.images(filters={"label": f"{ROLE_LABEL}=image"}) for t in img.get("RepoTags") or ()]
     except LD.ERRORS:
         refs = []
-    ours = (BASE_REPO, NODE_REPO, VLLM_REPO, REGISTRY_REPO, STAGE_REPO, RAY_LESS_REPO)
+    ours = (BASE_REPO, NODE_REPO, VLLM_REPO, REGISTRY_REPO, STAGE_REPO, RAY_LESS_REPO, MIRROR_REPO)
     stale = []
     for ref in refs:
         repo, _, tag = ref.rpartition(":")

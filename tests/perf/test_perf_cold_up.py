@@ -16,7 +16,7 @@ def res(nodes):
 
 
 def test_both_targets_from_the_recorded_run():
-    assert V.lines(C.checks(res([1, 2, 4]), [1, 2, 4])) == [
+    assert V.lines(C.checks(res([1, 2, 4]), [1, 2, 4], mode="peers")) == [
         "target met: peers: registry bytes at N=4 / at N=1 <= 1.2 (measured 1.00)",
         "target missed: peers: up(4)/up(1) <= 1.3 (measured 4.33)",
         "target not measured: sync-model: slowest node's copy / node link, min over N>=2 >= 0.7 "
@@ -26,7 +26,7 @@ def test_both_targets_from_the_recorded_run():
 
 def test_one_n_or_no_n1_measures_neither_target():
     for nodes, why in (([1], "one N only: --nodes 1"), ([2, 4], "no N=1 in --nodes 2,4")):
-        found = C.checks(res(nodes), nodes)
+        found = C.checks(res(nodes), nodes, mode="peers")
         assert [c.passed for c in found] == [None, None, None]
         assert found[1].line() == f"target not measured: peers: up(Nmax)/up(1) <= 1.3 ({why})"
         assert V.exit_status(found) == 0
@@ -35,7 +35,7 @@ def test_one_n_or_no_n1_measures_neither_target():
 def test_a_registry_that_sent_nothing_at_n1_is_not_a_measurement():
     r = res([1, 4])
     r[(1, "peers")]["registry"] = 0
-    assert C.checks(r, [1, 4])[0].line() == ("target not measured: peers: registry bytes at N=4 / at N=1 <= 1.2 "
+    assert C.checks(r, [1, 4], mode="peers")[0].line() == ("target not measured: peers: registry bytes at N=4 / at N=1 <= 1.2 "
                                              "(the registry sent 0 bytes at N=1: its counter did not move)")
 
 
@@ -46,10 +46,10 @@ def test_main_at_one_n_does_not_print_targets_met(monkeypatch, capsys):
     monkeypatch.setattr(C, "subprocess", SimpleNamespace(run=lambda *a, **kw: SimpleNamespace(returncode=0)))
     monkeypatch.setattr(C, "sandbox_up", lambda n, extra=(): Path("inventory.yaml"))
     monkeypatch.setattr(C, "first_hosts", lambda inventory, n, work: n)
-    monkeypatch.setattr(C, "with_peer_copy", lambda n, on, work: (n, "peers" if on else "pull"))
+    monkeypatch.setattr(C, "with_mode", lambda n, mode, work: (n, mode))
     monkeypatch.setattr(C, "cold", lambda key: recorded[key])
     monkeypatch.setattr(C, "down", lambda inv: B.Run(0.1, 0, "", ""))
-    code = C.main(["--nodes", "1", "--unshaped"])
+    code = C.main(["--nodes", "1", "--unshaped", "--modes", "pull,peers"])
     out = capsys.readouterr().out
     assert "targets met" not in out
     assert "target not measured: peers: up(Nmax)/up(1) <= 1.3 (one N only: --nodes 1)" in out
@@ -66,17 +66,17 @@ def test_the_model_copy_is_judged_by_its_slowest_node_against_the_node_link():
     syncs = {2: sync({"node2": ("node1", 3.0)}),  # 800 Mbit/s
              4: sync({"node2": ("node1", 3.0), "node3": ("node1", 6.0), "node4": ("node2", 3.0)})}  # 400
     assert C.slowest_mbit(syncs[4]) == 400.0
-    assert C.checks(r, [1, 2, 4], syncs, 1_000_000_000)[2].line() == (
+    assert C.checks(r, [1, 2, 4], syncs, 1_000_000_000, "peers")[2].line() == (
         "target missed: sync-model: slowest node's copy / node link, min over N>=2 >= 0.7 (measured 0.40)")
     syncs[4]["per"]["node3"] = ("node1", 3.2)
-    assert C.checks(r, [1, 2, 4], syncs, 1_000_000_000)[2].passed is True
+    assert C.checks(r, [1, 2, 4], syncs, 1_000_000_000, "peers")[2].passed is True
 
 
 def test_a_relayed_copy_or_no_copy_is_not_a_measurement_of_the_link():
     r = res([1, 2])
     relayed = {2: sync({"node2": ("this machine", None)})}
-    assert "relayed through this machine" in C.checks(r, [1, 2], relayed, 10**9)[2].line()
-    assert "no N >= 2" in C.checks(res([1]), [1], {}, 10**9)[2].line()
+    assert "relayed through this machine" in C.checks(r, [1, 2], relayed, 10**9, "peers")[2].line()
+    assert "no N >= 2" in C.checks(res([1]), [1], {}, 10**9, "peers")[2].line()
 
 
 def test_each_receivers_time_is_its_copy_stage_done_event():
@@ -86,3 +86,27 @@ def test_each_receivers_time_is_its_copy_stage_done_event():
     t.event("node3", "copy-model", "failed", "cannot reach node1")
     t.event("node1", "seed-model", "done", "300.0 MB to node2 in 3.0s (100.0 MB/s)")
     assert t.seconds == {"node2": 3.1}
+
+
+def test_the_targets_are_judged_on_the_mirror_when_it_ran_and_the_modes_are_checked(capsys):
+    r = res([1, 4])
+    r[(1, "mirror")] = {"up": 130.0, "registry": 1.2e9, "from": {}}
+    r[(4, "mirror")] = {"up": 169.0, "registry": 1.25e9, "from": {}}
+    found = C.checks(r, [1, 4], mode="mirror")
+    assert [c.line() for c in found[:2]] == [
+        "target met: mirror: registry bytes at N=4 / at N=1 <= 1.2 (measured 1.04)",
+        "target met: mirror: up(4)/up(1) <= 1.3 (measured 1.30)"]
+    import pytest
+    with pytest.raises(SystemExit):
+        C.main(["--modes", "pull,mirrors"])
+    assert "--modes takes pull, peers, mirror" in capsys.readouterr().err
+
+
+def test_each_mode_is_an_inventory_change(tmp_path):
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("cluster:\n  image: r:5000/a:b\n  image_mirror: r:5000/nginx:1\nhosts: []\n")
+    import yaml
+    got = {m: yaml.safe_load(C.with_mode(inv, m, tmp_path).read_text())["cluster"] for m in C.MODES}
+    assert got["pull"]["peer_copy"] is False
+    assert got["peers"]["peer_copy"] is True and got["peers"]["image_mirror"] is False
+    assert got["mirror"]["peer_copy"] is True and got["mirror"]["image_mirror"] == "r:5000/nginx:1"

@@ -1,0 +1,198 @@
+"""A registry mirror on the head for a cold `up` (pure: names, nginx's configuration and the commands).
+
+When no node has the image, the head runs nginx as a caching proxy of the image's registry
+(``cluster.image_mirror``, the container's image) and every node pulls at once through it: the head
+from ``127.0.0.1:PORT``, the others from their own ``127.0.0.1:PORT``, which checks/mirror_forward.py
+forwards to the head's data-plane IP (Docker speaks plain HTTP to a registry on loopback without any
+daemon setting, and the nodes' Docker needs no trust in the head). nginx fetches each layer from the
+registry once, in slices, and the nodes that ask for a slice already being fetched wait for it and
+read it from the cache: the registry sends the image once, and every node unpacks each layer while
+the next ones arrive, as one pull does. See docs/image-distribution.md.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from bootstrap.cluster import plan as PL
+
+CONTAINER = "bootstrap-image-mirror"
+VOLUME = "bootstrap-image-mirror"
+#: what nginx fetches from the registry at a time; a node asking for a slice being fetched waits
+#: for that slice only
+SLICE = "8m"
+#: Docker Hub's registry, for images without a registry in their name
+DOCKER_HUB = "registry-1.docker.io"
+#: what Docker writes in a registry's `docker info` entry for one it talks plain HTTP to
+_LOOPBACK = ("localhost", "127.0.0.1", "[::1]")
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """An image reference split as Docker reads it (github.com/distribution/reference)."""
+
+    registry: str  # host[:port]; DOCKER_HUB for Docker Hub
+    path: str  # the repository inside it (library/NAME for Docker Hub's official images)
+    tag: str | None
+    digest: str | None
+
+
+def split_image(image: str) -> ImageRef:
+    """``image`` (already checked by the inventory) split into registry, repository, tag, digest."""
+    rest, _, digest = image.partition("@")
+    first, slash, after = rest.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        registry, rest = first, after
+    else:
+        registry = DOCKER_HUB
+        if "/" not in rest:
+            rest = f"library/{rest}"
+    path, colon, tag = rest.rpartition(":") if ":" in rest else (rest, "", "")
+    if not colon:
+        path = rest
+    if registry in ("docker.io", "index.docker.io"):
+        registry = DOCKER_HUB
+    return ImageRef(registry, path, tag or (None if digest else "latest"), digest or None)
+
+
+def mirror_ref(image: str, port: int) -> str | None:
+    """The name a node pulls the image by through the mirror: ``127.0.0.1:PORT/REPO:TAG``; None for
+    an image pinned by digest (it cannot be tagged back under that name)."""
+    ref = split_image(image)
+    if ref.digest:
+        return None
+    return f"127.0.0.1:{port}/{ref.path}:{ref.tag}"
+
+
+def registry_config_cmd() -> tuple[str, ...]:
+    """`docker info`'s registry settings on the head (which registries it talks plain HTTP to)."""
+    return ("docker", "info", "--format", "{{json .RegistryConfig}}")
+
+
+def plain_http(registry: str, registry_config: str) -> bool:
+    """Whether the head's Docker talks plain HTTP to ``registry`` (listed in its insecure
+    registries, or on loopback): then so does the mirror. Unreadable settings: TLS."""
+    if registry.split(":")[0] in _LOOPBACK or registry.startswith("[::1]"):
+        return True
+    try:
+        conf = json.loads(registry_config)
+    except ValueError:
+        return False
+    entry = (conf.get("IndexConfigs") or {}).get(registry) if isinstance(conf, dict) else None
+    return isinstance(entry, dict) and entry.get("Secure") is False
+
+
+def nginx_conf(registry: str, https: bool, bind_ip: str, port: int, allow: Sequence[str]) -> str:
+    """nginx's configuration: listens on 127.0.0.1 and the head's data-plane IP at ``port`` for the
+    cluster's members only, answers GET and HEAD of the registry API (pulls, never pushes), caches
+    blobs (content-addressed: a digest's bytes never change) in slices with one fetch per slice
+    (``proxy_cache_lock``), and passes everything else (manifests by tag, auth) through uncached."""
+    scheme = "https" if https else "http"
+    host = registry
+    tls = ""
+    if https:
+        name = registry.rsplit(":", 1)[0] if not registry.endswith("]") else registry
+        tls = (f"    proxy_ssl_server_name on;\n    proxy_ssl_name {name};\n    proxy_ssl_verify on;\n"
+               "    proxy_ssl_verify_depth 4;\n"
+               "    proxy_ssl_trusted_certificate /etc/ssl/certs/ca-certificates.crt;\n")
+    target = registry if ":" in registry.lstrip("[").split("]")[-1] else f"{registry}:{443 if https else 80}"
+    allows = "".join(f"    allow {ip};\n" for ip in ("127.0.0.1", *allow))
+    common = (f"      limit_except GET {{ deny all; }}\n"
+              f"      proxy_http_version 1.1;\n"
+              f"      proxy_set_header Connection \"\";\n"
+              f"      proxy_set_header Host {host};\n"
+              f"      proxy_pass {scheme}://registry;\n")
+    return (
+        "worker_processes 2;\n"
+        "pid /tmp/nginx.pid;\n"
+        "error_log stderr warn;\n"
+        "events { worker_connections 1024; }\n"
+        "http {\n"
+        "  access_log off;\n"
+        "  client_body_temp_path /tmp/body;\n"
+        "  proxy_temp_path /tmp/proxy;\n"
+        "  fastcgi_temp_path /tmp/fastcgi;\n  uwsgi_temp_path /tmp/uwsgi;\n  scgi_temp_path /tmp/scgi;\n"
+        "  proxy_cache_path /cache levels=1:2 keys_zone=blobs:16m max_size=1000g inactive=1d use_temp_path=off;\n"
+        f"  upstream registry {{ server {target}; keepalive 16; }}\n"
+        "  server {\n"
+        f"    listen 127.0.0.1:{port};\n"
+        f"    listen {PL.hostport(bind_ip, port)};\n"
+        f"{allows}    deny all;\n"
+        "    client_max_body_size 1k;\n"
+        f"{tls}"
+        '    location ~ "^/v2/.+/blobs/sha256:[0-9a-f]{64}$" {\n'
+        f"      slice {SLICE};\n"
+        "      proxy_cache blobs;\n"
+        "      proxy_cache_key $uri$slice_range;\n"
+        "      proxy_set_header Range $slice_range;\n"
+        "      proxy_cache_valid 200 206 1d;\n"
+        "      proxy_cache_lock on;\n"
+        "      proxy_cache_lock_timeout 1h;\n"
+        "      proxy_cache_lock_age 1h;\n"
+        f"{common}"
+        "    }\n"
+        "    location /v2/ {\n"
+        f"{common}"
+        "    }\n"
+        "    location / { return 404; }\n"
+        "  }\n"
+        "}\n"
+    )
+
+
+def prepare_argv(mirror_image: str) -> tuple[str, ...]:
+    """On the head: a fresh cache volume, owned by the user nginx runs as (nobody), and no mirror
+    left by an interrupted `up`."""
+    sh = (f"docker rm -f {CONTAINER} >/dev/null 2>&1; docker volume rm -f {VOLUME} >/dev/null 2>&1; "
+          f"docker volume create --label bootstrap.role=image-mirror {VOLUME} >/dev/null && "
+          f'docker run --rm --pull never --network none --cap-drop ALL --cap-add CHOWN -v {VOLUME}:/cache '
+          f'--entrypoint chown "$1" 65534:65534 /cache')
+    return ("sh", "-c", sh, "sh", mirror_image)
+
+
+def run_argv(mirror_image: str, conf: str) -> tuple[str, ...]:
+    """On the head: nginx in a container on the host network (to bind the data-plane IP), as nobody,
+    with no capabilities and a read-only root; the configuration written into its /tmp at start."""
+    sh = (f'docker run -d --name {CONTAINER} --label bootstrap.role=image-mirror --pull never --network host '
+          f'--cap-drop ALL --security-opt no-new-privileges --read-only --tmpfs /tmp:size=64m '
+          f'--user 65534:65534 -v {VOLUME}:/cache -e BOOTSTRAP_MIRROR_CONF="$2" --entrypoint sh "$1" '
+          """-c 'printf "%s" "$BOOTSTRAP_MIRROR_CONF" >/tmp/nginx.conf && exec nginx -e stderr """
+          """-c /tmp/nginx.conf -g "daemon off;"' >/dev/null""")
+    return ("sh", "-c", sh, "sh", mirror_image, conf)
+
+
+def remove_argv() -> tuple[str, ...]:
+    """On the head: the mirror and its cache gone (what `up` leaves behind is the image alone)."""
+    return ("sh", "-c", f"docker rm -f {CONTAINER} >/dev/null 2>&1; docker volume rm -f {VOLUME} >/dev/null")
+
+
+def probe_argv(port: int) -> tuple[str, ...]:
+    """On the head: the status line of the registry API's root through the mirror (bash's /dev/tcp:
+    nothing else needed on the host); retried while nginx starts."""
+    script = ("for i in $(seq 50); do exec 3<>/dev/tcp/127.0.0.1/$0 2>/dev/null && break; sleep 0.1; done; "
+              "printf 'GET /v2/ HTTP/1.0\\r\\nHost: mirror\\r\\n\\r\\n' >&3 && head -n 1 <&3")
+    return ("bash", "-c", script, str(port))
+
+
+_STATUS = re.compile(r"HTTP/\d(?:\.\d)? (\d{3})")
+
+
+def probe_status(out: str) -> int | None:
+    m = _STATUS.search(out)
+    return int(m.group(1)) if m else None
+
+
+def pull_argv(ref: str, head_ip: str | None, port: int, src_ip: str, script: str) -> tuple[str, ...]:
+    """On a node: `docker pull REF` through the mirror (on the head: its own 127.0.0.1; elsewhere
+    checks/mirror_forward.py forwards 127.0.0.1:PORT to the head while the pull runs)."""
+    if head_ip is None:
+        return ("docker", "pull", "--quiet", ref)
+    return ("python3", "-c", script, str(port), head_ip.strip("[]"), src_ip.strip("[]"),
+            "docker", "pull", "--quiet", ref)
+
+
+def retag_argv(ref: str, image: str) -> tuple[str, ...]:
+    """On a node: the pulled image under the inventory's name, the mirror's name removed."""
+    return ("sh", "-c", 'docker tag "$1" "$2" && docker image rm "$1" >/dev/null', "sh", ref, image)
