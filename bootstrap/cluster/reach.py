@@ -41,7 +41,7 @@ def planned_ports(inv: Inventory) -> dict[str, list[tuple[int, str]]]:
                 mine.append((NATIVE_MASTER_PORT, "vLLM's torch.distributed master port"))
                 mine.append((NATIVE_COORD_PORT, "the replica members' coordination"))
         if c.peer_copy:
-            mine.append((c.ports.image_copy, "the image copy between peers"))
+            mine.append((c.ports.image_copy, "the image copy between peers and the head's registry mirror"))
         if c.router.prefill and c.replicas > 1:
             mine.append((c.ports.kv_transfer, "the KV cache transfer's side channel (NIXL)"))
         mine.append((EPHEMERAL, "an ephemeral port (NCCL, Gloo and Ray's workers use them)"))

@@ -144,22 +144,59 @@ def test_a_corrupted_stream_is_refused_and_load_image_sends_the_image_once_for_t
 RULES_BEFORE = {}
 
 
-def test_up_forms_a_ray_cluster_with_one_node_per_host(cluster):
-    """The first `up` on nodes without the image pulls it from the registry into each of them (the
-    3-node sandbox's nodes start empty: this is how they get the vLLM image), then forms the Ray
-    cluster."""
+def registry_sent() -> int:
+    """Bytes the sandbox registry's container has sent (its eth0 counter)."""
+    return int(subprocess.run(["docker", "exec", "bootstrap-sandbox-registry", "cat",
+                               "/sys/class/net/eth0/statistics/tx_bytes"],
+                              capture_output=True, text=True, check=True).stdout)
+
+
+def compressed_size(image: str) -> int:
+    """The image's layers and config as the registry stores them (its manifest's sizes)."""
+    from bootstrap.cluster.mirror import split_image
+    from bootstrap.sandbox.cluster import _registry_request, registry_host_port
+
+    ref = split_image(image)
+    status, _, body = _registry_request(registry_host_port(), f"{ref.path}/manifests/{ref.tag}")
+    assert status == 200, status
+    doc = json.loads(body)
+    return doc["config"]["size"] + sum(layer["size"] for layer in doc["layers"])
+
+
+def test_up_forms_a_ray_cluster_with_one_node_per_host(cluster, tmp_path):
+    """The first `up` on nodes without the image (the 3-node sandbox's nodes start empty: this is how
+    they get the vLLM image) runs a registry mirror on the head that every node pulls through at
+    once (peer_copy, the default on a real cluster; cluster.image_mirror, the sandbox's nginx): the
+    registry sends the image once. Then it forms the Ray cluster."""
+    from bootstrap.cluster import mirror as MR
     from bootstrap.inventory import load_inventory
 
     RULES_BEFORE.update({n.name: nft_ruleset(n) for n in cluster.nodes})
-    image = load_inventory(str(cluster.inventory)).cluster.image
-    lacking = [n.name for n in cluster.nodes if _image_id(n, image) is None]
-    r = cli("up", "-i", str(cluster.inventory), "--json")
+    inv = load_inventory(str(cluster.inventory))
+    image = inv.cluster.image
+    for n in cluster.nodes:  # cold by construction: neither the image nor the mirror's on any node
+        on_node(n, "docker", "rmi", "-f", image, inv.cluster.image_mirror, check=False)
+    mirrored = write_inventory(cluster.inventory, tmp_path / "mirror.yaml",
+                               lambda d: d["cluster"].update(peer_copy=True))
+    before = registry_sent()
+    r = cli("up", "-i", mirrored, "--json")
+    sent = registry_sent() - before
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["changed"] is True
-    assert {h["host"]: h.get("image_from") for h in doc["hosts"] if h["host"] in lacking} == {
-        n: "registry" for n in lacking}, doc["hosts"]
+    head = cluster.nodes[0].name
+    assert {h["host"]: h.get("image_from") for h in doc["hosts"]} == {
+        n.name: "registry" if n.name == head else head for n in cluster.nodes}, doc["hosts"]
+    assert "pull-mirror" in doc["stages"] and "copy-image" not in doc["stages"], doc["stages"]
+    one = compressed_size(image)
+    # one image (and the mirror's own, about 50 MB), where three pulls would send three
+    assert sent < 1.25 * one, (sent, one)
     assert len({_image_id(n, image) for n in cluster.nodes}) == 1
+    for n in cluster.nodes:  # under the inventory's name only; the mirror and its cache are gone
+        names = on_node(n, "docker", "images", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
+        assert image in names and not [x for x in names if x.startswith("127.0.0.1:")], names
+    gone = on_node(cluster.nodes[0], "docker", "ps", "-a", "-q", "--filter", f"name={MR.CONTAINER}").stdout
+    assert gone.strip() == "" and MR.VOLUME not in on_node(cluster.nodes[0], "docker", "volume", "ls", "-q").stdout
     assert [(h["host"], h["action"], h["ray_alive"]) for h in doc["hosts"]] == [
         (n.name, "create", True) for n in cluster.nodes]
     # From outside the tool: a running container per host, VLLM_HOST_IP = the host's own IP,

@@ -1,0 +1,149 @@
+"""The registry mirror of a cold `up` (bootstrap/cluster/mirror.py, checks/mirror_forward.py): names,
+nginx's configuration, the commands, and the forwarder over real sockets."""
+import http.server
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from bootstrap.cluster import mirror as MR
+
+FORWARD = Path(__file__).resolve().parents[2] / "checks" / "mirror_forward.py"
+
+
+@pytest.mark.parametrize("image, want", [
+    ("172.31.240.2:5000/bootstrap/vllm-cpu:amx-1", ("172.31.240.2:5000", "bootstrap/vllm-cpu", "amx-1", None)),
+    ("vllm/vllm-openai:v0.32.0", (MR.DOCKER_HUB, "vllm/vllm-openai", "v0.32.0", None)),
+    ("nginx", (MR.DOCKER_HUB, "library/nginx", "latest", None)),
+    ("docker.io/library/ubuntu:22.04", (MR.DOCKER_HUB, "library/ubuntu", "22.04", None)),
+    ("localhost:5000/a/b", ("localhost:5000", "a/b", "latest", None)),
+    ("registry.example.com/team/vllm", ("registry.example.com", "team/vllm", "latest", None)),
+    ("ghcr.io/x/y@sha256:" + "a" * 64, ("ghcr.io", "x/y", None, "sha256:" + "a" * 64)),
+    ("ghcr.io/x/y:1@sha256:" + "b" * 64, ("ghcr.io", "x/y", "1", "sha256:" + "b" * 64)),
+])
+def test_an_image_is_split_as_docker_reads_it(image, want):
+    r = MR.split_image(image)
+    assert (r.registry, r.path, r.tag, r.digest) == want
+
+
+def test_nodes_pull_by_a_loopback_name_and_an_image_pinned_by_digest_is_not_mirrored():
+    assert MR.mirror_ref("10.0.0.5:5000/team/vllm:v1", 8476) == "127.0.0.1:8476/team/vllm:v1"
+    assert MR.mirror_ref("vllm/vllm-openai:v0.32.0", 9000) == "127.0.0.1:9000/vllm/vllm-openai:v0.32.0"
+    assert MR.mirror_ref("ghcr.io/x/y@sha256:" + "a" * 64, 8476) is None
+
+
+def test_the_mirror_speaks_plain_http_only_where_the_heads_docker_does():
+    conf = ('{"IndexConfigs": {"10.0.0.5:5000": {"Name": "10.0.0.5:5000", "Secure": false}, '
+            '"docker.io": {"Name": "docker.io", "Secure": true}}}')
+    assert MR.plain_http("10.0.0.5:5000", conf) is True
+    assert MR.plain_http("registry.example.com", conf) is False
+    assert MR.plain_http("docker.io", conf) is False
+    assert MR.plain_http("localhost:5000", "") is True
+    assert MR.plain_http("10.0.0.5:5000", "not json") is False
+
+
+def test_the_mirror_serves_the_members_on_loopback_and_the_data_plane_ip_only_and_fetches_each_slice_once():
+    conf = MR.nginx_conf("10.0.0.5:5000", False, "192.168.1.1", 8476, ["192.168.1.2", "192.168.1.3"])
+    listens = [ln.strip() for ln in conf.splitlines() if ln.strip().startswith("listen")]
+    assert listens == ["listen 127.0.0.1:8476;", "listen 192.168.1.1:8476;"]
+    assert "0.0.0.0" not in conf and "listen 8476" not in conf
+    access = [ln.strip() for ln in conf.splitlines() if ln.strip().startswith(("allow", "deny all;"))]
+    assert access[:4] == ["allow 127.0.0.1;", "allow 192.168.1.2;", "allow 192.168.1.3;", "deny all;"]
+    blobs = conf[conf.index("/blobs/sha256:"):conf.index("location /v2/ {")]
+    for line in ("slice 8m;", "proxy_cache_key $uri$slice_range;", "proxy_set_header Range $slice_range;",
+                 "proxy_cache_lock on;", "proxy_cache_valid 200 206 1d;"):
+        assert line in blobs
+    rest = conf[conf.index("location /v2/ {"):]
+    assert "proxy_cache " not in rest  # manifests by tag and auth: never cached
+    assert conf.count("limit_except GET { deny all; }") == 2  # pulls only, no push
+    assert "proxy_pass http://registry;" in conf and "server 10.0.0.5:5000;" in conf
+    assert "proxy_set_header Host 10.0.0.5:5000;" in conf and "proxy_ssl" not in conf
+
+
+def test_a_tls_registry_is_verified_by_name():
+    conf = MR.nginx_conf("registry.example.com", True, "fd00::1", 8476, ["fd00::2"])
+    assert "server registry.example.com:443;" in conf and "proxy_pass https://registry;" in conf
+    for line in ("proxy_ssl_verify on;", "proxy_ssl_name registry.example.com;", "proxy_ssl_server_name on;"):
+        assert line in conf
+    assert "listen [fd00::1]:8476;" in conf and "allow fd00::2;" in conf
+
+
+def test_the_mirror_container_is_least_privilege_and_removed_with_its_cache():
+    run = " ".join(MR.run_argv("nginx:1.27-alpine", "conf"))
+    for part in ("--cap-drop ALL", "--read-only", "--user 65534:65534", "--security-opt no-new-privileges",
+                 "--pull never", f"--name {MR.CONTAINER}", f"-v {MR.VOLUME}:/cache"):
+        assert part in run
+    assert "--privileged" not in run and "--cap-add" not in run
+    prep = " ".join(MR.prepare_argv("nginx:1.27-alpine"))
+    assert "--cap-add CHOWN" in prep and "--network none" in prep and "chown" in prep
+    assert f"docker rm -f {MR.CONTAINER}" in " ".join(MR.remove_argv())
+    assert f"docker volume rm -f {MR.VOLUME}" in " ".join(MR.remove_argv())
+
+
+def test_the_head_pulls_from_its_own_loopback_and_the_others_through_the_forwarder():
+    ref = "127.0.0.1:8476/team/vllm:v1"
+    assert MR.pull_argv(ref, None, 8476, "10.0.0.1", "SCRIPT") == ("docker", "pull", "--quiet", ref)
+    assert MR.pull_argv(ref, "10.0.0.1", 8476, "10.0.0.2", "SCRIPT") == (
+        "python3", "-c", "SCRIPT", "8476", "10.0.0.1", "10.0.0.2", "docker", "pull", "--quiet", ref)
+    assert MR.probe_status("HTTP/1.1 200 OK\r\n") == 200
+    assert MR.probe_status("HTTP/1.1 401 Unauthorized") == 401
+    assert MR.probe_status("") is None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_forwarder_passes_a_nodes_loopback_to_the_head_while_its_command_runs():
+    """A real HTTP server on 127.0.0.2 (the head) at the port; the forwarder on 127.0.0.1 runs a
+    command that fetches through it; the server sees the node's source address."""
+    port = free_port()
+    seen = []
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            seen.append(self.client_address[0])
+            body = b"x" * 3_000_000
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.2", port), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        fetch = (f"import urllib.request as u; b = u.urlopen('http://127.0.0.1:{port}/v2/x', timeout=20).read(); "
+                 f"print(len(b))")
+        r = subprocess.run([sys.executable, str(FORWARD), str(port), "127.0.0.2", "127.0.0.3",
+                            sys.executable, "-c", fetch], capture_output=True, text=True, timeout=60)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "3000000"
+    assert seen == ["127.0.0.3"]  # connected from the node's data-plane IP
+    with socket.socket() as s:  # the forwarder is gone with its command: nothing listens there again
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+
+
+def test_the_forwarder_gives_the_commands_exit_status_and_refuses_a_taken_port():
+    port = free_port()
+    r = subprocess.run([sys.executable, str(FORWARD), str(port), "127.0.0.2", "127.0.0.1",
+                        sys.executable, "-c", "raise SystemExit(7)"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 7
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen(1)
+        r = subprocess.run([sys.executable, str(FORWARD), str(port), "127.0.0.2", "127.0.0.1",
+                            sys.executable, "-c", "print('ran')"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 3 and "ran" not in r.stdout
+    assert f"127.0.0.1:{port} is taken" in r.stderr and "cluster.ports.image_copy" in r.stderr
