@@ -147,3 +147,104 @@ def test_the_forwarder_gives_the_commands_exit_status_and_refuses_a_taken_port()
                             sys.executable, "-c", "print('ran')"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 3 and "ran" not in r.stdout
     assert f"127.0.0.1:{port} is taken" in r.stderr and "cluster.ports.image_copy" in r.stderr
+
+
+# -- distribute with the mirror (the remote steps answered by stand-ins: tests/support/fake_hosts.py) --------------
+IMAGE = "10.0.0.9:5000/team/vllm:v1"
+REF = "127.0.0.1:8476/team/vllm:v1"
+REGISTRY_CONFIG = '{"IndexConfigs": {"10.0.0.9:5000": {"Name": "10.0.0.9:5000", "Secure": false}}}'
+
+
+class Events:
+    def __init__(self):
+        self.seen = []
+
+    def event(self, host, stage, status, detail=""):
+        self.seen.append((host, stage, status, detail))
+
+
+def _mirror_cluster(tmp_path, head_answers=(), node_answers=None, n=3):
+    from bootstrap.cluster import facts as F
+    from tests.support.fake_hosts import FakeHost, fake_session
+    from tests.support.fleet_inventories import hosts_yaml, load
+
+    inv = load(tmp_path, f"cluster:\n  accelerator: none\n  image: {IMAGE}\n  image_mirror: reg/nginx:1\n"
+               + hosts_yaml(n))
+    node_answers = node_answers or {}
+    fakes = {}
+    for h in inv.hosts:
+        common = [("docker tag", (0, "", "")), ("'{{.Id}}' " + IMAGE, (0, "sha256:abc\n", ""))]
+        if h.is_head:
+            answers = [*head_answers, ("'{{.Id}}' reg/nginx:1", (0, "sha256:ngx\n", "")),
+                       ("RegistryConfig", (0, REGISTRY_CONFIG, "")),
+                       ("docker volume create", (0, "", "")), ("docker run -d", (0, "", "")),
+                       ("GET /v2/", (0, "HTTP/1.1 200 OK\r\n", "")), ("docker rm -f", (0, "", "")),
+                       (f"docker pull --quiet {REF}", (0, REF + "\n", "")), *common]
+        else:
+            answers = [*node_answers.get(h.name, ()), (f"docker pull --quiet {REF}", (0, REF + "\n", "")), *common]
+        fakes[h.name] = FakeHost(h.name, answers)
+    ev = Events()
+    sess = fake_session(inv, fakes, reporter=ev)
+    facts = {h.name: F.HostFacts(docker_version="20.10", runtimes=("runc",), gpus=None, nofile_hard=1024,
+                                 container=None, image_id=None) for h in inv.hosts}
+    return inv, sess, fakes, facts, ev
+
+
+def test_a_cold_cluster_pulls_through_the_heads_mirror_at_once_and_the_mirror_is_removed(tmp_path):
+    from bootstrap.cluster import image as IM
+
+    inv, sess, fakes, facts, ev = _mirror_cluster(tmp_path)
+    got = IM.distribute(sess, facts, IMAGE, load=False, pull=False)
+    assert got == {"h0": "registry", "h1": "h0", "h2": "h0"}
+    head = fakes["h0"].commands
+    run = next(c for c in head if "docker run -d" in c)
+    assert "listen 10.0.0.1:8476;" in run and "allow 10.0.0.2;" in run and "proxy_pass http://registry;" in run
+    pull = head.index(next(c for c in head if "docker pull" in c))
+    removed = [i for i, c in enumerate(head) if "docker rm -f bootstrap-image-mirror" in c and "volume create" not in c]
+    assert head.index(run) < pull and removed and removed[0] > pull  # up for the pulls, gone after them
+    for n in ("h1", "h2"):
+        pull = next(c for c in fakes[n].commands if "docker pull" in c)
+        # through its own loopback, forwarded to the head's data-plane IP from its own
+        assert pull.startswith("python3 -c ") and f" 8476 10.0.0.1 {inv.host(n).ip} docker pull --quiet {REF}" in pull
+        assert any(c.startswith("sh -c 'docker tag") and IMAGE in c for c in fakes[n].commands)
+    assert ("h0", "image-mirror", "done", "10.0.0.1:8476 caching http://10.0.0.9:5000 in 0.0s") in [
+        (h, s, st, d.replace(d.split(" in ")[-1], "0.0s") if s == "image-mirror" else d) for h, s, st, d in ev.seen]
+    assert not [e for e in ev.seen if e[2] == "warning"]
+
+
+@pytest.mark.parametrize("answer, why", [
+    ("HTTP/1.1 401 Unauthorized\r\n", "the registry asks for credentials"),
+    ("HTTP/1.1 502 Bad Gateway\r\n", "the registry answers it with HTTP 502"),
+    ("", "it does not answer"),
+])
+def test_a_mirror_that_cannot_serve_is_removed_and_named_and_nobody_pulls_through_it(tmp_path, answer, why):
+    from bootstrap.cluster import image as IM
+
+    inv, sess, fakes, facts, ev = _mirror_cluster(
+        tmp_path, head_answers=[("GET /v2/", (0, answer, "")), ("docker logs", (0, "", "upstream timed out"))])
+    assert IM._through_mirror(sess, inv.head, list(inv.hosts), IMAGE) == {}
+    warn = [d for h, s, st, d in ev.seen if s == "image-mirror" and st == "warning"]
+    assert len(warn) == 1 and why in warn[0] and "h0 pulls the image and copies it to the others instead" in warn[0]
+    assert not [c for f in fakes.values() for c in f.commands if "docker pull" in c]
+    assert "docker rm -f bootstrap-image-mirror" in fakes["h0"].commands[-1]
+
+
+def test_a_node_whose_pull_through_the_mirror_fails_is_left_for_a_peer_copy(tmp_path):
+    from bootstrap.cluster import image as IM
+
+    inv, sess, fakes, facts, ev = _mirror_cluster(
+        tmp_path, node_answers={"h2": [("docker pull", (3, "", "mirror_forward: 127.0.0.1:8476 is taken"))]})
+    got = IM._through_mirror(sess, inv.head, list(inv.hosts), IMAGE)
+    assert got == {"h0": "registry", "h1": "h0"}
+    warn = [(h, d) for h, s, st, d in ev.seen if s == "pull-mirror" and st == "warning"]
+    assert warn and warn[0][0] == "h2" and "127.0.0.1:8476 is taken" in warn[0][1] and "from a peer" in warn[0][1]
+
+
+def test_the_head_failing_through_its_mirror_falls_back_for_everyone_and_a_digest_pin_is_not_mirrored(tmp_path):
+    from bootstrap.cluster import image as IM
+
+    inv, sess, fakes, facts, ev = _mirror_cluster(
+        tmp_path, head_answers=[(f"docker pull --quiet {REF}", (1, "", "manifest unknown"))])
+    assert IM._through_mirror(sess, inv.head, list(inv.hosts), IMAGE) == {}
+    assert any("h0's pull through its mirror failed" in d and "manifest unknown" in d for _, _, _, d in ev.seen)
+    assert IM._through_mirror(sess, inv.head, list(inv.hosts), "ghcr.io/x/y@sha256:" + "a" * 64) == {}

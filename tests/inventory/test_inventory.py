@@ -1279,7 +1279,8 @@ def test_the_routers_ports_are_checked_against_the_fixed_ones_and_below_1024(tmp
 def test_the_image_mirror_is_an_image_or_false(tmp_path):
     assert load(tmp_path, one_cpu_host()).cluster.image_mirror == "nginx:1.27-alpine"
     assert load(tmp_path, one_cpu_host("image_mirror: false")).cluster.image_mirror == ""
-    assert load(tmp_path, one_cpu_host("image_mirror: 'reg:5000/ops/nginx:1'")).cluster.image_mirror == "reg:5000/ops/nginx:1"
+    named = load(tmp_path, one_cpu_host("image_mirror: 'reg:5000/ops/nginx:1'"))
+    assert named.cluster.image_mirror == "reg:5000/ops/nginx:1"
     for bad, why in (("true", "expected an image reference or false"), ("'Nginx'", "repository names are lowercase"),
                      ("'nginx; rm -rf /'", "is not a valid image reference")):
         err = error(tmp_path, one_cpu_host(f"image_mirror: {bad}"))

@@ -35,8 +35,9 @@ def test_one_n_or_no_n1_measures_neither_target():
 def test_a_registry_that_sent_nothing_at_n1_is_not_a_measurement():
     r = res([1, 4])
     r[(1, "peers")]["registry"] = 0
-    assert C.checks(r, [1, 4], mode="peers")[0].line() == ("target not measured: peers: registry bytes at N=4 / at N=1 <= 1.2 "
-                                             "(the registry sent 0 bytes at N=1: its counter did not move)")
+    assert C.checks(r, [1, 4], mode="peers")[0].line() == (
+        "target not measured: peers: registry bytes at N=4 / at N=1 <= 1.2 "
+        "(the registry sent 0 bytes at N=1: its counter did not move)")
 
 
 def test_main_at_one_n_does_not_print_targets_met(monkeypatch, capsys):
