@@ -84,4 +84,5 @@ GUARD_ANSWERS: list[tuple[str, object]] = [
     ("nft -f -", (0, "", "")),
     ("ray-auth-token.new", (0, "", "")),
     ("exec sudo -n sh -c", (0, "", "")),  # the secrets on /run put or removed (cluster.secretstore)
+    ("docker rm -f bootstrap-image-mirror", (0, "", "")),  # a registry mirror left by a cold up, on a head
 ]
