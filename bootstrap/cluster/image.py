@@ -185,12 +185,12 @@ def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, l
     rest = list(todo)
     if not seeds and not load and inv.cluster.image_mirror:
         first = next((h for h in todo if h.is_head), todo[0])
-        got = _through_mirror(sess, first, todo, image)
+        got, head_id = _through_mirror(sess, first, todo, image)
         if got:
             got_from.update(got)
             seeds = [h for h in todo if h.name in got]
             rest = [h for h in todo if h.name not in got]
-            want_id = sess.ssh[first.name].run(F.image_id_cmd(image), timeout=30).stdout.strip()
+            want_id = head_id
     if not seeds:
         first = next((h for h in todo if h.is_head), todo[0])
         source([first])
@@ -211,24 +211,25 @@ def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, l
     return got_from
 
 
-def _through_mirror(sess: Session, head: Host, todo: Sequence[Host], image: str) -> dict[str, str]:
+def _through_mirror(sess: Session, head: Host, todo: Sequence[Host], image: str) -> tuple[dict[str, str], str]:
     """Every host of ``todo`` pulls the image at once through a registry mirror on ``head``
     (cluster/mirror.py), which is removed afterwards. Return where each host that got it got it
-    ("registry" for the head, the head's name for the others): empty when the mirror could not
-    serve (the reason in a warning; the head then pulls and copies as before). A host whose pull
-    failed, or whose image differs from the head's, is left out (it gets the image from a peer)."""
+    ("registry" for the head, the head's name for the others), and the head's image ID: nothing
+    when the mirror could not serve (the reason in a warning; the head then pulls and copies as
+    before). A host whose pull failed, or whose image differs from the head's, is left out (it gets
+    the image from a peer)."""
     inv = sess.inv
     port = inv.cluster.ports.image_copy
     ref = MR.mirror_ref(image, port)
     if ref is None:
-        return {}
+        return {}, ""
     ssh = sess.ssh[head.name]
     started = False
 
-    def skip(why: str) -> dict[str, str]:
+    def skip(why: str) -> tuple[dict[str, str], str]:
         sess.reporter.event(head.name, "image-mirror", "warning",
                             f"{why}; {head.name} pulls the image and copies it to the others instead")
-        return {}
+        return {}, ""
 
     try:
         t0 = sess.clock()
@@ -297,7 +298,7 @@ def _through_mirror(sess: Session, head: Host, todo: Sequence[Host], image: str)
         got[h.name] = "registry" if h is head else head.name
     for n, why in res.failed.items():
         sess.reporter.event(n, "pull-mirror", "warning", f"{why}; it gets the image from a peer instead")
-    return got
+    return got, want or ""
 
 
 def _copy_image(sess: Session, seeds: Sequence[Host], receivers: Sequence[Host], image: str,

@@ -25,8 +25,8 @@ VOLUME = "bootstrap-image-mirror"
 SLICE = "8m"
 #: Docker Hub's registry, for images without a registry in their name
 DOCKER_HUB = "registry-1.docker.io"
-#: what Docker writes in a registry's `docker info` entry for one it talks plain HTTP to
-_LOOPBACK = ("localhost", "127.0.0.1", "[::1]")
+#: registry hosts Docker talks plain HTTP to without being told
+_LOOPBACK = ("localhost", "127.0.0.1")
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,7 @@ def split_image(image: str) -> ImageRef:
         registry = DOCKER_HUB
         if "/" not in rest:
             rest = f"library/{rest}"
-    path, colon, tag = rest.rpartition(":") if ":" in rest else (rest, "", "")
-    if not colon:
-        path = rest
+    path, _, tag = rest.partition(":")  # the registry is off: a colon here is the tag's
     if registry in ("docker.io", "index.docker.io"):
         registry = DOCKER_HUB
     return ImageRef(registry, path, tag or (None if digest else "latest"), digest or None)
@@ -90,7 +88,6 @@ def nginx_conf(registry: str, https: bool, bind_ip: str, port: int, allow: Seque
     blobs (content-addressed: a digest's bytes never change) in slices with one fetch per slice
     (``proxy_cache_lock``), and passes everything else (manifests by tag, auth) through uncached."""
     scheme = "https" if https else "http"
-    host = registry
     tls = ""
     if https:
         name = registry.rsplit(":", 1)[0] if not registry.endswith("]") else registry
@@ -102,7 +99,7 @@ def nginx_conf(registry: str, https: bool, bind_ip: str, port: int, allow: Seque
     common = (f"      limit_except GET {{ deny all; }}\n"
               f"      proxy_http_version 1.1;\n"
               f"      proxy_set_header Connection \"\";\n"
-              f"      proxy_set_header Host {host};\n"
+              f"      proxy_set_header Host {registry};\n"
               f"      proxy_pass {scheme}://registry;\n")
     return (
         "worker_processes 2;\n"

@@ -222,7 +222,7 @@ def test_a_mirror_that_cannot_serve_is_removed_and_named_and_nobody_pulls_throug
 
     inv, sess, fakes, facts, ev = _mirror_cluster(
         tmp_path, head_answers=[("GET /v2/", (0, answer, "")), ("docker logs", (0, "", "upstream timed out"))])
-    assert IM._through_mirror(sess, inv.head, list(inv.hosts), IMAGE) == {}
+    assert IM._through_mirror(sess, inv.head, list(inv.hosts), IMAGE) == ({}, "")
     warn = [d for h, s, st, d in ev.seen if s == "image-mirror" and st == "warning"]
     assert len(warn) == 1 and why in warn[0] and "h0 pulls the image and copies it to the others instead" in warn[0]
     assert not [c for f in fakes.values() for c in f.commands if "docker pull" in c]
@@ -234,8 +234,8 @@ def test_a_node_whose_pull_through_the_mirror_fails_is_left_for_a_peer_copy(tmp_
 
     inv, sess, fakes, facts, ev = _mirror_cluster(
         tmp_path, node_answers={"h2": [("docker pull", (3, "", "mirror_forward: 127.0.0.1:8476 is taken"))]})
-    got = IM._through_mirror(sess, inv.head, list(inv.hosts), IMAGE)
-    assert got == {"h0": "registry", "h1": "h0"}
+    got, head_id = IM._through_mirror(sess, inv.head, list(inv.hosts), IMAGE)
+    assert got == {"h0": "registry", "h1": "h0"} and head_id == "sha256:abc"
     warn = [(h, d) for h, s, st, d in ev.seen if s == "pull-mirror" and st == "warning"]
     assert warn and warn[0][0] == "h2" and "127.0.0.1:8476 is taken" in warn[0][1] and "from a peer" in warn[0][1]
 
@@ -245,6 +245,6 @@ def test_the_head_failing_through_its_mirror_falls_back_for_everyone_and_a_diges
 
     inv, sess, fakes, facts, ev = _mirror_cluster(
         tmp_path, head_answers=[(f"docker pull --quiet {REF}", (1, "", "manifest unknown"))])
-    assert IM._through_mirror(sess, inv.head, list(inv.hosts), IMAGE) == {}
+    assert IM._through_mirror(sess, inv.head, list(inv.hosts), IMAGE) == ({}, "")
     assert any("h0's pull through its mirror failed" in d and "manifest unknown" in d for _, _, _, d in ev.seen)
-    assert IM._through_mirror(sess, inv.head, list(inv.hosts), "ghcr.io/x/y@sha256:" + "a" * 64) == {}
+    assert IM._through_mirror(sess, inv.head, list(inv.hosts), "ghcr.io/x/y@sha256:" + "a" * 64) == ({}, "")
