@@ -10,6 +10,7 @@ The host's addresses come from `facts.addresses_cmd()` / `facts.parse_addresses(
 from __future__ import annotations
 
 import ipaddress
+import shlex
 from typing import Iterable, Mapping, Sequence
 
 from bootstrap.model import Cluster, Host, Inventory
@@ -108,6 +109,21 @@ def _plural(addrs: Sequence[str]) -> str:
     return ("public address " if len(addrs) == 1 else "public addresses ") + ", ".join(addrs)
 
 
+def ssh_tunnel_argv(h: Host, ip: str, port: int) -> list[str]:
+    """The `ssh -L` that opens a service on `h` listening on ip:port at this machine's localhost:port,
+    with the inventory's SSH port, jump host and key (an IPv6 address in brackets, as ssh reads it)."""
+    who = f"{h.ssh.user}@{h.ssh.address}" if h.ssh.user else h.ssh.address
+    target = f"[{ip}]" if ":" in ip else ip
+    argv = ["ssh", "-L", f"{port}:{target}:{port}"]
+    if h.ssh.port and h.ssh.port != 22:
+        argv += ["-p", str(h.ssh.port)]
+    if h.ssh.jump:
+        argv += ["-J", h.ssh.jump]
+    if h.ssh.key:
+        argv += ["-i", h.ssh.key]
+    return [*argv, who]
+
+
 def _warning(host: str, what: str, bind: str, pub: Sequence[str], fix_all: str, fix_ip: str) -> str:
     if bind in _ALL_V4 or bind in _ALL_ANY:
         return f"{host}: {what} would listen on all interfaces and the host has {_plural(pub)} -- {fix_all}"
@@ -133,8 +149,8 @@ def warnings(inv: Inventory, addrs_by_host: Mapping[str, Sequence[str]], *,
             from_args = ray_args_dashboard_host(c.ray_args) is not None
             fix_all = ("replace --dashboard-host in cluster.ray_args with cluster.dashboard_host: data-plane"
                        if from_args else "set cluster.dashboard_host: data-plane")
-            fix_ip = ("set cluster.dashboard_host: localhost (reach it with ssh -L"
-                      f" {c.ports.dashboard}:127.0.0.1:{c.ports.dashboard}), or firewall the port")
+            tunnel = shlex.join(ssh_tunnel_argv(head, "127.0.0.1", c.ports.dashboard))
+            fix_ip = f"set cluster.dashboard_host: localhost (reach it with {tunnel}), or firewall the port"
             out.append(_warning(head.name, f"the Ray dashboard (port {c.ports.dashboard})", bind, pub,
                                 fix_all, fix_ip))
     if vllm_listen is not None:

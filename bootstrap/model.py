@@ -20,6 +20,30 @@ NOFILE_MAX = 1048576
 #: split and `--num-gpus` would take at its word).
 MAX_GPUS_PER_HOST = 64
 
+#: Variables the plan sets in a container itself (cluster/plan.py, fleet/plan.py set them under these
+#: names) -> (where its value comes from, the setting to use instead; None: none): neither a cluster
+#: or host `env` entry (docker keeps the last `-e`) nor a secret (its entrypoint exports it over the
+#: plan's) may set them.
+VLLM_HOST_IP_ENV = "VLLM_HOST_IP"
+RAY_AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+NIXL_HOST_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST"
+NIXL_PORT_ENV = "VLLM_NIXL_SIDE_CHANNEL_PORT"
+STOP_GRACE_ENV = "BOOTSTRAP_STOP_GRACE"
+PLAN_ENV: dict[str, tuple[str, str | None]] = {
+    VLLM_HOST_IP_ENV: ("each host's ip", "the host's ip"),
+    **{k: ("cluster.ray_auth (the token is made per cluster and kept as a file)", "cluster.ray_auth")
+       for k in RAY_AUTH_ENV},
+    NIXL_HOST_ENV: ("each host's ip (a disaggregated member's KV side channel)", "the host's ip"),
+    NIXL_PORT_ENV: ("cluster.ports.kv_transfer", "cluster.ports.kv_transfer"),
+    STOP_GRACE_ENV: ("the serve containers' stop grace", None),
+}
+#: Variables the plan sets per node unless the node's env does (the compile caches' places, the
+#: interfaces and HCAs from its facts, UCX's devices, vLLM-CPU's binding): `env` may choose them,
+#: a secret may not (it would override the plan's per node, unseen).
+PLAN_DEFAULT_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "VLLM_CACHE_ROOT", "NCCL_SOCKET_IFNAME",
+                    "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "UCX_NET_DEVICES",
+                    "VLLM_CPU_OMP_THREADS_BIND")
+
 
 class Secret:
     """A value that prints as ``***`` in reprs, plans, logs and error messages."""

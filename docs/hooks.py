@@ -5,7 +5,9 @@
 the cause, the fix, and where the message comes from. `<!-- generated: inventory -->` becomes the
 inventory reference (bootstrap/inventory/reference.py: every key, what it takes, its default, what
 it does, from the validators and the dataclasses the inventory is read into); `<!-- generated: rack -->`
-the checks of `up`'s rack preflight (bootstrap/cluster/rack.py CHECKS).
+the checks of `up`'s rack preflight (bootstrap/cluster/rack.py CHECKS); `<!-- generated: fence -->` what
+the fence admits and closes, with the bound on `cluster.fence_allow` (bootstrap/cluster/allow.py);
+`<!-- generated: secrets -->` what each kind of container holds of the secrets (bootstrap/cluster/secretstore.py KINDS).
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 MARK_TROUBLE = "<!-- generated: troubleshooting -->"
 MARK_INVENTORY = "<!-- generated: inventory -->"
 MARK_RACK = "<!-- generated: rack -->"
+MARK_FENCE = "<!-- generated: fence -->"
+MARK_SECRETS = "<!-- generated: secrets -->"
 
 
 def troubleshooting() -> str:
@@ -44,6 +48,12 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     if MARK_RACK in markdown:
         from bootstrap.cluster.rack import CHECKS
         markdown = markdown.replace(MARK_RACK, "\n".join(f"- `{k}`: {v}" for k, v in CHECKS.items()))
+    if MARK_FENCE in markdown:
+        from bootstrap.cluster.allow import markdown as fence_reference
+        markdown = markdown.replace(MARK_FENCE, fence_reference())
+    if MARK_SECRETS in markdown:
+        from bootstrap.cluster.secretstore import markdown as secrets_reference
+        markdown = markdown.replace(MARK_SECRETS, secrets_reference())
     if MARK_INVENTORY in markdown:
         from bootstrap.inventory.reference import markdown as inventory_reference
         markdown = markdown.replace(MARK_INVENTORY, inventory_reference())

@@ -6,6 +6,8 @@ errors.ExitStatus.
 """
 from __future__ import annotations
 
+import atexit
+import os
 import signal
 import sys
 import threading
@@ -23,6 +25,7 @@ from bootstrap.cli.params import (
     check_command_words,
     check_host_names,
     check_hosts,
+    check_kv_port,
     check_listen,
     check_name,
     check_nonempty,
@@ -37,6 +40,7 @@ from bootstrap.cli.params import (
     lock_wait_option,
     parallel_option,
     read_inventory,
+    text_params,
 )
 from bootstrap.cli.render import LineReporter
 from bootstrap.cluster import plan as PL
@@ -46,6 +50,7 @@ from bootstrap.errors import BootstrapError, ExitStatus, UsageError
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
 from bootstrap.remote.session import Session
 from bootstrap.serve import plan as P
+from bootstrap.serve.bench import MAX_TOKENS as MAX_BENCH_TOKENS
 
 
 def _fail(exc: BootstrapError) -> "NoReturn":  # noqa: F821
@@ -53,17 +58,63 @@ def _fail(exc: BootstrapError) -> "NoReturn":  # noqa: F821
     sys.exit(int(exc.exit_status))
 
 
-def _sigterm(signum, frame):  # noqa: ANN001 - signal handler signature
-    raise KeyboardInterrupt
+class _Interrupts:
+    """The handler of SIGINT and SIGTERM while a command runs. The first raises KeyboardInterrupt
+    where the main thread is: the command stops its remote work and reports each host's state. The
+    next one is only noted, not raised into that clean-up: a KeyboardInterrupt raised inside
+    threading's own clean-up (Condition.wait's, Thread.join's) breaks it -- `RuntimeError: release
+    unlocked lock` instead of exit 130, and locks left held. One more exits at once with 130; the
+    cluster lock goes with the process's SSH connection (its remote holder exits when it closes)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.before: dict[int, object] = {}
+
+    def install(self) -> None:
+        for signum in self.SIGNALS:
+            before = signal.getsignal(signum)
+            if signum == signal.SIGINT and before == signal.SIG_IGN:
+                continue  # started with Ctrl-C ignored (in the background): it stays ignored
+            self.before[signum] = before
+            signal.signal(signum, self)
+
+    def uninstall(self) -> None:
+        """Put the handlers back, unless a signal came: the process is on its way out with 130 then,
+        and one more must not change that. This handler stays while the interpreter joins its threads
+        (a third signal still exits at once), then (atexit) the signals are ignored: Python puts the
+        default handlers back as it finalizes, and a SIGTERM then would end it with -15, not 130."""
+        if self.seen:
+            atexit.register(self.ignore_late)
+            return
+        for signum, before in self.before.items():
+            signal.signal(signum, before)  # type: ignore[arg-type]
+
+    def ignore_late(self) -> None:
+        for signum in self.before:
+            signal.signal(signum, signal.SIG_IGN)
+
+    def __call__(self, signum, frame) -> None:  # noqa: ANN001 - signal handler signature
+        self.seen += 1
+        if self.seen == 1:
+            raise KeyboardInterrupt
+        # os.write, not print: the interrupted main thread may be inside a print to stderr
+        if self.seen == 2:
+            os.write(2, render.INTERRUPTED_AGAIN.encode())
+            return
+        os.write(2, render.INTERRUPTED_AT_ONCE.encode())
+        os._exit(int(ExitStatus.INTERRUPTED))
 
 
 def _run(fn):
     """Call fn, mapping domain errors and interrupts to one line + a documented exit code.
 
     SIGTERM is handled like Ctrl-C: commands that change hosts stop their remote work and report
-    each host's state."""
+    each host's state (see _Interrupts)."""
+    interrupts = _Interrupts()
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _sigterm)
+        interrupts.install()
     try:
         return fn()
     except BootstrapError as exc:
@@ -71,6 +122,8 @@ def _run(fn):
     except KeyboardInterrupt:
         render.interrupted()
         sys.exit(int(ExitStatus.INTERRUPTED))
+    finally:
+        interrupts.uninstall()
 
 
 class _KnowsCommand:
@@ -469,6 +522,7 @@ def check_kv(inventory, parallel, port, as_json):
 
     def go():
         inv = read_inventory(inventory)
+        check_kv_port(inv, port)
         res = FL.check_kv(inv, port=port, parallel=parallel, reporter=LineReporter(quiet=as_json))
         render.kv_check(res, inv.cluster.infiniband, as_json)
         if not all(r.ok for r in res):
@@ -812,7 +866,7 @@ def top(inventory, interval, once, source, as_json):
               help="Requests to send in all.")
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True,
               help="Requests in flight at once.")
-@click.option("--max-tokens", type=click.IntRange(1), default=64, show_default=True,
+@click.option("--max-tokens", type=click.IntRange(1, MAX_BENCH_TOKENS), default=64, show_default=True,
               help="max_tokens of each request (tokens generated per request, fewer if the model stops early).")
 @click.option("--prompt", default=None, callback=check_nonempty, help="Prompt text (default: a fixed paragraph).")
 @click.option("--ignore-eos", is_flag=True, help="Always generate --max-tokens tokens (vLLM extension).")
@@ -1027,6 +1081,8 @@ def sandbox_down():
         render.sandbox_down()
     _run(go)
 
+
+text_params(main)  # every string option and argument: an empty value is refused (params.Text)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

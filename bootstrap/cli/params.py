@@ -83,6 +83,55 @@ class Seconds(click.ParamType):
 SECONDS = Seconds()
 
 
+class Text(click.ParamType):
+    """A string given on the command line: not empty or blank (an empty `--image ""` is a slip, never
+    a value), no NUL. Every option and argument that takes text as it is has this type: click's
+    plain STRING is replaced by it on every command (text_params), so a new option has it too."""
+
+    name = "text"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            if not value.strip():
+                self.fail(f"{value!r} is empty", param, ctx)
+            if "\0" in value:
+                self.fail(f"{quote(value)} contains a NUL character", param, ctx)
+        return value
+
+
+TEXT = Text()
+
+
+#: command -> its string parameters whose command refuses an empty value itself, saying more (no
+#: model given to serve ...; the image reference's check).
+OWN_EMPTY_CHECK = {"serve": ("model",), "rollout": ("model", "image")}
+
+
+def _then_text(callback):
+    """A parameter's callback, then Text's check of what it let through."""
+    def check(ctx, param, value):
+        value = callback(ctx, param, value)
+        return TEXT.convert(value, param, ctx) if isinstance(value, str) else value
+    return check
+
+
+def text_params(group: click.Group) -> None:
+    """Every option and argument of every command under `group` that takes a plain string (flags
+    aside) refuses an empty value, once, when the CLI is defined: it gets the type Text, or, with a
+    callback of its own (whose message says more), Text's check after it; OWN_EMPTY_CHECK aside."""
+    for cmd in group.commands.values():
+        if isinstance(cmd, click.Group):
+            text_params(cmd)
+        for p in cmd.params:
+            if (type(p.type) is not click.types.StringParamType or getattr(p, "is_flag", False)
+                    or p.name in OWN_EMPTY_CHECK.get(cmd.name or "", ())):
+                continue
+            if p.callback is None:
+                p.type = TEXT
+            else:
+                p.callback = _then_text(p.callback)
+
+
 class FilePath(click.Path):
     """A file to read or write: not blank, no NUL, not a folder (an existing one, or a name ending in /)."""
 
@@ -287,6 +336,32 @@ def check_own_words(ctx: click.Context, positional: int, example: str) -> None:
             raise click.UsageError(f"unexpected argument {w!r}: arguments for vLLM go after --, e.g. {example}")
 
 
+def _options_of(cmd: click.Command | None) -> set[str]:
+    return {o for p in (cmd.params if cmd is not None else ()) if isinstance(p, click.Option) for o in p.opts}
+
+
+def check_not_bootstrap_options(ctx: click.Context, extra: tuple[str, ...]) -> None:
+    """A word after `--` that is an option of this command (serve, rollout), or of serve (whose split and
+    settings a rollout keeps), is refused with one line: vLLM would refuse it (`--tp`), or read it as
+    something else. --served-model-name is vLLM's too (refused there as a setting the plan sets)."""
+    name = ctx.info_name or "serve"
+    own = _options_of(ctx.command)
+    root = ctx.find_root()
+    serve = root.command.get_command(root, "serve") if name != "serve" and isinstance(root.command, click.Group) \
+        else None
+    served = _options_of(serve) - own
+    for arg in extra:
+        flag = arg.split("=", 1)[0]
+        if flag == "--served-model-name":
+            continue
+        if flag in own:
+            raise click.UsageError(f"{flag} is an option of bootstrap {name}, not of vLLM: put it before --")
+        if flag in served:
+            raise click.UsageError(f"{flag} is an option of bootstrap serve, not of vLLM: bootstrap {name} keeps "
+                                   f"each replica's split and settings (bootstrap serve MODEL {flag} ... serves "
+                                   "anew)")
+
+
 def check_serve_args(ctx: click.Context, model: str | None, extra: tuple[str, ...], stop: bool,
                      dry_run: bool) -> None:
     """What serve can refuse from its arguments alone, before reading the inventory."""
@@ -306,11 +381,7 @@ def check_serve_args(ctx: click.Context, model: str | None, extra: tuple[str, ..
         P.check_model_ref(model)
     except P.ServePlanError as exc:
         raise click.BadParameter(str(exc), ctx, param_hint="MODEL") from None
-    own = {o for p in ctx.command.params if isinstance(p, click.Option) for o in p.opts}
-    for arg in extra:
-        flag = arg.split("=", 1)[0]
-        if flag in own and flag != "--served-model-name":
-            raise click.UsageError(f"{flag} is an option of bootstrap serve, not of vLLM: put it before --")
+    check_not_bootstrap_options(ctx, extra)
     try:
         P.check_extra(extra)
     except P.ServePlanError as exc:
@@ -373,6 +444,7 @@ def check_rollout_args(model: str | None, extra: tuple[str, ...], keep_flags: bo
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
         check_own_words(ctx, 0, "bootstrap rollout -- --max-model-len 4096")
+        check_not_bootstrap_options(ctx, extra)
     if image is not None:
         from bootstrap.inventory.fields import image_problem
 
@@ -390,6 +462,25 @@ def check_rollout_args(model: str | None, extra: tuple[str, ...], keep_flags: bo
         P.check_extra(extra)
     except P.ServePlanError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def check_kv_port(inv, port: int | None) -> None:
+    """check-kv's --port: not a port the cluster or the hosts hold (other than the side channel's own,
+    cluster.ports.kv_transfer, the default): the check's listener would fail, or take it from them."""
+    from bootstrap.cluster import fence as FN
+
+    if port is None:
+        return
+    what = FN.port_clash(inv.cluster, port)
+    if what == "cluster.ports.kv_transfer":
+        return
+    if what is None and port in {h.ssh.port or 22 for h in inv.hosts}:
+        what = "the hosts' SSH port"
+    if what is None and 32768 <= port <= 60999:
+        what = "in the hosts' ephemeral ports (Linux's default 32768-60999), which outgoing connections take"
+    if what is not None:
+        raise click.BadParameter(f"{port} is {what}: give a port the cluster does not use (the default is "
+                                 f"cluster.ports.kv_transfer, {inv.cluster.ports.kv_transfer})", param_hint="--port")
 
 
 def check_hosts(inv, hosts: tuple[str, ...]) -> None:

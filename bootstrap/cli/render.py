@@ -20,6 +20,8 @@ from bootstrap.cluster.run import HostTiming
 from bootstrap.cluster.runtime import UNDECIDED as RUNTIME_UNDECIDED
 from bootstrap.doctor.logsources import SOURCES
 from bootstrap.errors import BootstrapError, GroupError, Interrupted, notes_of
+from bootstrap.inventory.fields import _CREDENTIAL_VALUE  # the one definition of a credential's form
+from bootstrap.serve.passthrough import CREDENTIAL_FLAGS
 from bootstrap.serve.plan import split_label
 
 # Wide when not on a terminal, so tables in logs and CI output do not wrap evidence mid-word.
@@ -78,6 +80,83 @@ def _standby_cell(standbys: dict[str, str] | None) -> str:
     return f"[green]{up}/{len(standbys)}[/]" if up == len(standbys) else f"[yellow]{up}/{len(standbys)}[/]"
 
 
+# -- credentials: masked in every line printed, wherever they came from ----------------------------
+def _flag_spellings(flag: str) -> str:
+    """A regex for `flag` and each prefix of it from its fifth character (`--api`, `--hf-t`: what
+    vLLM's argparse would read as it), `-` or `_` inside."""
+    parts = [re.escape(c) if c != "-" else "[-_]" for c in flag[2:]]
+    tail = ""
+    for part in reversed(parts[3:]):
+        tail = f"(?:{part}{tail})?"
+    return "".join(parts[:3]) + tail
+
+
+#: A flag whose value is a credential: vLLM's (any spelling it reads as one), and any flag named for one
+_FLAG_NAME = (r"(--(?:" + "|".join(map(_flag_spellings, CREDENTIAL_FLAGS))
+              + r")|-{1,2}(?:[A-Za-z0-9]+[-_])*(?:token|password|passwd|secret|api[-_]?key))")
+_CRED_FLAG = r"(?<![\w-])" + _FLAG_NAME
+_VALUE = r"""('[^']*'|"[^"]*"|[^\s'",\])]+)"""
+#: After a space, a bare word of lowercase letters (or a parenthesis) is prose, not a value: a refusal
+#: names the flag and goes on in words (`--api-key would put ...`). An argv is masked whole (_argv).
+_NOT_PROSE = r"""(?![a-z]+(?:[\s,.;:)]|\Z)|\()"""
+_MASKS = (
+    # 'FLAG=value' quoted whole (shlex, repr): to its closing quote
+    (re.compile(r"(')" + _FLAG_NAME + r"=(?!\*\*\*)[^']*", re.I), r"\1\2=***"),
+    # FLAG=value, FLAG value, and the next item after it in a list's repr or JSON
+    (re.compile("(?i:" + _CRED_FLAG + ")" + r"""(=|["']\s*,\s*|["']?\s+""" + _NOT_PROSE + r""")"""
+                + r"""(?!["']?\*\*\*)""" + _VALUE),
+     lambda m: m[1] + m[2] + (m[3][0] + "***" + m[3][0] if m[3][0] in "'\"" else "***")),
+    # NAME=value where NAME is a credential's: a variable's (HF_TOKEN=...), a URL query's (?token=...); not
+    # a tokenizer's eos_token=
+    (re.compile(r"(?<![A-Za-z0-9_])((?:[A-Z][A-Z0-9_]*_)?(?:TOKEN|PASSWORD|PASSWD|SECRET|API_KEY|APIKEY)="
+                r"|(?:access_|auth_|hf_)?(?:token|password|passwd|secret|api_key|apikey)=)(?!\*\*\*)" + _VALUE),
+     r"\1***"),
+    # a URL's or an image reference's user:password@
+    (re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)(?!\*\*\*@)[^/\s@]+@"), r"\1***@"),
+    (re.compile(r"""((?:^|(?<=[\s'"=(\[,]))[A-Za-z0-9._%+-]+:)(?!\*\*\*@)[^\s/@:'"]+@(?!sha\d+:)(?=[A-Za-z0-9\[])"""),
+     r"\1***@"),
+    # a value that is a credential by its form (inventory/fields.py's, as a word of its own)
+    (re.compile(r"(?<![A-Za-z0-9])(?:" + _CREDENTIAL_VALUE.pattern + ")"),
+     lambda m: m[0] if m[0].endswith(":***@") else "***"),  # a URL whose password is masked already
+)
+
+
+def mask_credentials(text: str) -> str:
+    """`text` with every credential-shaped value shown as ***: the value after a credential flag (any
+    spelling vLLM reads as one: `--api-ke x`, `--hf_tok=x`), a NAME=value of a credential's name, a
+    URL's or an image reference's `user:password@`, and a value that is a credential by its form
+    (hf_..., sk-..., a JWT). Every line the CLI prints goes through it (_escape, _json)."""
+    for regex, repl in _MASKS:
+        text = regex.sub(repl, text)
+    return text
+
+
+def _mask_doc(doc):
+    """A JSON document with mask_credentials applied to every string, and the item after a
+    credential flag in a list (an argv) shown as ***."""
+    if isinstance(doc, str):
+        return mask_credentials(doc)
+    if isinstance(doc, dict):
+        return {k: _mask_doc(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        flag = re.compile(_FLAG_NAME + r"(=.*)?\Z", re.I | re.S)
+
+        def item(i: int, v):
+            if not isinstance(v, str):
+                return _mask_doc(v)
+            if i and isinstance(doc[i - 1], str) and flag.match(doc[i - 1]) and "=" not in doc[i - 1]:
+                return "***"  # the value after a credential flag
+            m = flag.match(v)
+            return m[1] + "=***" if m and m[2] else mask_credentials(v)
+        return [item(i, v) for i, v in enumerate(doc)]
+    return doc
+
+
+def _argv(argv) -> str:
+    """An argv as one shell line, the value after each credential flag shown as ***."""
+    return shlex.join(_mask_doc([str(a) for a in argv]))
+
+
 def _escape(text: object, *, lines: bool = False, markup: bool = True) -> str:
     """A string from a user, an inventory or a host, made safe to print: shown as it is, on one line.
 
@@ -87,7 +166,7 @@ def _escape(text: object, *, lines: bool = False, markup: bool = True) -> str:
     for rich's print, tables included): brackets and backslashes are escaped so that rich shows
     them literally, whatever markup comes before or after.
     """
-    text = str(text)
+    text = mask_credentials(str(text))
     if lines:
         text = "\n".join(_printable(ln, "\t") for ln in text.splitlines())
     else:
@@ -105,7 +184,7 @@ def _escape(text: object, *, lines: bool = False, markup: bool = True) -> str:
 
 
 def _json(doc) -> None:
-    out.print_json(json.dumps(doc))
+    out.print_json(json.dumps(_mask_doc(doc)))
 
 
 # -- errors --------------------------------------------------------------------------------------
@@ -126,6 +205,12 @@ def failure(exc: BootstrapError) -> None:
             err.print(f"  {_escape(f'{host:<16}')} {mark} {_escape(r) if isinstance(r, BaseException) else ''}")
             for note in notes_of(r) if isinstance(r, BaseException) else ():
                 err.print(f"  {'':<16} [red]also:[/] {_escape(note)}")
+
+
+#: Written by the signal handler (cli._Interrupts) as they are, with os.write: a second signal while
+#: the first one's clean-up runs, and a third.
+INTERRUPTED_AGAIN = "interrupted again: finishing the clean-up (once more to exit at once)\n"
+INTERRUPTED_AT_ONCE = "interrupted a third time: exiting at once; the cluster lock is released with the connection\n"
 
 
 def interrupted() -> None:
@@ -201,7 +286,7 @@ def plan_rows(actions, as_json: bool, live: bool, runtime: str | None = "", why:
             color = {"keep": "green", "create": "cyan", "recreate": "yellow"}[a.action]
             head += f"  [{color}]{a.action}[/]: {_escape(a.reason)}"
         out.print(head)
-        out.print("  " + _escape(shlex.join(a.spec.run_argv())), soft_wrap=True)
+        out.print("  " + _escape(_argv(a.spec.run_argv())), soft_wrap=True)
 
 
 def fleet_plan(replicas, routers, router_url: str, keeper_argv, as_json: bool, standby: str | None = None) -> None:
@@ -225,14 +310,14 @@ def fleet_plan(replicas, routers, router_url: str, keeper_argv, as_json: bool, s
     for r in routers:
         out.print(f"[bold]router[/] on {_escape(r.host)} -> {_escape(router_url)}/v1 "
                   "(worker URLs as `bootstrap serve` starts them)")
-        out.print("  " + _escape(shlex.join(r.run)), soft_wrap=True)
+        out.print("  " + _escape(_argv(r.run)), soft_wrap=True)
         if r.vip_create:
             out.print(f"[bold]keepalived[/] on {_escape(r.host)} (the floating address)")
-            out.print("  " + _escape(shlex.join(r.vip_create)), soft_wrap=True)
+            out.print("  " + _escape(_argv(r.vip_create)), soft_wrap=True)
     out.print("[bold]keeper[/] on every host (restarts serve/router containers stopped outside bootstrap"
               + (f"; puts a member's standby, {_escape(standby)}, in place of a killed serve container)"
                  if standby else ")"))
-    out.print("  " + _escape(shlex.join(keeper_argv)), soft_wrap=True)
+    out.print("  " + _escape(_argv(keeper_argv)), soft_wrap=True)
 
 
 # -- up ------------------------------------------------------------------------------------------
@@ -328,7 +413,8 @@ def exposure(inv, found, as_json: bool) -> None:
     beyond = [e for e in found if e.open_beyond]
     if as_json:
         _json({"listeners": [dict(host=e.host, address=e.address, port=e.port, what=e.what, bind=e.bind,
-                                  auth=e.auth, reach=e.reach, expected=e.expected, open_beyond=e.open_beyond)
+                                  auth=e.auth, reach=e.reach, expected=e.expected, open_beyond=e.open_beyond,
+                                  fence_allow=list(e.allowed), public=list(e.public))
                              for e in found],
                "fence": inv.cluster.fence, "open_beyond": len(beyond)})
         return
@@ -339,6 +425,9 @@ def exposure(inv, found, as_json: bool) -> None:
     for e in found:
         reach = e.reach + (" (by design)" if e.expected and e.reach == "anyone" else "")
         style = "yellow" if e.expected and e.reach == "anyone" else colour[e.reach]
+        if e.allowed:  # fenced: the networks cluster.fence_allow admits come through too
+            reach += " and " + ", ".join(n + (" (public)" if n in e.public else "") for n in e.allowed)
+            style = "red" if e.public and not e.expected else style
         t.add_row(_escape(e.host), _escape(e.address), str(e.port), _escape(e.what), _escape(e.bind),
                   _escape(e.auth), f"[{style}]{_escape(reach)}[/]")
     out.print(t)
@@ -347,10 +436,20 @@ def exposure(inv, found, as_json: bool) -> None:
         out.print(f"[red]{len(beyond)} port(s) open to non-members beyond SSH and the endpoint[/]: "
                   + ", ".join(f"{_escape(e.host)}:{e.port} ({_escape(e.what)})" for e in beyond[:12])
                   + (f" and {len(beyond) - 12} more" if len(beyond) > 12 else "")
-                  + ("" if inv.cluster.fence else " -- cluster.fence is off"))
+                  + ("" if inv.cluster.fence else " -- cluster.fence is off")
+                  + _public_allowed(beyond))
     else:
         out.print(f"nothing open to non-members beyond SSH and the endpoint ({len(found)} listening socket(s), "
                   f"{wild} on all interfaces, fenced)")
+
+
+def _public_allowed(beyond) -> str:
+    """The public networks cluster.fence_allow admits to the ports open beyond, and the fix."""
+    nets = list(dict.fromkeys(n for e in beyond for n in e.public))
+    if not nets:
+        return ""
+    return (f" -- cluster.fence_allow admits public address space ({_escape(', '.join(nets))}): "
+            "narrow it to the addresses that need the cluster's ports")
 
 
 def fleet_status(inv, groups, fs, as_json: bool) -> None:
@@ -486,17 +585,10 @@ def top_without_prometheus(exc: BootstrapError) -> None:
 
 def _ssh_tunnel(h, ip: str, port) -> str:
     """How to open a service on `h` listening on ip:port from this machine: the `ssh -L` with the
-    inventory's SSH port, jump host and key (an IPv6 address in brackets, as ssh reads it)."""
-    who = f"{h.ssh.user}@{h.ssh.address}" if h.ssh.user else h.ssh.address
-    target = f"[{ip}]" if ":" in ip else ip
-    argv = ["ssh", "-L", f"{port}:{target}:{port}"]
-    if h.ssh.port and h.ssh.port != 22:
-        argv += ["-p", str(h.ssh.port)]
-    if h.ssh.jump:
-        argv += ["-J", h.ssh.jump]
-    if h.ssh.key:
-        argv += ["-i", h.ssh.key]
-    return f"from here: {shlex.join([*argv, who])}, then http://localhost:{port}"
+    inventory's SSH port, jump host and key (bootstrap.exposure.ssh_tunnel_argv)."""
+    from bootstrap.exposure import ssh_tunnel_argv
+
+    return f"from here: {shlex.join(ssh_tunnel_argv(h, ip, port))}, then http://localhost:{port}"
 
 
 # -- exec ----------------------------------------------------------------------------------------
@@ -642,7 +734,7 @@ def log_echo(width: int, as_json: bool = False):
     def emit(src, line: str) -> None:
         with lock:
             if as_json:
-                click.echo(json.dumps({"host": src.host, "source": src.source, "line": line}))
+                click.echo(json.dumps(_mask_doc({"host": src.host, "source": src.source, "line": line})))
             else:
                 click.echo(_escape(f"{src.host:<{width}} {src.source:<{sw}} | {line}", lines=True, markup=False))
     return emit
@@ -674,7 +766,7 @@ def serve_plan(plan, dry_run: bool) -> None:
         out.print(f"fit:     {_escape(plan.fit.message)}")
     width = max(len(n.host) for n in plan.nodes)
     for n in plan.nodes:
-        cmd = shlex.join(n.argv) if n.argv else "(a Ray worker: vLLM places its ranks here through Ray)"
+        cmd = _argv(n.argv) if n.argv else "(a Ray worker: vLLM places its ranks here through Ray)"
         out.print(_escape(f"  {n.host:<{width}} {n.ip:<15} {cmd}"))
     out.print(_escape(f"endpoint: {plan.endpoint}"))
     for note in plan.notes:
@@ -695,11 +787,11 @@ def fleet_serve_plan(plan, dry_run: bool) -> None:
         if not plan.uniform:
             out.print(f"  split: {_escape(plan.split_of(r).reason)} (backend native)")
         for m in r.members:
-            out.print(_escape(f"  {m.host} rank {m.rank}: {shlex.join(m.vllm)}"))
+            out.print(_escape(f"  {m.host} rank {m.rank}: {_argv(m.vllm)}"))
     for r in plan.routers:
-        out.print(_escape(f"router on {r.host}: {shlex.join(r.run)}"))
+        out.print(_escape(f"router on {r.host}: {_argv(r.run)}"))
         if r.vip_create:
-            out.print(_escape(f"keepalived on {r.host}: {shlex.join(r.vip_create)}"))
+            out.print(_escape(f"keepalived on {r.host}: {_argv(r.vip_create)}"))
     out.print(_escape(f"endpoint: {plan.endpoint}" + (" (floating address)" if plan.vip else "")))
     for note in plan.notes:
         out.print(f"note: {_escape(note)}")

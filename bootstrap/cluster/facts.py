@@ -5,13 +5,15 @@ real command output.
 """
 from __future__ import annotations
 
+import collections
 import json
+import queue
 import re
 import shlex
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 # The container inspect and its parser live in the neutral pure bootstrap/containers.py, which
 # remote/docker.py reads too (remote never imports cluster); re-exported here for the facts' readers.
@@ -215,6 +217,44 @@ def parse_nofile(out: str) -> int | None:
 
 
 # -- gathering (I/O through the runner) ------------------------------------------------------
+def _in_parallel(jobs: Mapping[str, Callable[[], Any]], width: int) -> dict[str, Any]:
+    """Every job's result, at most `width` at once; the first job (in order) that raised raises.
+
+    Daemon threads, not a ThreadPoolExecutor's (what remote.fanout does, which this pure module
+    may not import): leaving its `with` on an interrupt joined the threads still waiting on a host
+    that does not answer, and so did the interpreter's exit (an interrupted `up` that only SIGKILL
+    ended)."""
+    todo = collections.deque(jobs.items())
+    done: queue.SimpleQueue = queue.SimpleQueue()
+
+    def work() -> None:
+        while todo:
+            try:
+                k, job = todo.popleft()
+            except IndexError:
+                return
+            try:
+                done.put((k, job(), None))
+            except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread below
+                done.put((k, None, exc))
+
+    for _ in range(min(width, len(jobs))):
+        threading.Thread(target=work, name="facts", daemon=True).start()
+    got, failed = {}, {}
+    for _ in range(len(jobs)):
+        while True:  # in short steps, so that an interrupt is seen (see remote.fanout.next_outcome)
+            try:
+                k, result, exc = done.get(timeout=0.2)
+                break
+            except queue.Empty:
+                continue
+        got[k], failed[k] = result, exc
+    for k in jobs:
+        if failed[k] is not None:
+            raise failed[k]
+    return {k: got[k] for k in jobs}
+
+
 def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool, cluster: str | None = None) -> HostFacts:
     try:
         version, runtimes = parse_docker_info(ssh.run(DOCKER_INFO, timeout=30, query=True).stdout)
@@ -253,9 +293,7 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool, cluster:
         finally:
             received[k] = time.time()
 
-    with ThreadPoolExecutor(max_workers=FACT_CHANNELS) as pool:
-        futs = {k: pool.submit(timed, k, argv) for k, argv in cmds.items()}
-        got = {k: f.result() for k, f in futs.items()}
+    got = _in_parallel({k: (lambda k=k, argv=argv: timed(k, argv)) for k, argv in cmds.items()}, FACT_CHANNELS)
     gpus = None
     if want_gpus:
         r = got["gpus"]
@@ -325,6 +363,25 @@ def parse_ip_addrs(out: str) -> tuple[tuple[str, str], ...]:
         for token in tokens:
             try:
                 found.append((name, str(ipaddress.ip_address(token.split("/", 1)[0].split("%", 1)[0]))))
+            except ValueError:
+                continue
+    return tuple(found)
+
+
+def parse_ip_nets(out: str) -> tuple[str, ...]:
+    """Each address of `ip -o addr show` lines with its prefix length, as the kernel holds it
+    (``10.0.0.5/24``, normalised, without zone): the network each interface address is on."""
+    import ipaddress
+
+    found: list[str] = []
+    for line in out.splitlines():
+        words = line.split()
+        for token in (words[i + 1] for i, w in enumerate(words[:-1]) if w in ("inet", "inet6")):
+            address, slash, prefix = token.partition("/")
+            if not slash:
+                continue
+            try:
+                found.append(str(ipaddress.ip_interface(f"{address.split('%', 1)[0]}/{prefix}")))
             except ValueError:
                 continue
     return tuple(found)

@@ -13,8 +13,10 @@ controller (the address the host sees our SSH session come from), from loopback,
 the user allows (`cluster.fence_allow`). The cluster's ports are the fixed ones bootstrap sets,
 Ray's client and worker ranges, the rendezvous ports `serve` picks from, and the host's ephemeral
 range, where the kernel puts every port Ray, vLLM, torch and NIXL open without a fixed number.
-Never fenced: the host's SSH port and the served endpoint (the head's vLLM port, or in a fleet the
-router's). The table only rejects: it never accepts what another table of the host drops, and it
+Never fenced: the port sshd took our session on, as the host reports it (ssh_ports: not the
+inventory's, which behind a NAT is the NAT's), and the served endpoint (the head's vLLM port, or in a
+fleet the router's). Whom `cluster.fence_allow` may admit is bounded (bootstrap.cluster.allow).
+The table only rejects: it never accepts what another table of the host drops, and it
 touches no other rule. `down` deletes it.
 
 Ray's token: with `cluster.ray_auth: token` (the default where Ray runs) every node container runs
@@ -29,10 +31,11 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
+from bootstrap.cluster.allow import reaching
 from bootstrap.model import NATIVE_COORD_PORT, NATIVE_MASTER_PORT
 
 if TYPE_CHECKING:
-    from bootstrap.model import Host, Inventory
+    from bootstrap.model import Cluster, Host, Inventory
 
 #: `ray start`'s Ray client server port and its worker port range (Ray's defaults: 10001, 10002-19999).
 RAY_PORT_RANGE = (10001, 19999)
@@ -180,6 +183,38 @@ def cluster_ports(inv: Inventory) -> set[int]:
             NATIVE_MASTER_PORT, NATIVE_COORD_PORT}
 
 
+def port_table(c: Cluster) -> list[tuple[int, int, str]]:
+    """(first, last, what) for each port the cluster uses, and the fence closes, on every host: the
+    fixed ones (cluster_ports), Ray's client and worker ranges, the rendezvous range. (Not the host's
+    ephemeral range: each host has its own.) The inventory refuses an SSH port among them."""
+    fixed = [(getattr(c.ports, n), f"cluster.ports.{n}")
+             for n in ("ray_gcs", "dashboard", "vllm", "ray_metrics", "image_copy", "kv_transfer")]
+    fixed += [(c.router.port, "cluster.router.port"), (c.router.metrics_port, "cluster.router.metrics_port"),
+              (c.monitor.port, "cluster.monitor.port"),
+              (c.monitor.node_exporter_port, "cluster.monitor.node_exporter_port"),
+              (c.monitor.dcgm_port, "cluster.monitor.dcgm_port"),
+              (NATIVE_MASTER_PORT, "a fleet replica's torch rendezvous port"),
+              (NATIVE_COORD_PORT, "a fleet replica's coordination port")]
+    lo, hi = RAY_PORT_RANGE
+    return [(p, p, what) for p, what in fixed] + [
+        (lo, lo, "Ray's client server"), (lo + 1, hi, f"in Ray's worker ports ({lo + 1}-{hi})"),
+        (*MASTER_PORT_RANGE, "in the range `serve` picks torch's rendezvous port from "
+                             f"({MASTER_PORT_RANGE[0]}-{MASTER_PORT_RANGE[1]})")]
+
+
+def port_clash(c: Cluster, port: int) -> str | None:
+    """What of the cluster's uses `port` on every host (port_table), or None."""
+    return next((what for lo, hi, what in port_table(c) if lo <= port <= hi), None)
+
+
+def ssh_ports(host: Host, facts: GuardFacts) -> set[int]:
+    """The SSH port the fence leaves open on `host`: the one sshd took our session on, as the host
+    reports it (SSH_CLIENT). Behind a NAT port forward the inventory's port is the NAT's, and on the
+    host that number may be one of the cluster's (a Ray worker's): it stays fenced. Only where the
+    host did not say, the inventory's port (else 22)."""
+    return {facts.sshd_port} if facts.sshd_port else {host.ssh.port or 22}
+
+
 Range = tuple[int, int]
 
 
@@ -211,11 +246,10 @@ def _minus(ranges: Sequence[Range], holes: Iterable[int]) -> list[Range]:
 
 def fenced_ranges(inv: Inventory, host: Host, facts: GuardFacts) -> list[Range]:
     """The TCP ports of `host` that only members may open: the cluster's fixed ports, Ray's client
-    and worker ranges, the rendezvous range and the host's ephemeral range, less its SSH port(s)
-    and its endpoint."""
+    and worker ranges, the rendezvous range and the host's ephemeral range, less sshd's port
+    (ssh_ports) and its endpoint."""
     ranges = [(p, p) for p in cluster_ports(inv)] + [RAY_PORT_RANGE, MASTER_PORT_RANGE, facts.ephemeral]
-    ssh = {facts.sshd_port or 22, host.ssh.port or 22}
-    return _minus(_merge(ranges), ssh | set(endpoint_ports(inv, host)))
+    return _minus(_merge(ranges), ssh_ports(host, facts) | set(endpoint_ports(inv, host)))
 
 
 def members(inv: Inventory, facts: Mapping[str, GuardFacts]) -> tuple[list[str], list[str]]:
@@ -478,11 +512,16 @@ class Exposure:
     reach: str
     #: SSH or the served endpoint: open to everyone by design
     expected: bool
+    #: where the fence closes it (reach "members"): the networks of cluster.fence_allow it admits too
+    allowed: tuple[str, ...] = ()
+    #: those of them that hold public address space (bootstrap.exposure.is_public)
+    public: tuple[str, ...] = ()
 
     @property
     def open_beyond(self) -> bool:
-        """Reachable by a non-member though the user did not ask for it."""
-        return self.reach in ("anyone", "unknown") and not self.expected
+        """Reachable by a non-member though the user did not ask for it: by anyone, or by public
+        address space that cluster.fence_allow admits."""
+        return (self.reach in ("anyone", "unknown") or bool(self.public)) and not self.expected
 
 
 def _bind(address: str, host: Host) -> str:
@@ -494,13 +533,23 @@ def _bind(address: str, host: Host) -> str:
     return "data-plane" if ip == host.ip else address
 
 
+def api_key_on(inv: Inventory) -> bool:
+    """vLLM asks for an API key: VLLM_API_KEY reaches it (listed under cluster.secrets, or the
+    secret cluster.router.api_key names, which a fleet's replicas get as VLLM_API_KEY)."""
+    from bootstrap.cluster.secretstore import API_KEY_ENV
+
+    c = inv.cluster
+    names = {s.name for s in c.secrets}
+    return API_KEY_ENV in names or (c.router.api_key is not None and c.router.api_key in names)
+
+
 def exposure(inv: Inventory, host: Host, listeners: Sequence[Listener], fenced: list[Range] | None,
              facts: GuardFacts, *, fence_read: bool = True) -> list[Exposure]:
     """Each listening socket of the cluster's on `host` (its ports: those the fence covers, the
     endpoint, SSH): how it is bound, whether it asks for credentials, who can reach it. `fenced`:
     what the host's fence rejects (parse_fenced; None: no fence); fence_read False: it could not be read."""
     c = inv.cluster
-    ssh = {facts.sshd_port or 22, host.ssh.port or 22}
+    ssh = ssh_ports(host, facts)
     endpoint = set(endpoint_ports(inv, host))
     domain = ports_in_ranges(_merge([(p, p) for p in cluster_ports(inv)]
                                     + [RAY_PORT_RANGE, MASTER_PORT_RANGE, facts.ephemeral]))
@@ -521,8 +570,8 @@ def exposure(inv: Inventory, host: Host, listeners: Sequence[Listener], fenced: 
         elif c.ray_auth == "token" and c.runtime != "none" and (
                 ls.process in RAY_TOKEN_PROCESSES or (not ls.process and ls.port == c.ports.ray_gcs)):
             auth = "Ray token"
-        elif ls.port in endpoint and c.router.api_key and c.fence_endpoint is not None:
-            auth = "API key"
+        elif (ls.port in endpoint or ls.port == c.ports.vllm) and api_key_on(inv):
+            auth = "API key"  # vLLM's API, or the router in front of it (it passes the client's header on)
         else:
             auth = "none"
         if bind == "loopback":
@@ -533,8 +582,9 @@ def exposure(inv: Inventory, host: Host, listeners: Sequence[Listener], fenced: 
             reach = "members"
         else:
             reach = "anyone"
+        allowed, public = reaching(c.fence_allow, ls.address) if reach == "members" else ((), ())
         out.append(Exposure(host.name, ls.address, ls.port, what, bind, auth, reach,
-                            expected=is_ssh or ls.port in endpoint))
+                            expected=is_ssh or ls.port in endpoint, allowed=allowed, public=public))
     return sorted(out, key=lambda e: (e.port, e.address))
 
 

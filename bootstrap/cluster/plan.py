@@ -8,6 +8,7 @@ whose spec changed.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
@@ -17,7 +18,7 @@ from bootstrap.cluster import fence as FN
 from bootstrap.cluster import secretstore as SS
 from bootstrap.cluster.facts import HostFacts
 from bootstrap.exposure import RAY_DASHBOARD_DEFAULT, dashboard_address
-from bootstrap.model import HF_CACHE_IN_CONTAINER, NOFILE_MAX, Host, Inventory
+from bootstrap.model import HF_CACHE_IN_CONTAINER, NOFILE_MAX, VLLM_HOST_IP_ENV, Host, Inventory
 
 #: nofile limit used when neither the inventory nor the host says otherwise.
 NOFILE_CAP = NOFILE_MAX
@@ -65,12 +66,14 @@ class ContainerSpec:
     #: a digest of Ray's token (fence.token_digest; "" without token authentication): a new token
     #: is a new spec, so the containers are recreated with it
     auth: str = ""
+    #: the host's set of secrets it mounts (secretstore.KINDS: a fleet's node containers have their own)
+    secret_set: str = SS.SERVE
 
     @property
     def spec_hash(self) -> str:
         # with secrets, how they reach the container too (a container an older bootstrap gave them
         # through Docker's env is recreated); without, the same hash as before there was a choice
-        how = [SS.mounts(self.cluster, self.secret_names),
+        how = [SS.mounts(self.cluster, self.secret_names, self.secret_set),
                SS.entry_argv(self.secret_names, self.entrypoint, self.command)] if self.secret_names else []
         doc = json.dumps([self.name, self.image, self.options, self.entrypoint, self.command, self.secret_names]
                          + ([self.auth] if self.auth else []) + how)
@@ -82,7 +85,8 @@ class ContainerSpec:
                 (LABEL_SPEC, self.spec_hash))
 
     def run_argv(self) -> tuple[str, ...]:
-        argv = ["docker", "run", "-d", "--name", self.name, *self.options, *SS.mounts(self.cluster, self.secret_names)]
+        argv = ["docker", "run", "-d", "--name", self.name, *self.options,
+                *SS.mounts(self.cluster, self.secret_names, self.secret_set)]
         for k, v in self.labels:
             argv += ["--label", f"{k}={v}"]
         entrypoint, command = SS.entry_argv(self.secret_names, self.entrypoint, self.command)
@@ -110,7 +114,7 @@ def node_env(host: Host) -> dict[str, str]:
     """The environment of a host's node container: the compile caches' places (COMPILE_ENV), its env
     (the cluster's with the host's over it, over those) and VLLM_HOST_IP, its data-plane IP."""
     env = {**COMPILE_ENV, **dict(host.env)}
-    env["VLLM_HOST_IP"] = host.ip
+    env[VLLM_HOST_IP_ENV] = host.ip
     return env
 
 
@@ -124,6 +128,13 @@ def interface_of(host: Host, facts: HostFacts | None) -> str | None:
     if rack is None:
         return None
     return next((i for i, a in rack.addrs if a == host.ip and i), None)
+
+
+def network_of(host: Host, facts: HostFacts | None) -> str | None:
+    """The network of the host's data-plane IP (``10.0.0.0/24``), from its facts (None: not known)."""
+    rack = facts.rack if facts is not None else None
+    nets = [ipaddress.ip_interface(n) for n in (rack.nets if rack is not None else ())]
+    return next((str(n.network) for n in nets if str(n.ip) == host.ip), None)
 
 
 def derived_env(inv: Inventory, host: Host, facts: HostFacts | None) -> dict[str, str]:
@@ -199,12 +210,13 @@ def container_spec(inv: Inventory, host: Host, nofile: int | None,
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=FN.TOKEN_IN_CONTAINER)
     for k in sorted(env):
         opts += ["-e", f"{k}={env[k]}"]
+    kind = SS.node_kind(inv)  # the secrets it uses, from its own set (secretstore.KINDS)
+    secrets, secret_set = SS.kind_names(inv, kind), SS.KINDS[kind][0] or SS.SERVE
 
     if c.runtime == "none":
         return ContainerSpec(host=host.name, role=host.role, name=c.container_name, image=c.image,
                              options=tuple(opts), command=("infinity",),
-                             secret_names=tuple(s.name for s in c.secrets), cluster=c.name,
-                             entrypoint="sleep")
+                             secret_names=secrets, cluster=c.name, entrypoint="sleep", secret_set=secret_set)
     gcs = c.ports.ray_gcs
     cmd = ["start", "--block"]
     if host.is_head:
@@ -222,8 +234,8 @@ def container_spec(inv: Inventory, host: Host, nofile: int | None,
     cmd += [f"--metrics-export-port={c.ports.ray_metrics}", "--disable-usage-stats", *c.ray_args]
     return ContainerSpec(host=host.name, role=host.role, name=c.container_name, image=c.image,
                          options=tuple(opts), command=tuple(cmd),
-                         secret_names=tuple(s.name for s in c.secrets), cluster=c.name,
-                         auth=auth[1] if auth is not None else "")
+                         secret_names=secrets, cluster=c.name, auth=auth[1] if auth is not None else "",
+                         secret_set=secret_set)
 
 
 def hostport(ip: str, port: int) -> str:

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from bootstrap.cluster.facts import parse_ip_addrs
+from bootstrap.cluster.facts import parse_ip_addrs, parse_ip_nets
 
 if TYPE_CHECKING:
     from bootstrap.cluster.facts import HostFacts
@@ -115,6 +115,8 @@ class RackFacts:
     dockerd_sys_resource: bool | None = None
     #: the CPUs the host's processes may run on (`nproc`; None: not read)
     cpus: int | None = None
+    #: each address with its prefix length (``10.0.0.5/24``): the networks the host is on
+    nets: tuple[str, ...] = ()
 
 
 def parse_rack(out: str, *, sent: float | None = None, received: float | None = None) -> RackFacts:
@@ -148,7 +150,8 @@ def parse_rack(out: str, *, sent: float | None = None, received: float | None = 
     memlock, sys_resource = parse_dockerd(sections.get("dockerd", []))
     nproc = (sections.get("cpus") or [""])[0].strip()
     return RackFacts(offset, links, addrs, shm, ib, memlock, sys_resource,
-                     int(nproc) if nproc.isdigit() and int(nproc) > 0 else None)
+                     int(nproc) if nproc.isdigit() and int(nproc) > 0 else None,
+                     parse_ip_nets("\n".join(sections.get("addr", []))))
 
 
 #: CAP_SYS_RESOURCE's bit in /proc/PID/status CapEff

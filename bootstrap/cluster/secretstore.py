@@ -4,14 +4,15 @@ A secret (cluster.secrets, and VLLM_API_KEY when cluster.router.api_key names on
 to Docker as a value: `docker run -e`/`--env-file` would keep it in the container's config
 (`docker inspect`, /var/lib/docker/containers/*/config.v2.json) for as long as the container exists.
 Instead each value is a file on the host's /run, a tmpfs (`/run/bootstrap/<cluster>/<set>/<NAME>`,
-0400, root's, in 0700 directories), written over SSH stdin. Two sets: `serve` (every secret, and the
-API key under vLLM's name) for the node and serve containers, `router` (the API key only) for the
-router. A container gets its set's directory bind-mounted read-only at /run/bootstrap/secrets, and
-its entrypoint is `sh -c ENTRY` that exports the names it needs into the environment and execs the
-real command. ENTRY refuses to start without one: /run is emptied by a reboot (Docker then mounts an
-empty directory it makes in its place), and a container restarted then says so in its log and which
-command puts the secrets back. `docker exec` does not see PID 1's environment, so the checks and `vllm serve` that
-bootstrap runs with `docker exec` read the files the same way first (containers.LOAD_SECRETS).
+0400, root's, in 0700 directories), written over SSH stdin. Each kind of container holds exactly the
+secrets it uses (KINDS: one table, which the plan mounts the sets from and docs/security.md shows):
+a set per kind, a directory on the host. A container gets its set's directory bind-mounted read-only
+at /run/bootstrap/secrets, and its entrypoint is `sh -c ENTRY` that exports the names it needs into
+the environment and execs the real command. ENTRY refuses to start without one: /run is emptied by
+a reboot (Docker then mounts an empty directory it makes in its place), and a container restarted
+then says so in its log and which command puts the secrets back. `docker exec` does not see PID 1's
+environment, so the checks and `vllm serve` that bootstrap runs with `docker exec` read the files the
+same way first (containers.LOAD_SECRETS).
 """
 from __future__ import annotations
 
@@ -32,25 +33,99 @@ MISSING_EXIT = 78
 MEMORY_FS = ("tmpfs", "ramfs")
 
 
-#: The two sets of secrets on a host (each a directory, mounted whole into its containers).
-SERVE, ROUTER, VIP = "serve", "router", "vip"
+#: The sets of secrets on a host: each a directory, mounted whole into the containers that use it.
+NODE, SERVE, ROUTER, VIP = "node", "serve", "router", "vip"
+
+#: The roles a secret plays (role_of), each exposed differently: the workload's (cluster.secrets:
+#: the processes of the serving containers), the API key (VLLM_API_KEY: held by every client, printed
+#: in `serve`'s curl hint, sent on every request), VRRP's password (cluster.router.vip.secret: sent
+#: in clear in every VRRPv2 advert).
+WORKLOAD, API_KEY, VRRP = "workload", "api-key", "vrrp"
+
+#: The one table of who holds what: kind of container -> (its set, the roles of the secrets it
+#: uses). The plan mounts each kind's set from it (kind_names), `up` writes the sets from it (files),
+#: a sandbox test reads every running container against it and docs/security.md shows it.
+KINDS: dict[str, tuple[str | None, tuple[str, ...]]] = {
+    # the node container of a cluster of one replica: Ray, and vLLM (`serve` runs it with docker exec)
+    "node+vllm": (SERVE, (WORKLOAD, API_KEY)),
+    # a fleet's node container: Ray and its tasks (vLLM runs in the serve containers)
+    "node": (NODE, (WORKLOAD,)),
+    "serve": (SERVE, (WORKLOAD, API_KEY)),
+    "standby": (SERVE, (WORKLOAD, API_KEY)),
+    # vllm-router: the key for bootstrap's probes (it passes each client's header on)
+    "router": (ROUTER, (API_KEY,)),
+    "keepalived": (VIP, (VRRP,)),
+    # the image mirror, the keeper, Prometheus and the exporters
+    "mirror": (None, ()),
+    "keeper": (None, ()),
+    "monitor": (None, ()),
+}
+
+
+#: KINDS and the roles in words (docs/security.md's table: markdown).
+_KIND_TEXT = {"node+vllm": "node container, `cluster.replicas: 1` (Ray; `serve` runs vLLM in it)",
+              "node": "node container of a fleet (Ray and its tasks)", "serve": "serve container (vLLM)",
+              "standby": "standby serve container", "router": "vllm-router", "keepalived": "keepalived (`vip`)",
+              "mirror": "image mirror (during `up`)", "keeper": "keeper", "monitor": "Prometheus and the exporters"}
+_ROLE_TEXT = {WORKLOAD: "the workload's (`cluster.secrets`, HF_TOKEN among them, but the API key's and VRRP's)",
+              API_KEY: "the API key, as `VLLM_API_KEY`",
+              VRRP: "VRRP's password (`cluster.router.vip.secret`)"}
+
+
+def markdown() -> str:
+    """docs/security.md's table of what each secret reaches, from KINDS (docs/hooks.py)."""
+    rows = ["| Container | Its set on the host | The secrets it holds |", "|---|---|---|"]
+    for kind, (which, uses) in KINDS.items():
+        where = f"`{HOST_ROOT}/<cluster>/{which}`" if which else "none"
+        rows.append(f"| {_KIND_TEXT[kind]} | {where} | {'; '.join(_ROLE_TEXT[r] for r in uses) or 'none'} |")
+    return "\n".join(rows)
 
 
 def host_dir(cluster_name: str) -> str:
     return f"{HOST_ROOT}/{cluster_name}"
 
 
+def in_fleet(inv: Inventory) -> bool:
+    """A fleet's inventory, or one replica group's (fleet.plan.replica_inventory: replicas 1, and the
+    fleet's endpoint to fence)."""
+    return inv.cluster.replicas > 1 or inv.cluster.fence_endpoint is not None
+
+
+def node_kind(inv: Inventory) -> str:
+    return "node" if in_fleet(inv) else "node+vllm"
+
+
+def kinds(inv: Inventory) -> tuple[str, ...]:
+    """The kinds of container of this inventory that may hold secrets."""
+    if not in_fleet(inv):
+        return ("node+vllm",)
+    return ("node", "serve", "standby", "router", *(("keepalived",) if inv.cluster.router.vip else ()))
+
+
+def role_of(inv: Inventory, name: str) -> str:
+    """The role of the secret `name`: VRRP's password, the API key (VLLM_API_KEY, or the secret
+    cluster.router.api_key names) or the workload's."""
+    r = inv.cluster.router
+    if r.vip is not None and name == r.vip.secret:
+        return VRRP
+    return API_KEY if name in (API_KEY_ENV, r.api_key) else WORKLOAD
+
+
+def kind_names(inv: Inventory, kind: str) -> tuple[str, ...]:
+    """The variables a container of `kind` gets (KINDS): the secrets of its roles, the API key under
+    vLLM's name (VLLM_API_KEY) whichever secret holds it."""
+    uses = KINDS[kind][1]
+    out = [s.name for s in inv.cluster.secrets if role_of(inv, s.name) in uses and role_of(inv, s.name) != API_KEY]
+    if API_KEY in uses and API_KEY_ENV in values(inv):
+        out.append(API_KEY_ENV)
+    return tuple(out)
+
+
 def files(inv: Inventory) -> dict[str, str]:
-    """What the hosts hold: `set/NAME` -> value (the serve set every secret and the API key, the
-    router set the API key); empty without secrets."""
+    """What the hosts hold: `set/NAME` -> value, each kind's set (KINDS) with the secrets it uses;
+    empty without secrets."""
     vals = values(inv)
-    out = {f"{SERVE}/{k}": v for k, v in vals.items()}
-    if inv.cluster.router.api_key and API_KEY_ENV in vals:
-        out[f"{ROUTER}/{API_KEY_ENV}"] = vals[API_KEY_ENV]
-    for name in vip_names(inv):
-        if name in vals:
-            out[f"{VIP}/{name}"] = vals[name]
-    return out
+    return {f"{KINDS[k][0]}/{n}": vals[n] for k in kinds(inv) for n in kind_names(inv, k) if n in vals}
 
 
 def values(inv: Inventory) -> dict[str, str]:
@@ -65,22 +140,14 @@ def values(inv: Inventory) -> dict[str, str]:
     return out
 
 
-def serve_names(inv: Inventory, names: Sequence[str] = ()) -> tuple[str, ...]:
-    """The variables a serve container gets: the secrets, and VLLM_API_KEY when cluster.router.api_key
-    names one (vLLM then refuses /v1 requests without it)."""
-    extra = (API_KEY_ENV,) if inv.cluster.router.api_key and API_KEY_ENV not in names else ()
-    return (*names, *extra)
-
-
 def router_names(inv: Inventory) -> tuple[str, ...]:
     """The router gets only the API key (its probe sends it; the router passes each client's header on)."""
-    return (API_KEY_ENV,) if inv.cluster.router.api_key else ()
+    return kind_names(inv, "router")
 
 
 def vip_names(inv: Inventory) -> tuple[str, ...]:
     """keepalived gets only VRRP's password (cluster.router.vip.secret), if one is set."""
-    vip = inv.cluster.router.vip
-    return (vip.secret,) if vip is not None and vip.secret else ()
+    return kind_names(inv, "keepalived")
 
 
 def mounts(cluster_name: str, names: Sequence[str], which: str = SERVE) -> tuple[str, ...]:
@@ -126,7 +193,8 @@ _WRITE = (
     'mkdir -p "$d" && chmod 700 "$d" || exit 1; [ -d "$d/$b" ] && rm -rf "$d/$b"; '
     'printf %s "${l#*=}" > "$d/.$b.new" && chmod 400 "$d/.$b.new" && mv -f "$d/.$b.new" "$d/$b" || exit 1; '
     'keep="$keep$n "; done; [ "$2" = prune ] || exit 0; '
-    'for f in "$1"/*; do case "${f##*/}" in ' + SERVE + '|' + ROUTER + '|' + VIP + ') ;; *) rm -rf "$f";; esac; done; '
+    'for f in "$1"/*; do case "${f##*/}" in ' + "|".join((NODE, SERVE, ROUTER, VIP)) + ') ;; '
+    '*) rm -rf "$f";; esac; done; '
     'for f in "$1"/*/* "$1"/*/.*.new; do [ -e "$f" ] || continue; case "$keep" in *" ${f#"$1"/} "*) ;; '
     '*) rm -rf "$f";; esac; done'
 )

@@ -100,21 +100,41 @@ _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
+#: The latest start a host's tools take: `docker logs --since` and the vLLM log's filter read
+#: years of four digits (and the year after a start's is looked at).
+_LAST_SINCE = datetime(9999, 1, 1, tzinfo=timezone.utc).timestamp()
+
+
 def parse_since(text: str, now: float) -> float:
     """`--since` as a UTC epoch: a duration back from now (30s, 10m, 2h, 1d) or a time
-    (2026-11-25T22:10:00, with Z or an offset; without one it is UTC). UsageError otherwise."""
+    (2026-11-25T22:10:00, with Z or an offset; without one it is UTC), from 1970 to 9998 (the
+    hosts' `docker logs --since` takes no earlier time, and none past what their clocks hold).
+    UsageError otherwise."""
     t = text.strip()
+    shown = repr(t if len(t) <= 40 else t[:37] + "...")
     m = _RELATIVE.match(t)
     if m:
-        return now - float(m.group(1)) * _UNITS[m.group(2)]
+        start = now - float(m.group(1)) * _UNITS[m.group(2)]
+        if not start >= 0:  # -inf and nan too
+            raise UsageError(f"{shown} goes back before 1970 (Unix time 0), where no log starts: give a shorter "
+                             "duration")
+        return start
     try:
         dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
     except ValueError:
-        raise UsageError(f"{text!r} is neither a duration (30s, 10m, 2h, 1d) nor a time "
+        raise UsageError(f"{shown} is neither a duration (30s, 10m, 2h, 1d) nor a time "
                          "(2026-11-25T22:10:00Z)") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
-    return dt.timestamp()
+    try:
+        start = dt.timestamp()
+    except (OverflowError, ValueError):
+        start = -1.0 if dt.year < 1970 else _LAST_SINCE
+    if start < 0:
+        raise UsageError(f"{shown} is before 1970 (Unix time 0), where no log starts: give a later time")
+    if start >= _LAST_SINCE:
+        raise UsageError(f"{shown} is after 9998: give a time the hosts' clocks can hold")
+    return start
 
 
 #: vLLM's logger prefix: `INFO 11-25 22:10:01 [file.py:12] ...`, maybe after `(APIServer pid=7) `.

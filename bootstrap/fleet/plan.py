@@ -12,6 +12,7 @@ This module decides names, argv and order; fleet.py runs them.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import posixpath
@@ -22,7 +23,17 @@ from typing import Mapping, Sequence
 from bootstrap.cluster import plan as PL
 from bootstrap.cluster import secretstore as SS
 from bootstrap.errors import FleetError
-from bootstrap.model import CPU_KV_LEASE, NATIVE_COORD_PORT, NATIVE_MASTER_PORT, Host, Inventory
+from bootstrap.model import (
+    CPU_KV_LEASE,
+    NATIVE_COORD_PORT,
+    NATIVE_MASTER_PORT,
+    NIXL_HOST_ENV,
+    NIXL_PORT_ENV,
+    STOP_GRACE_ENV,
+    Host,
+    Inventory,
+)
+from bootstrap.serve import passthrough as PT
 from bootstrap.serve import plan as P
 
 LABEL_KEEP = "bootstrap.keep"
@@ -99,10 +110,29 @@ def is_fleet(inv: Inventory) -> bool:
 #: vLLM's KV connector for disaggregation, and its side channel's variables (each member's own IP:
 #: the default is localhost, which another host cannot reach)
 KV_CONNECTOR = "NixlConnector"
-NIXL_HOST_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST"
-NIXL_PORT_ENV = "VLLM_NIXL_SIDE_CHANNEL_PORT"
+#: NIXL_HOST_ENV, NIXL_PORT_ENV (from bootstrap.model: its PLAN_ENV table keeps env and secrets off them)
 #: the flag the plan sets on every replica of a disaggregated fleet
 KV_FLAG = "--kv-transfer-config"
+#: what a disaggregated fleet's plan sets among vLLM's flags -> what to use instead (P.check_extra's plan_sets)
+PD_FLAGS = {KV_FLAG: "cluster.router.prefill: the plan sets NixlConnector, producer on the prefill replicas and "
+                     "consumer on the decode ones"}
+
+
+def plan_sets(inv: Inventory) -> dict[str, str]:
+    """The vLLM flags this fleet's plan sets beyond serve's own (refused after `--` in any spelling)."""
+    return dict(PD_FLAGS) if is_pd(inv) else {}
+
+
+def check_pd_flags(inv: Inventory, extra: Sequence[str]) -> None:
+    """Refuse, on a disaggregated fleet, a word after `--` that vLLM would read as a flag the plan sets
+    (exactly, in its `_`, `=` or dotted form, or abbreviated; the image's own table checks it again)."""
+    for word in extra if is_pd(inv) else ():
+        flag = PT.reads_as(word, tuple(PD_FLAGS))
+        if flag is not None:
+            name = word.split("=", 1)[0]
+            as_ = "" if name.replace("_", "-").split(".", 1)[0] == flag else f" (vLLM reads it as {flag})"
+            raise FleetError(f"{name}{as_} is set by the plan on a disaggregated fleet (NixlConnector, producer on "
+                             "the prefill replicas, consumer on the decode ones); drop it")
 
 
 def is_pd(inv: Inventory) -> bool:
@@ -205,10 +235,7 @@ def check_pd(inv: Inventory, extra: Sequence[str], *, nixl_connector: bool | Non
                          "starts), and a decode without stages cannot read a prefill stage's KV (\"Number of KV "
                          "layers must match\"); use replicas of one node each (more replicas), or --tp over the "
                          "replica's GPUs with --pp 1")
-    given = [a for a in extra if a.split("=", 1)[0].replace("_", "-") == KV_FLAG]
-    if given:
-        raise FleetError(f"{given[0].split('=', 1)[0]} is set by the plan on a disaggregated fleet (NixlConnector, "
-                         "producer on the prefill replicas, consumer on the decode ones); drop it")
+    check_pd_flags(inv, extra)
     if nixl_connector is False:
         raise FleetError("cluster.router.prefill disaggregates prefill and decode with vLLM's NixlConnector, and "
                          "the image's vLLM has none (its KV connector factory does not register it); "
@@ -386,11 +413,11 @@ def member_create_argv(inv: Inventory, host: Host, nofile: int | None, *, replic
     head = inv.replicas[replica][0]
     argv = ["docker", "create", "--name", name or serve_name(inv), *node.options,
             "--restart", "unless-stopped", "--stop-timeout", str(STOP_GRACE + 10),
-            "-e", f"BOOTSTRAP_STOP_GRACE={STOP_GRACE}"]
+            "-e", f"{STOP_GRACE_ENV}={STOP_GRACE}"]
     for k, v in kv_env(inv, host, ucx).items():
         argv += ["-e", f"{k}={v}"]
-    names = SS.serve_names(inv, node.secret_names)
-    argv += SS.mounts(inv.cluster.name, names)
+    names = SS.kind_names(inv, "standby" if name == standby_name(inv) else "serve")
+    argv += SS.mounts(inv.cluster.name, names, SS.SERVE)
     for k, v in ((PL.LABEL_CLUSTER, inv.cluster.name), (PL.LABEL_HOST, host.name), (LABEL_KEEP, inv.cluster.name),
                  (LABEL_REPLICA, str(replica)), (LABEL_SERVE, spec.to_label())):
         argv += ["--label", f"{k}={v}"]
@@ -570,10 +597,31 @@ def keeper_create_argv(inv: Inventory) -> tuple[str, ...]:
             *((vip_name(inv),) if c.router.vip is not None else ()))
 
 
+def vip_network_problem(inv: Inventory, host: Host, network: str) -> str | None:
+    """Why no client on `network` (the router host's data-plane network, from its facts) could use the
+    floating address, or None: it must be a host address of that network (the inventory checks what
+    it can offline: bootstrap.inventory._check_vip)."""
+    vip = inv.cluster.router.vip
+    assert vip is not None
+    net = ipaddress.ip_network(network)
+    address = ipaddress.IPv4Address(vip.address)
+    if net.version != 4 or address not in net:
+        return (f"{host.name}: the floating address {vip.address} is outside {host.name}'s network {net} (the one "
+                f"of its ip {host.ip}): no client there would reach it; set cluster.router.vip.address to a free "
+                "address of that network")
+    if net.prefixlen <= 30 and address in (net.network_address, net.broadcast_address):
+        which = "network" if address == net.network_address else "broadcast"
+        return (f"{host.name}: the floating address {vip.address} is the {which} address of {host.name}'s network "
+                f"{net}; set cluster.router.vip.address to a free host address of that network")
+    return None
+
+
 def plan_routers(inv: Inventory, urls: Sequence[str], image: str | None = None,
-                 ifaces: Mapping[str, str | None] | None = None) -> tuple[RouterLaunch, ...]:
+                 ifaces: Mapping[str, str | None] | None = None,
+                 nets: Mapping[str, str | None] | None = None) -> tuple[RouterLaunch, ...]:
     """A router on each router host; with a floating address keepalived beside each, on the
-    interface that holds the host's data-plane IP (`ifaces`, from the host's facts)."""
+    interface that holds the host's data-plane IP (`ifaces`, from the host's facts), the address
+    on the network of that IP (`nets`, from the facts too; a host not in it is not checked)."""
     vip = inv.cluster.router.vip
     out = []
     for h in router_hosts(inv):
@@ -585,6 +633,10 @@ def plan_routers(inv: Inventory, urls: Sequence[str], image: str | None = None,
         if not iface:
             raise FleetError(f"{h.name}: no interface holds its ip {h.ip}, so keepalived has none to put the "
                              f"floating address {vip.address} on; set the host's ip to its data-plane address")
+        network = (nets or {}).get(h.name)
+        why = vip_network_problem(inv, h, network) if network else None
+        if why:
+            raise FleetError(why)
         out.append(RouterLaunch(h.name, run, vip_create_argv(inv, h), vip_config(inv, h, iface)))
     return tuple(out)
 
@@ -594,12 +646,13 @@ def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice | Mapping[int, P
                derived: Mapping[str, Mapping[str, str]] | None = None,
                ucx: Mapping[str, Mapping[str, str]] | None = None,
                ifaces: Mapping[str, str | None] | None = None,
-               cpus: Mapping[str, int | None] | None = None) -> FleetPlan:
+               cpus: Mapping[str, int | None] | None = None,
+               nets: Mapping[str, str | None] | None = None) -> FleetPlan:
     """Every replica's members, the routers (and keepalived) and the keeper. `split`: one for every
     replica, or one per replica size (number of nodes: replicas of different sizes); `derived`: each
     host's plan.derived_env; `ucx`: each host's plan.ucx_env (a disaggregated fleet's transfer);
-    `ifaces`: each router host's data-plane interface (a floating address); `cpus`: each host's CPU
-    count (unbound_hosts)."""
+    `ifaces`: each router host's data-plane interface and `nets` its network (a floating address);
+    `cpus`: each host's CPU count (unbound_hosts)."""
     c = inv.cluster
     by_size = dict(split) if isinstance(split, Mapping) else {len(g): split for g in inv.replicas}
     splits = [by_size[len(g)] for g in inv.replicas]
@@ -628,7 +681,7 @@ def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice | Mapping[int, P
         replicas.append(ReplicaPlan(k, tuple(h.name for h in group), replica_url(inv, k), tuple(members), role(inv, k),
                                     sp))
     urls = [r.url for r in replicas]
-    return FleetPlan(spec, splits[0], tuple(replicas), plan_routers(inv, urls, spec.image, ifaces),
+    return FleetPlan(spec, splits[0], tuple(replicas), plan_routers(inv, urls, spec.image, ifaces, nets),
                      router_url(inv) + "/v1", keeper_create_argv(inv), tuple(notes), c.router.api_key,
                      c.router.vip.address if c.router.vip else None)
 

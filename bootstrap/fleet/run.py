@@ -285,7 +285,7 @@ def _split(sess: Session, inv: Inventory, model: str, tp: int | None, pp: int | 
     splits = {n: P.choose_split(shape, n, inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp, dp=dp)
               for n in sizes}
     notes: list[str] = []
-    check_extra_in_image(sess, inv.replicas[0][0], image or c.image, extra, "native", notes)
+    check_extra_in_image(sess, inv.replicas[0][0], image or c.image, extra, "native", notes, FP.plan_sets(inv))
     engine = EX.EngineCaps.from_doc(info.get("engine"))
     for split in splits.values():
         P.check_engine_flags(c.accelerator, split.par, extra)
@@ -299,12 +299,14 @@ def _split(sess: Session, inv: Inventory, model: str, tp: int | None, pp: int | 
 
 def _node_facts(sess: Session, inv: Inventory) -> dict:
     """plan_fleet's per-host facts: nofile= (the limit to give), derived= (plan.derived_env),
-    ucx= (plan.ucx_env), ifaces= and cpus= (each host's CPU count)."""
+    ucx= (plan.ucx_env), ifaces= and nets= (each router host's interface and network) and cpus= (each
+    host's CPU count)."""
     facts = probe.gather_hosts(sess, inv.hosts)
     return {"nofile": {h.name: PL.nofile_for(inv, facts.get(h.name)) for h in inv.hosts},
             "derived": {h.name: PL.derived_env(inv, h, facts.get(h.name)) for h in inv.hosts},
             "ucx": {h.name: PL.ucx_env(inv, h, facts.get(h.name)) for h in inv.hosts},
             "ifaces": {h.name: PL.interface_of(h, facts.get(h.name)) for h in FP.router_hosts(inv)},
+            "nets": {h.name: PL.network_of(h, facts.get(h.name)) for h in FP.router_hosts(inv)},
             "cpus": {h.name: f.rack.cpus for h in inv.hosts
                      if (f := facts.get(h.name)) is not None and f.rack is not None}}
 
@@ -399,6 +401,7 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
     """Serve the model on every replica at once, gate each on a real completion, put the router in
     front and check a completion through it."""
     FP.check_backend(inv, backend)
+    FP.check_pd_flags(inv, extra)  # before any host is contacted (the image's table checks it again)
     t0 = time.monotonic()
     spec = FP.Spec(model, tuple(extra), inv.cluster.image, served_name, dp)
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
@@ -658,6 +661,7 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
     step = on_step or (lambda k, what: None)
     if max_unavailable < 1:
         raise UsageError("--max-unavailable must be at least 1")
+    FP.check_pd_flags(inv, extra or ())  # before any host is contacted (the image's table checks it again)
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         sess.connect()
         _preflight(sess, inv)

@@ -31,6 +31,7 @@ from bootstrap.inventory.fields import (
     _IP,
     _SECRET_IN_ENV,
     _canonical_ip,
+    _check_ssh_port,
     _HostSpec,
     _ip,
     _not_one_host,
@@ -41,7 +42,7 @@ from bootstrap.inventory.fields import (
 from bootstrap.inventory.native import _native
 from bootstrap.inventory.yamlfile import _MAX_FILE_BYTES as _MAX_FILE_BYTES  # re-exported: tests read it
 from bootstrap.inventory.yamlfile import _describe, _Loc, _open_nonblocking, _quote, _read_yaml
-from bootstrap.model import Cluster, Host, Inventory, SSHTarget
+from bootstrap.model import Cluster, Host, Inventory, SSHTarget, Vip
 
 __all__ = ["load_inventory"]
 
@@ -112,11 +113,11 @@ def _build_hosts(
     for name in (cluster.router.host,) if cluster.router.host else cluster.router.hosts:
         if router_loc is not None and name not in names:
             router_loc.fail(f"{_quote(name)} is not a host of this inventory")
-    vip = cluster.router.vip
-    if vip is not None:
-        taken = next((s.values["name"] for s in specs if s.values.get("ip") == vip.address), None)
-        if taken:
-            facts["vip_loc"].fail(f"{vip.address} is the ip of {taken}: the floating address must be one no host has")
+    if cluster.router.vip is not None:
+        by_name = {s.values["name"]: s for s in specs}
+        routers = ([by_name[n] for n in cluster.router.hosts] if cluster.router.hosts
+                   else [_head(g) for g in groups[:2]])
+        _check_vip(cluster.router.vip, specs, routers, facts["vip_loc"])
     monitor_loc = facts["monitor_host_loc"]
     if monitor_loc is not None and cluster.monitor.host not in {s.values["name"] for s in specs}:
         monitor_loc.fail(f"{_quote(cluster.monitor.host)} is not a host of this inventory")
@@ -127,6 +128,8 @@ def _build_hosts(
             opt: spec.values[opt] if spec.given(opt) else defaults.values.get(opt)
             for opt in ("user", "port", "key", "jump")
         }
+        if ssh["port"] is not None:
+            _check_ssh_port(ssh["port"], cluster, spec.where("port") if spec.given("port") else defaults.locs["port"])
         if check_files and ssh["key"] is not None and ssh["key"] not in keys_checked:
             keys_checked.add(ssh["key"])
             where = spec.where("key") if spec.given("key") else defaults.locs["key"]
@@ -148,6 +151,28 @@ def _build_hosts(
             )
         )
     return tuple(hosts)
+
+
+def _check_vip(vip: Vip, specs: list[_HostSpec], routers: list[_HostSpec], loc: _Loc) -> None:
+    """The floating address is no host's ip or SSH address, of the router hosts' family, and with a
+    prefix length on their network (their ips inside it); without one, preflight checks it against
+    the networks the hosts' facts give (bootstrap.fleet.plan.vip_network_problem)."""
+    address = ipaddress.IPv4Address(vip.address)
+    for s in specs:
+        ssh = _parse_ip(s.values["address"])
+        for what, ip in (("ip", ipaddress.ip_address(s.values["ip"])), ("SSH address", ssh)):
+            if ip is not None and _canonical_ip(ip) == address:
+                loc.fail(f"{vip.address} is the {what} of {s.values['name']}: the floating address must be one no "
+                         "host has")
+    net = ipaddress.IPv4Network(f"{vip.address}/{vip.prefix}", strict=False)
+    for s in routers:
+        name, ip = s.values["name"], _canonical_ip(ipaddress.ip_address(s.values["ip"]))
+        if ip.version != 4:
+            loc.fail(f"{vip.address} is an IPv4 address and router host {name}'s ip {ip} is IPv6: keepalived and "
+                     "the forwarding to its router would not work; give the router hosts' IPv4 data-plane ips")
+        if vip.prefix < 32 and ip not in net:
+            loc.fail(f"{vip.address}/{vip.prefix} is not on router host {name}'s network: its ip {ip} is outside "
+                     f"{net}; give a free address of the router hosts' network, with that network's prefix length")
 
 
 def _jump_target(jump: str) -> tuple[str, int]:

@@ -171,7 +171,14 @@ _NOT_HONOURED = {
     "ansible_ssh_common_args": _SSH_ARGS, "ansible_ssh_extra_args": _SSH_ARGS, "ansible_ssh_args": _SSH_ARGS,
     "ansible_password": "bootstrap logs in with keys only: remove it and give a key (ansible_ssh_private_key_file)",
     "ansible_ssh_pass": "bootstrap logs in with keys only: remove it and give a key (ansible_ssh_private_key_file)",
+    "ansible_ssh_password": "bootstrap logs in with keys only: remove it and give a key (ansible_ssh_private_key_file)",
+    **dict.fromkeys(("ansible_become_password", "ansible_become_pass", "ansible_sudo_pass", "ansible_sudo_password",
+                     "ansible_su_pass"),
+                    "bootstrap takes root with `sudo -n` (no password) where the SSH user is not root, so a password "
+                    "here would be ignored: remove it, and log in as root or give the SSH user passwordless sudo"),
 }
+#: Ansible's become settings bootstrap takes only as it does it: root, by sudo.
+_BECOME_AS = {"ansible_become_method": "sudo", "ansible_become_user": "root"}
 
 
 def _check_bootstrap_vars(variables: Mapping[Any, Any], loc: _Loc, top: bool) -> None:
@@ -180,7 +187,11 @@ def _check_bootstrap_vars(variables: Mapping[Any, Any], loc: _Loc, top: bool) ->
     refused for the same reason, and `ansible_connection` other than ssh."""
     for name in variables:
         if isinstance(name, str) and name in _NOT_HONOURED:
-            loc.keyname(variables, name).fail(_NOT_HONOURED[name])
+            loc.keyname(variables, name).at(field=_join(loc.field, name)).fail(_NOT_HONOURED[name])
+        if isinstance(name, str) and name in _BECOME_AS and variables[name] != _BECOME_AS[name]:
+            loc.keyname(variables, name).at(field=_join(loc.field, name)).fail(
+                f"bootstrap takes root with `sudo -n` where the SSH user is not root, never as another user or "
+                f"by another method: remove {name} or set it to {_BECOME_AS[name]}")
         if name == "ansible_connection" and variables[name] not in ("ssh", "paramiko", None):
             loc.keyname(variables, name).fail("bootstrap reaches every host over SSH: remove ansible_connection "
                                               "or set it to ssh")

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from bootstrap.inventory import secretrules as SR
 from bootstrap.inventory.yamlfile import (
     _MAX_HOSTS,
     _describe,
@@ -27,6 +28,7 @@ from bootstrap.model import (
     HF_CACHE_IN_CONTAINER,
     MAX_GPUS_PER_HOST,
     NOFILE_MAX,
+    PLAN_ENV,
     ROUTER_POLICIES,
     Cluster,
     Monitor,
@@ -243,8 +245,17 @@ def image_problem(value: str) -> str | None:
     return None
 
 
-def _image(value: Any, loc: _Loc) -> str:
+#: Words that read as a switch, never as an image's name (YAML 1.2 takes `no`, `off` unquoted as text).
+_SWITCH_WORDS = {**dict.fromkeys(("no", "false", "off", "none", "null", "disabled"), "off"),
+                 **dict.fromkeys(("yes", "true", "on"), "on")}
+
+
+def _image(value: Any, loc: _Loc, off: str = "") -> str:
     value = _string(value, loc)
+    word = _SWITCH_WORDS.get(value.lower())
+    if word is not None:
+        fix = off if word == "off" and off else "give an image reference, e.g. vllm/vllm-openai:v0.32.0"
+        loc.fail(f"{_quote(value)} is a word for {word}, not an image name: {fix}")
     why = image_problem(value)
     if why is not None:
         loc.fail(why)
@@ -256,7 +267,7 @@ def _image_or_off(value: Any, loc: _Loc) -> str:
         return ""
     if isinstance(value, bool):
         loc.fail("expected an image reference or false")
-    return _image(value, loc)
+    return _image(value, loc, off="write false (unquoted) to turn the mirror off")
 
 
 _image_or_off.accepts = "an image reference, or false"  # type: ignore[attr-defined]
@@ -414,15 +425,31 @@ def _ip(value: Any, loc: _Loc) -> str:
 
 
 def _network(value: Any, loc: _Loc) -> str:
-    """An address or a network (CIDR) the fence admits, canonical."""
+    """An address or a network (CIDR) the fence admits, canonical; one that would not admit what it
+    says (host bits, IPv4-mapped, a zone, multicast, loopback: bootstrap.cluster.allow) is refused."""
+    from bootstrap.cluster.allow import entry_problem
+
     value = _string(value, loc)
     try:
-        net = ipaddress.ip_network(value, strict=False)
+        ipaddress.ip_network(value, strict=False)
     except ValueError:
         loc.fail(f"{_quote(value)} is not an IP address or a network such as 10.0.0.0/24")
-    if net.prefixlen == 0:
-        loc.fail(f"{value} admits every address: that is no fence (set cluster.fence: false instead)")
+    net, why = entry_problem(value)
+    if why:
+        loc.fail(why)
     return str(net)
+
+
+def _fence_allow(value: Any, loc: _Loc) -> tuple[str, ...]:
+    """cluster.fence_allow: each entry a _network, and all of them together, per IP version after
+    collapsing, within the fence's bound (bootstrap.cluster.allow.BOUND)."""
+    from bootstrap.cluster.allow import union_problem
+
+    entries = _list(_network)(value, loc)
+    found = union_problem([ipaddress.ip_network(e) for e in entries])
+    if found:
+        loc.item(value, found[0]).fail(found[1])
+    return entries
 
 
 _DASHBOARD_HOSTS = ("data-plane", "localhost", "all")
@@ -477,13 +504,9 @@ def _env_name(value: Any, loc: _Loc) -> str:
     return value
 
 
-#: The variables the plan sets in every container itself (bootstrap.cluster.plan.container_spec): neither
-#: env nor secrets may set them.
-_PLAN_ENV = {
-    "VLLM_HOST_IP": "VLLM_HOST_IP is set by bootstrap from each host's ip; set the host's ip instead",
-    **{k: f"{k} is set by bootstrap from cluster.ray_auth (the token is made per cluster and kept as a file); "
-          "set cluster.ray_auth instead" for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")},
-}
+#: The variables the plan sets in a container itself (model.PLAN_ENV, the names cluster/plan.py and
+#: fleet/plan.py set): neither env nor secrets may set them (secrets: SR.name_problem refuses more).
+_PLAN_ENV = {k: SR.plan_env_problem(k) for k in PLAN_ENV}
 
 
 #: `ray start` options the plan sets or the fence and the ports table take as Ray's defaults -> where
@@ -611,7 +634,8 @@ _CLUSTER_FIELDS: dict[str, Validator] = {
     "router": _described("a mapping: cluster.router below", lambda v, loc: v),
     "monitor": _described("a mapping: cluster.monitor below", lambda v, loc: v),
     "fence": _bool,
-    "fence_allow": _list(_described("an IP address or a network (CIDR)", _network)),
+    "fence_allow": _described("a list, each an IP address or a network (CIDR); together at most a /8 of IPv4 "
+                              "and a /32 of IPv6", _fence_allow),
     "ray_auth": _choice("token", "off"),
 }
 
@@ -662,8 +686,12 @@ def _vip_address(value: Any, loc: _Loc) -> tuple[str, int]:
         loc.fail(f"{_quote(value)} is not an IPv4 address with an optional prefix length (8-32), "
                  "e.g. 10.0.0.100 or 10.0.0.100/24")
     why = _not_one_host(ip) or ("a loopback address" if ip.is_loopback else None)
+    why = why or ("a link-local address (the kernel's own, never routed)" if ip.is_link_local else None)
+    net = ipaddress.IPv4Network(f"{ip}/{prefix}", strict=False)
+    if prefix <= 30 and ip in (net.network_address, net.broadcast_address):
+        why = f"the {'network' if ip == net.network_address else 'broadcast'} address of {net}"
     if why:
-        loc.fail(f"{value} is {why}: the floating address must be one the clients reach on the router hosts' network")
+        loc.fail(f"{ip} is {why}: the floating address must be one the clients reach on the router hosts' network")
     return str(ip), prefix
 
 
@@ -827,6 +855,8 @@ _FIXED_PORTS: tuple[tuple[int, int, str], ...] = (
     (10001, 10001, "Ray's client server"),
     (10002, 19999, "Ray's worker ports (10002-19999)"),
     (29500, 29899, "the range `serve` picks torch's rendezvous port from (29500-29899)"),
+    (32768, 60999, "the hosts' ephemeral ports (Linux's default 32768-60999, net.ipv4.ip_local_port_range): any "
+                   "outgoing connection may hold it when the container starts"),
 )
 
 
@@ -844,11 +874,28 @@ def _check_fixed(port: int, loc: _Loc) -> None:
         loc.fail(f"{port} is taken by {what}: pick another port")
 
 
+def _check_ssh_port(port: int, cluster: Cluster, loc: _Loc) -> None:
+    """A host's SSH port (cluster.ssh.port, a host's port / ansible_port) is none of the ports the
+    cluster uses on every host (bootstrap.cluster.fence.port_table): Ray or a container would take
+    it, and behind a NAT port forward the fence would keep that number open to the cluster's service."""
+    from bootstrap.cluster.fence import port_clash
+
+    what = port_clash(cluster, port)
+    if what is not None:
+        loc.fail(f"{port} is {what}, a port the cluster uses on every host and the fence closes: SSH needs one of "
+                 "its own; give sshd (or the forward to it) a port outside the cluster's (docs/security.md, The fence)")
+
+
 def _check_unprivileged(port: int, loc: _Loc, who: str) -> None:
     """`who` runs with every capability dropped: it cannot bind a port below 1024."""
     if port < 1024:
-        loc.fail(f"{port} is below 1024: {who} runs with every capability dropped (no CAP_NET_BIND_SERVICE) and "
+        runs = "run" if who.endswith("containers") else "runs"
+        loc.fail(f"{port} is below 1024: {who} {runs} with every capability dropped (no CAP_NET_BIND_SERVICE) and "
                  "could not listen there; pick a port of 1024 or above")
+
+
+#: cluster.ports that containers without capabilities listen on (cluster/imagecopy.py, cluster/mirror.py).
+_UNPRIVILEGED_PORTS = {"image_copy": "the image copy's and the registry mirror's containers"}
 
 
 def _ports(value: Any, loc: _Loc) -> Ports:
@@ -856,6 +903,8 @@ def _ports(value: Any, loc: _Loc) -> Ports:
     ports = Ports(**values)
     for name in values:
         _check_fixed(values[name], locs[name])
+        if name in _UNPRIVILEGED_PORTS:
+            _check_unprivileged(values[name], locs[name], _UNPRIVILEGED_PORTS[name])
     seen: dict[int, str] = {}
     for name in _PORT_FIELDS:
         port = getattr(ports, name)
@@ -921,16 +970,19 @@ def _cluster(
         locs["fence_allow"].fail(f"does nothing with {loc.field}.fence: false (no fence to admit anyone through)")
     if values.get("runtime") == "none" and values.get("ray_auth") == "token":
         locs["ray_auth"].fail(f"does nothing with {loc.field}.runtime: none (no Ray runs)")
+    _check_mirror_and_standby(values, locs, loc)
 
     # Secrets: listed names must be set; by default HF_TOKEN when it is set.
     env = values.get("env", {})
     secrets: list[Secret] = []
+    secret_locs: dict[str, _Loc] = {}
     if "secrets" in values:
         seq = _raw(value, "secrets")
         for i, name in enumerate(values["secrets"]):
-            item_loc = locs["secrets"].item(seq, i).at(field=locs["secrets"].field)
-            if name in _PLAN_ENV:
-                item_loc.fail(_PLAN_ENV[name])
+            item_loc = secret_locs[name] = locs["secrets"].item(seq, i).at(field=locs["secrets"].field)
+            why = SR.name_problem(name)
+            if why:
+                item_loc.fail(why)
             if name in values["secrets"][:i]:
                 item_loc.fail(f"{name} is listed twice")
             if name not in environ and isinstance(environ, _Offline):
@@ -940,10 +992,12 @@ def _cluster(
                 item_loc.fail(f"{name} is not set in your environment")
             if not environ[name]:
                 item_loc.fail(f"{name} is set but empty in your environment")
+            if not environ[name].strip():
+                item_loc.fail(f"{name} is set but blank in your environment (only whitespace)")
             if _BREAKS_ENV_FILE.search(environ[name]):
                 item_loc.fail(_BROKEN_SECRET.format(name=name))
             secrets.append(Secret(name, environ[name]))
-    elif environ.get("HF_TOKEN") and "HF_TOKEN" not in env:
+    elif environ.get("HF_TOKEN", "").strip() and "HF_TOKEN" not in env:  # blank: unset, like empty
         if _BREAKS_ENV_FILE.search(environ["HF_TOKEN"]):
             loc.sub("secrets").fail(_BROKEN_SECRET.format(name="HF_TOKEN"))
         secrets.append(Secret("HF_TOKEN", environ["HF_TOKEN"]))
@@ -955,6 +1009,7 @@ def _cluster(
     kwargs["env"] = tuple(sorted((k, v) for k, (v, _) in env.items()))
     kwargs["router"], router_host_loc, vip_loc = _router(values.get("router"), locs.get("router", loc.sub("router")),
                                                 kwargs["ports"], values.get("replicas", 1), secret_names)
+    _secret_roles(value, locs.get("router", loc.sub("router")), kwargs["router"], secrets, secret_locs)
     kwargs["monitor"], monitor_host_loc = _monitor(
         values.get("monitor"), locs.get("monitor", loc.sub("monitor")), kwargs["ports"],
         kwargs["router"] if values.get("replicas", 1) > 1 else None)
@@ -974,6 +1029,35 @@ def _cluster(
         "monitor_host_loc": monitor_host_loc,
     }
     return cluster, defaults, facts
+
+
+def _check_mirror_and_standby(values: dict[str, Any], locs: dict[str, _Loc], loc: _Loc) -> None:
+    """The mirror serves a cold `up` whose nodes pull (bootstrap.cluster.image.distribute): an image
+    named for it does nothing when this machine streams the image or the image is pinned by digest.
+    With peer_copy: false it is kept for a run that turns peer_copy on (the sandbox's inventory)."""
+    if values.get("image_mirror"):
+        if values.get("load_image"):
+            locs["image_mirror"].fail(f"does nothing with {loc.field}.load_image: true (this machine streams the "
+                                      "image, no node pulls); remove it or set it to false")
+        if "@" in values.get("image", ""):
+            locs["image_mirror"].fail(f"does nothing with an image pinned by digest ({loc.field}.image: the mirror "
+                                      "cannot tag it back under that name, so the head pulls it and copies it to the "
+                                      "others); remove it or set it to false")
+    if "standby" in values and values.get("replicas", 1) == 1:
+        locs["standby"].fail(f"does nothing with {loc.field}.replicas: 1 (standby serve containers stand beside "
+                             "a fleet's replicas); remove it or set replicas")
+
+
+def _secret_roles(cluster: Any, rloc: _Loc, router: Router, secrets: list[Secret],
+                  secret_locs: dict[str, _Loc]) -> None:
+    """secretrules.check_roles, told where cluster.router.api_key, .vip.secret and VLLM_API_KEY are."""
+    raw = _raw(cluster, "router")
+    vip = _raw(raw, "vip")
+    vloc = rloc.key(raw, "vip") if vip is not None else rloc.sub("vip")
+    where = {"api_key": rloc.key(raw, "api_key"), "vip.secret": vloc.key(vip, "secret")}
+    if SR.API_KEY_ENV in secret_locs:
+        where[SR.API_KEY_ENV] = secret_locs[SR.API_KEY_ENV]
+    SR.check_roles(router, secrets, where)
 
 
 #: A secret's value goes into a container's env file, one NAME=value per line: a newline or CR would

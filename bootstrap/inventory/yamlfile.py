@@ -40,40 +40,60 @@ _MAX_NODES = 16 * _MAX_HOSTS
 
 @dataclass(frozen=True)
 class _Loc:
-    """Where a value is: the file, the field path and the 1-based line."""
+    """Where a value is: the file, the field path and the 1-based line.
+
+    A value reached through a YAML alias (`*a`, `<<: *a`) is reported at the line that uses the
+    alias, what the user changes for this field; `source` is then the line the value is written on
+    (inside the anchor), added to the message. Everything under such a value keeps the alias's line."""
 
     file: str
     field: str | None
     line: int | None
+    source: int | None = None
 
     def fail(self, message: str) -> NoReturn:
         path = self.file if self.file.isprintable() and self.file else repr(self.file)
         field = _one_line(self.field) if self.field is not None else None
+        if self.source is not None and self.source != self.line:
+            message = f"{message} (through a YAML alias; the value is on line {self.source})"
         raise InventoryError(path, self.line, field, _one_line(message))
 
     def at(self, **changes: Any) -> _Loc:
+        source = changes.get("source", None if "line" in changes else self.source)
         return _Loc(
-            self.file, changes.get("field", self.field), changes.get("line", self.line)
+            self.file, changes.get("field", self.field), changes.get("line", self.line), source
         )
 
     def key(self, mapping: Any, key: Any) -> _Loc:
         """The value under `key` of `mapping` (which is at self)."""
-        lines = getattr(mapping, "value_lines", {})
-        return _Loc(self.file, _join(self.field, key), lines.get(key, self.line))
+        written = getattr(mapping, "value_lines", {}).get(key)
+        used = getattr(mapping, "alias_lines", {}).get(key)
+        return self._reached(_join(self.field, key), written, used)
 
     def keyname(self, mapping: Any, key: Any) -> _Loc:
         """The key itself (reported against the mapping's field)."""
-        lines = getattr(mapping, "key_lines", {})
-        return _Loc(self.file, self.field, lines.get(key, self.line))
+        written = getattr(mapping, "key_lines", {}).get(key)
+        used = getattr(mapping, "key_alias_lines", {}).get(key)
+        return self._reached(self.field, written, used)
 
     def item(self, seq: Any, index: int) -> _Loc:
         lines = getattr(seq, "item_lines", [])
-        line = lines[index] if index < len(lines) else self.line
-        return _Loc(self.file, f"{self.field or ''}[{index}]", line)
+        written = lines[index] if index < len(lines) else None
+        used = getattr(seq, "alias_lines", {}).get(index)
+        return self._reached(f"{self.field or ''}[{index}]", written, used)
 
     def sub(self, name: str) -> _Loc:
         """A field of the thing at self that is not in the file (same line)."""
-        return _Loc(self.file, _join(self.field, name), self.line)
+        return _Loc(self.file, _join(self.field, name), self.line, self.source)
+
+    def _reached(self, field: str | None, written: int | None, used: int | None) -> _Loc:
+        """A part of the thing at self, written on line `written` (None: not known) and reached
+        through an alias used on line `used` (None: written in place)."""
+        if self.source is not None:  # inside an alias already: its line stays
+            return _Loc(self.file, field, self.line, written or self.source)
+        if used is not None:
+            return _Loc(self.file, field, used, written)
+        return _Loc(self.file, field, written or self.line)
 
 
 def _join(parent: str | None, key: Any) -> str:
@@ -132,22 +152,28 @@ def _unknown_key(key: str, valid: list[str] | tuple[str, ...], what: str = "key"
 
 
 class _Map(dict):
-    """A YAML mapping that remembers the lines of its keys and values."""
+    """A YAML mapping that remembers the lines of its keys and values (where they are written), and
+    for those reached through an alias (`key: *a`; a key and its value merged by `<<: *a`) the line
+    of that alias."""
 
     line: int = 0
     key_lines: dict[Any, int]
     value_lines: dict[Any, int]
+    key_alias_lines: dict[Any, int]
+    alias_lines: dict[Any, int]
 
 
 class _Seq(list):
-    """A YAML sequence that remembers the lines of its items."""
+    """A YAML sequence that remembers the lines of its items, and of the aliases among them."""
 
     line: int = 0
     item_lines: list[int]
+    alias_lines: dict[int, int]
 
 
 class _LoadError(yaml.MarkedYAMLError):
-    pass
+    #: the field being read, when the parser knows it
+    field: str | None = None
 
 
 _TAG = "tag:yaml.org,2002:"
@@ -183,22 +209,29 @@ class _Loader(yaml.SafeLoader):
         self.flow_depth = 0  # of them in flow style
         self.merged = 0  # entries copied by merge keys
         self.flattened: set[int] = set()  # mappings whose merge keys are resolved
+        #: (parent node, index or key node) -> the line of the alias composed there, which uses it
+        self.alias_uses: dict[tuple[Any, Any], int] = {}
+        #: mapping node -> {key merged in: (the line of the alias its key came through, its value's)}
+        self.merged_uses: dict[Any, dict[Any, tuple[int | None, int | None]]] = {}
+        self.path: list[tuple[Any, Any]] = []  # (parent node, index or key node) of each value open
         super().__init__(stream)
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()
         self.nodes += 1
+        self.path.append((parent, index))
         if self.nodes > _MAX_NODES:
-            raise _LoadError(None, None, _too_big(), event.start_mark)
+            self.refuse(_too_big(), event.start_mark)
         # Python's stack grows with every level, the scanner's work per token with every flow one:
         # refuse deep nesting before either costs much.
         flow = int(isinstance(event, yaml.CollectionStartEvent) and bool(event.flow_style))
         if self.depth >= _MAX_DEPTH:
-            raise _LoadError(None, None, f"invalid YAML: nested more than {_MAX_DEPTH} levels deep",
-                             event.start_mark)
+            self.refuse(f"invalid YAML: nested more than {_MAX_DEPTH} levels deep", event.start_mark)
         if self.flow_depth + flow > _MAX_FLOW_DEPTH:
-            raise _LoadError(None, None, f"invalid YAML: [...] and {{...}} nested more than {_MAX_FLOW_DEPTH}"
-                             " levels deep", event.start_mark)
+            self.refuse(f"invalid YAML: [...] and {{...}} nested more than {_MAX_FLOW_DEPTH} levels deep",
+                        event.start_mark)
+        if isinstance(event, yaml.AliasEvent) and parent is not None and index is not None:
+            self.alias_uses[(parent, index)] = event.start_mark.line + 1
         self.depth += 1
         self.flow_depth += flow
         try:
@@ -206,6 +239,24 @@ class _Loader(yaml.SafeLoader):
         finally:
             self.depth -= 1
             self.flow_depth -= flow
+            self.path.pop()
+
+    def refuse(self, problem: str, mark: yaml.Mark) -> NoReturn:
+        """Stop parsing: `problem` at `mark`, in the field being composed."""
+        error = _LoadError(None, None, problem, mark)
+        error.field = self.field()
+        raise error
+
+    def field(self) -> str | None:
+        """The field path of the value being composed (`hosts[3].env.A`), None at the top."""
+        field = None
+        for parent, index in self.path:
+            if isinstance(parent, yaml.SequenceNode):
+                field = f"{field or ''}[{index}]"
+            elif isinstance(parent, yaml.MappingNode):
+                key = index.value if isinstance(index, yaml.ScalarNode) else "?"
+                field = _join(field, key)
+        return field
 
     def flatten_mapping(self, node: yaml.MappingNode) -> None:
         """Resolve the merge keys (`<<: *anchor`) of a mapping in place: its own keys win over
@@ -215,20 +266,22 @@ class _Loader(yaml.SafeLoader):
         if id(node) in self.flattened:
             return
         self.flattened.add(id(node))
-        own, sources = [], []
+        own: list[tuple[yaml.Node, yaml.Node]] = []
+        sources: list[tuple[yaml.MappingNode, int | None]] = []  # and the line of the alias used
         for key_node, value_node in node.value:
             if key_node.tag != _TAG + "merge":
                 if key_node.tag == _TAG + "value":
                     key_node.tag = _TAG + "str"
                 own.append((key_node, value_node))
             elif isinstance(value_node, yaml.MappingNode):
-                sources.append(value_node)
+                sources.append((value_node, self.alias_uses.get((node, key_node))))
             elif isinstance(value_node, yaml.SequenceNode):
                 for sub in value_node.value:
                     if not isinstance(sub, yaml.MappingNode):
                         raise _LoadError(None, None, f"invalid YAML: a merge key (<<) takes mappings,"
                                          f" got a {sub.id}", sub.start_mark)
-                sources.extend(reversed(value_node.value))
+                sources.extend(reversed([(sub, self.alias_uses.get((value_node, i)))
+                                         for i, sub in enumerate(value_node.value)]))
             else:
                 raise _LoadError(None, None, "invalid YAML: a merge key (<<) takes a mapping or a list of"
                                  f" mappings, got a {value_node.id}", value_node.start_mark)
@@ -242,16 +295,24 @@ class _Loader(yaml.SafeLoader):
         if not sources:
             return
         entries: dict[Any, tuple[yaml.Node, yaml.Node]] = {}  # first place, last value wins
-        for source in sources:
+        uses: dict[Any, tuple[int | None, int | None]] = {}  # where each merged key was used
+        for source, used in sources:
             self.flatten_mapping(source)
             self.merged += len(source.value)
             if self.merged > _MAX_NODES:
                 raise _LoadError(None, None, _too_big(" once merge keys (<<) are expanded"), node.start_mark)
+            inherited = self.merged_uses.get(source, {})
             for key_node, value_node in source.value:
-                entries[self.hashable_key(key_node)] = (key_node, value_node)
+                key = self.hashable_key(key_node)
+                entries[key] = (key_node, value_node)
+                uses[key] = (used, used) if used is not None else inherited.get(
+                    key, (None, self.alias_uses.get((source, key_node))))
         for key_node, value_node in own:
-            entries[self.hashable_key(key_node)] = (key_node, value_node)
+            key = self.hashable_key(key_node)
+            entries[key] = (key_node, value_node)
+            uses.pop(key, None)
         node.value = list(entries.values())
+        self.merged_uses[node] = uses
 
     def hashable_key(self, key_node: yaml.Node) -> Any:
         key = self.construct_object(key_node)
@@ -293,13 +354,21 @@ def _construct_map(loader: _Loader, node: yaml.Node):  # type: ignore[no-untyped
     data.line = node.start_mark.line + 1
     data.key_lines = {}
     data.value_lines = {}
+    data.key_alias_lines = {}
+    data.alias_lines = {}
     yield data
     loader.flatten_mapping(node)  # checks the keys; resolves `<<: *anchor`; explicit keys win
+    merged = loader.merged_uses.get(node, {})
     for key_node, value_node in node.value:
         key = loader.hashable_key(key_node)
         data[key] = loader.construct_object(value_node)
         data.key_lines[key] = key_node.start_mark.line + 1
         data.value_lines[key] = value_node.start_mark.line + 1
+        key_used, value_used = merged.get(key) or (None, loader.alias_uses.get((node, key_node)))
+        if key_used is not None:
+            data.key_alias_lines[key] = key_used
+        if value_used is not None:
+            data.alias_lines[key] = value_used
 
 
 def _construct_seq(loader: _Loader, node: yaml.Node):  # type: ignore[no-untyped-def]
@@ -308,6 +377,8 @@ def _construct_seq(loader: _Loader, node: yaml.Node):  # type: ignore[no-untyped
     data = _Seq()
     data.line = node.start_mark.line + 1
     data.item_lines = [item.start_mark.line + 1 for item in node.value]
+    uses = ((i, loader.alias_uses.get((node, i))) for i in range(len(node.value)))
+    data.alias_lines = {i: line for i, line in uses if line is not None}
     yield data
     data.extend(loader.construct_object(item) for item in node.value)
 
@@ -449,7 +520,7 @@ def _read_yaml(file: str) -> tuple[Any, int | None]:
                 "invalid YAML: a tab character cannot be used here; indent with spaces"
             )
         if isinstance(e, _LoadError):
-            nowhere.at(line=line).fail(problem)
+            nowhere.at(line=line, field=e.field).fail(problem)
         context = f" ({e.context})" if e.context and e.problem else ""
         nowhere.at(line=line).fail(f"invalid YAML: {problem}{context}")
     except yaml.reader.ReaderError as e:

@@ -123,13 +123,17 @@ class Session:
             self.timings.add(stage, self.clock() - t0)
 
     def close(self) -> None:
+        """Release the cluster lock and close every connection. The connections are closed even
+        when releasing the lock fails: closing the one that holds it releases it too."""
         if self._abandoned:
             return
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
-        for s in self.ssh.values():
-            s.close()
+        held, self._lock = self._lock, None
+        try:
+            if held is not None:
+                held.release()
+        finally:
+            for s in self.ssh.values():
+                s.close()
 
     def abandon(self, within: float = 10.0) -> None:
         """Close every connection after Ctrl-C / SIGTERM, giving up after ``within`` seconds; later
@@ -159,8 +163,14 @@ class Session:
     def __enter__(self) -> "Session":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:  # noqa: ANN001 - the context manager protocol
+        """On an interrupt (Ctrl-C, SIGTERM) the connections are closed within a bound (abandon), so
+        the command exits; otherwise close."""
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            self.cancel.set()
+            self.abandon()
+        else:
+            self.close()
 
     def cleanup(self, stage: str, hosts: Iterable[Host], fn: Callable[[Host], object],
                 error: BaseException) -> None:

@@ -70,9 +70,14 @@ class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
 
 
 def _jump_parts(jump: str) -> tuple[str | None, str, int | None]:
+    """A jump host as the inventory takes it, `[user@]host[:port]` with an IPv6 host bare or in
+    brackets (`[2001:db8::7]:2`), as (user, host without brackets, port)."""
     user, _, hostport = jump.rpartition("@")
     host, port = hostport, None
-    if hostport.count(":") == 1:
+    if hostport.startswith("["):
+        host, _, rest = hostport[1:].partition("]")
+        port = int(rest[1:]) if rest.startswith(":") else None
+    elif hostport.count(":") == 1:
         host, p = hostport.split(":")
         port = int(p)
     return (user or None), host, port
@@ -393,10 +398,15 @@ class SSHHost:
         return HeldLock(self, path)
 
     def release_lock(self, path: str) -> None:
+        """Release it (a second call does nothing). Should closing its channel fail, the connection
+        is closed instead: the lock goes with it."""
         with self._lock:
             _, chan = self._held.pop(path, (None, None))
         if chan is not None:
-            chan.close()
+            try:
+                chan.close()
+            except Exception:  # noqa: BLE001 - a transport torn down under us (see close)
+                self.close()
 
     def _take(self, conn: Connection, path: str, holder: str, *, wait: float = 0.0,
               on_wait: Callable[[str], None] | None = None) -> paramiko.Channel:

@@ -141,6 +141,10 @@ def registry_host_port() -> int:
     return port
 
 
+#: The private ranges (RFC 1918) a sandbox network may take.
+_PRIVATE = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+
+
 def plan_addresses(subnet: str, nodes: int) -> tuple[str, str, list[str]]:
     """(gateway, registry IP, node IPs) for a subnet; raises when the nodes do not fit."""
     try:
@@ -148,6 +152,10 @@ def plan_addresses(subnet: str, nodes: int) -> tuple[str, str, list[str]]:
     except ValueError as exc:
         raise SandboxBadInput(f"sandbox subnet {subnet!r} (BOOTSTRAP_SANDBOX_SUBNET) is not an IPv4 network: "
                               f"{exc}") from None
+    if not any(net.subnet_of(ipaddress.IPv4Network(p)) for p in _PRIVATE):
+        raise SandboxBadInput(f"sandbox subnet {subnet} (BOOTSTRAP_SANDBOX_SUBNET) is not a private network: a "
+                              "Docker bridge network of its own needs one inside 10.0.0.0/8, 172.16.0.0/12 or "
+                              "192.168.0.0/16 (not loopback, link-local, multicast or public addresses)")
     if nodes < 1:
         raise SandboxError(f"a sandbox needs at least one node, not {nodes}")
     usable = net.num_addresses - 1 - FIRST_NODE_OFFSET  # minus the broadcast address

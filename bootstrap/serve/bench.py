@@ -87,6 +87,9 @@ MIN_HINT_SAMPLES = 10
 STABLE_P99_SAMPLES = 100
 #: An error keeps this many characters of the response body.
 ERROR_BODY_CHARS = 200
+#: The most tokens one request may ask for (max_tokens): 2**20, beyond the longest context a served model
+#: has; more is a typo, which every request would spend minutes on or vLLM refuse one by one.
+MAX_TOKENS = 1 << 20
 #: Cap on what is read of an error response body.
 _ERROR_BODY_READ = 64 * 1024
 
@@ -124,8 +127,8 @@ class BenchConfig:
             raise UsageError(f"bench: requests must be an integer >= 1 (got {self.requests!r})")
         if not isinstance(self.concurrency, int) or self.concurrency < 1:
             raise UsageError(f"bench: concurrency must be an integer >= 1 (got {self.concurrency!r})")
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise UsageError(f"bench: max_tokens must be an integer >= 1 (got {self.max_tokens!r})")
+        if not isinstance(self.max_tokens, int) or not 1 <= self.max_tokens <= MAX_TOKENS:
+            raise UsageError(f"bench: max_tokens must be an integer from 1 to {MAX_TOKENS} (got {self.max_tokens!r})")
         if not self.timeout > 0:
             raise UsageError(f"bench: timeout must be > 0 seconds (got {self.timeout!r})")
         split_url(self.url)  # raises UsageError on a bad URL

@@ -28,6 +28,9 @@ from typing import Any, Iterable, Mapping, Sequence
 from bootstrap.cluster import plan as PL
 from bootstrap.errors import ModelSplitError, ServePlanError
 from bootstrap.model import Inventory
+from bootstrap.serve import passthrough as PT
+from bootstrap.serve.passthrough import NUMBER as _NUMBER  # noqa: F401 (tests read it here)
+from bootstrap.serve.passthrough import VllmOptions
 
 # ---------------------------------------------------------------------------------------------
 # 1. Parallelism
@@ -371,7 +374,7 @@ _OWNED_NATIVE = _OWNED_RAY + ("--nnodes", "-n", "--node-rank", "-r", "--master-a
 #: vLLM's data parallel flags: the plan sets them with --dp (refused in `extra` on both backends)
 _OWNED_DP = ("--data-parallel-size", "-dp", "--data-parallel-size-local", "-dpl", "--data-parallel-address",
              "-dpa", "--data-parallel-rpc-port", "-dpp", "--data-parallel-start-rank", "-dpr",
-             "--data-parallel-rank", "--data-parallel-backend", "-dpb")
+             "--data-parallel-rank", "-dpn", "--data-parallel-backend", "-dpb")
 #: vLLM's expert parallel flags: the plan sets them (--ep, --all2all)
 _OWNED_EP = ("--enable-expert-parallel", "-ep", "--all2all-backend")
 _BY_INVENTORY = "the inventory's hosts (the native backend sets it per node)"
@@ -414,123 +417,40 @@ def check_model_ref(model: str) -> None:
                              "inside the containers (e.g. /models/llama)")
 
 
-def check_extra(extra: Sequence[str], backend: str | None = None) -> tuple[str, ...]:
-    """Refuse extra vllm arguments that would override what the plan sets (argparse keeps the
-    last value, so the plan would be silently overridden). backend None: either backend's flags."""
-    return _check_extra(extra, (_OWNED_RAY if backend == "ray" else _OWNED_NATIVE) + _OWNED_DP + _OWNED_EP)
+def _owned(backend: str | None, plan_sets: Mapping[str, str] | None = None) -> dict[str, str]:
+    """vLLM's spellings of the settings the plan sets -> what to use instead (backend None: either
+    backend's); plan_sets: more the caller's plan sets (a disaggregated fleet's connector)."""
+    flags = (_OWNED_RAY if backend == "ray" else _OWNED_NATIVE) + _OWNED_DP + _OWNED_EP
+    return {**{f: _INSTEAD[f] for f in flags}, **(plan_sets or {})}
 
 
-#: vLLM flags whose value is a credential: on a command line it is in every node's `ps`, in `docker
-#: inspect` and in logs. vLLM reads each from the environment instead.
-_SECRET_FLAGS = {"--api-key": "VLLM_API_KEY", "--hf-token": "HF_TOKEN"}
-
-
-def _check_extra(extra: Sequence[str], owned: Sequence[str]) -> tuple[str, ...]:
-    from bootstrap.inventory.fields import looks_like_credential
-
+def check_extra(extra: Sequence[str], backend: str | None = None,
+                plan_sets: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Refuse extra vllm arguments that would override what the plan sets (argparse keeps the last
+    value, so the plan would be silently overridden) or that passthrough.FENCED refuses (a
+    credential, a listener, the container's files), read the way vLLM reads them without the
+    image's table (passthrough.check_words). backend None: either backend's flags."""
     extra = tuple(extra)
-    for arg in extra:
-        if not isinstance(arg, str):
-            raise ServePlanError(f"extra vllm arguments must be strings, got {arg!r}")
-        flag = arg.split("=", 1)[0]
-        norm = flag if flag in owned else flag.replace("_", "-")
-        if norm in _SECRET_FLAGS:
-            raise ServePlanError(f"{flag} would put a credential on every node's command line (ps, docker inspect, "
-                                 f"logs): list {_SECRET_FLAGS[norm]} under cluster.secrets and set it in your "
-                                 "environment, vLLM reads it from there")
-        if looks_like_credential(arg):
-            raise ServePlanError("an extra vllm argument is a credential (its value is not shown): it would be on "
-                                 "every node's command line; pass it through cluster.secrets")
-        if norm in owned:
-            raise ServePlanError(f"{flag} is set by the serve plan; do not pass it as an extra vllm argument "
-                                 f"(use {_INSTEAD[norm]})")
-        # vLLM's parser (argparse) takes an unambiguous abbreviation of a long option: `--hos` is --host
-        longer = sorted(o for o in owned if o.startswith("--") and len(norm) > 3 and o.startswith(norm))
-        if norm.startswith("--") and longer:
-            raise ServePlanError(f"{flag} is an abbreviation vLLM would read as {longer[0]}, which the serve plan "
-                                 f"sets; do not pass it as an extra vllm argument (use {_INSTEAD[longer[0]]})")
+    PT.check_words(extra, _owned(backend, plan_sets))
     return extra
 
 
-@dataclass(frozen=True)
-class VllmOptions:
-    """What the image's `vllm serve` parser takes (checks/vllm_options.py): each option string and
-    the setting (argparse dest) it writes, and whether it takes abbreviations."""
-    version: str | None
-    dests: Mapping[str, str]
-    abbrev: bool = True
-
-    @classmethod
-    def from_doc(cls, doc: Any) -> "VllmOptions | None":
-        """The script's answer; None for an error or anything malformed (the caller falls back)."""
-        if not isinstance(doc, dict) or not isinstance(doc.get("options"), dict):
-            return None
-        dests = {k: v for k, v in doc["options"].items() if isinstance(k, str) and isinstance(v, str)
-                 and k.startswith("-")}
-        if not dests:
-            return None
-        version = doc.get("version")
-        return cls(version if isinstance(version, str) else None, dests, doc.get("abbrev") is not False)
-
-    def to_doc(self) -> dict:
-        return {"version": self.version, "options": dict(self.dests), "abbrev": self.abbrev}
-
-
-_NUMBER = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?|-\.\d+")
-
-
-def _resolve(word: str, opts: VllmOptions) -> tuple[str, str | None, list[str]]:
-    """(the name as written, the dest vLLM's argparse reads it as or None, the candidates): exact, its
-    `_` form (FlexibleArgumentParser turns `--a_b` into `--a-b`), a short option with its value
-    attached (`-tp2`), or an unambiguous prefix (argparse's abbreviations; several spellings of one
-    setting are one)."""
-    name = word.split("=", 1)[0]
-    key = name.replace("_", "-") if name.startswith("--") else name
-    if key in opts.dests:
-        return name, opts.dests[key], [key]
-    if not key.startswith("--") and key[:2] in opts.dests:
-        return name, opts.dests[key[:2]], [key[:2]]
-    found = sorted(o for o in opts.dests if o.startswith(key)) if opts.abbrev and len(key) > 2 else []
-    dests = {opts.dests[o] for o in found}
-    return name, (dests.pop() if len(dests) == 1 else None), found
-
-
-def check_extra_against(extra: Sequence[str], opts: VllmOptions, backend: str | None) -> None:
+def check_extra_against(extra: Sequence[str], opts: VllmOptions, backend: str | None,
+                        plan_sets: Mapping[str, str] | None = None) -> None:
     """The words after `--` read the way the image's vLLM will read them (VllmOptions): an option it
     does not know or cannot tell apart is refused (it would stop the serving cluster and fail to
     start), and so is any spelling of a setting the plan owns (an abbreviation, `_` or `=` form, a
-    short alias, a `--no-` form), naming the bootstrap option to use. Nothing is touched."""
-    owned = (_OWNED_RAY if backend == "ray" else _OWNED_NATIVE) + _OWNED_DP + _OWNED_EP
-    owned_by_dest: dict[str, str] = {}
-    for flag in owned:
-        if flag in opts.dests:
-            owned_by_dest.setdefault(opts.dests[flag], flag)
-    longs = sorted(o for o in opts.dests if o.startswith("--"))
-    where = f"vLLM {opts.version}" if opts.version else "the image's vLLM"
-    for word in extra:
-        if not word.startswith("-") or word in ("-", "--") or _NUMBER.fullmatch(word):
-            continue
-        name, dest, found = _resolve(word, opts)
-        if dest is None and len(found) > 1:
-            raise ServePlanError(f"{name} is ambiguous to {where} (it could be {', '.join(found[:4])}"
-                                 f"{', ...' if len(found) > 4 else ''}): spell the option out")
-        if dest is None:
-            import difflib
-
-            near = difflib.get_close_matches(name.replace("_", "-"), longs, n=1, cutoff=0.75)
-            hint = f" (did you mean {near[0]}?)" if near else ""
-            raise ServePlanError(f"{name} is not an option of {where}'s `vllm serve`{hint}: it would refuse to start")
-        if dest in owned_by_dest:
-            flag = owned_by_dest[dest]
-            as_ = "" if name == flag else f" (vLLM reads it as {flag})"
-            raise ServePlanError(f"{name}{as_} is set by the serve plan; do not pass it as an extra vllm argument "
-                                 f"(use {_INSTEAD[flag]})")
+    short alias, a `--no-` form), naming the bootstrap option to use, and of a FENCED one
+    (passthrough.py). Nothing is touched."""
+    PT.check_words(extra, _owned(backend, plan_sets), opts)
 
 
 def _check_common(model: str, port: int, extra: Sequence[str], owned: Sequence[str]) -> tuple[str, ...]:
     check_model_ref(model)
     _check_port("port", port)
-    return _check_extra(extra, owned)
+    extra = tuple(extra)
+    PT.check_words(extra, {f: _INSTEAD[f] for f in owned})
+    return extra
 
 
 def _check_port(name: str, port: int) -> None:

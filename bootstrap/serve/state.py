@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Mapping
 
 from bootstrap.cluster import facts as F
 from bootstrap.errors import CommandFailed
@@ -149,17 +150,17 @@ def read_vllm_options(sess: Session, host: Host, image: str) -> tuple[P.VllmOpti
 
 
 def check_extra_in_image(sess: Session, host: Host, image: str, extra, backend: str | None,
-                         notes: list[str]) -> None:
-    """The words after `--` read as the image's vLLM will read them (plan.check_extra_against), before
-    anything is changed; where the image's options cannot be read, a note says the words were checked
-    against bootstrap's own list only."""
+                         notes: list[str], plan_sets: Mapping[str, str] | None = None) -> None:
+    """The words after `--` read as the image's vLLM will read them (plan.check_extra_against; plan_sets:
+    the flags a fleet's plan sets beyond serve's), before anything is changed; where the image's options
+    cannot be read, a note says the words were checked against bootstrap's own list only."""
     if not extra:
         return
     opts, why = read_vllm_options(sess, host, image)
     if opts is None:
         notes.append(f"{why}: the options after -- were checked against bootstrap's own list only")
         return
-    P.check_extra_against(extra, opts, backend)
+    P.check_extra_against(extra, opts, backend, plan_sets)
 
 
 def read_model_info(sess: Session, host: Host, model: str) -> dict:

@@ -185,3 +185,50 @@ def test_good_model_references(model):
 def test_bad_model_references(model, why):
     with pytest.raises(ServePlanError, match=why):
         check_model_ref(model)
+
+
+
+def _string_params():
+    """(words, spelling, plain) of every option and argument of the CLI that takes a string as it is
+    (plain: it has no check of its own, Text's message is the one)."""
+    import click
+
+    from bootstrap.cli import main
+    from bootstrap.cli.params import OWN_EMPTY_CHECK, Text
+
+    def walk(group, path=()):
+        for name, cmd in sorted(group.commands.items()):
+            if isinstance(cmd, click.Group):
+                yield from walk(cmd, (*path, name))
+            else:
+                yield (*path, name), cmd
+    for words, cmd in walk(main):
+        for p in cmd.params:
+            if getattr(p, "is_flag", False) or not isinstance(p.type, (click.types.StringParamType, Text)):
+                continue
+            plain = isinstance(p.type, Text)
+            assert plain or p.callback is not None or p.name in OWN_EMPTY_CHECK[cmd.name], (words, p.name)
+            yield words, p.opts[0] if isinstance(p, click.Option) else None, plain
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_value_is_refused_for_every_string_option_and_argument(monkeypatch, value):
+    from click.testing import CliRunner
+
+    from bootstrap.cli import main
+
+    touched = []
+    monkeypatch.setattr("bootstrap.remote.ssh.SSHHost.connect", lambda self: touched.append(self.name))
+    found = list(_string_params())
+    assert ((("serve",), "--all2all", True) in found and (("sandbox", "up"), "--node-link", True) in found
+            and (("rollout",), "--image", False) in found and (("bench",), "--prompt", False) in found)
+    for words, opt, plain in found:
+        args = [*words, *((opt,) if opt else ()), value]
+        if words in (("serve",), ("rollout",)) and opt != "--all2all":
+            args = [*words, "-i", str(ROOT / "inventory" / "example.yaml"), *args[len(words):]]
+        r = CliRunner().invoke(main, args, env={"BOOTSTRAP_INVENTORY": None, "HF_TOKEN": "x"})
+        lines = r.output.strip().splitlines()
+        assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (args, r.output)
+        assert opt is None or opt in lines[0], (args, lines)
+        assert not plain or "is empty" in lines[0], (args, lines)
+    assert touched == []

@@ -499,6 +499,75 @@ def test_a_word_before_dashdash_that_bootstrap_does_not_know_is_refused_not_forw
     one()
 
 
+# -- serve and rollout: the words after `--`, spelt every way vLLM's parser reads them ---------------
+def _vllm_table():
+    import json
+
+    from bootstrap.serve import passthrough as PT
+
+    return PT.VllmOptions.from_doc(json.loads((Path(__file__).resolve().parents[1] / "data" /
+                                               "vllm-0.32.0-serve-options.json").read_text()))
+
+
+VLLM = _vllm_table()
+#: the image's options that may not pass (passthrough.FENCED), that the plan sets (either backend, and a
+#: disaggregated fleet's), and some it allows: each spelt as a prefix, `_` or `=` form
+_PLAN_SET = {"--kv-transfer-config", "--tensor-parallel-size", "--host", "--port", "--headless",
+             "--data-parallel-size", "--enable-expert-parallel", "--served-model-name", "--model"}
+FENCED_OPTIONS = sorted(o for o, d in VLLM.dests.items() if not o.startswith("--no-") and (
+    d in __import__("bootstrap.serve.passthrough", fromlist=["FENCED"]).FENCED or o in _PLAN_SET))
+ALLOWED_OPTIONS = ["--max-model-len", "--enforce-eager", "--gpu-memory-utilization", "--no-enable-prefix-caching",
+                   "--allowed-media-domains", "--config-format", "--kv-cache-dtype"]
+#: credential-shaped values (and one that is not, but is a password all the same)
+CREDENTIALS = ["sk-FUZZ" + "q" * 20, "hf_FUZZ" + "z" * 26, "http://bob:Hunter2pw@example.com:4317",
+               "bob:Hunter2pw@registry.example.com/x", "Hunter2pw"]
+
+
+@st.composite
+def pass_through_spellings(draw):
+    """(argv, the spelling, the option it spells): `serve MODEL -- ...` or `rollout -- ...` on a fleet, a
+    disaggregated fleet or one cluster, with one spelling of an option of the image's table and a value."""
+    opt = draw(st.sampled_from(FENCED_OPTIONS + ALLOWED_OPTIONS))
+    word = opt
+    if opt.startswith("--"):
+        word = opt[:draw(st.integers(min_value=4, max_value=len(opt)))]
+        if draw(st.booleans()):
+            word = "--" + word[2:].replace("-", "_")
+    value = draw(st.sampled_from(CREDENTIALS + ["256", "0.5"]))
+    words = draw(st.sampled_from([[word + "=" + value], [word, value], [word]]))
+    name = draw(st.sampled_from(["serve", "rollout"]))
+    inv = draw(st.sampled_from(["ok", "fleet", "pd"]))
+    args = [name, "-i", str(INVENTORIES[inv]), *(["org/name", "--dry-run"] if name == "serve" else [])]
+    return [*args, "--", *words], word, opt
+
+
+@PER_COMMAND
+@given(case=pass_through_spellings())
+def test_a_pass_through_spelling_is_refused_in_one_line_or_an_allowed_option_and_no_credential_is_shown(
+        case, probe):
+    """Every spelling vLLM would read as a credential, listener, file or plan-set option is refused in one
+    line before anything is contacted; an allowed one goes on (to the probe); no output shows a
+    credential-shaped value, nor the password."""
+    from bootstrap.inventory.fields import looks_like_credential
+    from bootstrap.serve import passthrough as PT
+
+    args, word, opt = case
+    probe.clear()
+    r, took = _run(args, probe)
+    outcome = check_outcome(args, r, took, probe)
+    shown = r.output + r.stderr
+    assert not looks_like_credential(shown) and "Hunter2pw" not in shown and "FUZZ" not in shown, shown
+    _, dest, _ = PT.resolve(word, VLLM)
+    pd_only = opt == "--kv-transfer-config" and "pd" not in args[2]
+    if opt not in ALLOWED_OPTIONS and dest is not None and not pd_only:
+        assert outcome == "refused" and not probe, f"{args}: {outcome}: {r.stderr!r}"
+    elif opt in ALLOWED_OPTIONS and dest == VLLM.dests[opt] and not any(looks_like_credential(a) for a in args):
+        if args[0] == "rollout" and "ok.yaml" in args[2]:  # rollout acts on replicas: refused for that
+            assert outcome == "refused" and "cluster.replicas" in r.stderr, f"{args}: {r.stderr!r}"
+        else:
+            assert outcome == "reached", f"{args}: {outcome}: {r.stderr!r}"
+
+
 # -- a fleet's router and monitor keys, one at a time ---------------------------------------------
 FLEET_BASE = {"cluster": {**BASE["cluster"], "replicas": 2, "secrets": ["FLEET_KEY"], "router": {}, "monitor": {}},
               "hosts": [{"name": f"node{i}", "address": f"192.0.2.{i}"} for i in range(1, 5)]}
@@ -555,7 +624,7 @@ def test_a_secret_value_from_the_environment_is_taken_whole_or_refused_unseen(va
     except InventoryError as exc:
         text = str(exc)
         assert "\n" not in text and (len(value) < 4 or value not in text), text
-        assert any(c in value for c in "\n\r\x00") or not value, text
+        assert any(c in value for c in "\n\r\x00") or not value.strip(), text  # blank: refused like empty
         return
     got = SS.values(inv)["FUZZ_SECRET"]
     assert got == value
@@ -571,3 +640,135 @@ def test_a_secret_value_from_the_environment_is_taken_whole_or_refused_unseen(va
         assert r.returncode == 0 and r.stdout == value.encode(), (r.stdout[:80], r.stderr[:200])
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+# -- cluster.fence_allow: CIDR sets and their unions -----------------------------------------------
+def _net(version: int, value: int, prefix: int):
+    bits = 32 if version == 4 else 128
+    return ipaddress.ip_network((value >> (bits - prefix) << (bits - prefix), prefix))
+
+
+@st.composite
+def cidr_sets(draw):
+    """Entries for cluster.fence_allow: a wide network of either IP version split at random into
+    pieces (some of them kept, so the union is the network or part of it), with spellings mixed in
+    that do not admit what they say: host bits, IPv4-mapped IPv6, a zone id, multicast, a netmask."""
+    entries: list[str] = []
+    for version in draw(st.lists(st.sampled_from([4, 6]), min_size=1, max_size=2)):
+        bits = 32 if version == 4 else 128
+        pieces = [_net(version, draw(st.integers(0, 2 ** bits - 1)), draw(st.integers(1, bits)))]
+        while len(pieces) < 8 and draw(st.booleans()):
+            i = draw(st.integers(0, len(pieces) - 1))
+            if pieces[i].prefixlen < bits:
+                diff = min(draw(st.integers(1, 3)), bits - pieces[i].prefixlen)
+                pieces[i:i + 1] = list(pieces[i].subnets(prefixlen_diff=diff))
+        kept = [p for p in pieces if draw(st.booleans())] or pieces[:1]
+        entries += [str(p) for p in draw(st.permutations(kept))]
+    odd = draw(st.lists(st.sampled_from(["host bits", "mapped", "zone", "multicast", "netmask"]), max_size=2))
+    for kind in odd:
+        p = ipaddress.ip_network(draw(st.sampled_from(entries)), strict=False)
+        a = p.network_address
+        if kind == "host bits" and p.num_addresses > 1:
+            entries.append(f"{a + 1}/{p.prefixlen}")
+        elif kind == "mapped" and p.version == 4:
+            entries.append(f"::ffff:{a}/{96 + p.prefixlen}" if draw(st.booleans()) else f"::ffff:{a}")
+        elif kind == "zone" and p.version == 6:
+            entries.append(f"{a}%eth0/{p.prefixlen}" if draw(st.booleans()) else f"{a}%eth0")
+        elif kind == "multicast":
+            entries.append(draw(st.sampled_from(["224.0.0.0/4", "239.1.2.0/24", "ff02::1", "ff0e::/16"])))
+        elif kind == "netmask" and p.version == 4:
+            entries.append(f"{a}/{p.netmask}")
+    return entries
+
+
+@FUZZ
+@example(entries=["0.0.0.0/1", "128.0.0.0/1"])  # 0.0.0.0/0 in the nft set
+@example(entries=["2000::/3"])  # the IPv6 Internet
+@example(entries=["10.0.0.0/9", "10.128.0.0/9"])  # 10.0.0.0/8: the bound itself
+@given(entries=cidr_sets())
+def test_fence_allow_is_refused_naming_it_or_admits_no_more_than_the_bound(entries, probe):
+    """Either exit 2 with one `error:` line naming fence_allow, or every entry admits what it says
+    (no host bits, mapping or zone) and the union, per IP version after collapsing, is within the
+    fence's bound (bootstrap.cluster.allow.BOUND)."""
+    from bootstrap.cluster.allow import BOUND
+
+    doc = {"cluster": {**BASE["cluster"], "fence_allow": entries}, "hosts": BASE["hosts"]}
+    path = WORK / "allow.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    args = ["validate", "-i", str(path)]
+    probe.clear()
+    r, took = _run(args, probe)
+    outcome = check_outcome(args, r, took, probe)
+    assert not probe, "validate contacted a host"
+    if outcome == "refused":
+        assert "fence_allow" in r.stderr, r.stderr
+        return
+    assert outcome == "ok", (outcome, r.stderr)
+    nets = [ipaddress.ip_network(e) for e in entries]  # strict: no host bits
+    assert not any("%" in e for e in entries)
+    for version in (4, 6):
+        mine = [n for n in nets if n.version == version]
+        assert not any(n.version == 6 and n.subnet_of(ipaddress.ip_network("::ffff:0:0/96")) for n in mine)
+        assert not any(n.is_multicast for n in mine)
+        total = sum(n.num_addresses for n in ipaddress.collapse_addresses(mine))
+        assert total <= BOUND[version], (entries, version, total)
+
+
+@st.composite
+def vip_cases(draw):
+    """A fleet of 4 hosts (routers on the heads of its 2 replicas) on a subnet, IPv4 or IPv6, and a
+    floating address with a prefix length: inside the subnet or not, a host's address, its network
+    or broadcast address, or a special one."""
+    v6 = draw(st.booleans()) and draw(st.booleans())
+    prefix = draw(st.integers(min_value=16, max_value=29))
+    base = ipaddress.ip_network(f"10.{draw(st.integers(0, 255))}.{draw(st.integers(0, 255))}.0/{prefix}", strict=False)
+    ips = ([f"2001:db8::{k}" for k in (1, 2, 3, 4)] if v6 else [str(base[k]) for k in (1, 2, 3, 4)])
+    kind = draw(st.sampled_from(["inside", "outside", "host", "edge", "special"]))
+    if kind == "inside":
+        address = base[draw(st.integers(0, base.num_addresses - 1))]
+    elif kind == "outside":
+        address = ipaddress.IPv4Address(draw(st.integers(0, 2**32 - 1)))
+    elif kind == "host":
+        address = base[draw(st.integers(1, 4))]
+    elif kind == "edge":
+        address = draw(st.sampled_from([base.network_address, base.broadcast_address]))
+    else:
+        address = ipaddress.IPv4Address(draw(st.sampled_from(
+            ["127.0.0.5", "169.254.7.7", "0.0.0.0", "255.255.255.255", "224.0.0.18", "10.0.0.0"])))
+    plen = draw(st.one_of(st.just(prefix), st.integers(min_value=8, max_value=32)))
+    return ips, str(address), plen, base
+
+
+@FUZZ
+@example(case=(["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"], "10.0.0.255", 24, ipaddress.ip_network("10.0.0.0/24")))
+@example(case=(["2001:db8::1", "2001:db8::2", "2001:db8::3", "2001:db8::4"], "10.0.0.100", 24,
+               ipaddress.ip_network("10.0.0.0/24")))
+@given(case=vip_cases())
+def test_a_floating_address_is_refused_naming_it_or_usable_on_the_router_hosts_network(case, probe):
+    """Either exit 2 with one `error:` line naming cluster.router.vip.address, or the address is a
+    usable host address of the network it declares (address/prefix), which holds every router
+    host's ip, of their family (IPv4), and no host's address."""
+    ips, address, plen, _ = case
+    hosts = [{"name": f"node{k}", "address": f"192.0.2.{k + 1}", "ip": ip} for k, ip in enumerate(ips)]
+    doc = {"cluster": {**BASE["cluster"], "replicas": 2, "router": {"vip": {"address": f"{address}/{plen}"}}},
+           "hosts": hosts}
+    path = WORK / "vip.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    args = ["validate", "-i", str(path)]
+    probe.clear()
+    r, took = _run(args, probe)
+    outcome = check_outcome(args, r, took, probe)
+    assert not probe, "validate contacted a host"
+    if outcome == "refused":
+        assert "cluster.router.vip.address" in r.stderr, r.stderr
+        return
+    assert outcome == "ok", (outcome, r.stderr)
+    vip = ipaddress.IPv4Address(address)
+    net = ipaddress.IPv4Network(f"{address}/{plen}", strict=False)
+    routers = [ipaddress.ip_address(ips[0]), ipaddress.ip_address(ips[2])]  # the heads of the 2 replicas
+    assert all(ip.version == 4 for ip in routers), case
+    assert plen == 32 or all(ip in net for ip in routers), case
+    assert plen > 30 or vip not in (net.network_address, net.broadcast_address), case
+    assert not (vip.is_loopback or vip.is_link_local or vip.is_multicast or vip.is_unspecified
+                or vip == ipaddress.IPv4Address("255.255.255.255")), case
+    assert str(vip) not in ips and all(str(vip) != h["address"] for h in hosts), case

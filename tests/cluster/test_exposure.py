@@ -230,3 +230,11 @@ def test_both_warnings_dashboard_first():
     out = warnings(gpu_inventory(dashboard_host="all"), addrs(), vllm_listen="0.0.0.0")
     assert [w.split(" (")[0] for w in out] == ["gpu-a: the Ray dashboard", "gpu-a: the vLLM API"]
     assert all("\n" not in w for w in out)
+
+
+def test_the_ssh_tunnel_in_a_dashboard_warning_carries_the_heads_ssh_port_user_and_address():
+    inv = gpu_inventory(dashboard_host="data-plane")
+    head = inv.hosts[0]
+    head = replace(head, ip="34.90.17.5", ssh=replace(head.ssh, address="198.51.100.7", port=2222, user="ops"))
+    [w] = warnings(replace(inv, hosts=(head, inv.hosts[1])), {})
+    assert "(reach it with ssh -L 8265:127.0.0.1:8265 -p 2222 ops@198.51.100.7)" in w, w

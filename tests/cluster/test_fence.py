@@ -256,3 +256,136 @@ def test_the_iptables_fence_is_filled_then_jumped_to_and_taken_off_whole():
         assert h.inputs[0].startswith(b"*filter\n:bootstrap-sandbox - [0:0]")
     argv = FN.iptables_remove_argv(inv, IPT)
     assert argv[-1] == "bootstrap-sandbox" and "-X" in argv[2] and "-D INPUT" in argv[2]
+
+
+# -- the SSH port the fence leaves open: sshd's, as the host reports it ----------------------------
+
+def test_the_fence_exempts_sshds_port_as_the_host_reports_it_not_the_inventorys():
+    inv = cpu_inventory(2)
+    # behind a NAT port forward: the inventory says 10022 (the NAT's), sshd took our session on 22
+    nat = replace(inv, hosts=tuple(replace(h, ssh=replace(h.ssh, port=10022)) for h in inv.hosts))
+    worker = nat.hosts[1]
+    fenced = ports_in(FN.fenced_ranges(nat, worker, ROOT))
+    assert 10022 in fenced and 22 not in fenced  # 10022 is a Ray worker port on the host: members only
+    assert FN.ssh_ports(worker, ROOT) == {22}
+    # sshd on 2222 (no NAT, the inventory says 2222 too): that port, and not 22
+    g = replace(ROOT, sshd_port=2222)
+    assert FN.ssh_ports(worker, g) == {2222} and 2222 not in ports_in(FN.fenced_ranges(nat, worker, g))
+    # the host did not say (no SSH_CLIENT): the inventory's port, else 22
+    assert FN.ssh_ports(worker, replace(ROOT, sshd_port=None)) == {10022}
+    assert FN.ssh_ports(inv.hosts[1], replace(ROOT, sshd_port=None)) == {22}
+    # the exposure report: a Ray worker on the host's 10022 is no SSH, and the fence covers it
+    ss = ("LISTEN 0 128 0.0.0.0:22 0.0.0.0:* users:((\"sshd\",pid=7,fd=3))\n"
+          "LISTEN 0 128 0.0.0.0:10022 0.0.0.0:* users:((\"raylet\",pid=9,fd=3))\n")
+    rows = {e.port: e for e in FN.exposure(nat, worker, FN.parse_listeners(ss), FN.fenced_ranges(nat, worker, ROOT),
+                                           ROOT)}
+    assert rows[22].what == "SSH" and rows[22].expected
+    assert (rows[10022].what, rows[10022].expected, rows[10022].reach) == ("raylet", False, "members")
+
+
+def test_the_port_table_names_every_port_the_fence_closes_on_every_host():
+    inv = cpu_inventory(2)
+    table = FN.port_table(inv.cluster)
+    covered = {p for lo, hi, _ in table for p in range(lo, hi + 1)}
+    assert FN.cluster_ports(inv) <= covered
+    assert set(range(*FN.RAY_PORT_RANGE)) | set(range(*FN.MASTER_PORT_RANGE)) <= covered
+    assert (6379, 6379, "cluster.ports.ray_gcs") in table and (30000, 30000, "cluster.router.port") in table
+    assert FN.port_clash(inv.cluster, 10022) == "in Ray's worker ports (10002-19999)"
+    assert FN.port_clash(inv.cluster, 8000) == "cluster.ports.vllm" and FN.port_clash(inv.cluster, 2222) is None
+
+
+# -- the exposure report and fence_allow; the endpoint's credentials --------------------------------
+
+def test_the_exposure_report_says_who_fence_allow_admits_and_counts_public_space_as_open():
+    ss = FN.parse_listeners(SS_HEAD)
+    fenced = FN.parse_fenced(NFT_LISTING)
+    private = cpu_inventory(3, fence_allow=("10.9.0.0/16",))
+    rows = {(e.address, e.port): e for e in FN.exposure(private, private.hosts[0], ss, fenced, ROOT)}
+    gcs = rows[("0.0.0.0", 6379)]
+    assert (gcs.reach, gcs.allowed, gcs.public, gcs.open_beyond) == ("members", ("10.9.0.0/16",), (), False)
+    assert rows[("127.0.0.1", 8265)].allowed == ()  # loopback: fence_allow does not reach it
+    # a public network in fence_allow: every fenced port is open to it, and the report says so
+    public = cpu_inventory(3, fence_allow=("10.9.0.0/16", "8.8.0.0/16", "2600:1900::/32"))
+    found = FN.exposure(public, public.hosts[0], ss, fenced, ROOT)
+    rows = {(e.address, e.port): e for e in found}
+    gcs = rows[("0.0.0.0", 6379)]
+    assert (gcs.reach, gcs.allowed, gcs.public, gcs.open_beyond) == (
+        "members", ("10.9.0.0/16", "8.8.0.0/16"), ("8.8.0.0/16",), True)
+    assert {e.port for e in found if e.open_beyond} == {6379, 33025, 8080, 10001, 29866}
+    # an IPv4-only bind is not reached by an IPv6 network, and SSH and the endpoint stay by design
+    assert rows[("0.0.0.0", 8080)].public == ("8.8.0.0/16",) and rows[("*", 29866)].public == (
+        "8.8.0.0/16", "2600:1900::/32")
+    assert not rows[("172.31.240.11", 8000)].open_beyond and not rows[("::", 22)].open_beyond
+    assert not any(e.open_beyond for e in FN.exposure(public, public.hosts[0], ss, fenced, ROOT)
+                   if e.reach == "this host")
+
+
+def test_the_exposure_report_names_the_api_key_where_vllm_asks_for_it():
+    from bootstrap.model import Secret
+    key = (Secret("FLEET_KEY", "sk-x"),)
+    ss = FN.parse_listeners("LISTEN 0 128 0.0.0.0:30000 0.0.0.0:* users:((\"vllm-router\",pid=5,fd=3))\n"
+                            "LISTEN 0 128 172.31.240.11:8000 0.0.0.0:* users:((\"vllm\",pid=6,fd=3))\n")
+    # the whole fleet's inventory, as `status --exposure` reads it: the router's endpoint and each
+    # replica's vLLM ask for the key
+    fleet = cpu_inventory(4, replicas=2, secrets=key, router=Router(port=30000, api_key="FLEET_KEY"))
+    fleet = replace(fleet, hosts=tuple(replace(h, replica=i // 2, role="head" if i % 2 == 0 else "worker")
+                                       for i, h in enumerate(fleet.hosts)))
+    rows = {e.port: e for e in FN.exposure(fleet, fleet.hosts[0], ss, None, ROOT)}
+    assert rows[30000].auth == "API key" and rows[30000].expected
+    assert rows[8000].auth == "API key"
+    # one replica with VLLM_API_KEY under cluster.secrets: vLLM asks for it
+    one = cpu_inventory(2, secrets=(Secret("VLLM_API_KEY", "sk-y"),))
+    rows = {e.port: e for e in FN.exposure(one, one.hosts[0], ss, None, ROOT)}
+    assert rows[8000].auth == "API key" and rows[8000].expected
+    # without a key: none, whatever the router's settings
+    bare = cpu_inventory(2)
+    assert {e.port: e.auth for e in FN.exposure(bare, bare.hosts[0], ss, None, ROOT)}[8000] == "none"
+
+
+def test_status_exposure_says_fence_allow_admits_public_space_and_exits_1(monkeypatch):
+    import io
+
+    from click.testing import CliRunner
+    from rich.console import Console
+
+    from bootstrap.cli import main, render
+    inv = cpu_inventory(3, fence_allow=("8.8.0.0/16",))
+    found = FN.exposure(inv, inv.hosts[0], FN.parse_listeners(SS_HEAD), FN.parse_fenced(NFT_LISTING), ROOT)
+    con = Console(file=io.StringIO(), width=400)
+    monkeypatch.setattr(render, "out", con)
+    render.exposure(inv, found, False)
+    text = con.file.getvalue()
+    assert "members and 8.8.0.0/16 (public)" in text and "nothing open" not in text
+    assert "cluster.fence_allow admits public address space (8.8.0.0/16)" in text
+    # the command: exit 1, as for a port open to anyone
+    monkeypatch.setattr("bootstrap.cli.read_inventory", lambda path: inv)
+    monkeypatch.setattr(GD, "exposure_report", lambda inv, **kw: found)
+    r = CliRunner().invoke(main, ["status", "--exposure", "-i", "x.yaml", "--json"])
+    assert r.exit_code == 1, r.output
+    import json
+    doc = json.loads(con.file.getvalue()[len(text):])
+    gcs = next(x for x in doc["listeners"] if x["port"] == 6379)
+    assert gcs["public"] == ["8.8.0.0/16"] and gcs["open_beyond"] and doc["open_beyond"] == 5
+
+
+def test_docs_security_shows_what_the_fence_admits_generated_with_the_bound_in_the_code():
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    from bootstrap.cluster import allow as AL
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("docs_hooks", root / "docs" / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    page = (root / "docs" / "security.md").read_text()
+    assert hooks.MARK_FENCE in page
+    shown = hooks.on_page_markdown(page, None, None, None)
+    assert hooks.MARK_FENCE not in shown
+    assert f"at most {AL.bound_text(4)} and {AL.bound_text(6)}" in shown
+    assert "2^24 IPv4 addresses (a /8)" in shown  # the bound the inventory enforces, as the error names it
+    # the page's own words name the same prefixes
+    said = re.search(r"a /(\d+) of\s+IPv4 and a /(\d+) of IPv6", page)
+    assert said and (int(said[1]), int(said[2])) == (AL.BOUND_PREFIX[4], AL.BOUND_PREFIX[6])
+    for lo, hi, _ in FN.port_table(cpu_inventory(1).cluster):
+        assert (f"| {lo} |" if lo == hi else f"| {lo}-{hi} |") in shown

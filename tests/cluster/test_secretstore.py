@@ -130,14 +130,15 @@ def test_no_container_argv_carries_a_value_and_each_mounts_only_its_own_secrets(
     from bootstrap.fleet import plan as FP
 
     assert SS.values(inv) == {"HF_TOKEN": VALUE, "FLEET_KEY": KEY, "VLLM_API_KEY": KEY}
-    assert SS.files(inv) == {"serve/HF_TOKEN": VALUE, "serve/FLEET_KEY": KEY, "serve/VLLM_API_KEY": KEY,
+    # FLEET_KEY (the API key's secret) reaches the containers as VLLM_API_KEY only, and no node container
+    assert SS.files(inv) == {"node/HF_TOKEN": VALUE, "serve/HF_TOKEN": VALUE, "serve/VLLM_API_KEY": KEY,
                              "router/VLLM_API_KEY": KEY}
     node = PL.container_spec(FP.replica_inventory(inv, 0), inv.host("a"), 1024).run_argv()
     member = FP.member_create_argv(inv, inv.host("a"), 1024, replica=0, rank=0, nodes=1, vllm=["--x"],
                                    spec=FP.Spec("m"))
     router = FP.router_run_argv(inv, ["http://10.0.0.1:8000"])
-    for argv, names, which in ((node, ["HF_TOKEN", "FLEET_KEY"], "serve"),
-                               (member, ["HF_TOKEN", "FLEET_KEY", "VLLM_API_KEY"], "serve"),
+    for argv, names, which in ((node, ["HF_TOKEN"], "node"),
+                               (member, ["HF_TOKEN", "VLLM_API_KEY"], "serve"),
                                (router, ["VLLM_API_KEY"], "router")):
         assert not any(VALUE in a or KEY in a for a in argv), argv
         assert "--env-file" not in argv and not any(a.startswith(("-e", "--env")) and "KEY" in a for a in argv)
@@ -206,3 +207,94 @@ def test_the_guard_facts_read_the_filesystem_of_run():
     out = run(FN.guard_facts_cmd("c")).stdout.decode()
     fs = run(["stat", "-f", "-c", "%T", "/run"]).stdout.decode().strip()
     assert FN.parse_guard(out).run_fs == fs
+
+
+ALL_ROLES = """
+cluster:
+  name: sec
+  accelerator: none
+  secrets: [HF_TOKEN, WANDB_API_KEY, FLEET_KEY, VRRP_PASS]
+  replicas: 2
+  router: {api_key: FLEET_KEY, vip: {address: 10.0.0.100, secret: VRRP_PASS}}
+hosts:
+  - {name: a, address: 10.0.0.1, ip: 10.0.0.1}
+  - {name: b, address: 10.0.0.2, ip: 10.0.0.2}
+"""
+ROLE_VALUES = {"HF_TOKEN": VALUE, "WANDB_API_KEY": "wandb-value-1", "FLEET_KEY": KEY, "VRRP_PASS": "vrrp-pw"}
+
+
+def secrets_of(argv):
+    """(the set a container's argv mounts, the names its entry exports); (None, []) without secrets."""
+    argv = list(argv)
+    dirs = [a.split(":")[0] for a in argv if a.endswith(f":{SS.IN_CONTAINER}:ro")]
+    assert len(dirs) <= 1 and "--env-file" not in argv and not any(a.startswith(f"{SS.HOST_ROOT}/") and
+                                                                    a not in (f"{d}:{SS.IN_CONTAINER}:ro" for d in dirs)
+                                                                    for a in argv)
+    if not dirs:
+        assert SS.ENTRY not in argv
+        return None, []
+    i = argv.index(SS.ENTRY)
+    return dirs[0].rsplit("/", 1)[1], argv[i + 2:argv.index("--", i)]
+
+
+def test_each_kind_of_container_holds_exactly_the_secrets_it_uses(tmp_path):
+    """The VRRP password reaches keepalived only (not every node container, every Ray task), the API key
+    reaches the serve containers and the router as VLLM_API_KEY only (its secret FLEET_KEY no container),
+    the workload's secrets the node and serve containers; the mirror and the keeper none. What each
+    argv mounts and exports is KINDS' rule, and each set on the host holds exactly its kind's names."""
+    from bootstrap.cluster import mirror as MR
+    from bootstrap.fleet import plan as FP
+
+    p = tmp_path / "inv.yaml"
+    p.write_text(ALL_ROLES)
+    inv = load_inventory(str(p), check_files=False, environ=ROLE_VALUES)
+    want = {"node": ["HF_TOKEN", "WANDB_API_KEY"], "serve": ["HF_TOKEN", "WANDB_API_KEY", "VLLM_API_KEY"],
+            "standby": ["HF_TOKEN", "WANDB_API_KEY", "VLLM_API_KEY"], "router": ["VLLM_API_KEY"],
+            "keepalived": ["VRRP_PASS"], "mirror": [], "keeper": []}
+    assert {k: list(SS.kind_names(inv, k)) for k in want} == want
+    split = FP.P.SplitChoice(FP.P.Parallelism(tp=1, pp=1, world=1), "TP=1", True)
+    plan = FP.plan_fleet(inv, FP.Spec("m"), split, nofile={}, ifaces={"a": "eth0", "b": "eth0"})
+    member = plan.replicas[0].members[0]
+    argvs = {"node": PL.container_spec(FP.replica_inventory(inv, 0), inv.host("a"), 1024).run_argv(),
+             "serve": member.create, "standby": member.standby, "router": plan.routers[0].run,
+             "keepalived": plan.routers[0].vip_create, "keeper": plan.keeper,
+             "mirror": MR.run_argv("nginx:1", "conf")}
+    for kind, argv in argvs.items():
+        assert secrets_of(argv) == (SS.KINDS[kind][0], want[kind]), kind
+        assert not any(v in a for v in ROLE_VALUES.values() for a in argv), kind
+    held = {}
+    for path in SS.files(inv):
+        which, name = path.split("/")
+        held.setdefault(which, []).append(name)
+    assert held == {"node": want["node"], "serve": want["serve"], "router": want["router"],
+                    "vip": want["keepalived"]}
+    assert SS.kinds(inv) == ("node", "serve", "standby", "router", "keepalived")
+
+
+def test_a_single_clusters_node_container_is_where_vllm_runs_and_holds_every_secret(tmp_path):
+    p = tmp_path / "inv.yaml"
+    p.write_text("cluster: {name: one, accelerator: none, secrets: [HF_TOKEN, VLLM_API_KEY]}\n"
+                 "hosts: [{name: a, address: 10.0.0.1}]\n")
+    inv = load_inventory(str(p), check_files=False, environ={"HF_TOKEN": VALUE, "VLLM_API_KEY": KEY})
+    assert SS.kinds(inv) == ("node+vllm",)
+    argv = PL.container_spec(inv, inv.host("a"), 1024).run_argv()
+    assert secrets_of(argv) == ("serve", ["HF_TOKEN", "VLLM_API_KEY"])
+    assert SS.files(inv) == {"serve/HF_TOKEN": VALUE, "serve/VLLM_API_KEY": KEY}
+
+
+def test_docs_security_shows_what_each_secret_reaches_generated_from_the_kinds_table():
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("docs_hooks", root / "docs" / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    page = (root / "docs" / "security.md").read_text()
+    assert page.count(hooks.MARK_SECRETS) == 1
+    built = hooks.on_page_markdown(page, None, None, None)
+    table = SS.markdown()
+    assert table in built and hooks.MARK_SECRETS not in built
+    rows = table.splitlines()[2:]
+    assert len(rows) == len(SS.KINDS)
+    for row, (kind, (which, uses)) in zip(rows, SS.KINDS.items()):
+        assert (f"/{which}`" in row) == bool(which) and row.endswith("| none |") == (not uses), (kind, row)

@@ -83,6 +83,19 @@ def test_since_that_is_neither_is_refused(bad):
         LS.parse_since(bad, 0)
 
 
+@pytest.mark.parametrize("bad, words", [
+    ("9" * 400 + "s", "goes back before 1970"), ("100000000000d", "goes back before 1970"),
+    ("1e3s", "neither a duration"), ("1969-12-31T23:59:59Z", "is before 1970"),
+    ("0001-01-01T00:00:00+00:01", "is before 1970"), ("9999-12-31T23:59:59-23:59", "is after 9998"),
+])
+def test_since_beyond_what_the_hosts_clocks_hold_is_refused(bad, words):
+    with pytest.raises(UsageError, match=words) as info:
+        LS.parse_since(bad, 1_000_000_000.0)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 300
+    LS.SinceFilter(LS.parse_since("9998-12-31T00:00:00Z", 0))("INFO 12-31 00:00:00 [a.py:1] x")  # no overflow
+    LS.SinceFilter(LS.parse_since("1970-01-01T00:00:00Z", 0))("INFO 01-01 00:00:00 [a.py:1] x")
+
+
 def test_since_filter_keeps_lines_from_then_and_the_traceback_under_a_kept_line():
     since = datetime(2026, 11, 25, 22, 10, tzinfo=timezone.utc).timestamp()
     lines = [

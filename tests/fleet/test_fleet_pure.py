@@ -495,7 +495,7 @@ def test_api_key_reaches_replicas_and_router_probe_through_files_only(tmp_path):
     assert inv.cluster.router.api_key == "FLEET_KEY" and FP.api_key(inv) == KEY
     plan = FP.plan_fleet(inv, FP.Spec("org/model"), CPU_SPLIT, nofile={})
     for m in (m for r in plan.replicas for m in r.members):
-        assert mounted(m.create) == ["FLEET_KEY", "VLLM_API_KEY"]
+        assert mounted(m.create) == ["VLLM_API_KEY"]  # the key under vLLM's name only, not FLEET_KEY too
     assert mounted(plan.router) == ["VLLM_API_KEY"]
     assert plan.api_key_env == "FLEET_KEY" and plan.to_dict()["api_key_env"] == "FLEET_KEY"
     assert KEY not in json.dumps(plan.to_dict()) + repr(plan)

@@ -201,6 +201,24 @@ def test_check_kv_without_disaggregation_is_refused_in_one_line_before_any_host_
     assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1, r.output
 
 
+@pytest.mark.parametrize("port, words", [
+    ("8000", "8000 is cluster.ports.vllm"), ("30000", "30000 is cluster.router.port"),
+    ("15000", "15000 is in Ray's worker ports"), ("22", "22 is the hosts' SSH port"),
+    ("40000", "40000 is in the hosts' ephemeral ports"),
+])
+def test_check_kv_on_a_port_the_cluster_holds_is_refused_before_any_host_is_reached(tmp_path, no_hosts, port, words):
+    from click.testing import CliRunner
+
+    from bootstrap.cli import main
+    from tests.support.fleet_inventories import write
+
+    path = write(tmp_path, fleet_yaml(4, 2, cluster=PD))
+    r = CliRunner().invoke(main, ["check-kv", "-i", str(path), "--port", port], env={"HF_TOKEN": "x"})
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and "--port" in lines[0] and words in lines[0], r.output
+
+
 def test_check_kv_prints_each_pair_and_the_verdict_and_exits_1_on_a_failed_pair(tmp_path, capsys):
     from bootstrap.cli import render
 

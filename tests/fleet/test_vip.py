@@ -74,6 +74,35 @@ def test_a_wrong_floating_address_is_one_line_naming_the_field(tmp_path, router,
     assert words in msg and "\n" not in msg, msg
 
 
+V6 = {0: "ip: '2001:db8::1'", 2: "ip: '2001:db8::3'"}
+
+
+@pytest.mark.parametrize("address, extra, words", [
+    ("169.254.0.100", None, "169.254.0.100 is a link-local address"),
+    ("10.0.0.0/24", None, "10.0.0.0 is the network address of 10.0.0.0/24"),
+    ("10.0.0.255/24", None, "10.0.0.255 is the broadcast address of 10.0.0.0/24"),
+    ("10.0.1.100/24", None, "10.0.1.100/24 is not on router host h0's network: its ip 10.0.0.1 is outside 10.0.1.0/24"),
+    ("10.0.0.2", {1: "ip: 10.0.0.50"}, "10.0.0.2 is the SSH address of h1"),
+    ("10.0.0.100", V6, "10.0.0.100 is an IPv4 address and router host h0's ip 2001:db8::1 is IPv6"),
+])
+def test_a_floating_address_no_client_can_use_is_refused_offline(tmp_path, address, extra, words):
+    text = fleet_yaml(4, 2, cluster=f"router: {{vip: {{address: '{address}'}}}}", extra=extra)
+    err = error(tmp_path, text)
+    msg = str(err)
+    path = tmp_path / "inventory.yaml"
+    assert msg.startswith(f"{path}:{line_of(path, 'router:')}: cluster.router.vip.address: "), msg
+    assert words in msg and "\n" not in msg, msg
+
+
+def test_a_floating_address_on_the_router_hosts_network_is_taken(tmp_path):
+    for address in ("10.0.0.100/24", "10.0.0.254/24", "10.0.0.100", "10.0.0.100/16"):
+        assert load(tmp_path, fleet_yaml(4, 2, cluster=f"router: {{vip: {{address: '{address}'}}}}")).cluster.router.vip
+    # only the router hosts count: an IPv6 host that runs no router does not matter
+    inv = load(tmp_path, fleet_yaml(4, 2, cluster="router: {vip: {address: 10.0.0.100/24}}",
+                                    extra={1: "ip: '2001:db8::2'"}))
+    assert inv.cluster.router.vip.prefix == 24
+
+
 def _split():
     from bootstrap.serve.plan import Parallelism, SplitChoice
     return SplitChoice(Parallelism(tp=2, pp=1, world=2), "TP=2 PP=1: one worker per node", True)
@@ -113,6 +142,34 @@ def test_keepalived_gets_unicast_peers_a_check_of_its_own_router_and_no_preempti
     with pytest.raises(Exception) as info:
         FP.plan_fleet(inv, FP.Spec("/m"), _split(), nofile={}, ifaces={"h0": "eth0", "h2": None, "h4": "eth0"})
     assert str(info.value).startswith("h2: no interface holds its ip 10.0.0.3")
+
+
+def test_a_floating_address_outside_a_router_hosts_network_from_its_facts_is_refused_before_anything_starts(tmp_path):
+    from bootstrap.cluster import plan as PL
+    from bootstrap.cluster.facts import HostFacts
+    from bootstrap.cluster.rack import parse_rack
+    from bootstrap.errors import FleetError
+
+    inv = load(tmp_path, fleet_yaml(4, 2, cluster=VIP))
+    rack = parse_rack("== addr\n1: lo    inet 127.0.0.1/8 scope host lo\n"
+                      "2: eth0    inet 10.0.0.3/25 brd 10.0.0.127 scope global eth0\n"
+                      "2: eth0    inet6 2001:db8::3/64 scope global\n")
+    assert PL.network_of(inv.host("h2"), HostFacts("27.0", rack=rack)) == "10.0.0.0/25"
+    assert PL.network_of(inv.host("h0"), HostFacts("27.0", rack=rack)) is None  # not its ip
+    ifaces = {"h0": "eth0", "h2": "eth0"}
+    fine = FP.plan_fleet(inv, FP.Spec("/m"), _split(), nofile={}, ifaces=ifaces,
+                         nets={"h0": "10.0.0.0/24", "h2": "10.0.0.0/24"})
+    assert fine.vip == "10.0.0.100"
+    for net, words in (("10.0.0.0/26", "10.0.0.100 is outside h2's network 10.0.0.0/26"),
+                       ("10.0.0.96/30", "10.0.0.100 is outside h2's network 10.0.0.96/30"),
+                       ("10.0.0.64/27", "10.0.0.100 is outside h2's network 10.0.0.64/27")):
+        with pytest.raises(FleetError) as info:
+            FP.plan_fleet(inv, FP.Spec("/m"), _split(), nofile={}, ifaces=ifaces, nets={"h0": "10.0.0.0/24", "h2": net})
+        assert str(info.value).startswith("h2: the floating address ") and words in str(info.value), str(info.value)
+    inv = load(tmp_path, fleet_yaml(4, 2, cluster="router: {vip: {address: 10.0.0.127}}"))
+    with pytest.raises(FleetError) as info:
+        FP.plan_fleet(inv, FP.Spec("/m"), _split(), nofile={}, ifaces=ifaces, nets={"h0": "10.0.0.0/25"})
+    assert "10.0.0.127 is the broadcast address of h0's network 10.0.0.0/25" in str(info.value)
 
 
 def test_a_vrrp_password_comes_from_a_secret_file_never_the_configuration(tmp_path):

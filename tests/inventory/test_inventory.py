@@ -946,6 +946,107 @@ def test_duplicate_key_in_a_mapping_merged_before_it_is_built(tmp_path):
     assert str(err).endswith("duplicate key 'x' (first on line 1)") and err.line == 1
 
 
+ALIAS_DUPLICATE_ADDRESS = """\
+cluster:
+  accelerator: none
+hosts:
+  - name: a
+    address: &addr 10.0.0.1
+  - name: b
+    address: *addr
+"""
+MERGE_ONE = """\
+cluster:
+  accelerator: none
+  env: &defaults {port: "22"}
+hosts:
+  - name: a
+    address: 10.0.0.1
+    <<: *defaults
+"""
+MERGE_LIST = """\
+cluster:
+  accelerator: none
+  env: &a {user: root}
+hosts:
+  - name: a
+    address: 10.0.0.1
+    env: &b {port: "22"}
+  - name: b
+    address: 10.0.0.2
+    <<:
+      - *a
+      - *b
+"""
+NESTED_ALIAS = """\
+cluster:
+  accelerator: none
+  env: &inner {port: "22"}
+hosts:
+  - name: a
+    address: 10.0.0.1
+    env: &outer {<<: *inner, user: root}
+  - name: b
+    address: 10.0.0.2
+    <<: *outer
+"""
+ALIASED_HOST = """\
+cluster:
+  accelerator: none
+hosts:
+  - &h {name: a, address: 10.0.0.1}
+  - *h
+"""
+
+
+@pytest.mark.parametrize(
+    "text, line, field, written, expect",
+    [
+        (ALIAS_DUPLICATE_ADDRESS, 7, "hosts[1].address", 5, "10.0.0.1 (port 22) is already the address of a"),
+        (MERGE_ONE, 7, "hosts[0].port", 3, "expected an integer, got string '22'"),
+        (MERGE_LIST, 12, "hosts[1].port", 7, "expected an integer, got string '22'"),
+        (NESTED_ALIAS, 10, "hosts[1].port", 3, "expected an integer, got string '22'"),
+        (ALIASED_HOST, 5, "hosts[1].name", 4, "'a' is already the name of hosts[0]"),
+    ],
+    ids=["alias", "merge-key", "merge-key-list", "nested-alias", "aliased-mapping"],
+)
+def test_an_error_reached_through_an_alias_names_the_line_that_uses_it(tmp_path, text, line, field, written,
+                                                                        expect):
+    """The line is where the alias (or the merge key's alias) is used, which is what the user changes;
+    the line the value is written on (inside the anchor) is added."""
+    err = error(tmp_path, text)
+    assert (err.line, err.field) == (line, field), str(err)
+    assert str(err).endswith(f"{field}: {expect} (through a YAML alias; the value is on line {written})")
+
+
+def test_an_unknown_key_merged_in_names_the_merge_key_line(tmp_path):
+    err = error(tmp_path, "cluster:\n  accelerator: none\n  env: &e {FOO: '1'}\n"
+                          "hosts:\n  - name: a\n    address: 10.0.0.1\n    <<: *e\n")
+    assert (err.line, err.field) == (7, "hosts[0]") and "unknown key 'FOO'" in str(err)
+    assert str(err).endswith("(through a YAML alias; the value is on line 3)")
+
+
+def test_an_error_without_an_alias_names_only_its_line(tmp_path):
+    err = error(tmp_path, "cluster:\n  accelerator: none\nhosts:\n  - name: a\n    address: 10.0.0.1\n"
+                          "    <<: {port: '22'}\n")
+    assert err.line == 6 and "alias" not in err.message
+
+
+def test_too_many_values_deep_in_a_big_file_names_the_line_and_the_field(tmp_path):
+    hosts = "".join(f"  - {{name: h{i}, address: 10.0.{i // 250}.{i % 250 + 1}, env: {{A: '1', B: '2', C: '3'}}}}\n"
+                    for i in range(3000))
+    err = error(tmp_path, "cluster:\n  accelerator: none\nhosts:\n" + hosts)
+    assert "more than 32000 YAML values" in str(err)
+    assert err.line is not None and err.line > 2000
+    assert err.field is not None and err.field.startswith(f"hosts[{err.line - 4}]"), str(err)
+
+
+def test_nesting_too_deep_names_the_field(tmp_path):
+    err = error(tmp_path, "a:\n" + "".join("  " * i + f"- k{i}:\n" for i in range(1, 40)))
+    assert "nested more than 32 levels deep" in str(err) and err.field is not None
+    assert err.field.startswith("a[0].k1[0].k2[0]"), str(err)
+
+
 def test_recursive_yaml_is_an_error_not_a_crash(tmp_path):
     err = error(tmp_path, "all:\n  children:\n    g: &g\n      children:\n        h: *g\n")
     assert "contains itself" in str(err)
@@ -1285,3 +1386,74 @@ def test_the_image_mirror_is_an_image_or_false(tmp_path):
                      ("'nginx; rm -rf /'", "is not a valid image reference")):
         err = error(tmp_path, one_cpu_host(f"image_mirror: {bad}"))
         assert err.field == "cluster.image_mirror" and why in str(err), str(err)
+
+
+def test_a_privileged_image_copy_port_is_refused_as_its_containers_drop_every_capability(tmp_path):
+    err = error(tmp_path, one_cpu_host("ports: {image_copy: 873}"))
+    assert err.field == "cluster.ports.image_copy" and "873 is below 1024" in str(err), str(err)
+    assert "the image copy's and the registry mirror's containers run with every capability dropped" in str(err)
+    assert load(tmp_path, one_cpu_host("ports: {image_copy: 1024}")).cluster.ports.image_copy == 1024
+
+
+@pytest.mark.parametrize("setting, field, says", [
+    ("load_image: true, image_mirror: 'nginx:1.27-alpine'", "cluster.image_mirror",
+     "does nothing with cluster.load_image: true"),
+    ("image: 'vllm/vllm-openai@sha256:" + "a" * 64 + "', image_mirror: 'nginx:1.27-alpine'", "cluster.image_mirror",
+     "does nothing with an image pinned by digest"),
+    ("replicas: 1, standby: false", "cluster.standby", "does nothing with cluster.replicas: 1"),
+])
+def test_image_and_standby_settings_that_would_do_nothing_are_refused(tmp_path, setting, field, says):
+    err = error(tmp_path, one_cpu_host(setting))
+    assert err.field == field and says in str(err) and "\n" not in str(err), str(err)
+
+
+def test_the_mirror_stays_accepted_with_peer_copy_off_where_a_run_turns_peer_copy_on(tmp_path):
+    # the sandbox's inventory: peer_copy false, its own mirror image for runs that set peer_copy (perf/cold_up.py)
+    inv = load(tmp_path, one_cpu_host("peer_copy: false, image_mirror: 'reg:5000/ops/nginx:1'"))
+    assert inv.cluster.image_mirror == "reg:5000/ops/nginx:1"
+    assert load(tmp_path, one_cpu_host("load_image: true, image_mirror: false")).cluster.load_image
+    assert load(tmp_path, one_cpu_host("load_image: true")).cluster.image_mirror  # the default, not given
+
+
+@pytest.mark.parametrize("word", ["no", "'false'", "off", "none", "'null'", "'true'", "yes"])
+def test_a_word_for_off_or_on_is_not_taken_as_an_image_name(tmp_path, word):
+    err = error(tmp_path, one_cpu_host(f"image_mirror: {word}"))
+    assert err.field == "cluster.image_mirror" and "is a word for" in str(err), str(err)
+    assert "write false (unquoted) to turn the mirror off" in str(err) or word in ("'true'", "yes"), str(err)
+    for field in ("image", "monitor: {image: X}"):
+        text = one_cpu_host(f"image: {word}" if field == "image" else field.replace("X", word))
+        err = error(tmp_path, text)
+        assert err.field in ("cluster.image", "cluster.monitor.image") and "is a word for" in str(err), str(err)
+    assert load(tmp_path, one_cpu_host("image_mirror: 'nonesuch/nginx:1'")).cluster.image_mirror  # a name is fine
+
+
+@pytest.mark.parametrize("setting, field", [
+    ("ports: {vllm: 32768}", "cluster.ports.vllm"), ("ports: {image_copy: 60999}", "cluster.ports.image_copy"),
+    ("monitor: {port: 45000}", "cluster.monitor.port"),
+])
+def test_a_port_in_the_hosts_ephemeral_range_is_refused(tmp_path, setting, field):
+    err = error(tmp_path, one_cpu_host(setting))
+    assert err.field == field and "the hosts' ephemeral ports (Linux's default 32768-60999" in str(err), str(err)
+    for port in (32767, 61000):
+        assert load(tmp_path, one_cpu_host(f"ports: {{vllm: {port}}}")).cluster.ports.vllm == port
+
+
+@pytest.mark.parametrize("var, value, says", [
+    ("ansible_become_password", "pw", "bootstrap takes root with `sudo -n` (no password)"),
+    ("ansible_become_pass", "pw", "bootstrap takes root with `sudo -n` (no password)"),
+    ("ansible_sudo_pass", "pw", "bootstrap takes root with `sudo -n` (no password)"),
+    ("ansible_ssh_password", "pw", "bootstrap logs in with keys only"),
+    ("ansible_become_method", "su", "bootstrap takes root with `sudo -n`"),
+    ("ansible_become_user", "postgres", "bootstrap takes root with `sudo -n`"),
+])
+def test_ansible_become_settings_bootstrap_does_not_honour_are_refused(tmp_path, var, value, says):
+    for where in ("host", "group"):
+        host_vars = f", {var}: '{value}'" if where == "host" else ""
+        group_vars = f"\n    {var}: '{value}'" if where == "group" else ""
+        text = (f"all:\n  vars:\n    bootstrap: {{accelerator: none}}{group_vars}\n"
+                f"  hosts:\n    a: {{ansible_host: 10.0.0.1{host_vars}}}\n")
+        err = error(tmp_path, text)
+        assert err.field.endswith(var) and says in str(err) and "'pw'" not in str(err), (where, str(err))
+    ok = ("all:\n  vars:\n    bootstrap: {accelerator: none}\n    ansible_become: true\n"
+          "    ansible_become_method: sudo\n    ansible_become_user: root\n  hosts:\n    a: {ansible_host: 10.0.0.1}\n")
+    assert load(tmp_path, ok).hosts[0].ip == "10.0.0.1"

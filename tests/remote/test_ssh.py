@@ -323,3 +323,14 @@ def test_close_after_an_interrupt_never_raises_and_forgets_the_connection(sshd, 
     s.close()
     assert s._conn is None and not conn.is_connected
     s.close()  # again: nothing left to close
+
+
+@pytest.mark.parametrize("jump, parts", [
+    ("[2001:db8::7]:2", (None, "2001:db8::7", 2)), ("ops@[2001:db8::7]:2200", ("ops", "2001:db8::7", 2200)),
+    ("[2001:db8::7]", (None, "2001:db8::7", None)), ("2001:db8::7", (None, "2001:db8::7", None)),
+    ("ops@bastion.example.com:2200", ("ops", "bastion.example.com", 2200)), ("bastion", (None, "bastion", None)),
+])
+def test_a_jump_host_is_read_as_the_inventory_writes_it_ipv6_in_brackets_too(jump, parts):
+    from bootstrap.remote.ssh import _jump_parts
+
+    assert _jump_parts(jump) == parts

@@ -53,6 +53,19 @@ def test_addresses_leave_room_for_many_nodes():
         plan_addresses("10.9.0.1/24", 2)
 
 
+@pytest.mark.parametrize("subnet, says", [
+    ("127.0.0.0/24", "is not a private network"), ("169.254.10.0/24", "is not a private network"),
+    ("8.8.8.0/24", "is not a private network"), ("224.1.0.0/24", "is not a private network"),
+    ("192.0.2.0/24", "is not a private network"), ("0.0.0.0/24", "is not a private network"),
+    ("172.0.0.0/8", "is not a private network"),
+])
+def test_a_subnet_that_can_never_be_a_docker_network_is_refused(subnet, says):
+    with pytest.raises(SandboxError, match="BOOTSTRAP_SANDBOX_SUBNET") as info:
+        plan_addresses(subnet, 2)
+    assert says in str(info.value) and "10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16" in str(info.value)
+    assert plan_addresses("192.168.77.0/24", 2)[0] == "192.168.77.1"
+
+
 def test_recipe_hash_follows_the_recipe(tmp_path):
     stage = sb_images.node_stage()
     assert stage.ref == sb_images.node_stage().ref  # stable

@@ -7,11 +7,13 @@ host's loss is `docker kill` of its whole node container (every process on it at
 """
 import ipaddress
 import json
+import os
 import subprocess
 import time
 
 import pytest
 
+from bootstrap.containers import SECRETS_ENTRY
 from tests.support.fleet_load import MODEL, Load, complete, status, wait_answering
 from tests.support.sandbox import cli, on_node, write_inventory
 
@@ -20,6 +22,9 @@ FLAGS = ["--enforce-eager", "--max-model-len", "256"]
 ROUTERS = ("node1", "node2")
 VIP_CONTAINER = "bootstrap-vllm-vip"
 ROUTER = "bootstrap-vllm-router"
+#: the fleet's secrets (set in the fixture): a workload's secret, and the API key's (cluster.router.api_key)
+WORK, KEY_SECRET = "VIP_WORK_TOKEN", "VIP_FLEET_KEY"
+KEY = "sk-vip-" + os.urandom(6).hex()
 
 
 def holds(node, vip):
@@ -49,7 +54,10 @@ def vipfleet(_sandbox_session, tmp_path_factory):
 
     def mutate(doc):
         doc["cluster"]["replicas"] = 3
-        doc["cluster"]["router"] = {"policy": "round_robin", "health_interval": 2, "vip": {"address": vip}}
+        doc["cluster"]["router"] = {"policy": "round_robin", "health_interval": 2, "vip": {"address": vip},
+                                    "api_key": KEY_SECRET}
+        doc["cluster"]["secrets"] = [WORK, KEY_SECRET]
+    os.environ.update({WORK: "work-" + os.urandom(6).hex(), KEY_SECRET: KEY})  # the CLI reads them from there
     inv = write_inventory(sb.inventory, tmp_path_factory.mktemp("vip") / "vip.yaml", mutate)
     r = cli("up", "-i", inv)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -66,10 +74,57 @@ def vipfleet(_sandbox_session, tmp_path_factory):
         assert "bootstrap-vip" not in nat, (n.name, nat)
         left = on_node(n, "docker", "ps", "-a", "--format", "{{.Names}}").stdout.split()
         assert not [c for c in left if c.startswith("bootstrap-vllm-")], (n.name, left)
+    for name in (WORK, KEY_SECRET):
+        os.environ.pop(name, None)
 
 
 def nodes_by_name(sb):
     return {n.name: n for n in sb.nodes}
+
+
+def test_each_kind_of_container_holds_exactly_the_secrets_it_uses(vipfleet):
+    """Every running container of ours on every node, read from the inside (names only, never a value):
+    its PID 1's environment and its mounted secrets directory hold exactly the secrets its kind uses,
+    as cluster/secretstore.py's KINDS says (the table the plan mounts the sets from): the node
+    containers the workload's secret only, the serve containers and their standbys it and the API key
+    as VLLM_API_KEY, the router the key only, keepalived and the keeper none (no VRRP password here:
+    VRRPv2's slower adverts would miss this module's failover bounds; tests/cluster/test_secretstore.py
+    covers it). The API key's own secret (VIP_FLEET_KEY) is in no container."""
+    from bootstrap.cluster import secretstore as SS
+    from bootstrap.fleet import plan as FP
+    from bootstrap.inventory import load_inventory
+
+    sb, inv, _, _ = vipfleet
+    fleet = load_inventory(inv, require_secrets=False)
+    kind_of = {fleet.cluster.container_name: "node", FP.serve_name(fleet): "serve",
+               FP.standby_name(fleet): "standby", FP.router_name(fleet): "router", FP.vip_name(fleet): "keepalived",
+               FP.keeper_name(fleet): "keeper"}
+    secret_names = {s.name for s in fleet.cluster.secrets} | {SS.API_KEY_ENV}
+    read = (f"ls -A {SS.IN_CONTAINER} 2>/dev/null; echo ---; "
+            "tr '\\0' '\\n' < /proc/1/environ | cut -d= -f1")
+    seen, read_env = set(), set()
+    for n in sb.nodes:
+        for name in on_node(n, "docker", "ps", "--format", "{{.Names}}").stdout.split():
+            if name not in kind_of:
+                continue
+            kind = kind_of[name]
+            mounted, _, env = on_node(n, "docker", "exec", name, "sh", "-c", read).stdout.partition("---\n")
+            want = set(SS.kind_names(fleet, kind))
+            assert set(mounted.split()) == want, (n.name, name, mounted.split(), want)
+            # What the entrypoint exports: the names between `bootstrap-secrets` and `--` of its argv.
+            args = json.loads(on_node(n, "docker", "inspect", "--format", "{{json .Args}}", name).stdout)
+            exported = set(args[args.index(SECRETS_ENTRY) + 1:args.index("--")]) if SECRETS_ENTRY in args else set()
+            assert exported == want, (n.name, name, sorted(exported), want)
+            # And what PID 1 holds, where it can be read: vllm-router (and vLLM) call setproctitle, which
+            # zeroes the environ block /proc/1/environ shows (read as nothing but NULs).
+            if env.split():
+                assert set(env.split()) & secret_names == want, (n.name, name, sorted(set(env.split()) & secret_names))
+                read_env.add(kind)
+            seen.add(kind)
+    assert seen == set(kind_of.values()), seen
+    assert read_env, "no container's /proc/1/environ could be read"
+    assert set(SS.kind_names(fleet, "node")) == {WORK} and KEY_SECRET not in str([SS.kind_names(fleet, k)
+                                                                                   for k in SS.KINDS])
 
 
 def test_three_replicas_serve_through_the_floating_address_and_a_stuck_router_gives_it_up(vipfleet):
@@ -77,7 +132,7 @@ def test_three_replicas_serve_through_the_floating_address_and_a_stuck_router_gi
     nodes = nodes_by_name(sb)
     endpoint = f"http://{vip}:30000/v1"
     assert f"serving {MODEL} on {endpoint} " in served.stdout and "floating address" in served.stdout
-    assert complete(endpoint, "The quick brown fox")
+    assert complete(endpoint, "The quick brown fox", KEY)
     st = status(inv)
     routers = {r["host"]: r for r in st["routers"]}
     assert sorted(routers) == list(ROUTERS)
@@ -98,7 +153,7 @@ def test_three_replicas_serve_through_the_floating_address_and_a_stuck_router_gi
         got, took = wait_for_holder([nodes[other]], vip, deadline=10)
         print(f"stuck router on {holder[0]}: the address on {other} after {took:.2f}s")
         assert got is not None and took <= 3.0, took
-        assert complete(endpoint, "The quick brown fox")
+        assert complete(endpoint, "The quick brown fox", KEY)
     finally:
         on_node(nodes[holder[0]], "docker", "unpause", ROUTER)
     time.sleep(3)  # the unpaused router answers again; no preemption: the address stays where it is
@@ -114,7 +169,7 @@ def test_losing_the_router_host_moves_the_address_and_fails_only_what_was_on_it(
     endpoint = f"http://{vip}:30000/v1"
     dead = next(n for n in ROUTERS if holds(nodes[n], vip))
     alive = next(n for n in ROUTERS if n != dead)
-    with Load(endpoint, concurrency=4, max_tokens=48, pause=0.1) as load:
+    with Load(endpoint, concurrency=4, max_tokens=48, pause=0.1, key=KEY) as load:
         time.sleep(8)
         t_kill = time.time()
         killer = subprocess.Popen(["docker", "kill", nodes[dead].container], stdout=subprocess.DEVNULL)
@@ -162,4 +217,4 @@ def test_losing_the_router_host_moves_the_address_and_fails_only_what_was_on_it(
     urls = sorted(r["url"] for r in st["replicas"])
     assert sorted(routers[dead]["workers"]) == urls and sorted(routers[alive]["workers"]) == urls
     assert st["vip_holder"] == alive and holds(nodes[alive], vip) and not holds(nodes[dead], vip)
-    assert complete(endpoint, "The quick brown fox")
+    assert complete(endpoint, "The quick brown fox", KEY)

@@ -138,12 +138,13 @@ def assert_secret_rests_nowhere_in_docker(sb, value):
         files = on_node(n, "sh", "-c", "stat -f -c %T /run; cd /run/bootstrap/sandbox && stat -c '%a %n' . serve "
                         "serve/* router/* 2>/dev/null").stdout.split("\n")
         assert files[0] == "tmpfs", (n.name, files)
-        assert {"700 .", "700 serve", "400 serve/FLEET_KEY", "400 serve/VLLM_API_KEY"} <= set(files), (n.name, files)
-        # the serve container's PID 1 (the member supervisor) has both; the count only, never the value
+        assert {"700 .", "700 serve", "400 serve/VLLM_API_KEY"} <= set(files), (n.name, files)
+        assert not [f for f in files if f.endswith("/FLEET_KEY")], (n.name, files)  # the key as VLLM_API_KEY only
+        # the serve container's PID 1 (the member supervisor) has it once; the count only, never the value
         env = on_node(n, "docker", "exec", "bootstrap-vllm-serve", "sh", "-c",
                       f"tr '\\0' '\\n' < /proc/1/environ | grep -cxF -e 'FLEET_KEY={value}' -e 'VLLM_API_KEY={value}'",
                       check=False).stdout.strip()
-        assert env == "2", (n.name, env)
+        assert env == "1", (n.name, env)
     router = on_node(sb.nodes[0], "sh", "-c", "ls /run/bootstrap/sandbox/router").stdout.split()
     assert router == ["VLLM_API_KEY"], router  # the router's set: the key only
 

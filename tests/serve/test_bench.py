@@ -338,6 +338,13 @@ def test_config_validation_and_url():
     assert "ignore_eos" not in B.request_body(B.BenchConfig(url="http://h:1", model="m"), "m")
 
 
+def test_max_tokens_has_an_upper_bound():
+    B.BenchConfig(url="http://127.0.0.1:8000", model=None, max_tokens=B.MAX_TOKENS)
+    for bad in (B.MAX_TOKENS + 1, 10 ** 30):
+        with pytest.raises(UsageError, match=f"max_tokens must be an integer from 1 to {B.MAX_TOKENS}"):
+            B.BenchConfig(url="http://127.0.0.1:8000", model=None, max_tokens=bad)
+
+
 # -- run_bench against an in-process fake server -------------------------------------------------
 
 

@@ -1,0 +1,179 @@
+"""What `cluster.fence_allow` may admit through the fence. Pure; no I/O.
+
+An entry is an address or a network (CIDR) the fence admits like a member (bootstrap.cluster.fence
+puts it in the nft set `members4`/`members6`, or an iptables `-s ... -j RETURN`). An entry that would
+not admit what it says is refused (`entry_problem`): host bits set (10.0.0.1/8 would widen to
+10.0.0.0/8 unseen), an IPv4-mapped IPv6 address (::ffff:10.0.0.1: the IPv6 set never matches an IPv4
+packet), a zone id (fe80::1%eth0: a set holds addresses, not interfaces, so it would admit fe80::1
+from every link), a multicast, reserved or unspecified address (no connection comes from one), or
+loopback (admitted already). And the entries together are bounded per family, after collapsing
+(`union_problem`): two /1 halves are 0.0.0.0/0 in the set, and 2000::/3 is the IPv6 Internet.
+
+The bound: IPv4 at most 2^24 addresses in all (a /8: 10.0.0.0/8, the widest private block, is as
+wide as an operators' or a site's network gets); IPv6 at most 2^96 (a /32: the smallest allocation a
+regional registry makes to an ISP; a site has a /48, a LAN a /64). Wider than that names several
+organisations' networks, and a fence that admits them is no fence (cluster.fence: false says so).
+"""
+from __future__ import annotations
+
+import ipaddress
+from typing import Sequence
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: The widest prefix the entries of cluster.fence_allow may add up to, per IP version.
+BOUND_PREFIX = {4: 8, 6: 32}
+#: The same as a number of addresses.
+BOUND = {v: 2 ** ((32 if v == 4 else 128) - p) for v, p in BOUND_PREFIX.items()}
+
+_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+_RESERVED_V4 = ipaddress.ip_network("240.0.0.0/4")  # with 255.255.255.255, the broadcast address
+
+#: Address space that is not public (bootstrap.exposure.is_public): private, CGNAT, loopback,
+#: link-local, ULA, documentation, benchmarking, reserved, multicast (IANA's special-purpose registries).
+NOT_PUBLIC = {
+    4: tuple(ipaddress.ip_network(n) for n in (
+        "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+        "192.0.0.0/29", "192.0.0.170/31", "192.0.2.0/24", "192.168.0.0/16", "198.18.0.0/15",
+        "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4")),
+    6: tuple(ipaddress.ip_network(n) for n in (
+        "::/128", "::1/128", "::ffff:0:0/96", "100::/64", "2001::/23", "2001:db8::/32", "fc00::/7",
+        "fe80::/10", "ff00::/8")),
+}
+
+
+def entry_problem(text: str) -> tuple[Network | None, str | None]:
+    """(the network, None), or (None, what is wrong with the entry and the fix)."""
+    try:
+        net = ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return None, f"{text!r} is not an IP address or a network such as 10.0.0.0/24"
+    addr, slash, plen = text.partition("/")
+    if "%" in addr:
+        bare = addr.split("%", 1)[0]
+        given = bare if net.num_addresses == 1 else str(ipaddress.ip_network(bare + slash + plen, strict=False))
+        return None, (f"{text} has a zone id (%{addr.split('%', 1)[1]}): the fence matches addresses, not "
+                      f"interfaces, and would admit {given} from every link; give {given}")
+    if net.prefixlen == 0:
+        return None, f"{text} admits every address: that is no fence (set cluster.fence: false instead)"
+    try:
+        ipaddress.ip_network(text)
+    except ValueError:
+        return None, f"{text} has host bits set: did you mean {net} or {addr}/{net.max_prefixlen}?"
+    if isinstance(net, ipaddress.IPv6Network) and net.subnet_of(_MAPPED):
+        v4 = ipaddress.ip_network(f"{net.network_address.ipv4_mapped}/{net.prefixlen - 96}")
+        return None, (f"{text} is an IPv4-mapped IPv6 address: IPv4 packets never match the fence's IPv6 set, "
+                      f"so it admits nobody; give {v4.network_address if v4.num_addresses == 1 else v4}")
+    why = _admits_nobody(net)
+    if why:
+        return None, why
+    return net, None
+
+
+def _admits_nobody(net: Network) -> str | None:
+    text = str(net.network_address) if net.num_addresses == 1 else str(net)
+    if net.num_addresses == 1 and net.network_address.is_unspecified:
+        return f"{text} is the unspecified address: no connection comes from it; give the address of a host to admit"
+    if net.is_multicast:
+        return f"{text} is multicast: no connection comes from a multicast address; give a unicast address or network"
+    if isinstance(net, ipaddress.IPv4Network) and net.subnet_of(_RESERVED_V4):
+        return (f"{text} is reserved (240.0.0.0/4, the broadcast address with it): no connection comes from it; "
+                "give a unicast address or network")
+    if net.is_loopback:
+        return f"{text} is loopback: the fence admits loopback already and no other host sends from it; remove it"
+    return None
+
+
+def size(n: int) -> str:
+    """A number of addresses as a power of two ("2^24", "more than 2^25")."""
+    k = n.bit_length() - 1
+    return f"2^{k}" if n == 1 << k else f"more than 2^{k}"
+
+
+def bound_text(version: int) -> str:
+    return f"{size(BOUND[version])} IPv{version} addresses (a /{BOUND_PREFIX[version]})"
+
+
+def union_problem(nets: Sequence[Network]) -> tuple[int, str] | None:
+    """(index, why) for the first entry with which the entries so far admit more than the bound of
+    their IP version, after collapsing; None when they stay within it."""
+    seen: dict[int, list[Network]] = {4: [], 6: []}
+    for i, net in enumerate(nets):
+        got = seen[net.version]
+        got.append(net)
+        union = list(ipaddress.collapse_addresses(got))  # type: ignore[arg-type]
+        total = sum(n.num_addresses for n in union)
+        if total > BOUND[net.version]:
+            shown = ", ".join(map(str, union[:3])) + (", ..." if len(union) > 3 else "")
+            if net.num_addresses > BOUND[net.version]:
+                what = f"{net} admits {size(net.num_addresses)} IPv{net.version} addresses"
+            else:
+                what = (f"with the entries before it, fence_allow admits {size(total)} IPv{net.version} addresses "
+                        f"({shown})")
+            return i, (f"{what}, more than the fence's bound of {bound_text(net.version)}: that admits (nearly) "
+                       "everyone; name only the networks that need the cluster's ports, or set cluster.fence: false")
+    return None
+
+
+def public_size(net: Network) -> int:
+    """How many addresses of `net` are public (bootstrap.exposure.is_public): those outside NOT_PUBLIC."""
+    inside = sum(min(net.num_addresses, n.num_addresses) for n in NOT_PUBLIC[net.version]
+                 if net.overlaps(n))
+    return max(0, net.num_addresses - inside)
+
+
+def reaching(entries: Sequence[str], address: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the entries of cluster.fence_allow that reach a fenced socket bound to `address`, those of
+    them with public address space): 0.0.0.0 and an IPv4 address take IPv4 ones, an IPv6 address
+    IPv6 ones, `::`, `*` and anything else both (Linux's dual-stack default)."""
+    try:
+        version = {ipaddress.ip_address(address.split("%", 1)[0]).version}
+    except ValueError:
+        version = {4, 6}
+    families = {4, 6} if address in ("::", "*", "") else version
+    nets = [n for n in (ipaddress.ip_network(e, strict=False) for e in entries) if n.version in families]
+    return tuple(map(str, nets)), tuple(str(n) for n in nets if public_size(n))
+
+
+def markdown() -> str:
+    """docs/security.md's "what the fence admits" (docs/hooks.py puts it in place of
+    `<!-- generated: fence -->`), from the code: who is admitted, the rules of cluster.fence_allow
+    and its bound, the ports closed with the defaults (fence.port_table) and what stays open."""
+    from bootstrap.cluster.fence import DEFAULT_EPHEMERAL, port_table
+    from bootstrap.model import Cluster
+
+    def span(lo: int, hi: int) -> str:
+        return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+    rows = [f"| {what.removeprefix('in ')} | {span(lo, hi)} |" for lo, hi, what in port_table(Cluster())]
+    return "\n".join([
+        "It admits new connections to the cluster's ports only from",
+        "",
+        "- a member: any host of the inventory (data-plane IP and SSH address; in a fleet, every replica's hosts),",
+        "- this machine, as each host sees our SSH session (`SSH_CLIENT`; a jump host's address when you go "
+        "through one),",
+        "- loopback, or an address or network in `cluster.fence_allow`.",
+        "",
+        f"`cluster.fence_allow` is bounded: its entries together, per IP version after collapsing, admit at most "
+        f"{bound_text(4)} and {bound_text(6)}; more is refused (exit 2), naming the entry that crosses the bound. "
+        "10.0.0.0/8, the widest private block, is as wide as an operators' or a site's network gets, and a /32 "
+        "is the smallest allocation a regional registry makes to an ISP (a site has a /48): two /1 halves "
+        "(0.0.0.0/0 in the set) or 2000::/3 (the IPv6 Internet) would be no fence. An entry that would not admit "
+        "what it says is refused too: host bits set (`10.0.0.1/8`: did you mean 10.0.0.0/8 or 10.0.0.1/32?), "
+        "IPv4-mapped IPv6 (`::ffff:10.0.0.1`: IPv4 packets never match the IPv6 set), a zone id "
+        "(`fe80::1%eth0`: a set holds addresses, not interfaces), multicast, reserved (240.0.0.0/4) or the "
+        "unspecified address (no connection comes from one), loopback (admitted already).",
+        "",
+        "The ports it closes on every host, with the default settings (the inventory refuses an SSH port among "
+        "them), and the host's ephemeral range (`net.ipv4.ip_local_port_range`, where every port opened without "
+        f"a number lands; the kernel's default {span(*DEFAULT_EPHEMERAL)}):",
+        "",
+        "| Port | Default |",
+        "|---|---|",
+        *rows,
+        "",
+        "Never fenced: the port sshd took bootstrap's session on, as the host reports it (`SSH_CLIENT`; behind "
+        "a NAT port forward the inventory's port is the NAT's, and on the host that number stays fenced; only "
+        "where the host does not say, the inventory's port), and the served endpoint (the head's "
+        "`ports.vllm`; in a fleet, the router's port on the router hosts).",
+    ])
