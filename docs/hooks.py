@@ -7,7 +7,9 @@ inventory reference (bootstrap/inventory/reference.py: every key, what it takes,
 it does, from the validators and the dataclasses the inventory is read into); `<!-- generated: rack -->`
 the checks of `up`'s rack preflight (bootstrap/cluster/rack.py CHECKS); `<!-- generated: fence -->` what
 the fence admits and closes, with the bound on `cluster.fence_allow` (bootstrap/cluster/allow.py);
-`<!-- generated: secrets -->` what each kind of container holds of the secrets (bootstrap/cluster/secretstore.py KINDS).
+`<!-- generated: secrets -->` what each kind of container holds of the secrets (bootstrap/cluster/secretstore.py KINDS);
+`<!-- generated: cli -->` the CLI reference, from the click commands themselves, in the sections and
+order of `bootstrap --help`, with the exit codes (bootstrap/cli/reference.py).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ MARK_INVENTORY = "<!-- generated: inventory -->"
 MARK_RACK = "<!-- generated: rack -->"
 MARK_FENCE = "<!-- generated: fence -->"
 MARK_SECRETS = "<!-- generated: secrets -->"
+MARK_CLI = "<!-- generated: cli -->"
 
 
 def troubleshooting() -> str:
@@ -54,6 +57,9 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     if MARK_SECRETS in markdown:
         from bootstrap.cluster.secretstore import markdown as secrets_reference
         markdown = markdown.replace(MARK_SECRETS, secrets_reference())
+    if MARK_CLI in markdown:
+        from bootstrap.cli.reference import markdown as cli_reference
+        markdown = markdown.replace(MARK_CLI, cli_reference())
     if MARK_INVENTORY in markdown:
         from bootstrap.inventory.reference import markdown as inventory_reference
         markdown = markdown.replace(MARK_INVENTORY, inventory_reference())

@@ -28,6 +28,20 @@ BOUND = {v: 2 ** ((32 if v == 4 else 128) - p) for v, p in BOUND_PREFIX.items()}
 
 _MAPPED = ipaddress.ip_network("::ffff:0:0/96")
 _RESERVED_V4 = ipaddress.ip_network("240.0.0.0/4")  # with 255.255.255.255, the broadcast address
+_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")  # "this host on this network" (RFC 1122): never a source
+_COMPATIBLE = ipaddress.ip_network("::/96")  # IPv4-compatible IPv6 (deprecated, RFC 4291): no stack sends from it
+
+#: IPv6 prefixes whose addresses stand for IPv4 hosts: a fenced host that receives from them receives
+#: from the IPv4 Internet translated (NAT64/SIIT, RFC 6052/8215: the IPv4 address in the last 32
+#: bits) or tunnelled (Teredo, RFC 4380: the client's IPv4 address in the last 32 bits, inverted;
+#: 6to4, RFC 3056: the site's IPv4 address in bits 16-47). An entry inside one is counted, as the
+#: IPv4 addresses it stands for, against IPv4's bound too.
+TRANSLATED = (
+    (ipaddress.ip_network("64:ff9b::/96"), "NAT64's well-known prefix, where IPv4 hosts appear translated", "low"),
+    (ipaddress.ip_network("64:ff9b:1::/48"), "NAT64's local-use prefix, where IPv4 hosts appear translated", "low"),
+    (ipaddress.ip_network("2001::/32"), "Teredo's prefix, where IPv4 hosts appear tunnelled", "inverted"),
+    (ipaddress.ip_network("2002::/16"), "6to4's prefix, where IPv4 sites appear tunnelled", "6to4"),
+)
 
 #: Address space that is not public (bootstrap.exposure.is_public): private, CGNAT, loopback,
 #: link-local, ULA, documentation, benchmarking, reserved, multicast (IANA's special-purpose registries).
@@ -62,8 +76,11 @@ def entry_problem(text: str) -> tuple[Network | None, str | None]:
         return None, f"{text} has host bits set: did you mean {net} or {addr}/{net.max_prefixlen}?"
     if isinstance(net, ipaddress.IPv6Network) and net.subnet_of(_MAPPED):
         v4 = ipaddress.ip_network(f"{net.network_address.ipv4_mapped}/{net.prefixlen - 96}")
+        shown = v4.network_address if v4.num_addresses == 1 else v4
+        fix = (f"give {shown}" if v4.num_addresses <= BOUND[4] and _admits_nobody(v4) is None else
+               f"its IPv4 form, {shown}, would not do either: give the IPv4 networks that need the cluster's ports")
         return None, (f"{text} is an IPv4-mapped IPv6 address: IPv4 packets never match the fence's IPv6 set, "
-                      f"so it admits nobody; give {v4.network_address if v4.num_addresses == 1 else v4}")
+                      f"so it admits nobody; {fix}")
     why = _admits_nobody(net)
     if why:
         return None, why
@@ -81,6 +98,32 @@ def _admits_nobody(net: Network) -> str | None:
                 "give a unicast address or network")
     if net.is_loopback:
         return f"{text} is loopback: the fence admits loopback already and no other host sends from it; remove it"
+    if isinstance(net, ipaddress.IPv4Network) and net.subnet_of(_THIS_NETWORK):
+        return f"{text} is \"this network\" (0.0.0.0/8): no connection comes from it; give a unicast address or network"
+    if isinstance(net, ipaddress.IPv6Network) and net.subnet_of(_COMPATIBLE):
+        return (f"{text} is IPv4-compatible IPv6 (::/96, deprecated): no connection comes from it; give the IPv4 "
+                "address itself")
+    return None
+
+
+def stands_for_v4(net: Network) -> tuple[ipaddress.IPv4Network, str] | None:
+    """The IPv4 addresses an IPv6 entry inside a TRANSLATED prefix stands for, and that prefix in
+    words; None for any other entry."""
+    if not isinstance(net, ipaddress.IPv6Network):
+        return None
+    for prefix, what, form in TRANSLATED:
+        if not net.subnet_of(prefix):
+            continue
+        bits = int(net.network_address)
+        if form == "6to4":  # the IPv4 address in bits 16-47
+            v4 = ipaddress.IPv4Network(((bits >> 80) & 0xFFFFFFFF, min(32, max(0, net.prefixlen - 16))))
+        else:  # in the last 32 bits (Teredo's inverted: the set of inverted addresses is a prefix too)
+            plen = max(0, net.prefixlen - 96)
+            low = bits & 0xFFFFFFFF
+            if form == "inverted":
+                low = ~low & 0xFFFFFFFF
+            v4 = ipaddress.IPv4Network((low & (0xFFFFFFFF << (32 - plen)) & 0xFFFFFFFF, plen))
+        return v4, what
     return None
 
 
@@ -99,18 +142,25 @@ def union_problem(nets: Sequence[Network]) -> tuple[int, str] | None:
     their IP version, after collapsing; None when they stay within it."""
     seen: dict[int, list[Network]] = {4: [], 6: []}
     for i, net in enumerate(nets):
-        got = seen[net.version]
-        got.append(net)
-        union = list(ipaddress.collapse_addresses(got))  # type: ignore[arg-type]
-        total = sum(n.num_addresses for n in union)
-        if total > BOUND[net.version]:
+        v4 = stands_for_v4(net)
+        # (the entry, the version whose bound it counts against, how it is named)
+        counts = [(net, net.version, str(net), "")]
+        if v4:
+            counts.append((v4[0], 4, f"{net} (in {v4[1]}: it stands for {v4[0]})", f"; {net} stands for {v4[0]}"))
+        for one, version, named, note in counts:
+            got = seen[version]
+            got.append(one)
+            union = list(ipaddress.collapse_addresses(got))  # type: ignore[arg-type]
+            total = sum(n.num_addresses for n in union)
+            if total <= BOUND[version]:
+                continue
             shown = ", ".join(map(str, union[:3])) + (", ..." if len(union) > 3 else "")
-            if net.num_addresses > BOUND[net.version]:
-                what = f"{net} admits {size(net.num_addresses)} IPv{net.version} addresses"
+            if one.num_addresses > BOUND[version]:
+                what = f"{named} admits {size(one.num_addresses)} IPv{version} addresses"
             else:
-                what = (f"with the entries before it, fence_allow admits {size(total)} IPv{net.version} addresses "
-                        f"({shown})")
-            return i, (f"{what}, more than the fence's bound of {bound_text(net.version)}: that admits (nearly) "
+                what = (f"with the entries before it, fence_allow admits {size(total)} IPv{version} addresses "
+                        f"({shown}{note})")
+            return i, (f"{what}, more than the fence's bound of {bound_text(version)}: that admits (nearly) "
                        "everyone; name only the networks that need the cluster's ports, or set cluster.fence: false")
     return None
 
@@ -158,11 +208,15 @@ def markdown() -> str:
         f"{bound_text(4)} and {bound_text(6)}; more is refused (exit 2), naming the entry that crosses the bound. "
         "10.0.0.0/8, the widest private block, is as wide as an operators' or a site's network gets, and a /32 "
         "is the smallest allocation a regional registry makes to an ISP (a site has a /48): two /1 halves "
-        "(0.0.0.0/0 in the set) or 2000::/3 (the IPv6 Internet) would be no fence. An entry that would not admit "
+        "(0.0.0.0/0 in the set) or 2000::/3 (the IPv6 Internet) would be no fence. An IPv6 entry inside a prefix "
+        "where IPv4 hosts appear translated or tunnelled (NAT64's 64:ff9b::/96 and 64:ff9b:1::/48, Teredo's "
+        "2001::/32, 6to4's 2002::/16) counts against IPv4's bound too, as the IPv4 addresses it stands for: "
+        "64:ff9b::/96 is the whole IPv4 Internet. An entry that would not admit "
         "what it says is refused too: host bits set (`10.0.0.1/8`: did you mean 10.0.0.0/8 or 10.0.0.1/32?), "
         "IPv4-mapped IPv6 (`::ffff:10.0.0.1`: IPv4 packets never match the IPv6 set), a zone id "
         "(`fe80::1%eth0`: a set holds addresses, not interfaces), multicast, reserved (240.0.0.0/4) or the "
-        "unspecified address (no connection comes from one), loopback (admitted already).",
+        "unspecified address, 0.0.0.0/8 or IPv4-compatible IPv6 (`::10.0.0.1`; no connection comes from one), "
+        "loopback (admitted already).",
         "",
         "The ports it closes on every host, with the default settings (the inventory refuses an SSH port among "
         "them), and the host's ephemeral range (`net.ipv4.ip_local_port_range`, where every port opened without "

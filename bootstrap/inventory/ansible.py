@@ -1,6 +1,7 @@
 """The Ansible YAML inventory format: an `all:` group, the cluster settings in all.vars.bootstrap."""
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
 from bootstrap.inventory.fields import (
@@ -177,8 +178,22 @@ _NOT_HONOURED = {
                     "bootstrap takes root with `sudo -n` (no password) where the SSH user is not root, so a password "
                     "here would be ignored: remove it, and log in as root or give the SSH user passwordless sudo"),
 }
-#: Ansible's become settings bootstrap takes only as it does it: root, by sudo.
-_BECOME_AS = {"ansible_become_method": "sudo", "ansible_become_user": "root"}
+#: Ansible's become settings bootstrap takes only as it does it: root, by sudo (ansible_sudo* is
+#: Ansible's older spelling of become with sudo).
+_BECOME_AS = {"ansible_become_method": "sudo", "ansible_become_user": "root", "ansible_sudo_user": "root",
+              "ansible_become": True, "ansible_sudo": True}
+#: Every other variable of Ansible's privilege escalation (become, and the older sudo and su
+#: spellings: another program, its flags, su) would be ignored: bootstrap runs `sudo -n` as it is.
+_BECOME_FAMILY = re.compile(r"ansible_(become|sudo|su)(_[a-z_]+)?")
+_TRUE_WORDS = {"true", "yes", "on", "y", "1"}
+
+
+def _becomes_as(name: str, value: Any) -> bool:
+    """The value of a _BECOME_AS variable is what bootstrap does (a boolean also as Ansible's words)."""
+    want = _BECOME_AS[name]
+    if want is True:
+        return value is True or (isinstance(value, str) and value.strip().lower() in _TRUE_WORDS)
+    return value == want
 
 
 def _check_bootstrap_vars(variables: Mapping[Any, Any], loc: _Loc, top: bool) -> None:
@@ -188,10 +203,16 @@ def _check_bootstrap_vars(variables: Mapping[Any, Any], loc: _Loc, top: bool) ->
     for name in variables:
         if isinstance(name, str) and name in _NOT_HONOURED:
             loc.keyname(variables, name).at(field=_join(loc.field, name)).fail(_NOT_HONOURED[name])
-        if isinstance(name, str) and name in _BECOME_AS and variables[name] != _BECOME_AS[name]:
+        if isinstance(name, str) and name in _BECOME_AS and not _becomes_as(name, variables[name]):
+            want = "true" if _BECOME_AS[name] is True else _BECOME_AS[name]
             loc.keyname(variables, name).at(field=_join(loc.field, name)).fail(
                 f"bootstrap takes root with `sudo -n` where the SSH user is not root, never as another user or "
-                f"by another method: remove {name} or set it to {_BECOME_AS[name]}")
+                f"by another method: remove {name} or set it to {want}")
+        elif (isinstance(name, str) and name not in _BECOME_AS and name not in _NOT_HONOURED
+              and _BECOME_FAMILY.fullmatch(name)):
+            loc.keyname(variables, name).at(field=_join(loc.field, name)).fail(
+                f"bootstrap takes root with `sudo -n` as it is (no other program, flags or su) where the SSH user "
+                f"is not root, so {name} would be ignored: remove it")
         if name == "ansible_connection" and variables[name] not in ("ssh", "paramiko", None):
             loc.keyname(variables, name).fail("bootstrap reaches every host over SSH: remove ansible_connection "
                                               "or set it to ssh")

@@ -23,8 +23,12 @@ WORKLOAD, API_KEY, VRRP = "workload", "api-key", "vrrp"
 #: Variables every process of a container reads (the shell, the dynamic linker, Python): a secret's
 #: value there would change how each one runs, the entrypoint's own `exec` first.
 _PROCESS_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "IFS", "ENV", "BASH_ENV",
-                          "CDPATH", "PS4", "TMPDIR", "HOSTNAME", "TERM", "LANG", "LANGUAGE", "TZ"})
-_PROCESS_PREFIX = re.compile(r"(LD_|LC_)[A-Za-z0-9_]*|PYTHON[A-Z]*")
+                          "CDPATH", "PS4", "TMPDIR", "HOSTNAME", "TERM", "LANG", "LANGUAGE", "TZ", "TZDIR",
+                          "GLIBC_TUNABLES", "GCONV_PATH", "LOCPATH", "NLSPATH", "HOSTALIASES", "LOCALDOMAIN",
+                          "RES_OPTIONS"})
+#: ... and the families: the dynamic linker's LD_*, the locale's LC_*, glibc's malloc (MALLOC_*), and
+#: Python's: PYTHONPATH and the newer PYTHON_GIL, PYTHON_CPU_COUNT, PYTHON_HISTORY (with `_`).
+_PROCESS_PREFIX = re.compile(r"(LD_|LC_|MALLOC_)[A-Za-z0-9_]*|PYTHON[A-Z0-9_]*")
 #: A secret is a file named after it on the host (`.NAME.new` while it is written): NAME_MAX bytes.
 NAME_MAX = 255
 MAX_NAME = NAME_MAX - len("..new")
@@ -53,8 +57,9 @@ def name_problem(name: str) -> str | None:
         return (f"{name} is set by bootstrap per node (from its facts) unless the node's env sets it: as a secret "
                 "it would override that unseen; set it in env")
     if name in _PROCESS_ENV or _PROCESS_PREFIX.fullmatch(name):
-        return (f"{name} is read by every process of the containers (the shell, the dynamic linker or Python): "
-                "as a secret it would change how each one runs; keep the secret in a variable of its own")
+        return (f"{name} is read by every process of the containers (the shell, the C library and its dynamic "
+                "linker, or Python): as a secret it would change how each one runs; keep the secret in a variable "
+                "of its own")
     if len(name.encode()) > MAX_NAME:
         return (f"this name is {len(name.encode())} characters: each secret is a file of its name on the hosts, "
                 f"at most {MAX_NAME}; use a shorter name")

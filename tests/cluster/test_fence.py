@@ -369,18 +369,12 @@ def test_status_exposure_says_fence_allow_admits_public_space_and_exits_1(monkey
 
 
 def test_docs_security_shows_what_the_fence_admits_generated_with_the_bound_in_the_code():
-    import importlib.util
     import re
-    from pathlib import Path
 
     from bootstrap.cluster import allow as AL
-    root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("docs_hooks", root / "docs" / "hooks.py")
-    hooks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hooks)
-    page = (root / "docs" / "security.md").read_text()
+    from tests.support.checks import docs_page
+    hooks, page, shown = docs_page("security.md")
     assert hooks.MARK_FENCE in page
-    shown = hooks.on_page_markdown(page, None, None, None)
     assert hooks.MARK_FENCE not in shown
     assert f"at most {AL.bound_text(4)} and {AL.bound_text(6)}" in shown
     assert "2^24 IPv4 addresses (a /8)" in shown  # the bound the inventory enforces, as the error names it

@@ -283,15 +283,10 @@ def test_a_single_clusters_node_container_is_where_vllm_runs_and_holds_every_sec
 
 
 def test_docs_security_shows_what_each_secret_reaches_generated_from_the_kinds_table():
-    import importlib.util
+    from tests.support.checks import docs_page
 
-    root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("docs_hooks", root / "docs" / "hooks.py")
-    hooks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hooks)
-    page = (root / "docs" / "security.md").read_text()
+    hooks, page, built = docs_page("security.md")
     assert page.count(hooks.MARK_SECRETS) == 1
-    built = hooks.on_page_markdown(page, None, None, None)
     table = SS.markdown()
     assert table in built and hooks.MARK_SECRETS not in built
     rows = table.splitlines()[2:]
