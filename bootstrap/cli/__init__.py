@@ -23,6 +23,7 @@ from bootstrap.cli.params import (
     Seconds,
     accept_keys_option,
     check_command_words,
+    check_fleet_flags,
     check_host_names,
     check_hosts,
     check_kv_port,
@@ -782,6 +783,7 @@ def rollout(inventory, parallel, extra, model, image, keep_flags, dp, no_dp, max
                                    "inventory; with one replica use bootstrap serve")
         if dp is not None:
             check_parallelism(inv, None, None, dp)
+        check_fleet_flags(inv, tuple(extra))
         step = render.rollout_step(as_json)
         try:
             res = FL.rollout(inv, model=model, extra=None if keep_flags else tuple(extra), image=image,

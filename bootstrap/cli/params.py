@@ -464,6 +464,18 @@ def check_rollout_args(model: str | None, extra: tuple[str, ...], keep_flags: bo
         raise click.UsageError(str(exc)) from None
 
 
+def check_fleet_flags(inv, extra: tuple[str, ...]) -> None:
+    """The vLLM flags after `--` that this fleet's plan sets beyond serve's (a disaggregated fleet's
+    --kv-transfer-config, in any spelling: fleet.plan.check_pd_flags), once the inventory is read and
+    before any host is contacted: a usage error that names the command."""
+    from bootstrap.fleet import plan as FP
+
+    try:
+        FP.check_pd_flags(inv, extra)
+    except FP.FleetError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 def check_kv_port(inv, port: int | None) -> None:
     """check-kv's --port: not a port the cluster or the hosts hold (other than the side channel's own,
     cluster.ports.kv_transfer, the default): the check's listener would fail, or take it from them."""

@@ -131,8 +131,8 @@ def check_pd_flags(inv: Inventory, extra: Sequence[str]) -> None:
         if flag is not None:
             name = word.split("=", 1)[0]
             as_ = "" if name.replace("_", "-").split(".", 1)[0] == flag else f" (vLLM reads it as {flag})"
-            raise FleetError(f"{name}{as_} is set by the plan on a disaggregated fleet (NixlConnector, producer on "
-                             "the prefill replicas, consumer on the decode ones); drop it")
+            raise FleetError(f"{name}{as_} is set by the plan on a disaggregated fleet (cluster.router.prefill: "
+                             "NixlConnector, producer on the prefill replicas, consumer on the decode ones); drop it")
 
 
 def is_pd(inv: Inventory) -> bool:

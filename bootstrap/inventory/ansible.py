@@ -204,10 +204,12 @@ def _check_bootstrap_vars(variables: Mapping[Any, Any], loc: _Loc, top: bool) ->
         if isinstance(name, str) and name in _NOT_HONOURED:
             loc.keyname(variables, name).at(field=_join(loc.field, name)).fail(_NOT_HONOURED[name])
         if isinstance(name, str) and name in _BECOME_AS and not _becomes_as(name, variables[name]):
+            how = ("needs root on every host: it would be ignored" if _BECOME_AS[name] is True else
+                   "never as another user or by another method")
             want = "true" if _BECOME_AS[name] is True else _BECOME_AS[name]
             loc.keyname(variables, name).at(field=_join(loc.field, name)).fail(
-                f"bootstrap takes root with `sudo -n` where the SSH user is not root, never as another user or "
-                f"by another method: remove {name} or set it to {want}")
+                f"bootstrap takes root with `sudo -n` where the SSH user is not root, {how}: remove {name} or set "
+                f"it to {want}")
         elif (isinstance(name, str) and name not in _BECOME_AS and name not in _NOT_HONOURED
               and _BECOME_FAMILY.fullmatch(name)):
             loc.keyname(variables, name).at(field=_join(loc.field, name)).fail(

@@ -227,11 +227,16 @@ _IMAGE = re.compile(
 _SHELL_CHARS = set(";|&$`()<>'\"\\*?!{}[]#~")
 
 
-def image_problem(value: str) -> str | None:
+def image_problem(value: str, off: str = "") -> str | None:
     """Why `value` is not an image reference Docker takes (None: it is one). The inventory's
-    cluster.image and the command line's --image are checked alike."""
+    cluster.image and the command line's --image are checked alike; a word for a switch
+    (_SWITCH_WORDS) is no image's name (`off`: how to turn the setting off, where it can be)."""
     if not value:
         return "must not be empty"
+    word = _SWITCH_WORDS.get(value.lower())
+    if word is not None:
+        fix = off if word == "off" and off else "give an image reference, e.g. vllm/vllm-openai:v0.32.0"
+        return f"{_quote(value)} is a word for {word}, not an image name: {fix}"
     for ch in value:
         if ch.isspace():
             return f"{_quote(value)} is not a valid image reference: it contains whitespace"
@@ -245,18 +250,15 @@ def image_problem(value: str) -> str | None:
     return None
 
 
-#: Words that read as a switch, never as an image's name (YAML 1.2 takes `no`, `off` unquoted as text).
-_SWITCH_WORDS = {**dict.fromkeys(("no", "false", "off", "none", "null", "disabled"), "off"),
-                 **dict.fromkeys(("yes", "true", "on"), "on")}
+#: Words that read as a switch, never as an image's name (YAML 1.2 takes `no`, `off` unquoted as text;
+#: YAML 1.1, Ansible's, also `y` and `n`).
+_SWITCH_WORDS = {**dict.fromkeys(("no", "n", "false", "off", "none", "null", "disabled", "disable"), "off"),
+                 **dict.fromkeys(("yes", "y", "true", "on", "enabled", "enable"), "on")}
 
 
 def _image(value: Any, loc: _Loc, off: str = "") -> str:
     value = _string(value, loc)
-    word = _SWITCH_WORDS.get(value.lower())
-    if word is not None:
-        fix = off if word == "off" and off else "give an image reference, e.g. vllm/vllm-openai:v0.32.0"
-        loc.fail(f"{_quote(value)} is a word for {word}, not an image name: {fix}")
-    why = image_problem(value)
+    why = image_problem(value, off)
     if why is not None:
         loc.fail(why)
     return value

@@ -772,3 +772,98 @@ def test_a_floating_address_is_refused_naming_it_or_usable_on_the_router_hosts_n
     assert not (vip.is_loopback or vip.is_link_local or vip.is_multicast or vip.is_unspecified
                 or vip == ipaddress.IPv4Address("255.255.255.255")), case
     assert str(vip) not in ips and all(str(vip) != h["address"] for h in hosts), case
+
+
+# -- the names the plan sets, as secrets and env entries, in both formats -----------------------------
+def _watched_names():
+    """(the names the plan sets in every container: model.PLAN_ENV, refused as a secret and as env;
+    the names only a secret may not take: the plan's per-node defaults, model.PLAN_DEFAULT_ENV, and
+    what every process reads, secretrules' _PROCESS_ENV)."""
+    from bootstrap.inventory import secretrules as SR
+    from bootstrap.model import PLAN_DEFAULT_ENV, PLAN_ENV
+
+    return sorted(PLAN_ENV), sorted({*PLAN_DEFAULT_ENV, *SR._PROCESS_ENV, "PYTHONPATH", "PYTHON_GIL", "LD_PRELOAD"})
+
+
+PLAN_SET_NAMES, SECRET_ONLY_NAMES = _watched_names()
+#: where a name goes: (format, source) -> the field the refusal names
+NAME_SOURCES = {("native", "secret"): "cluster.secrets", ("native", "cluster env"): "cluster.env",
+                ("native", "host env"): "hosts[0].env", ("ansible", "secret"): "all.vars.bootstrap.secrets",
+                ("ansible", "cluster env"): "all.vars.bootstrap.env",
+                ("ansible", "host env"): "all.hosts.node1.bootstrap_env",
+                ("ansible", "group env"): "all.children.g.vars.bootstrap_env"}
+
+
+@st.composite
+def env_name_cases(draw):
+    """(a name the plan sets, one only a secret may not take, or an ordinary one, in a case spelling
+    (each letter flipped or not: the kernel keeps `vllm_host_ip` and `VLLM_HOST_IP` apart), and where
+    it goes)."""
+    name = draw(st.sampled_from(PLAN_SET_NAMES + SECRET_ONLY_NAMES + ["MY_SETTING", "NCCL_DEBUG", "VLLM_LOGGING_LEVEL"]))
+    flips = draw(st.lists(st.booleans(), min_size=len(name), max_size=len(name)))
+    spelled = "".join(c.swapcase() if f else c for c, f in zip(name, flips))
+    return spelled, draw(st.sampled_from(sorted(NAME_SOURCES)))
+
+
+def _name_inventory(name: str, fmt: str, source: str) -> str:
+    if fmt == "native":
+        doc = {"cluster": dict(BASE["cluster"]), "hosts": [dict(h) for h in BASE["hosts"]]}
+        if source == "secret":
+            doc["cluster"]["secrets"] = [name]
+        elif source == "cluster env":
+            doc["cluster"]["env"] = {name: "1"}
+        else:
+            doc["hosts"][0]["env"] = {name: "1"}
+        return yaml.safe_dump(doc)
+    cluster = dict(BASE["cluster"])
+    hosts = {"node1": {"ansible_host": "192.0.2.1"}, "node2": {"ansible_host": "192.0.2.2"}}
+    group = {"all": {"vars": {"bootstrap": cluster}, "hosts": hosts}}
+    if source == "secret":
+        cluster["secrets"] = [name]
+    elif source == "cluster env":
+        cluster["env"] = {name: "1"}
+    elif source == "host env":
+        hosts["node1"]["bootstrap_env"] = {name: "1"}
+    else:
+        group["all"]["children"] = {"g": {"vars": {"bootstrap_env": {name: "1"}}, "hosts": {"node1": None}}}
+    return yaml.safe_dump(group)
+
+
+@FUZZ
+@example(case=("VLLM_NIXL_SIDE_CHANNEL_HOST", ("ansible", "group env")))
+@example(case=("vllm_host_ip", ("native", "cluster env")))
+@example(case=("VLLM_CACHE_ROOT", ("native", "secret")))
+@given(case=env_name_cases())
+def test_a_name_the_plan_sets_is_refused_as_a_secret_or_env_in_its_exact_spelling(case, probe):
+    """A name the plan sets in the containers (model.PLAN_ENV) is refused in one line, naming the field
+    and the line the name is on, whether it comes as a secret, a cluster env key or a host's (or an
+    Ansible group's) env key; one only a secret may not take (the plan's per-node defaults, what every
+    process reads) is refused as a secret and may be env. Names are case-sensitive: the kernel keeps
+    `vllm_host_ip` apart from `VLLM_HOST_IP` and vLLM, Ray and NCCL read the exact names, so another
+    case spelling overrides nothing the plan sets and is never refused for it (a credential-shaped
+    name is refused for that, not this)."""
+    name, (fmt, source) = case
+    text = _name_inventory(name, fmt, source)
+    path = WORK / "names.yaml"
+    path.write_text(text)
+    args = ["validate", "-i", str(path)]
+    probe.clear()
+    runner = CliRunner()
+    t = time.monotonic()
+    with runner.isolated_filesystem(temp_dir=WORK):  # a secret's value: the environment's own, if it has one
+        r = runner.invoke(main, args, env={"HF_TOKEN": None, "BOOTSTRAP_INVENTORY": None,
+                                           name: os.environ.get(name, "fuzz-value-1")})
+    outcome = check_outcome(args, r, time.monotonic() - t, probe)
+    assert not probe, "validate contacted a host"
+    plan_set = name in PLAN_SET_NAMES
+    secret_only = name in SECRET_ONLY_NAMES and source == "secret"
+    if plan_set or secret_only:
+        assert outcome == "refused", (case, r.stderr)
+        line = next(i for i, t_ in enumerate(text.splitlines(), 1) if t_.strip().lstrip("- ").split(":")[0] == name)
+        field = NAME_SOURCES[(fmt, source)]
+        assert f"{path}:{line}: {field}" in r.stderr and name in r.stderr, (case, r.stderr)
+        assert "set by bootstrap" in r.stderr or "read by every process" in r.stderr, (case, r.stderr)
+    else:
+        assert "set by bootstrap" not in r.stderr and "read by every process" not in r.stderr, (case, r.stderr)
+        if outcome == "refused":  # for another reason: a credential-shaped name, a secret of a name no one set
+            assert "holds a credential" in r.stderr or "not set in your environment" in r.stderr, (case, r.stderr)
