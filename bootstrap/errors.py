@@ -60,6 +60,8 @@ class InventoryError(BootstrapError):
     line: int | None
     field: str | None
     message: str
+    #: the 1-based column, where it says more than the line (a YAML syntax error: FILE:LINE:COL)
+    column: int | None = None
     exit_status = ExitStatus.BAD_INPUT
 
     def __post_init__(self) -> None:
@@ -68,7 +70,7 @@ class InventoryError(BootstrapError):
     def __str__(self) -> str:
         where = self.path
         if self.line is not None:
-            where += f":{self.line}"
+            where += f":{self.line}" + (f":{self.column}" if self.column is not None else "")
         if self.field:
             return f"{where}: {self.field}: {self.message}"
         return f"{where}: {self.message}"
@@ -110,6 +112,20 @@ def add_note(exc: BaseException, note: str) -> None:
 def notes_of(exc: BaseException) -> list[str]:
     """The notes attached to an error (add_note), oldest first."""
     return [str(n) for n in getattr(exc, "__notes__", ()) or ()]
+
+
+def mark_shown(exc: BaseException) -> None:
+    """Say that a host's error was printed whole as it happened (a progress line), so that the
+    summary at the end names the host without printing the same error again."""
+    try:
+        exc.__bootstrap_shown__ = str(exc)  # type: ignore[attr-defined]
+    except AttributeError:  # an exception type with __slots__
+        pass
+
+
+def was_shown(exc: BaseException) -> bool:
+    """mark_shown was called on this error, and it says the same since."""
+    return getattr(exc, "__bootstrap_shown__", None) == str(exc)
 
 
 @dataclass

@@ -13,7 +13,8 @@ def line_plot(path: str, title: str, xs: Sequence[int], series: Mapping[str, Seq
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print(f"{prefix}: no matplotlib: PNG skipped (pip install 'bootstrap-vllm[png]')", file=sys.stderr, flush=True)
+        print(f"{prefix}: no matplotlib: PNG skipped (pip install matplotlib, or pip install '.[png]' in the clone)",
+              file=sys.stderr, flush=True)
         return
     fig, ax = plt.subplots(figsize=(7, 4.5))
     try:

@@ -17,6 +17,7 @@ import click
 
 from bootstrap.cli import render
 from bootstrap.cli.params import (
+    INVENTORY_BEFORE,
     SECONDS,
     FilePath,
     PassThrough,
@@ -36,6 +37,7 @@ from bootstrap.cli.params import (
     check_serve_args,
     check_sizes,
     check_url,
+    inventory_before_option,
     inventory_option,
     json_option,
     lock_wait_option,
@@ -164,13 +166,34 @@ EXIT_MEANINGS = {
 }
 
 
-class _Main(_KnowsCommand, click.Group):
-    """The root command: click's usage errors (bad value, missing argument, unknown option or
-    command) become one line on stderr and exit 2, like every other error here. Its commands and
-    groups (`sandbox`) are of the same kind."""
+class _Group(_KnowsCommand, click.Group):
+    """A group below the root (`monitor`, `sandbox`): its commands under click's "Commands:"
+    heading, in the order they are defined (not the root's sections). Its commands and groups are
+    of the same kind; `-i` given before the command reaches none of them that reads no inventory."""
 
     command_class = _Command
     group_class = type
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(self.commands)
+
+    def resolve_command(self, ctx, args):
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if (cmd is not None and not isinstance(cmd, click.Group) and ctx.meta.get(INVENTORY_BEFORE) is not None
+                and not any(p.name == "inventory" for p in cmd.params)):
+            raise click.UsageError(f"{ctx.command_path} {name} reads no inventory: remove -i/--inventory", ctx)
+        return name, cmd, rest
+
+
+class _Main(_Group):
+    """The root command: click's usage errors (bad value, missing argument, unknown option or
+    command) become one line on stderr and exit 2, like every other error here. Its groups
+    (`monitor`, `sandbox`) are _Groups."""
+
+    group_class = _Group
+
+    def list_commands(self, ctx) -> list[str]:
+        return click.Group.list_commands(self, ctx)
 
     def format_commands(self, ctx, formatter) -> None:
         """The commands in SECTIONS, a section each; one not placed there goes under "other"."""
@@ -208,6 +231,7 @@ class _Main(_KnowsCommand, click.Group):
 
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
+@inventory_before_option
 @click.version_option(package_name="bootstrap-vllm")
 def main() -> None:
     """Turn GPU machines reachable over SSH and running Docker into one vLLM serving service.
@@ -217,8 +241,8 @@ def main() -> None:
     bootstrap check-nccl -i hosts.yaml   prove the nodes can all-reduce, with bandwidth
     bootstrap serve -i hosts.yaml MODEL  serve MODEL with a split the model can take
 
-    Every command takes -i/--inventory (default $BOOTSTRAP_INVENTORY, then ./hosts.yaml) and
-    -h/--help. The documentation: docs/ in the repository (mkdocs serve).
+    Every command takes -i/--inventory (default $BOOTSTRAP_INVENTORY, then ./hosts.yaml), before
+    or after its name, and -h/--help. The documentation: docs/ in the repository (mkdocs serve).
     """
 
 

@@ -149,9 +149,34 @@ class FilePath(click.Path):
         return super().convert(value, param, ctx)
 
 
+#: ctx.meta key: the -i/--inventory given before the command (`bootstrap -i hosts.yaml up`)
+INVENTORY_BEFORE = "bootstrap.inventory_before"
+
+
+def _inventory_before(ctx, param, value):
+    if value is not None:
+        ctx.meta[INVENTORY_BEFORE] = value
+    return value
+
+
+def _inventory(ctx, param, value):
+    """The command's -i, or the one given before the command; both, differing: a usage error."""
+    before = ctx.meta.get(INVENTORY_BEFORE)
+    if value is None or before is None:
+        return value if value is not None else before
+    if os.path.abspath(value) != os.path.abspath(before):
+        raise click.UsageError(f"-i/--inventory given twice, {before!r} before the command and {value!r} after it:"
+                               " give it once", ctx)
+    return value
+
+
 inventory_option = click.option(
-    "-i", "--inventory", "inventory", type=FilePath(), default=None,
+    "-i", "--inventory", "inventory", type=FilePath(), default=None, callback=_inventory,
     help="Inventory file (native or Ansible YAML). Default: $BOOTSTRAP_INVENTORY or ./hosts.yaml.")
+#: The root's -i: `bootstrap -i hosts.yaml up` is `bootstrap up -i hosts.yaml`.
+inventory_before_option = click.option(
+    "-i", "--inventory", "inventory", type=FilePath(), default=None, expose_value=False, callback=_inventory_before,
+    help="The inventory of the command that follows (the same as its own -i/--inventory).")
 parallel_option = click.option(
     "--parallel", type=click.IntRange(1, 1024), default=DEFAULT_PARALLEL, show_default=True,
     help="How many hosts to work on at once.")
@@ -280,7 +305,8 @@ def check_png(ctx, param, value: str | None) -> str | None:
     if not parent.is_dir():
         raise click.BadParameter(f"{value!r}: no folder {str(parent)!r}")
     if importlib.util.find_spec("matplotlib") is None:
-        raise click.BadParameter("writing a PNG needs matplotlib: pip install 'bootstrap-vllm[png]'")
+        raise click.BadParameter("writing a PNG needs matplotlib: pip install matplotlib, or pip install '.[png]'"
+                                 " in the clone")
     return value
 
 

@@ -19,7 +19,7 @@ from rich.table import Table
 from bootstrap.cluster.run import HostTiming
 from bootstrap.cluster.runtime import UNDECIDED as RUNTIME_UNDECIDED
 from bootstrap.doctor.logsources import SOURCES
-from bootstrap.errors import BootstrapError, GroupError, Interrupted, notes_of
+from bootstrap.errors import BootstrapError, GroupError, Interrupted, notes_of, was_shown
 from bootstrap.inventory.fields import _CREDENTIAL_VALUE  # the one definition of a credential's form
 from bootstrap.serve.passthrough import CREDENTIAL_FLAGS
 from bootstrap.serve.plan import split_label
@@ -44,9 +44,10 @@ class LineReporter:
         self.t0 = time.monotonic()
         self.lock = threading.Lock()
 
-    def event(self, host: str, stage: str, status: str, detail: str = "") -> None:
+    def event(self, host: str, stage: str, status: str, detail: str = "") -> bool:
+        """Print the event's line; True when its detail is on it whole."""
         if self.quiet or (status == "start" and stage not in self.SHOW_START):
-            return
+            return False
         color = {"done": "green", "failed": "red", "start": "cyan", "warning": "yellow"}.get(status, "white")
         t = time.monotonic() - self.t0
         line = f"[dim]{t:7.1f}s[/] {_escape(f'{host:<16}')} {_escape(f'{stage:<14}')} [{color}]{_escape(status)}[/]"
@@ -54,6 +55,7 @@ class LineReporter:
             line += f" [dim]{_escape(detail[:300])}[/]"
         with self.lock:
             self.console.print(line)
+        return len(detail) <= 300
 
 
 # rich reads `[` + one of a-z # / @ ... `]` as a tag; backslashes before a `[` escape it (an even
@@ -192,7 +194,7 @@ def failure(exc: BootstrapError) -> None:
     """A domain error: one line, then each host's state (an interrupt) or result (a group), then
     any second failure attached to an error (errors.add_note: e.g. a container that could not be
     removed after the `docker run` that used it failed), one `also:` line each."""
-    err.print(f"[red]error:[/] {_escape(str(exc))}")
+    err.print(f"[red]error:[/] {_escape(_headline(exc))}")
     for note in notes_of(exc):
         err.print(f"  [red]also:[/] {_escape(note)}")
     if isinstance(exc, Interrupted):
@@ -200,11 +202,33 @@ def failure(exc: BootstrapError) -> None:
             color = "green" if state.startswith("done") else "yellow"
             err.print(f"  {_escape(f'{host:<16}')} [{color}]{_escape(state)}[/]")
     if isinstance(exc, GroupError):
+        told = set(_told(exc))
         for host, r in exc.results.items():
             mark = "[red]FAILED[/]" if isinstance(r, BaseException) else "[green]ok[/]"
-            err.print(f"  {_escape(f'{host:<16}')} {mark} {_escape(r) if isinstance(r, BaseException) else ''}")
+            why = _escape(r) if isinstance(r, BaseException) and not was_shown(r) and host not in told else ""
+            err.print(f"  {_escape(f'{host:<16}')} {mark} {why}".rstrip())
             for note in notes_of(r) if isinstance(r, BaseException) else ():
                 err.print(f"  {'':<16} [red]also:[/] {_escape(note)}")
+
+
+def _told(exc: GroupError) -> list[str]:
+    """The failed hosts whose error the headline carries: the first three not already printed on a
+    progress line (errors.mark_shown)."""
+    return sorted(h for h, e in exc.failures.items() if not was_shown(e))[:3]
+
+
+def _headline(exc: BootstrapError) -> str:
+    """The error's line. A group's names its failed hosts and carries each error once: one already on
+    a progress line is not printed again (one connection failure, one line)."""
+    if not isinstance(exc, GroupError) or not any(was_shown(e) for e in exc.failures.values()):
+        return str(exc)
+    fails = exc.failures
+    told = _told(exc)
+    said = "; ".join(str(fails[h]) for h in told)
+    rest = [h for h in fails if not was_shown(fails[h]) and h not in told]
+    more = f" (+{len(rest)} more below)" if rest else ""
+    return (f"{exc.stage} failed on {len(fails)} of {len(exc.results)} host(s) [{', '.join(sorted(fails))}]"
+            + (f": {said}{more}" if said else ": the error is on each host's line above"))
 
 
 #: Written by the signal handler (cli._Interrupts) as they are, with os.write: a second signal while

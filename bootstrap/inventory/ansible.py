@@ -204,11 +204,12 @@ def _check_bootstrap_vars(variables: Mapping[Any, Any], loc: _Loc, top: bool) ->
         if isinstance(name, str) and name in _NOT_HONOURED:
             loc.keyname(variables, name).at(field=_join(loc.field, name)).fail(_NOT_HONOURED[name])
         if isinstance(name, str) and name in _BECOME_AS and not _becomes_as(name, variables[name]):
-            how = ("needs root on every host: it would be ignored" if _BECOME_AS[name] is True else
-                   "never as another user or by another method")
-            want = "true" if _BECOME_AS[name] is True else _BECOME_AS[name]
+            if _BECOME_AS[name] is True:
+                why, want = "; it needs root on every host, so turning become off would be ignored", "true"
+            else:
+                why, want = ", never as another user or by another method", _BECOME_AS[name]
             loc.keyname(variables, name).at(field=_join(loc.field, name)).fail(
-                f"bootstrap takes root with `sudo -n` where the SSH user is not root, {how}: remove {name} or set "
+                f"bootstrap takes root with `sudo -n` where the SSH user is not root{why}: remove {name} or set "
                 f"it to {want}")
         elif (isinstance(name, str) and name not in _BECOME_AS and name not in _NOT_HONOURED
               and _BECOME_FAMILY.fullmatch(name)):
@@ -218,12 +219,45 @@ def _check_bootstrap_vars(variables: Mapping[Any, Any], loc: _Loc, top: bool) ->
         if name == "ansible_connection" and variables[name] not in ("ssh", "paramiko", None):
             loc.keyname(variables, name).fail("bootstrap reaches every host over SSH: remove ansible_connection "
                                               "or set it to ssh")
+        if isinstance(name, str) and name.startswith("ansible_") and not _known_ansible(name):
+            loc.keyname(variables, name).fail(_unknown_ansible(name))
         if not isinstance(name, str) or not name.startswith("bootstrap"):
             continue
         if name == "bootstrap" and not top:
             loc.keyname(variables, name).fail("cluster settings are read only from all.vars.bootstrap")
         if name.startswith("bootstrap_") and name not in _BOOTSTRAP_VARS:
             loc.keyname(variables, name).fail(_unknown_key(name, _BOOTSTRAP_VARS, "variable"))
+
+
+#: The Ansible variables bootstrap reads (a misspelling of one is most likely what a typo meant).
+_READ_ANSIBLE = [n for names in _ANSIBLE_VARS.values() for n in names if n.startswith("ansible_")]
+#: Ansible's own variables that bootstrap leaves alone (they configure Ansible's own runs of this
+#: file: accepted and ignored). Any other ansible_* is a typo: Ansible would ignore it silently.
+_IGNORED_ANSIBLE = {
+    "ansible_connection", "ansible_shell_type", "ansible_shell_executable", "ansible_ssh_executable",
+    "ansible_ssh_pipelining", "ansible_pipelining", "ansible_ssh_transfer_method", "ansible_scp_extra_args",
+    "ansible_sftp_extra_args", "ansible_sftp_batch_mode", "ansible_scp_if_ssh", "ansible_host_key_checking",
+    "ansible_ssh_host_key_checking", "ansible_timeout", "ansible_ssh_timeout", "ansible_ssh_retries",
+    "ansible_remote_tmp", "ansible_network_os", "ansible_control_path", "ansible_control_path_dir",
+    "ansible_ssh_use_tty", "ansible_ssh_pkcs11_provider", "ansible_async_dir", "ansible_module_compression",
+    "ansible_user_dir", "ansible_port_retries",
+}
+_IGNORED_ANSIBLE_FAMILY = re.compile(r"ansible_(\w+_interpreter|(winrm|psrp|paramiko|persistent|netconf|httpapi|"
+                                     r"docker|podman|kubectl|network|libssh|aws_ssm)_\w+)")
+
+
+def _known_ansible(name: str) -> bool:
+    return (name in _READ_ANSIBLE or name in _IGNORED_ANSIBLE or name in _NOT_HONOURED or name in _BECOME_AS
+            or bool(_BECOME_FAMILY.fullmatch(name) or _IGNORED_ANSIBLE_FAMILY.fullmatch(name)))
+
+
+def _unknown_ansible(name: str) -> str:
+    """A misspelt ansible_* variable: what it is most likely, first among those bootstrap reads."""
+    for valid in (_READ_ANSIBLE, sorted(_IGNORED_ANSIBLE)):
+        if _unknown_key(name, valid).find("did you mean") >= 0:
+            return f"{_unknown_key(name, valid, 'Ansible variable')}: Ansible would ignore it, and so would bootstrap"
+    return (f"unknown Ansible variable {_quote(name)}: Ansible would ignore it, and so would bootstrap; bootstrap"
+            f" reads {', '.join(_READ_ANSIBLE)}")
 
 
 def _lookup(layers: list[_Layer], names: tuple[str, ...]) -> tuple[Any, _Loc] | None:

@@ -57,8 +57,8 @@ def name_problem(name: str) -> str | None:
         return (f"{name} is set by bootstrap per node (from its facts) unless the node's env sets it: as a secret "
                 "it would override that unseen; set it in env")
     if name in _PROCESS_ENV or _PROCESS_PREFIX.fullmatch(name):
-        return (f"{name} is read by every process of the containers (the shell, the C library and its dynamic "
-                "linker, or Python): as a secret it would change how each one runs; keep the secret in a variable "
+        return (f"{name} is read by every process of the containers (the shell, the dynamic linker, the C "
+                "library or Python): as a secret it would change how each one runs; keep the secret in a variable "
                 "of its own")
     if len(name.encode()) > MAX_NAME:
         return (f"this name is {len(name.encode())} characters: each secret is a file of its name on the hosts, "

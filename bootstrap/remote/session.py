@@ -15,14 +15,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterable, Protocol
 
-from bootstrap.errors import add_note
+from bootstrap.errors import add_note, mark_shown
 from bootstrap.model import Host, Inventory, SSHSettings
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, GroupResult, fan_out, run_all
 from bootstrap.remote.ssh import HeldLock, SSHHost
 
 
 class Reporter(Protocol):
-    def event(self, host: str, stage: str, status: str, detail: str = "") -> None: ...
+    def event(self, host: str, stage: str, status: str, detail: str = "") -> bool | None:
+        """Report an event; True when `detail` was shown whole (the summary need not repeat it)."""
 
 
 class NullReporter:
@@ -110,7 +111,8 @@ class Session:
             try:
                 r = fn(h)
             except BaseException as exc:
-                self.reporter.event(h.name, stage, "failed", str(exc))
+                if self.reporter.event(h.name, stage, "failed", str(exc)):
+                    mark_shown(exc)  # printed once, as it happened: the summary names the host only
                 raise
             self.reporter.event(h.name, stage, "done", f"{self.clock() - t:.1f}s")
             return r

@@ -749,7 +749,8 @@ def write_png(result: BenchResult, path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise BenchError("bench: writing a PNG needs matplotlib: pip install 'bootstrap-vllm[png]'") from None
+        raise BenchError("bench: writing a PNG needs matplotlib: pip install matplotlib, or pip install '.[png]'"
+                         " in the clone") from None
 
     panels = (("TTFT", result.ttft_values, result.ttft), ("ITL", result.itl_values, result.itl),
               ("E2E", result.e2e_values, result.e2e))

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bootstrap.inventory.fields import looks_like_credential
 from bootstrap.serve import run as V
 from bootstrap.serve.plan import Parallelism, ServePlanError, check_model_ref, native_serve_argvs, ray_serve_argv
 
@@ -20,7 +21,7 @@ CORPUS = yaml.safe_load((ROOT / "tests" / "args_corpus.yaml").read_text())
 FAST = 20.0
 
 
-def write_inventory(tmp_path: Path, name: str, cluster: str) -> Path:
+def write_inventory(tmp_path: Path, name: str, cluster: str, hosts: int = 2) -> Path:
     key = tmp_path / "id_test"
     if not key.exists():
         key.write_text("not really a key\n")
@@ -31,7 +32,7 @@ def write_inventory(tmp_path: Path, name: str, cluster: str) -> Path:
         f"cluster:\n  name: args\n  {cluster}\n"
         f"  ssh: {{user: root, key: {key}, known_hosts: {tmp_path / 'known_hosts'}, "
         "connect_timeout: 1, connect_retries: 0}\n"
-        "hosts:\n  - {name: node1, address: 192.0.2.1}\n  - {name: node2, address: 192.0.2.2}\n")
+        "hosts:\n" + "".join(f"  - {{name: node{k}, address: 192.0.2.{k}}}\n" for k in range(1, hosts + 1)))
     return inv
 
 
@@ -41,6 +42,10 @@ def subst(tmp_path):
     scratch.mkdir()
     table = {"@INV@": str(write_inventory(tmp_path, "cpu.yaml", "accelerator: none")),
              "@GPU@": str(write_inventory(tmp_path, "gpu.yaml", "accelerator: gpu\n  gpus_per_node: 8")),
+             # a fleet of 2 replicas, and one disaggregated (replica 0 prefills)
+             "@FLEET@": str(write_inventory(tmp_path, "fleet.yaml", "accelerator: none\n  replicas: 2", hosts=4)),
+             "@PD@": str(write_inventory(tmp_path, "pd.yaml", "accelerator: none\n  replicas: 2\n"
+                                         "  router: {prefill: [0]}", hosts=4)),
              "@TMP@": str(scratch), "@HUGE@": "4" * 5000}
 
     def apply(args):
@@ -76,6 +81,7 @@ def test_bad_argument_is_one_line_exit_2_before_any_host(case, subst):
     assert lines[0].startswith("error: ") and case["message"] in lines[0], lines[0]
     assert "Traceback" not in r.stderr and r.stdout == ""
     assert "Hunter2pw" not in r.stderr  # a password in a URL is never echoed
+    assert not looks_like_credential(r.stderr.replace("***", "")), r.stderr  # nor a token
     assert took < FAST, f"took {took:.1f}s: was a host contacted?"
 
 

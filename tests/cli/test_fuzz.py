@@ -645,7 +645,9 @@ def test_a_secret_value_from_the_environment_is_taken_whole_or_refused_unseen(va
 # -- cluster.fence_allow: CIDR sets and their unions -----------------------------------------------
 def _net(version: int, value: int, prefix: int):
     bits = 32 if version == 4 else 128
-    return ipaddress.ip_network((value >> (bits - prefix) << (bits - prefix), prefix))
+    # by its version: ip_network((0, 30)) would be IPv4's 0.0.0.0/30 for an IPv6 network of low bits
+    cls = ipaddress.IPv4Network if version == 4 else ipaddress.IPv6Network
+    return cls((value >> (bits - prefix) << (bits - prefix), prefix))
 
 
 @st.composite
@@ -664,7 +666,8 @@ def cidr_sets(draw):
                 pieces[i:i + 1] = list(pieces[i].subnets(prefixlen_diff=diff))
         kept = [p for p in pieces if draw(st.booleans())] or pieces[:1]
         entries += [str(p) for p in draw(st.permutations(kept))]
-    odd = draw(st.lists(st.sampled_from(["host bits", "mapped", "zone", "multicast", "netmask"]), max_size=2))
+    odd = draw(st.lists(st.sampled_from(["host bits", "mapped", "zone", "multicast", "netmask", "translated"]),
+                        max_size=2))
     for kind in odd:
         p = ipaddress.ip_network(draw(st.sampled_from(entries)), strict=False)
         a = p.network_address
@@ -678,6 +681,11 @@ def cidr_sets(draw):
             entries.append(draw(st.sampled_from(["224.0.0.0/4", "239.1.2.0/24", "ff02::1", "ff0e::/16"])))
         elif kind == "netmask" and p.version == 4:
             entries.append(f"{a}/{p.netmask}")
+        elif kind == "translated" and p.version == 4:  # the IPv4 network as NAT64 or Teredo spells it
+            prefix = draw(st.sampled_from(["64:ff9b::", "64:ff9b:1::", "2001:0:c000:201::"]))
+            mask = ~(2 ** (32 - p.prefixlen) - 1)
+            low = int(a) if not prefix.startswith("2001") else ~int(a) & (2 ** 32 - 1) & mask
+            entries.append(str(ipaddress.ip_network((int(ipaddress.ip_address(prefix)) | low, 96 + p.prefixlen))))
     return entries
 
 
@@ -685,6 +693,8 @@ def cidr_sets(draw):
 @example(entries=["0.0.0.0/1", "128.0.0.0/1"])  # 0.0.0.0/0 in the nft set
 @example(entries=["2000::/3"])  # the IPv6 Internet
 @example(entries=["10.0.0.0/9", "10.128.0.0/9"])  # 10.0.0.0/8: the bound itself
+@example(entries=["64:ff9b::/96"])  # NAT64: the IPv4 Internet, translated
+@example(entries=["10.0.0.0/8", "64:ff9b::b00:0/104"])  # 10.0.0.0/7, half of it spelt as NAT64
 @given(entries=cidr_sets())
 def test_fence_allow_is_refused_naming_it_or_admits_no_more_than_the_bound(entries, probe):
     """Either exit 2 with one `error:` line naming fence_allow, or every entry admits what it says
@@ -712,6 +722,15 @@ def test_fence_allow_is_refused_naming_it_or_admits_no_more_than_the_bound(entri
         assert not any(n.is_multicast for n in mine)
         total = sum(n.num_addresses for n in ipaddress.collapse_addresses(mine))
         assert total <= BOUND[version], (entries, version, total)
+    # an entry where IPv4 hosts appear translated (NAT64) or tunnelled (Teredo) stands for as many IPv4
+    # addresses as it has (its last 32 bits), at least: with the IPv4 entries, within IPv4's bound
+    translated = [n for n in nets if n.version == 6 and any(
+        n.subnet_of(ipaddress.ip_network(t)) for t in ("64:ff9b::/96", "64:ff9b:1::/48", "2001::/32"))]
+    assert all(min(n.num_addresses, 2 ** 32) <= BOUND[4] for n in translated), entries
+    nat64 = [ipaddress.ip_network((int(n.network_address) & (2 ** 32 - 1), n.prefixlen - 96))
+             for n in translated if n.subnet_of(ipaddress.ip_network("64:ff9b::/96"))]
+    both = ipaddress.collapse_addresses([n for n in nets if n.version == 4] + nat64)
+    assert sum(n.num_addresses for n in both) <= BOUND[4], entries
 
 
 @st.composite
@@ -786,6 +805,9 @@ def _watched_names():
 
 
 PLAN_SET_NAMES, SECRET_ONLY_NAMES = _watched_names()
+#: the families every process reads, by prefix (the dynamic linker's LD_*, the locale's LC_*, glibc's
+#: MALLOC_*, Python's PYTHON*): refused as a secret whatever follows the prefix
+PROCESS_FAMILIES = __import__("re").compile(r"(LD_|LC_|MALLOC_)[A-Za-z0-9_]*|PYTHON[A-Z0-9_]*")
 #: where a name goes: (format, source) -> the field the refusal names
 NAME_SOURCES = {("native", "secret"): "cluster.secrets", ("native", "cluster env"): "cluster.env",
                 ("native", "host env"): "hosts[0].env", ("ansible", "secret"): "all.vars.bootstrap.secrets",
@@ -799,7 +821,8 @@ def env_name_cases(draw):
     """(a name the plan sets, one only a secret may not take, or an ordinary one, in a case spelling
     (each letter flipped or not: the kernel keeps `vllm_host_ip` and `VLLM_HOST_IP` apart), and where
     it goes)."""
-    name = draw(st.sampled_from(PLAN_SET_NAMES + SECRET_ONLY_NAMES + ["MY_SETTING", "NCCL_DEBUG", "VLLM_LOGGING_LEVEL"]))
+    ordinary = ["MY_SETTING", "NCCL_DEBUG", "VLLM_LOGGING_LEVEL"]
+    name = draw(st.sampled_from(PLAN_SET_NAMES + SECRET_ONLY_NAMES + ordinary))
     flips = draw(st.lists(st.booleans(), min_size=len(name), max_size=len(name)))
     spelled = "".join(c.swapcase() if f else c for c, f in zip(name, flips))
     return spelled, draw(st.sampled_from(sorted(NAME_SOURCES)))
@@ -833,6 +856,7 @@ def _name_inventory(name: str, fmt: str, source: str) -> str:
 @example(case=("VLLM_NIXL_SIDE_CHANNEL_HOST", ("ansible", "group env")))
 @example(case=("vllm_host_ip", ("native", "cluster env")))
 @example(case=("VLLM_CACHE_ROOT", ("native", "secret")))
+@example(case=("LD_PRELOAd", ("ansible", "secret")))  # the LD_ family, not one name
 @given(case=env_name_cases())
 def test_a_name_the_plan_sets_is_refused_as_a_secret_or_env_in_its_exact_spelling(case, probe):
     """A name the plan sets in the containers (model.PLAN_ENV) is refused in one line, naming the field
@@ -856,7 +880,7 @@ def test_a_name_the_plan_sets_is_refused_as_a_secret_or_env_in_its_exact_spellin
     outcome = check_outcome(args, r, time.monotonic() - t, probe)
     assert not probe, "validate contacted a host"
     plan_set = name in PLAN_SET_NAMES
-    secret_only = name in SECRET_ONLY_NAMES and source == "secret"
+    secret_only = (name in SECRET_ONLY_NAMES or PROCESS_FAMILIES.fullmatch(name)) and source == "secret"
     if plan_set or secret_only:
         assert outcome == "refused", (case, r.stderr)
         line = next(i for i, t_ in enumerate(text.splitlines(), 1) if t_.strip().lstrip("- ").split(":")[0] == name)

@@ -28,6 +28,9 @@ def allow(*entries: str) -> str:
     ("127.0.0.0/8", "is loopback: the fence admits loopback already"),
     ("::1", "is loopback"),
     ("0.0.0.0/0", "admits every address: that is no fence"),
+    ("0.0.0.0/8", "is \"this network\" (0.0.0.0/8): no connection comes from it"),
+    ("::10.0.0.1", "::a00:1 is IPv4-compatible IPv6 (::/96, deprecated)"),
+    ("::ffff:0.0.0.0/96", "its IPv4 form, 0.0.0.0/0, would not do either"),  # not "give 0.0.0.0/0"
 ])
 def test_an_entry_that_does_not_admit_what_it_says_is_refused(tmp_path, entry, says):
     err = error(tmp_path, allow(entry))
@@ -44,6 +47,13 @@ def test_an_entry_that_does_not_admit_what_it_says_is_refused(tmp_path, entry, s
                        "(a /32)"),
     (("fd00::/8",), 0, "more than the fence's bound of 2^96 IPv6 addresses"),
     (("10.0.0.0/9", "10.128.0.0/9", "192.168.0.0/16"), 2, "admits more than 2^24 IPv4 addresses"),
+    # IPv6 spellings of IPv4 hosts (NAT64/SIIT, Teredo) count against IPv4's bound
+    (("64:ff9b::/96",), 0, "64:ff9b::/96 (in NAT64's well-known prefix, where IPv4 hosts appear translated: it "
+                           "stands for 0.0.0.0/0) admits 2^32 IPv4 addresses"),
+    (("2001::/32",), 0, "(in Teredo's prefix, where IPv4 hosts appear tunnelled: it stands for 0.0.0.0/0)"),
+    (("64:ff9b:1::/64",), 0, "NAT64's local-use prefix"),
+    (("10.0.0.0/8", "64:ff9b::b00:0/104"), 1, "admits 2^25 IPv4 addresses (10.0.0.0/7; 64:ff9b::b00:0/104 stands "
+                                             "for 11.0.0.0/8)"),
 ])
 def test_entries_that_together_admit_more_than_the_bound_are_refused(tmp_path, entries, index, says):
     err = error(tmp_path, allow(*entries))
@@ -73,6 +83,16 @@ def test_public_size_agrees_with_is_public():
     assert AL.public_size(ipaddress.ip_network("10.0.0.0/8")) == 0
     assert AL.public_size(ipaddress.ip_network("8.0.0.0/7")) == 2 ** 25
     assert AL.public_size(ipaddress.ip_network("192.0.2.0/23")) == 256  # 192.0.3.0/24 is public
+    # a translated or tunnelled IPv6 entry is as public as the IPv4 hosts it stands for
+    assert AL.public_size(ipaddress.ip_network("64:ff9b::808:800/120")) == 256  # 8.8.8.0/24
+    assert AL.public_size(ipaddress.ip_network("64:ff9b::a00:0/104")) == 0  # 10.0.0.0/8
+    assert AL.public_size(ipaddress.ip_network("2001:0:c000:201::f7f7:f700/120")) == 256  # Teredo: 8.8.8.0/24
+    assert AL.stands_for_v4(ipaddress.ip_network("2002:c633:6400::/40"))[0] == ipaddress.ip_network("198.51.100.0/24")
+
+
+def test_a_translated_entry_within_the_bound_is_taken(tmp_path):
+    inv = load(tmp_path, allow("64:ff9b::c633:6400/120", "10.0.0.0/9"))
+    assert inv.cluster.fence_allow == ("64:ff9b::c633:6400/120", "10.0.0.0/9")
 
 
 # -- SSH ports: never one the cluster uses ------------------------------------------------------

@@ -87,7 +87,11 @@ def test_corpus(source: pathlib.Path, tmp_path: pathlib.Path):
     assert expect in text
     assert err.line == line, text
     assert "\n" not in text and "\r" not in text
-    assert text.startswith(str(path) + (f":{line}: " if line is not None else ": "))
+    third = raw.split(b"\n")[2]  # optional: the field, where a credential in the value sits between it and `expect`
+    if third.startswith(b"# field: "):
+        assert err.field == third[len(b"# field: "):].decode().strip(), text
+    column = f":{err.column}" if err.column is not None else ""  # YAML syntax errors: FILE:LINE:COL
+    assert text.startswith(str(path) + (f":{line}{column}: " if line is not None else ": "))
     assert err.path == str(path)
     assert TOKEN not in text
 
@@ -1445,6 +1449,13 @@ def test_a_port_in_the_hosts_ephemeral_range_is_refused(tmp_path, setting, field
     ("ansible_ssh_password", "pw", "bootstrap logs in with keys only"),
     ("ansible_become_method", "su", "bootstrap takes root with `sudo -n`"),
     ("ansible_become_user", "postgres", "bootstrap takes root with `sudo -n`"),
+    # the rest of Ansible's escalation variables, the older sudo/su spellings too: each would be ignored
+    ("ansible_sudo_user", "postgres", "remove ansible_sudo_user or set it to root"),
+    ("ansible_become", "false", "turning become off would be ignored"),
+    ("ansible_become_exe", "doas", "so ansible_become_exe would be ignored"),
+    ("ansible_become_flags", "-u postgres", "so ansible_become_flags would be ignored"),
+    ("ansible_sudo_exe", "/opt/sudo", "so ansible_sudo_exe would be ignored"),
+    ("ansible_su_user", "root", "so ansible_su_user would be ignored"),
 ])
 def test_ansible_become_settings_bootstrap_does_not_honour_are_refused(tmp_path, var, value, says):
     for where in ("host", "group"):
@@ -1457,3 +1468,6 @@ def test_ansible_become_settings_bootstrap_does_not_honour_are_refused(tmp_path,
     ok = ("all:\n  vars:\n    bootstrap: {accelerator: none}\n    ansible_become: true\n"
           "    ansible_become_method: sudo\n    ansible_become_user: root\n  hosts:\n    a: {ansible_host: 10.0.0.1}\n")
     assert load(tmp_path, ok).hosts[0].ip == "10.0.0.1"
+    for yes in ("yes", "'True'", "on"):  # Ansible's words for true, as YAML 1.2 reads them (text)
+        assert load(tmp_path, ok.replace("ansible_become: true", f"ansible_become: {yes}")).hosts[0].ip == "10.0.0.1"
+    assert load(tmp_path, ok.replace("ansible_become_user: root", "ansible_sudo_user: root")).hosts[0].ip

@@ -61,6 +61,9 @@ def test_the_plan_env_table_holds_every_variable_a_planned_container_is_given(tm
     ("LD_PRELOAD", "the dynamic linker"), ("HOME", "read by every process"), ("IFS", "read by every process"),
     ("NCCL_SOCKET_IFNAME", "set by bootstrap per node"), ("VLLM_CACHE_ROOT", "set by bootstrap per node"),
     ("VLLM_CPU_OMP_THREADS_BIND", "set by bootstrap per node"),
+    # Python's newer variables (with `_`), and the C library's
+    ("PYTHON_GIL", "or Python"), ("PYTHON_CPU_COUNT", "or Python"), ("GLIBC_TUNABLES", "the C library"),
+    ("MALLOC_ARENA_MAX", "the C library"), ("GCONV_PATH", "the C library"),
     ("A" * 251, "each secret is a file of its name on the hosts, at most 250"),
 ])
 def test_a_secret_name_every_process_reads_the_plan_sets_or_too_long_for_its_file_is_refused(tmp_path, name, says):
