@@ -122,6 +122,25 @@ def test_each_kind_of_container_holds_exactly_the_secrets_it_uses(vipfleet):
                 read_env.add(kind)
             seen.add(kind)
     assert seen == set(kind_of.values()), seen
+    # The image mirror (it runs only during a cold `up`): started on node1 with the tool's own argv, as
+    # `up` starts it for this inventory, and read from Docker's record: no secrets directory mounted, no
+    # entrypoint exporting one, no secret's name in its environment.
+    from bootstrap.cluster import mirror as MR
+    head, mirror_image = sb.nodes[0], fleet.cluster.image_mirror
+    on_node(head, "docker", "pull", "-q", mirror_image)
+    on_node(head, *MR.prepare_argv(mirror_image))
+    conf = MR.nginx_conf(MR.split_image(fleet.cluster.image).registry, False, head.ip,
+                         fleet.cluster.ports.image_copy, [n.ip for n in sb.nodes])
+    try:
+        on_node(head, *MR.run_argv(mirror_image, conf))
+        spec = json.loads(on_node(head, "docker", "inspect", MR.CONTAINER).stdout)[0]
+        assert not [m for m in spec["Mounts"] if m.get("Source", "").startswith(SS.HOST_ROOT)], spec["Mounts"]
+        assert SECRETS_ENTRY not in spec["Args"], spec["Args"]
+        env_names = {e.split("=", 1)[0] for e in spec["Config"]["Env"]}
+        assert not env_names & (secret_names | {KEY_SECRET}), env_names
+        assert set(SS.KINDS["mirror"][1]) == set(), SS.KINDS["mirror"]
+    finally:
+        on_node(head, *MR.remove_argv(), check=False)
     assert read_env, "no container's /proc/1/environ could be read"
     assert set(SS.kind_names(fleet, "node")) == {WORK} and KEY_SECRET not in str([SS.kind_names(fleet, k)
                                                                                    for k in SS.KINDS])
