@@ -111,8 +111,12 @@ class Session:
             try:
                 r = fn(h)
             except BaseException as exc:
-                if self.reporter.event(h.name, stage, "failed", str(exc)):
-                    mark_shown(exc)  # printed once, as it happened: the summary names the host only
+                # strict: the GroupError that ends the stage carries the reason (its `error:` line), so the
+                # progress line names the host and the stage only; else it is said here, as it happens.
+                if strict:
+                    self.reporter.event(h.name, stage, "failed")
+                elif self.reporter.event(h.name, stage, "failed", str(exc)):
+                    mark_shown(exc)  # printed once, as it happened: a summary names the host only
                 raise
             self.reporter.event(h.name, stage, "done", f"{self.clock() - t:.1f}s")
             return r
