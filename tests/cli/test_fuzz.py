@@ -116,6 +116,19 @@ def _run(args, probe):
     return r, took
 
 
+def _validate(doc, name, probe):
+    """`validate` of the inventory `doc` (written as WORK/name.yaml): (its result, its outcome); no
+    host contacted."""
+    path = WORK / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    args = ["validate", "-i", str(path)]
+    probe.clear()
+    r, took = _run(args, probe)
+    outcome = check_outcome(args, r, took, probe)
+    assert not probe, "validate contacted a host"
+    return r, outcome
+
+
 def check_outcome(args, r, took, touched, *, loopback_load=False):
     """The outcome of one invocation: "ok" (exit 0), "refused" (exit 2, one line), "reached" (a
     probe stopped it: every argument was accepted), "loaded" (with loopback_load, exit 1: bench's
@@ -703,13 +716,7 @@ def test_fence_allow_is_refused_naming_it_or_admits_no_more_than_the_bound(entri
     from bootstrap.cluster.allow import BOUND
 
     doc = {"cluster": {**BASE["cluster"], "fence_allow": entries}, "hosts": BASE["hosts"]}
-    path = WORK / "allow.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    args = ["validate", "-i", str(path)]
-    probe.clear()
-    r, took = _run(args, probe)
-    outcome = check_outcome(args, r, took, probe)
-    assert not probe, "validate contacted a host"
+    r, outcome = _validate(doc, "allow", probe)
     if outcome == "refused":
         assert "fence_allow" in r.stderr, r.stderr
         return
@@ -771,13 +778,7 @@ def test_a_floating_address_is_refused_naming_it_or_usable_on_the_router_hosts_n
     hosts = [{"name": f"node{k}", "address": f"192.0.2.{k + 1}", "ip": ip} for k, ip in enumerate(ips)]
     doc = {"cluster": {**BASE["cluster"], "replicas": 2, "router": {"vip": {"address": f"{address}/{plen}"}}},
            "hosts": hosts}
-    path = WORK / "vip.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    args = ["validate", "-i", str(path)]
-    probe.clear()
-    r, took = _run(args, probe)
-    outcome = check_outcome(args, r, took, probe)
-    assert not probe, "validate contacted a host"
+    r, outcome = _validate(doc, "vip", probe)
     if outcome == "refused":
         assert "cluster.router.vip.address" in r.stderr, r.stderr
         return

@@ -1339,6 +1339,14 @@ def test_router_settings_with_one_replica_are_refused_not_ignored(tmp_path):
     assert err.field == "cluster.router.policy" and "does nothing with cluster.replicas: 1" in str(err)
 
 
+def _ansible_with(var: str, value: str, where: str) -> str:
+    """An Ansible inventory of one host with `var: value` set on the host or in the group's vars."""
+    host_vars = f", {var}: '{value}'" if where == "host" else ""
+    group_vars = f"\n    {var}: '{value}'" if where == "group" else ""
+    return (f"all:\n  vars:\n    bootstrap: {{accelerator: none}}{group_vars}\n"
+            f"  hosts:\n    a: {{ansible_host: 10.0.0.1{host_vars}}}\n")
+
+
 @pytest.mark.parametrize("var,value,says", [
     ("ansible_ssh_common_args", "-o ProxyJump=bastion", "a ProxyJump or option here would be ignored"),
     ("ansible_ssh_extra_args", "-p 2222", "set all.vars.bootstrap.ssh"),
@@ -1347,11 +1355,7 @@ def test_router_settings_with_one_replica_are_refused_not_ignored(tmp_path):
 ])
 def test_ansible_connection_settings_bootstrap_does_not_honour_are_refused(tmp_path, var, value, says):
     for where in ("host", "group"):
-        host_vars = f", {var}: '{value}'" if where == "host" else ""
-        group_vars = f"\n    {var}: '{value}'" if where == "group" else ""
-        text = (f"all:\n  vars:\n    bootstrap: {{accelerator: none}}{group_vars}\n"
-                f"  hosts:\n    a: {{ansible_host: 10.0.0.1{host_vars}}}\n")
-        err = error(tmp_path, text)
+        err = error(tmp_path, _ansible_with(var, value, where))
         assert says in str(err) and "pw" not in str(err), (where, str(err))
     ok = ("all:\n  vars:\n    bootstrap: {accelerator: none}\n"
           "  hosts:\n    a: {ansible_host: 10.0.0.1, ansible_connection: ssh}\n")
@@ -1459,11 +1463,7 @@ def test_a_port_in_the_hosts_ephemeral_range_is_refused(tmp_path, setting, field
 ])
 def test_ansible_become_settings_bootstrap_does_not_honour_are_refused(tmp_path, var, value, says):
     for where in ("host", "group"):
-        host_vars = f", {var}: '{value}'" if where == "host" else ""
-        group_vars = f"\n    {var}: '{value}'" if where == "group" else ""
-        text = (f"all:\n  vars:\n    bootstrap: {{accelerator: none}}{group_vars}\n"
-                f"  hosts:\n    a: {{ansible_host: 10.0.0.1{host_vars}}}\n")
-        err = error(tmp_path, text)
+        err = error(tmp_path, _ansible_with(var, value, where))
         assert err.field.endswith(var) and says in str(err) and "'pw'" not in str(err), (where, str(err))
     ok = ("all:\n  vars:\n    bootstrap: {accelerator: none}\n    ansible_become: true\n"
           "    ansible_become_method: sudo\n    ansible_become_user: root\n  hosts:\n    a: {ansible_host: 10.0.0.1}\n")
