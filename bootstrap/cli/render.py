@@ -194,7 +194,7 @@ def failure(exc: BootstrapError) -> None:
     """A domain error: one line, then each host's state (an interrupt) or result (a group), then
     any second failure attached to an error (errors.add_note: e.g. a container that could not be
     removed after the `docker run` that used it failed), one `also:` line each."""
-    err.print(f"[red]error:[/] {_escape(_headline(exc))}")
+    err.print(f"[red]error:[/] {_escape(str(exc))}")
     for note in notes_of(exc):
         err.print(f"  [red]also:[/] {_escape(note)}")
     if isinstance(exc, Interrupted):
@@ -212,23 +212,9 @@ def failure(exc: BootstrapError) -> None:
 
 
 def _told(exc: GroupError) -> list[str]:
-    """The failed hosts whose error the headline carries: the first three not already printed on a
-    progress line (errors.mark_shown)."""
-    return sorted(h for h, e in exc.failures.items() if not was_shown(e))[:3]
+    """The failed hosts whose error the `error:` line carries (GroupError's str: the first three)."""
+    return sorted(exc.failures)[:3]
 
-
-def _headline(exc: BootstrapError) -> str:
-    """The error's line. A group's names its failed hosts and carries each error once: one already on
-    a progress line is not printed again (one connection failure, one line)."""
-    if not isinstance(exc, GroupError) or not any(was_shown(e) for e in exc.failures.values()):
-        return str(exc)
-    fails = exc.failures
-    told = _told(exc)
-    said = "; ".join(str(fails[h]) for h in told)
-    rest = [h for h in fails if not was_shown(fails[h]) and h not in told]
-    more = f" (+{len(rest)} more below)" if rest else ""
-    return (f"{exc.stage} failed on {len(fails)} of {len(exc.results)} host(s) [{', '.join(sorted(fails))}]"
-            + (f": {said}{more}" if said else ": the error is on each host's line above"))
 
 
 #: Written by the signal handler (cli._Interrupts) as they are, with os.write: a second signal while
