@@ -185,20 +185,28 @@ REPEATS = [
 ]
 
 
-@pytest.mark.parametrize("signals, gap", REPEATS)
-def test_up_interrupted_in_the_facts_stage_exits_130_with_the_lock_released(cluster, stand_ins, signals, gap):
-    name, inv, lock = cluster
-    p = popen_cli("up", "-i", str(inv))
+def interrupt_when(p, ready, what, signals, gap, before=lambda: True):
+    """Once `ready()` (within 20 s, the command still running and `before()` true), the signals; the
+    command must end in exit 130 with no traceback: (its stderr, the seconds it took to exit)."""
     try:
-        wait_for(lambda: stand_ins.hung(*stand_ins.ports) or p.poll() is not None, 20, "both hosts in facts")
+        wait_for(lambda: ready() or p.poll() is not None, 20, what)
         assert p.poll() is None, p.communicate()[1]
-        assert not lock_is_free(lock)  # held by this `up`
+        assert before()
         err, seconds = interrupt(p, signals, gap)
     finally:
         if p.poll() is None:
             p.kill()
     assert p.returncode == 130, err
     assert "Traceback" not in err and "RuntimeError" not in err, err
+    return err, seconds
+
+
+@pytest.mark.parametrize("signals, gap", REPEATS)
+def test_up_interrupted_in_the_facts_stage_exits_130_with_the_lock_released(cluster, stand_ins, signals, gap):
+    name, inv, lock = cluster
+    p = popen_cli("up", "-i", str(inv))
+    err, seconds = interrupt_when(p, lambda: stand_ins.hung(*stand_ins.ports), "both hosts in facts", signals, gap,
+                                  before=lambda: not lock_is_free(lock))  # held by this `up`
     assert seconds < 30, err
     if len(signals) < 3:  # the third exits at once: no report
         assert "interrupted during facts" in err, err
@@ -214,15 +222,8 @@ def test_up_interrupted_while_waiting_for_the_lock_leaves_no_waiter_behind(clust
     with open(lock) as theirs:
         fcntl.flock(theirs, fcntl.LOCK_EX)
         p = popen_cli("up", "-i", str(inv), "--lock-wait", "60")
-        try:
-            asked = stand_ins.dir / f"lock-{stand_ins.ports[0]}"
-            wait_for(lambda: asked.exists() or p.poll() is not None, 20, "up asking for the lock")
-            err, seconds = interrupt(p, signals, gap)
-        finally:
-            if p.poll() is None:
-                p.kill()
-        assert p.returncode == 130, err
-        assert "Traceback" not in err and "RuntimeError" not in err, err
+        asked = stand_ins.dir / f"lock-{stand_ins.ports[0]}"
+        interrupt_when(p, asked.exists, "up asking for the lock", signals, gap)
     # ours released: a waiter left behind by the interrupted `up` would take it now
     wait_for(lambda: lock_is_free(lock), 10, "the cluster lock free after the other run's release")
 
@@ -231,13 +232,5 @@ def test_up_interrupted_while_waiting_for_the_lock_leaves_no_waiter_behind(clust
 def test_serve_interrupted_in_its_first_query_exits_130(cluster, stand_ins, signals, gap, tmp_path):
     name, inv, lock = cluster
     p = popen_cli("serve", "-i", str(inv), "facebook/opt-125m")
-    try:
-        wait_for(lambda: stand_ins.hung(stand_ins.ports[0]) or p.poll() is not None, 20, "the head's first query")
-        assert p.poll() is None, p.communicate()[1]
-        err, seconds = interrupt(p, signals, gap)
-    finally:
-        if p.poll() is None:
-            p.kill()
-    assert p.returncode == 130, err
-    assert "Traceback" not in err and "RuntimeError" not in err, err
+    err, seconds = interrupt_when(p, lambda: stand_ins.hung(stand_ins.ports[0]), "the head's first query", signals, gap)
     assert seconds < 30, err
