@@ -223,6 +223,14 @@ def test_losing_the_router_host_moves_the_address_and_fails_only_what_was_on_it(
     # the host comes back: its containers restart, its replica rejoins every router, the address stays
     t0 = time.monotonic()
     subprocess.run(["docker", "start", nodes[dead].container], check=True, capture_output=True, timeout=120)
+    # Its /run is a tmpfs: the restart emptied it, as a reboot does, and its containers that hold secrets
+    # wait for them (exit 78, naming `bootstrap up`). The secrets are put back with `up`'s own write step
+    # (secretstore.write_argv), then nothing else is run.
+    from bootstrap.cluster import secretstore as SS
+    from bootstrap.inventory import load_inventory
+    fleet = load_inventory(inv)
+    subprocess.run(["docker", "exec", "-i", nodes[dead].container, *SS.write_argv(fleet.cluster.name, prune=False)],
+                   input=SS.write_body(SS.files(fleet)), check=True, capture_output=True, timeout=60)
     wait_answering([r["url"] for r in st["replicas"]], 300)  # its vLLM first, without `status` on the cores
     while True:
         st = status(inv)
