@@ -5,20 +5,19 @@ real command output.
 """
 from __future__ import annotations
 
-import collections
 import json
-import queue
 import re
 import shlex
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
-# The container inspect and its parser live in the neutral pure bootstrap/containers.py, which
-# remote/docker.py reads too (remote never imports cluster); re-exported here for the facts' readers.
 from bootstrap.containers import ContainerState, container_inspect_cmd, parse_container_inspect
 from bootstrap.errors import CommandFailed, PreflightFailed
+
+# The container inspect and its parser live in the neutral pure bootstrap/containers.py, which
+# remote/docker.py reads too (remote never imports cluster); re-exported here for the facts' readers.
+from bootstrap.parallel import outcomes
 
 if TYPE_CHECKING:
     from bootstrap.cluster.fence import GuardFacts
@@ -218,40 +217,12 @@ def parse_nofile(out: str) -> int | None:
 
 # -- gathering (I/O through the runner) ------------------------------------------------------
 def _in_parallel(jobs: Mapping[str, Callable[[], Any]], width: int) -> dict[str, Any]:
-    """Every job's result, at most `width` at once; the first job (in order) that raised raises.
-
-    Daemon threads, not a ThreadPoolExecutor's (what remote.fanout does, which this pure module
-    may not import): leaving its `with` on an interrupt joined the threads still waiting on a host
-    that does not answer, and so did the interpreter's exit (an interrupted `up` that only SIGKILL
-    ended)."""
-    todo = collections.deque(jobs.items())
-    done: queue.SimpleQueue = queue.SimpleQueue()
-
-    def work() -> None:
-        while todo:
-            try:
-                k, job = todo.popleft()
-            except IndexError:
-                return
-            try:
-                done.put((k, job(), None))
-            except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread below
-                done.put((k, None, exc))
-
-    for _ in range(min(width, len(jobs))):
-        threading.Thread(target=work, name="facts", daemon=True).start()
-    got, failed = {}, {}
-    for _ in range(len(jobs)):
-        while True:  # in short steps, so that an interrupt is seen (see remote.fanout.next_outcome)
-            try:
-                k, result, exc = done.get(timeout=0.2)
-                break
-            except queue.Empty:
-                continue
-        got[k], failed[k] = result, exc
+    """Every job's result, at most `width` at once (bootstrap.parallel: daemon threads, waited for in
+    short steps, so an interrupt is seen); the first job (in order) that raised raises."""
+    got = outcomes(jobs, lambda k: jobs[k](), lambda k: k, width, name="facts")
     for k in jobs:
-        if failed[k] is not None:
-            raise failed[k]
+        if isinstance(got[k], BaseException):
+            raise got[k]
     return {k: got[k] for k in jobs}
 
 
