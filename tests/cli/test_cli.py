@@ -67,7 +67,7 @@ def test_example_inventories_validate_offline_in_plan():
     for f in EXAMPLES:
         r = run("plan", "-i", f, "--json")
         assert r.returncode == 0, r.stderr
-        assert "VLLM_HOST_IP=10.10.0.11" in r.stdout
+        assert "VLLM_HOST_IP=198.51.100.11" in r.stdout
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
