@@ -1,7 +1,7 @@
 """mkdocs hook: the pages generated from the code, so they cannot drift from it.
 
 `<!-- generated: troubleshooting -->` in a page becomes one section per doctor signature
-(bootstrap/doctor/signatures): what the user sees (a sample log line, from signatures/samples.py),
+(bootstrap/signatures): what the user sees (a sample log line, from signatures/samples.py),
 the cause, the fix, and where the message comes from. `<!-- generated: inventory -->` becomes the
 inventory reference (bootstrap/inventory/reference.py: every key, what it takes, its default, what
 it does, from the validators and the dataclasses the inventory is read into); `<!-- generated: rack -->`
@@ -28,8 +28,8 @@ MARK_CLI = "<!-- generated: cli -->"
 
 
 def troubleshooting() -> str:
-    from bootstrap.doctor.signatures import SIGNATURES
-    from bootstrap.doctor.signatures.samples import SAMPLES
+    from bootstrap.signatures import SIGNATURES
+    from bootstrap.signatures.samples import SAMPLES
 
     out = []
     for sig in SIGNATURES:

@@ -25,7 +25,7 @@ PURE = ("bootstrap.errors", "bootstrap.model", "bootstrap.exposure", "bootstrap.
         "bootstrap.cluster.plan", "bootstrap.cluster.allow", "bootstrap.cluster.fencedoc",
         "bootstrap.cluster.imagecopy", "bootstrap.cluster.facts", "bootstrap.cluster.rack",
         "bootstrap.inventory.reference", "bootstrap.doctor.logsources",
-        "bootstrap.nccl.parse", "bootstrap.doctor.signatures", "bootstrap.doctor.rules",
+        "bootstrap.nccl.parse", "bootstrap.signatures",
         "bootstrap.serve.plan", "bootstrap.serve.passthrough", "bootstrap.fleet.plan", "bootstrap.monitor.plan",
         "bootstrap.monitor.metrics")
 CAPABILITIES = ("cluster", "nccl", "doctor", "serve", "fleet", "monitor")
@@ -35,7 +35,8 @@ UI_LIBS = ("click", "rich")
 RUN_ALLOWED = {("fleet", "cluster")}
 #: Layers run one way: what a module under each key must never reach. The capabilities built on the
 #: cluster (and the CLI and the sandbox, on top of everything) sit above cluster/; cluster/ above remote/.
-_ABOVE_CLUSTER = (*(f"bootstrap.{c}" for c in CAPABILITIES if c != "cluster"), "bootstrap.cli", "bootstrap.sandbox")
+_ABOVE_CLUSTER = (*(f"bootstrap.{c}" for c in CAPABILITIES if c != "cluster"), "bootstrap.signatures", "bootstrap.cli",
+                  "bootstrap.sandbox")
 ABOVE = {"bootstrap.remote": ("bootstrap.cluster", *_ABOVE_CLUSTER), "bootstrap.cluster": _ABOVE_CLUSTER}
 
 
@@ -138,11 +139,11 @@ def test_the_pure_list_names_real_modules():
      "bootstrap.remote.docker reaches bootstrap.cluster.facts (imported by bootstrap.remote.docker)"),
     ("bootstrap.cluster.run", "bootstrap.serve.state",
      "bootstrap.cluster.run reaches bootstrap.serve.state (imported by bootstrap.cluster.run)"),
-    ("bootstrap.cluster.probe", "bootstrap.doctor.signatures",
-     "bootstrap.cluster.probe reaches bootstrap.doctor.signatures (imported by bootstrap.cluster.probe)"),
-    # ... and through another module: cluster.run -> cluster.probe -> doctor
-    ("bootstrap.cluster.probe", "bootstrap.doctor.rules",
-     "bootstrap.cluster.run reaches bootstrap.doctor.rules (imported by bootstrap.cluster.probe)"),
+    ("bootstrap.cluster.probe", "bootstrap.signatures",
+     "bootstrap.cluster.probe reaches bootstrap.signatures (imported by bootstrap.cluster.probe)"),
+    # ... and through another module: cluster.run -> cluster.probe -> signatures (doctor's, once)
+    ("bootstrap.cluster.probe", "bootstrap.signatures.rules",
+     "bootstrap.cluster.run reaches bootstrap.signatures.rules (imported by bootstrap.cluster.probe)"),
     ("bootstrap.remote.session", "bootstrap.monitor.metrics", "bootstrap.remote.session reaches bootstrap.monitor"),
     ("bootstrap.cluster.facts", "bootstrap.cli.render", "bootstrap.cluster.facts reaches bootstrap.cli.render"),
 ])
