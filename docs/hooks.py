@@ -6,8 +6,8 @@ the cause, the fix, and where the message comes from. `<!-- generated: inventory
 inventory reference (bootstrap/inventory/reference.py: every key, what it takes, its default, what
 it does, from the validators and the dataclasses the inventory is read into); `<!-- generated: rack -->`
 the checks of `up`'s rack preflight (bootstrap/cluster/rack.py CHECKS); `<!-- generated: fence -->` what
-the fence admits and closes, with the bound on `cluster.fence_allow` (bootstrap/cluster/fencedoc.py);
-`<!-- generated: secrets -->` what each kind of container holds of the secrets (bootstrap/cluster/secretstore.py KINDS);
+the fence admits and closes, with the bound on `cluster.fence_allow` (bootstrap/cluster/guard/fencedoc.py);
+`<!-- generated: secrets -->` what each kind of container holds of the secrets (bootstrap/cluster/guard/secretstore.py KINDS);
 `<!-- generated: cli -->` the CLI reference, from the click commands themselves, in the sections and
 order of `bootstrap --help`, with the exit codes (bootstrap/cli/reference.py).
 """
@@ -52,10 +52,10 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         from bootstrap.cluster.rack import CHECKS
         markdown = markdown.replace(MARK_RACK, "\n".join(f"- `{k}`: {v}" for k, v in CHECKS.items()))
     if MARK_FENCE in markdown:
-        from bootstrap.cluster.fencedoc import markdown as fence_reference
+        from bootstrap.cluster.guard.fencedoc import markdown as fence_reference
         markdown = markdown.replace(MARK_FENCE, fence_reference())
     if MARK_SECRETS in markdown:
-        from bootstrap.cluster.secretstore import markdown as secrets_reference
+        from bootstrap.cluster.guard.secretstore import markdown as secrets_reference
         markdown = markdown.replace(MARK_SECRETS, secrets_reference())
     if MARK_CLI in markdown:
         from bootstrap.cli.reference import markdown as cli_reference
