@@ -1,6 +1,7 @@
-"""The network as each node sees it, read over a Session: the node container's addresses and
-*_SOCKET_IFNAME settings beside the host's interfaces. doctor and check-nccl both gather it (the pure
-rules over it are rules.network_findings).
+"""The network as each node sees it, read over a Session: check-nccl's look, and doctor's.
+
+The node container's addresses and *_SOCKET_IFNAME settings beside the host's interfaces; the pure
+rules over it are signatures/rules.network_findings.
 
 It lives in nccl/, the lower of its two users (doctor imports nccl, never the other way), rather than
 in cluster/probe.py: the NodeNet it fills and the `ip addr` parser (D.parse_ip_addr) are in

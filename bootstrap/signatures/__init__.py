@@ -1,4 +1,4 @@
-"""Diagnosis: known failure signatures in node logs, and consistency checks across nodes.
+"""Diagnosis, pure: known failure signatures in node logs, and consistency checks across nodes.
 
 Pure: text and values in, findings out; nothing here touches a host. Three entry points:
 

@@ -1,4 +1,4 @@
-"""What `cluster.fence_allow` may admit through the fence. Pure; no I/O.
+"""What `cluster.fence_allow` may admit through the fence (pure; no I/O).
 
 An entry is an address or a network (CIDR) the fence admits like a member (bootstrap.cluster.guard.fence
 puts it in the nft set `members4`/`members6`, or an iptables `-s ... -j RETURN`). An entry that would

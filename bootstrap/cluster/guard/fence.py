@@ -1,4 +1,4 @@
-"""The fence and Ray's token: what keeps strangers off the cluster's ports. Pure; no I/O.
+"""The fence and Ray's token: what keeps strangers off the cluster's ports (pure; no I/O).
 
 Most of what a cluster listens on cannot be bound to the data-plane IP (measured on Ray 2.60:
 the GCS, the raylet's two ports, the dashboard agent's gRPC and metrics ports and the head's
