@@ -377,7 +377,7 @@ def status(inventory, parallel, as_json, exposure):
     def go():
         inv = read_inventory(inventory)
         if exposure:
-            from bootstrap.cluster import guard as GD
+            from bootstrap.cluster.guard import run as GD
 
             found = GD.exposure_report(inv, parallel=parallel, reporter=LineReporter(quiet=as_json))
             render.exposure(inv, found, as_json)

@@ -505,7 +505,7 @@ def check_fleet_flags(inv, extra: tuple[str, ...]) -> None:
 def check_kv_port(inv, port: int | None) -> None:
     """check-kv's --port: not a port the cluster or the hosts hold (other than the side channel's own,
     cluster.ports.kv_transfer, the default): the check's listener would fail, or take it from them."""
-    from bootstrap.cluster import fence as FN
+    from bootstrap.cluster.guard import fence as FN
 
     if port is None:
         return

@@ -20,7 +20,7 @@ from bootstrap.errors import CommandFailed, PreflightFailed
 from bootstrap.parallel import outcomes
 
 if TYPE_CHECKING:
-    from bootstrap.cluster.fence import GuardFacts
+    from bootstrap.cluster.guard.fence import GuardFacts
     from bootstrap.cluster.rack import RackFacts
 
 
@@ -244,7 +244,7 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool, cluster:
     # The other facts are independent: read them a few at a time (one SSH channel each, far
     # below sshd's MaxSessions). Docker CLI starts are what a host spends most CPU on here, so
     # the container and the image are asked for in one.
-    from bootstrap.cluster.fence import guard_facts_cmd, parse_guard
+    from bootstrap.cluster.guard.fence import guard_facts_cmd, parse_guard
     from bootstrap.cluster.rack import RACK_FACTS, parse_rack
 
     cmds = {"nofile": NOFILE_HARD, "inspect": inspect_both_cmd(container, image), "ray_ok": LIST_RAY_OK,

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
 
 from bootstrap.cluster import facts as F
-from bootstrap.cluster import fence as FN
-from bootstrap.cluster import secretstore as SS
 from bootstrap.cluster.facts import HostFacts
+from bootstrap.cluster.guard import fence as FN
+from bootstrap.cluster.guard import secretstore as SS
 from bootstrap.exposure import RAY_DASHBOARD_DEFAULT, dashboard_address
 from bootstrap.model import HF_CACHE_IN_CONTAINER, NOFILE_MAX, VLLM_HOST_IP_ENV, Host, Inventory
 

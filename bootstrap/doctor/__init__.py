@@ -1,1 +1,1 @@
-"""doctor and logs: log signatures and rules (pure) and the gathering over SSH (run.py)."""
+"""doctor and logs: where the logs are (logsources.py, pure) and the gathering over SSH (run.py)."""

@@ -1,4 +1,4 @@
-"""What `bootstrap logs` and `doctor` read on each host. Pure: names and filters, no host touched.
+"""What `bootstrap logs` and `doctor` read on each host (pure: names and filters, no host touched).
 
 A cluster's logs live in five places, each a *source*:
 

@@ -7,20 +7,20 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from bootstrap import signatures as D
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import rack as RK
 from bootstrap.cluster import ray as R
 from bootstrap.cluster import runtime as RT
 from bootstrap.doctor import logsources as LS
-from bootstrap.doctor import network as NET
-from bootstrap.doctor import rules as DR
-from bootstrap.doctor import signatures as D
 from bootstrap.errors import PreflightFailed
 from bootstrap.fleet import plan as FP
 from bootstrap.model import Host, Inventory
+from bootstrap.nccl import network as NET
 from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out
 from bootstrap.remote.session import Reporter, Session
+from bootstrap.signatures import rules as DR
 
 
 # -- doctor --------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from bootstrap.cluster import plan as PL
-from bootstrap.cluster import secretstore as SS
+from bootstrap.cluster.guard import secretstore as SS
 from bootstrap.errors import FleetError
 from bootstrap.model import (
     CPU_KV_LEASE,

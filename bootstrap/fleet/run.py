@@ -9,11 +9,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from bootstrap import signatures as D
 from bootstrap.cluster import facts as F
-from bootstrap.cluster import guard as GD
 from bootstrap.cluster import plan as PL
 from bootstrap.cluster import probe
-from bootstrap.doctor import signatures as D
+from bootstrap.cluster.guard import run as GD
 from bootstrap.errors import (
     BootstrapError,
     FleetError,

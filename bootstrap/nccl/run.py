@@ -8,16 +8,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from bootstrap import signatures as D
 from bootstrap.cluster import probe
-from bootstrap.doctor import network as NET
-from bootstrap.doctor import rules as DR
-from bootstrap.doctor import signatures as D
 from bootstrap.errors import CommandFailed, PreflightFailed
 from bootstrap.model import Host, Inventory
+from bootstrap.nccl import network as NET
 from bootstrap.nccl import parse as N
 from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out
 from bootstrap.remote.session import Reporter, Session, check_script, last_json
+from bootstrap.signatures import rules as DR
 
 CHECK_PATH = "/tmp/bootstrap_nccl_check.py"
 

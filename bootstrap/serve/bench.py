@@ -69,8 +69,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
-from bootstrap.doctor.signatures.engine import URL_PASSWORD
 from bootstrap.errors import BenchError, UsageError
+from bootstrap.signatures.engine import URL_PASSWORD
 
 DEFAULT_PROMPT = (
     "A cluster is a set of machines that work together as one. Explain in a few sentences how a "

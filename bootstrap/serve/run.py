@@ -12,13 +12,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
+from bootstrap import signatures as D
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import plan as PL
 from bootstrap.cluster import probe
 from bootstrap.cluster import ray as R
 from bootstrap.cluster import runtime as RT
 from bootstrap.containers import LOAD_SECRETS
-from bootstrap.doctor import signatures as D
 from bootstrap.errors import PreflightFailed, ServeFailed, UsageError
 from bootstrap.model import Host, Inventory
 from bootstrap.remote import docker as DK

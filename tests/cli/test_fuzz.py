@@ -623,7 +623,7 @@ def test_a_secret_value_from_the_environment_is_taken_whole_or_refused_unseen(va
     entrypoint make of it (secretstore, run here with sh) is the value, byte for byte."""
     import shutil
 
-    from bootstrap.cluster import secretstore as SS
+    from bootstrap.cluster.guard import secretstore as SS
     from bootstrap.errors import InventoryError
     from bootstrap.inventory import load_inventory
 
@@ -713,7 +713,7 @@ def test_fence_allow_is_refused_naming_it_or_admits_no_more_than_the_bound(entri
     """Either exit 2 with one `error:` line naming fence_allow, or every entry admits what it says
     (no host bits, mapping or zone) and the union, per IP version after collapsing, is within the
     fence's bound (bootstrap.cluster.allow.BOUND)."""
-    from bootstrap.cluster.allow import BOUND
+    from bootstrap.cluster.guard.allow import BOUND
 
     doc = {"cluster": {**BASE["cluster"], "fence_allow": entries}, "hosts": BASE["hosts"]}
     r, outcome = _validate(doc, "allow", probe)

@@ -1,11 +1,11 @@
-"""The fence and Ray's token as planned (bootstrap.cluster.fence, pure) and applied (cluster.guard, on fakes)."""
+"""The fence and Ray's token as planned (cluster/guard/fence.py, pure) and applied (guard/run.py, on fakes)."""
 from dataclasses import replace
 
 import pytest
 
-from bootstrap.cluster import fence as FN
-from bootstrap.cluster import guard as GD
 from bootstrap.cluster.facts import HostFacts
+from bootstrap.cluster.guard import fence as FN
+from bootstrap.cluster.guard import run as GD
 from bootstrap.cluster.plan import container_spec, plan_up, ray_auth
 from bootstrap.errors import PreflightFailed
 from bootstrap.fleet.plan import replica_inventory
@@ -371,7 +371,7 @@ def test_status_exposure_says_fence_allow_admits_public_space_and_exits_1(monkey
 def test_docs_security_shows_what_the_fence_admits_generated_with_the_bound_in_the_code():
     import re
 
-    from bootstrap.cluster import allow as AL
+    from bootstrap.cluster.guard import allow as AL
     from tests.support.checks import docs_page
     hooks, page, shown = docs_page("security.md")
     assert hooks.MARK_FENCE in page

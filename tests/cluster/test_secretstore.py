@@ -1,4 +1,4 @@
-"""Secrets as files on a tmpfs, never in Docker's records (cluster/secretstore.py): the host-side
+"""Secrets as files on a tmpfs, never in Docker's records (cluster/guard/secretstore.py): the host-side
 scripts and the container entrypoint run for real with sh; the argv of every container that gets
 secrets carries names and mounts only."""
 from __future__ import annotations
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.cluster import fence as FN
-from bootstrap.cluster import guard as GD
 from bootstrap.cluster import plan as PL
-from bootstrap.cluster import secretstore as SS
 from bootstrap.cluster.facts import HostFacts
+from bootstrap.cluster.guard import fence as FN
+from bootstrap.cluster.guard import run as GD
+from bootstrap.cluster.guard import secretstore as SS
 from bootstrap.containers import LOAD_SECRETS, SECRETS_IN_CONTAINER
 from bootstrap.inventory import load_inventory
 from bootstrap.remote import docker as DK

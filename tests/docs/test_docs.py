@@ -34,7 +34,7 @@ def test_the_site_builds_strict(tmp_path):
     for name in main.commands:  # the generated reference covers every command
         assert f"bootstrap {name}" in cli, name
     trouble = (tmp_path / "site" / "troubleshooting" / "index.html").read_text()
-    from bootstrap.doctor.signatures import SIGNATURES
+    from bootstrap.signatures import SIGNATURES
     assert all(f"<code>{s.id}</code>" in trouble for s in SIGNATURES)
 
 

@@ -1,5 +1,5 @@
 """The pages say one thing about root (issue 51, point 10): the SSH user needs docker access, and the
-fence and the secrets need root or passwordless sudo on the hosts (bootstrap/cluster/fence.py and
+fence and the secrets need root or passwordless sudo on the hosts (bootstrap/cluster/guard/fence.py and
 secretstore.py run `sudo -n` where the SSH user is not root). No page says sudo is never needed."""
 import re
 from pathlib import Path
@@ -16,8 +16,8 @@ def test_no_page_says_sudo_is_not_needed():
 
 
 def test_the_code_needs_sudo_where_the_pages_say():
-    fence = (ROOT / "bootstrap" / "cluster" / "fence.py").read_text()
-    secrets = (ROOT / "bootstrap" / "cluster" / "secretstore.py").read_text()
+    fence = (ROOT / "bootstrap" / "cluster" / "guard" / "fence.py").read_text()
+    secrets = (ROOT / "bootstrap" / "cluster" / "guard" / "secretstore.py").read_text()
     assert "sudo -n" in fence and "sudo -n" in secrets
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from bootstrap.doctor import logsources as LS
 from bootstrap.doctor import run as X
-from bootstrap.doctor.signatures import scan_sources
 from bootstrap.errors import UsageError
+from bootstrap.signatures import scan_sources
 from tests.support.fake_hosts import FakeHost, fake_session
 from tests.support.fleet_inventories import fleet_yaml, hosts_yaml, load
 

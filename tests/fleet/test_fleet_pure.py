@@ -453,7 +453,7 @@ def test_router_on_a_named_host_binds_its_ip(tmp_path):
 
 def mounted(argv):
     """The secrets a container gets: mounted from the host's tmpfs, named after `--` of its entry."""
-    from bootstrap.cluster import secretstore as SS
+    from bootstrap.cluster.guard import secretstore as SS
 
     dirs = [a for a in argv if a.startswith(SS.HOST_ROOT + "/")]
     assert "--env-file" not in argv
@@ -500,7 +500,7 @@ def test_api_key_reaches_replicas_and_router_probe_through_files_only(tmp_path):
     assert plan.api_key_env == "FLEET_KEY" and plan.to_dict()["api_key_env"] == "FLEET_KEY"
     assert KEY not in json.dumps(plan.to_dict()) + repr(plan)
     # the hosts get every secret plus the key under vLLM's name
-    from bootstrap.cluster import secretstore as SS
+    from bootstrap.cluster.guard import secretstore as SS
     assert SS.values(inv) == {"FLEET_KEY": KEY, "VLLM_API_KEY": KEY}
 
 

@@ -12,8 +12,8 @@ import textwrap
 
 import pytest
 
-from bootstrap.cluster import fence as FN
-from bootstrap.cluster import secretstore as SS
+from bootstrap.cluster.guard import fence as FN
+from bootstrap.cluster.guard import secretstore as SS
 from bootstrap.fleet import plan as FP
 from bootstrap.fleet.run import RouterView
 from bootstrap.remote.session import check_script

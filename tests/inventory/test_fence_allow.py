@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bootstrap.cluster import allow as AL
+from bootstrap.cluster.guard import allow as AL
 from tests.inventory.test_inventory import error, load, one_cpu_host
 
 

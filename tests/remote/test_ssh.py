@@ -99,7 +99,7 @@ def test_command_timeout(sshd, tmp_path):
 def test_stream_stdin_and_secrets_written_over_stdin(sshd, tmp_path):
     """A 5 MiB stream arrives whole; the secrets' writer (secretstore.write_argv) gets the values on
     stdin over a real SSH session, and its failure shows what the caller displays, not the script."""
-    from bootstrap.cluster import secretstore as SS
+    from bootstrap.cluster.guard import secretstore as SS
 
     s = make(sshd, known(tmp_path, sshd))
     blob = os.urandom(5 << 20)

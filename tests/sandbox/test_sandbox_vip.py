@@ -90,7 +90,7 @@ def test_each_kind_of_container_holds_exactly_the_secrets_it_uses(vipfleet):
     as VLLM_API_KEY, the router the key only, keepalived and the keeper none (no VRRP password here:
     VRRPv2's slower adverts would miss this module's failover bounds; tests/cluster/test_secretstore.py
     covers it). The API key's own secret (VIP_FLEET_KEY) is in no container."""
-    from bootstrap.cluster import secretstore as SS
+    from bootstrap.cluster.guard import secretstore as SS
     from bootstrap.fleet import plan as FP
     from bootstrap.inventory import load_inventory
 
@@ -226,7 +226,7 @@ def test_losing_the_router_host_moves_the_address_and_fails_only_what_was_on_it(
     # Its /run is a tmpfs: the restart emptied it, as a reboot does, and its containers that hold secrets
     # wait for them (exit 78, naming `bootstrap up`). The secrets are put back with `up`'s own write step
     # (secretstore.write_argv), then nothing else is run.
-    from bootstrap.cluster import secretstore as SS
+    from bootstrap.cluster.guard import secretstore as SS
     from bootstrap.inventory import load_inventory
     fleet = load_inventory(inv)
     subprocess.run(["docker", "exec", "-i", nodes[dead].container, *SS.write_argv(fleet.cluster.name, prune=False)],

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from bootstrap.doctor.signatures.engine import Signature
-from bootstrap.doctor.signatures.engine import pattern as _p
+from bootstrap.signatures.engine import Signature
+from bootstrap.signatures.engine import pattern as _p
 
 #: Variables whose value differs per node and must not be copied from the head to Ray workers.
 PER_NODE_ENV = ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "GLOO_SOCKET_IFNAME",

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from bootstrap.doctor.signatures.engine import Signature, fix_from
-from bootstrap.doctor.signatures.engine import pattern as _p
+from bootstrap.signatures.engine import Signature, fix_from
+from bootstrap.signatures.engine import pattern as _p
 
 _TP_PLAN = ("put the other GPUs into pipeline stages: `bootstrap serve MODEL --tp T --pp P` with T x P = all "
             "GPUs (`bootstrap serve --dry-run` shows the plan), e.g. 3 nodes x 1 GPU: --tp 1 --pp 3.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
-from bootstrap.doctor.signatures.engine import MAX_EVIDENCE, mask_secrets, normalize
+from bootstrap.signatures.engine import MAX_EVIDENCE, mask_secrets, normalize
 
 #: What vLLM, Ray, torch.distributed and log collectors put before a line's own text, one at a time (they
 #: nest: "(EngineCore_DP0 pid=9) (RayWorkerWrapper pid=5, ip=10.0.0.2) ERROR 11-21 02:34:44 [core.py:1] ").

@@ -1,4 +1,4 @@
-"""Diagnosis: known failure signatures in node logs, and consistency checks across nodes.
+"""Diagnosis, pure: known failure signatures in node logs, and consistency checks across nodes.
 
 Pure: text and values in, findings out; nothing here touches a host. Three entry points:
 
@@ -18,15 +18,15 @@ Every finding names a cause and a concrete fix. Evidence is one trimmed line wit
 Layout: engine.py (the Signature type, matching, masking, ordering), one data module per source of the
 failure lines (ray.py, container.py, nccl.py, resources.py, vllm.py: each a tuple of `Signature`
 entries, with the functions that build their fixes beside them), rootcause.py, cluster_checks.py.
-A new signature is one entry in its data module and a sample line in tests/doctor/test_signature_samples.py.
+A new signature is one entry in its data module and a sample line in tests/signatures/test_signature_samples.py.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Mapping
 
-from bootstrap.doctor.signatures import container, nccl, ray, resources, vllm
-from bootstrap.doctor.signatures.cluster_checks import (
+from bootstrap.signatures import container, nccl, ray, resources, vllm
+from bootstrap.signatures.cluster_checks import (
     GIB,
     SOCKET_IFNAME_VARS,
     HostReport,
@@ -34,7 +34,7 @@ from bootstrap.doctor.signatures.cluster_checks import (
     check_cluster,
     parse_ip_addr,
 )
-from bootstrap.doctor.signatures.engine import (
+from bootstrap.signatures.engine import (
     MAX_EVIDENCE,
     SEVERITIES,
     Finding,
@@ -44,8 +44,8 @@ from bootstrap.doctor.signatures.engine import (
     scan,
     sort_findings,
 )
-from bootstrap.doctor.signatures.nccl import PER_NODE_ENV
-from bootstrap.doctor.signatures.rootcause import root_cause, root_cause_of
+from bootstrap.signatures.nccl import PER_NODE_ENV
+from bootstrap.signatures.rootcause import root_cause, root_cause_of
 
 __all__ = [
     "GIB", "MAX_EVIDENCE", "PER_NODE_ENV", "SEVERITIES", "SIGNATURES", "SOCKET_IFNAME_VARS", "Finding",

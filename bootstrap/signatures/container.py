@@ -3,8 +3,8 @@ container of ours restarted without its secrets (after a reboot emptied the host
 container (a fleet's floating address) without its tools, or giving the address up."""
 from __future__ import annotations
 
-from bootstrap.doctor.signatures.engine import Signature
-from bootstrap.doctor.signatures.engine import pattern as _p
+from bootstrap.signatures.engine import Signature
+from bootstrap.signatures.engine import pattern as _p
 
 SIGNATURES: tuple[Signature, ...] = (
     Signature(

@@ -1,4 +1,4 @@
-"""The fence and Ray's token: what keeps strangers off the cluster's ports. Pure; no I/O.
+"""The fence and Ray's token: what keeps strangers off the cluster's ports (pure; no I/O).
 
 Most of what a cluster listens on cannot be bound to the data-plane IP (measured on Ray 2.60:
 the GCS, the raylet's two ports, the dashboard agent's gRPC and metrics ports and the head's
@@ -15,7 +15,7 @@ Ray's client and worker ranges, the rendezvous ports `serve` picks from, and the
 range, where the kernel puts every port Ray, vLLM, torch and NIXL open without a fixed number.
 Never fenced: the port sshd took our session on, as the host reports it (ssh_ports: not the
 inventory's, which behind a NAT is the NAT's), and the served endpoint (the head's vLLM port, or in a
-fleet the router's). Whom `cluster.fence_allow` may admit is bounded (bootstrap.cluster.allow).
+fleet the router's). Whom `cluster.fence_allow` may admit is bounded (bootstrap.cluster.guard.allow).
 The table only rejects: it never accepts what another table of the host drops, and it
 touches no other rule. `down` deletes it.
 
@@ -31,7 +31,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
-from bootstrap.cluster.allow import reaching
+from bootstrap.cluster.guard.allow import reaching
+from bootstrap.cluster.guard.secretstore import API_KEY_ENV
 from bootstrap.model import NATIVE_COORD_PORT, NATIVE_MASTER_PORT
 
 if TYPE_CHECKING:
@@ -536,7 +537,6 @@ def _bind(address: str, host: Host) -> str:
 def api_key_on(inv: Inventory) -> bool:
     """vLLM asks for an API key: VLLM_API_KEY reaches it (listed under cluster.secrets, or the
     secret cluster.router.api_key names, which a fleet's replicas get as VLLM_API_KEY)."""
-    from bootstrap.cluster.secretstore import API_KEY_ENV
 
     c = inv.cluster
     names = {s.name for s in c.secrets}

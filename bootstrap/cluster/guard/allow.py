@@ -1,6 +1,6 @@
-"""What `cluster.fence_allow` may admit through the fence. Pure; no I/O.
+"""What `cluster.fence_allow` may admit through the fence (pure; no I/O).
 
-An entry is an address or a network (CIDR) the fence admits like a member (bootstrap.cluster.fence
+An entry is an address or a network (CIDR) the fence admits like a member (bootstrap.cluster.guard.fence
 puts it in the nft set `members4`/`members6`, or an iptables `-s ... -j RETURN`). An entry that would
 not admit what it says is refused (`entry_problem`): host bits set (10.0.0.1/8 would widen to
 10.0.0.0/8 unseen), an IPv4-mapped IPv6 address (::ffff:10.0.0.1: the IPv6 set never matches an IPv4

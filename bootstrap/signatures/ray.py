@@ -3,8 +3,8 @@ VLLM_HOST_IP and Ray disagreeing on a node's IP, the GCS out of reach, an image 
 """
 from __future__ import annotations
 
-from bootstrap.doctor.signatures.engine import Signature
-from bootstrap.doctor.signatures.engine import pattern as _p
+from bootstrap.signatures.engine import Signature
+from bootstrap.signatures.engine import pattern as _p
 
 _IP = r"\d{1,3}(?:\.\d{1,3}){3}"
 

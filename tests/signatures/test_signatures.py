@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.doctor.signatures import (
+from bootstrap.signatures import (
     GIB,
     MAX_EVIDENCE,
     SEVERITIES,

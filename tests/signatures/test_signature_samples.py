@@ -1,14 +1,14 @@
 """Every signature, and every pattern in it, against sample log lines: the table below.
 
-A new signature is one entry in its data module (bootstrap/doctor/signatures/*.py) and its sample lines
-in bootstrap/doctor/signatures/samples.py (the documentation's troubleshooting page shows them too); a
+A new signature is one entry in its data module (bootstrap/signatures/*.py) and its sample lines
+in bootstrap/signatures/samples.py (the documentation's troubleshooting page shows them too); a
 signature without samples, or a pattern that none of its samples matches, fails this file.
 """
 import pytest
 
-from bootstrap.doctor.signatures import MAX_EVIDENCE, SEVERITIES, SIGNATURES, scan_log, signature
-from bootstrap.doctor.signatures.engine import normalize
-from bootstrap.doctor.signatures.samples import SAMPLES
+from bootstrap.signatures import MAX_EVIDENCE, SEVERITIES, SIGNATURES, scan_log, signature
+from bootstrap.signatures.engine import normalize
+from bootstrap.signatures.samples import SAMPLES
 
 CASES = [pytest.param(id, line, id=f"{id}-{n}") for id, lines in SAMPLES.items() for n, line in enumerate(lines)]
 

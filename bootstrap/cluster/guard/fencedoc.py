@@ -1,10 +1,11 @@
-"""docs/security.md's "what the fence admits", from the code (docs/hooks.py): the fence's port table
-(bootstrap.cluster.fence) and the bound on cluster.fence_allow (bootstrap.cluster.allow), apart from
-both so that neither imports the other back."""
+"""docs/security.md's "what the fence admits", made from the code for docs/hooks.py (pure).
+
+The fence's port table (guard/fence.py) and the bound on cluster.fence_allow (guard/allow.py), apart
+from both so that neither imports the other back."""
 from __future__ import annotations
 
-from bootstrap.cluster.allow import bound_text
-from bootstrap.cluster.fence import DEFAULT_EPHEMERAL, port_table
+from bootstrap.cluster.guard.allow import bound_text
+from bootstrap.cluster.guard.fence import DEFAULT_EPHEMERAL, port_table
 from bootstrap.model import Cluster
 
 

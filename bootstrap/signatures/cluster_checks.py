@@ -9,8 +9,8 @@ from typing import Callable, Mapping, Sequence
 
 from bootstrap.cluster.facts import parse_ip_addrs
 from bootstrap.cluster.rack import select_interfaces
-from bootstrap.doctor.signatures.engine import Finding, sort_findings
-from bootstrap.doctor.signatures.engine import one_line as _one_line
+from bootstrap.signatures.engine import Finding, sort_findings
+from bootstrap.signatures.engine import one_line as _one_line
 
 GIB = 1024 ** 3
 #: The *_SOCKET_IFNAME variables `check_cluster` validates against a host's interfaces.

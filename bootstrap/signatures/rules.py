@@ -1,11 +1,11 @@
-"""Pure rules over what doctor gathered: a container's args, the network picture across nodes, free
-disk. No I/O."""
+"""Pure rules over what doctor and check-nccl gathered: a container's args, the network picture across
+nodes, free disk. No I/O."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
 
-from bootstrap.doctor import signatures as D
+from bootstrap import signatures as D
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,18 @@
-"""The network as each node sees it, read over a Session: the node container's addresses and
-*_SOCKET_IFNAME settings beside the host's interfaces. doctor and check-nccl both gather it (the pure
-rules over it are rules.network_findings).
+"""The network as each node sees it, read over a Session: check-nccl's look, and doctor's.
 
-It lives in doctor/, beside the NodeNet it fills and doctor's `ip addr` parser (D.parse_ip_addr),
-rather than in cluster/probe.py: the cluster layer never imports doctor. check-nccl imports it from here
-(not doctor/run.py: no capability imports another's run.py)."""
+The node container's addresses and *_SOCKET_IFNAME settings beside the host's interfaces; the pure
+rules over it are signatures/rules.network_findings.
+
+It lives in nccl/, the lower of its two users (doctor imports nccl, never the other way), rather than
+in cluster/probe.py: the NodeNet it fills and the `ip addr` parser (D.parse_ip_addr) are in
+bootstrap/signatures, above the cluster layer, which never imports them."""
 from __future__ import annotations
 
-from bootstrap.doctor import rules as DR
-from bootstrap.doctor import signatures as D
+from bootstrap import signatures as D
 from bootstrap.model import Host
 from bootstrap.remote import docker as DK
 from bootstrap.remote.session import Session
+from bootstrap.signatures import rules as DR
 
 IP_ADDR = ("ip", "-o", "addr", "show")
 

@@ -1,5 +1,5 @@
-"""Apply the fence, Ray's token and the secrets over SSH (what bootstrap.cluster.fence and
-bootstrap.cluster.secretstore plan).
+"""Apply the fence, Ray's token and the secrets over SSH (what guard/fence.py and guard/secretstore.py
+plan).
 
 `up` calls `fence_refusals` and `secret_refusals` with the preflight (nothing changed yet), then
 `put_fences` before any container starts, `share_token` before the plan and `put_secrets` before the
@@ -14,8 +14,8 @@ from dataclasses import replace
 from typing import Mapping, Sequence
 
 from bootstrap.cluster import facts as F
-from bootstrap.cluster import fence as FN
-from bootstrap.cluster import secretstore as SS
+from bootstrap.cluster.guard import fence as FN
+from bootstrap.cluster.guard import secretstore as SS
 from bootstrap.errors import PreflightFailed
 from bootstrap.model import Host, Inventory
 from bootstrap.remote.fanout import GroupResult

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from bootstrap.doctor.signatures.engine import Signature
-from bootstrap.doctor.signatures.engine import pattern as _p
+from bootstrap.signatures.engine import Signature
+from bootstrap.signatures.engine import pattern as _p
 
 SIGNATURES: tuple[Signature, ...] = (
     Signature(
