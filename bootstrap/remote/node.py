@@ -89,6 +89,10 @@ class Node:
         cmd = DK.exec_argv(container or self.container, *argv, interactive=interactive, detach=detach, env=env)
         return self.ssh.run(cmd, timeout=timeout, check=check, **kw)
 
+    def http_get(self, ip: str, port: int, path: str, *, timeout: float = 10.0) -> tuple[int, bytes]:
+        """GET http://IP:PORT/PATH as seen from the host (ssh.SSHHost.http_get: an SSH channel)."""
+        return self.ssh.http_get(ip, port, path, timeout=timeout)
+
     # -- check payloads --------------------------------------------------------------------------
     def ask(self, script: str, *args: str, container: str | None = None, timeout: float = 60) -> Reply:
         """checks/SCRIPT with ARGS in the container (docker.exec_python_argv)."""
@@ -126,6 +130,25 @@ class Node:
                 check: bool = False) -> ContainerState | None:
         """The container's state; None when there is none (docker.inspect)."""
         return DK.inspect(self.ssh, container or self.container, timeout=timeout, check=check)
+
+    def start(self, *, container: str | None = None, timeout: float = 60):
+        return DK.start(self.ssh, container or self.container, timeout=timeout)
+
+    def rm(self, *names: str, timeout: float = 60, check: bool = False):
+        """`docker rm -f` NAMES (none: the container): absent is fine unless check (docker.rm)."""
+        return DK.rm(self.ssh, *(names or (self.container,)), timeout=timeout, check=check)
+
+    def volume_rm(self, *names: str, timeout: float = 120):
+        """`docker volume rm -f NAMES`: absent is fine (docker.volume_rm)."""
+        return DK.volume_rm(self.ssh, *names, timeout=timeout)
+
+    def signal(self, signal: str, *, container: str | None = None, timeout: float = 60):
+        """Send SIGNAL (e.g. HUP) to the container's main process."""
+        return DK.kill_signal(self.ssh, container or self.container, signal, timeout=timeout)
+
+    def copy_in(self, path: str, data: bytes, *, container: str | None = None, timeout: float = 60):
+        """Put one file (DATA at PATH) into the container, running or not (docker.copy_file_in)."""
+        return DK.copy_file_in(self.ssh, container or self.container, path, data, timeout=timeout)
 
 
 def of(sess: Session, host: Host | str, container: str | None = None) -> Node:
