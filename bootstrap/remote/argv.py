@@ -78,6 +78,11 @@ def hardened(*add: str) -> tuple[str, ...]:
     return (*caps(*add), *NO_NEW_PRIVILEGES)
 
 
+def sh_in_image_argv(image: str, script: str) -> tuple[str, ...]:
+    """sh -c SCRIPT in a throw-away container of IMAGE without a network: a look at what the image holds."""
+    return docker_argv(RunSpec(image, rm=True, options=("--network", "none"), entrypoint="sh", command=("-c", script)))
+
+
 # -- other docker argv ---------------------------------------------------------------------------
 def container_inspect_cmd(name: str) -> tuple[str, ...]:
     """`docker container inspect NAME` (parsed by containers.parse_container_inspect)."""

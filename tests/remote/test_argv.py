@@ -24,6 +24,8 @@ def test_the_option_helpers():
     assert RA.caps() == ("--cap-drop", "ALL")
     assert RA.hardened("NET_RAW", "SETUID") == ("--cap-drop", "ALL", "--cap-add", "NET_RAW", "--cap-add", "SETUID",
                                                 "--security-opt", "no-new-privileges")
+    assert RA.sh_in_image_argv("img", "echo x") == ("docker", "run", "--rm", "--network", "none", "--entrypoint", "sh",
+                                                   "img", "-c", "echo x")
     assert RA.container_inspect_cmd("c") == ("docker", "container", "inspect", "c")
 
 
