@@ -1,4 +1,4 @@
-"""A container as `docker container inspect` shows it: the command and its pure parser. No I/O.
+"""A container as `docker container inspect` shows it: its pure parser (the command is in remote/argv.py). No I/O.
 
 Both layers read containers: remote/docker.py runs the inspect on a host (`docker.inspect`) and
 cluster/facts.py gathers it with a host's other facts. It lives here, below both, so that
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+
+from bootstrap.remote.argv import container_inspect_cmd  # noqa: F401 - moved to remote/argv.py (re-floor)
 
 
 @dataclass(frozen=True)
@@ -26,10 +28,6 @@ class ContainerState:
     @property
     def running(self) -> bool:
         return self.status == "running"
-
-
-def container_inspect_cmd(name: str) -> tuple[str, ...]:
-    return ("docker", "container", "inspect", name)
 
 
 #: Where a container finds the secrets bootstrap mounts into it (cluster/secretstore.py), and a shell

@@ -14,8 +14,8 @@ from bootstrap.cluster import reach as RC
 from bootstrap.cluster import runtime as RT
 from bootstrap.cluster.rack import RackFinding
 from bootstrap.model import Host
-from bootstrap.remote import docker as DK
-from bootstrap.remote.session import Session, check_script, last_json
+from bootstrap.remote import node as N
+from bootstrap.remote.session import Session
 
 
 def host_facts(sess: Session, h: Host) -> F.HostFacts:
@@ -37,7 +37,7 @@ def runtime_from_containers(sess: Session) -> None:
     for h in sess.inv.hosts:
         if h.name not in sess.ssh:
             continue
-        inv = RT.from_containers(sess.inv, {h.name: DK.inspect(sess.ssh[h.name], name, timeout=20)})
+        inv = RT.from_containers(sess.inv, {h.name: N.of(sess, h, name).inspect(timeout=20)})
         if inv.cluster.runtime is not None:
             sess.inv = inv
             return
@@ -46,7 +46,7 @@ def runtime_from_containers(sess: Session) -> None:
 def exposure_warnings(sess: Session, *, vllm_listen: str | None = None) -> list[str]:
     """Services on the head a public address would reach (the dashboard; vLLM when given)."""
     head = sess.inv.head
-    r = sess.ssh[head.name].run(F.addresses_cmd(), timeout=30, check=False)
+    r = N.of(sess, head).run(F.addresses_cmd(), timeout=30, check=False)
     found = exposure.warnings(sess.inv, {head.name: F.parse_addresses(r.stdout)}, vllm_listen=vllm_listen)
     if not r.ok and not F.parse_addresses(r.stdout):  # no addresses read: "no warning" would mean nothing
         why = (r.stderr or r.stdout).strip()[-200:] or f"exit {r.exit_code}"
@@ -62,9 +62,9 @@ def workers_cut_off(sess, port: int, *, timeout: float = 3.0) -> dict[str, str]:
     (checks/reach.py inside each worker container), with the reason; {} when all can."""
     inv = sess.inv
     name = inv.cluster.container_name
-    reach = sess.stage("reach-head", inv.workers, lambda h: sess.ssh[h.name].run_with_input(
-        DK.exec_python_argv(name, [inv.head.ip, str(port), f"{timeout:g}"]), [check_script("reach.py")],
-        timeout=30 + timeout, check=False), strict=False)
+    # the raw result: its exit status and a stopped container say why (_reach_error)
+    reach = sess.stage("reach-head", inv.workers, lambda h: N.of(sess, h, name).ask(
+        "reach.py", inv.head.ip, str(port), f"{timeout:g}", timeout=30 + timeout).result, strict=False)
     failed = reach.failed
     return {n: str(failed[n]) if n in failed else _reach_error(r, inv.head.ip, port) for n, r in reach.items()
             if n in failed or not r.ok}
@@ -87,13 +87,12 @@ def port_reachability(sess: Session, hosts: Sequence[Host]) -> tuple[list[RackFi
     the hosts where the probe could not run (no python3, a failed SSH command): not checked there."""
     inv = sess.inv
     plan = RC.planned_ports(inv)
-    script = [check_script("port_probe.py")]
 
     pids: dict[str, int] = {}
 
     def listen(h: Host) -> dict | None:
-        argv = ("python3", "-", "listen", h.ip, f"{RC.LISTEN_SECONDS:g}", *(str(p) for p, _ in plan[h.name]))
-        doc = last_json(sess.ssh[h.name].run_with_input(argv, script, timeout=30, check=False).stdout)
+        doc = N.of(sess, h).ask_host("port_probe.py", "listen", h.ip, f"{RC.LISTEN_SECONDS:g}",
+                                     *(str(p) for p, _ in plan[h.name]), timeout=30).doc
         if not doc or not isinstance(doc.get("ports"), dict):
             return None
         if isinstance(doc.get("pid"), int):
@@ -106,9 +105,8 @@ def port_reachability(sess: Session, hosts: Sequence[Host]) -> tuple[list[RackFi
     dial = RC.targets(listening, bound)
 
     def connect(h: Host) -> list | None:
-        argv = ("python3", "-", "connect", f"{RC.CONNECT_TIMEOUT:g}", *dial[h.name])
-        r = sess.ssh[h.name].run_with_input(argv, script, timeout=30 + RC.CONNECT_TIMEOUT, check=False)
-        doc = last_json(r.stdout)
+        doc = N.of(sess, h).ask_host("port_probe.py", "connect", f"{RC.CONNECT_TIMEOUT:g}", *dial[h.name],
+                                     timeout=30 + RC.CONNECT_TIMEOUT).doc
         return doc["results"] if doc and isinstance(doc.get("results"), list) else None
 
     try:
@@ -116,7 +114,7 @@ def port_reachability(sess: Session, hosts: Sequence[Host]) -> tuple[list[RackFi
                    if isinstance(v, list)}
     finally:
         # free the ports for the cluster now (a listener left alone exits by itself within LISTEN_SECONDS)
-        sess.stage("ports-stop", [h for h in hosts if h.name in pids], lambda h: sess.ssh[h.name].run(
+        sess.stage("ports-stop", [h for h in hosts if h.name in pids], lambda h: N.of(sess, h).run(
             ("kill", str(pids[h.name])), timeout=30, check=False), strict=False)
     unchecked = [h.name for h in hosts if h.name not in bound or h.name not in dialled]
     return RC.findings(inv, listening, bound, dialled), unchecked

@@ -8,9 +8,9 @@ from bootstrap.cluster import facts as F
 from bootstrap.cluster.plan import RayView, parse_ray_nodes
 from bootstrap.errors import CommandFailed, DeadlineExceeded, PreflightFailed
 from bootstrap.model import Host
-from bootstrap.remote import docker as DK
+from bootstrap.remote import node as N
 from bootstrap.remote.fanout import fan_out
-from bootstrap.remote.session import Session, check_script
+from bootstrap.remote.session import Session
 from bootstrap.remote.ssh import SSHHost
 
 #: Seconds a kept head container gets to appear in Ray before it is recreated.
@@ -56,9 +56,8 @@ def ray_view(sess: Session, expect: Sequence[Host], *, deadline: float, gpus: fl
             "--gpus", str(gpus), "--deadline", str(deadline), "--tag", RAY_WAIT_TAG]
     if stale:
         args += ["--stale", ",".join(sorted(stale))]
-    r = sess.ssh[head.name].run_with_input(DK.exec_python_argv(c.container_name, args),
-                                           [check_script("ray_nodes.py")],
-                                           timeout=deadline + 60, check=False)
+    # read by parse_ray_nodes (its progress lines too), not with the payload's one rule
+    r = N.of(sess, head).ask("ray_nodes.py", *args, timeout=deadline + 60).result
     view = parse_ray_nodes(r.stdout)
     if view.head_now is not None:
         sess.head_clock_offset = view.head_now - time.time()
@@ -90,8 +89,8 @@ def wait_for_gcs(sess: Session, *, deadline: float) -> bool:
     port = sess.inv.cluster.ports.ray_gcs
 
     def gate(h: Host) -> int:
-        r = sess.ssh[h.name].run(gcs_wait_argv(h.ip, port, deadline), timeout=deadline + 30, check=False,
-                                 hangup=True)
+        r = N.of(sess, h).run(gcs_wait_argv(h.ip, port, deadline), timeout=deadline + 30, check=False,
+                              hangup=True)
         if r.ok:
             sess.gcs_open = time.time()
         return r.exit_code
@@ -129,9 +128,9 @@ def why_missing(sess: Session, hosts: Sequence[Host]) -> str:
     name = sess.inv.cluster.container_name
 
     def one(h: Host) -> str:
-        s = sess.ssh[h.name]
-        st = DK.inspect(s, name, timeout=20)
-        last = [ln for ln in DK.logs(s, name, 5, timeout=20).splitlines() if ln.strip()][-1:]
+        node = N.of(sess, h, name)
+        st = node.inspect(timeout=20)
+        last = [ln for ln in node.logs(5, timeout=20).splitlines() if ln.strip()][-1:]
         state = st.status if st else "no container"
         return f"{h.name}: container {state}" + (f", last log: {last[0][:200]}" if last else "")
 

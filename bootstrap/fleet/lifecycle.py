@@ -26,7 +26,7 @@ from bootstrap.errors import BootstrapError, GroupError, UsageError
 from bootstrap.fleet import plan as FP
 from bootstrap.fleet import run as FL
 from bootstrap.model import Host, Inventory
-from bootstrap.remote import docker as DK
+from bootstrap.remote import node as N
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
 from bootstrap.remote.session import Reporter, Session
 
@@ -132,7 +132,7 @@ class FleetDownResult:
 def _remove(sess: Session, host: Host, names: tuple[str, ...]) -> tuple[str, ...]:
     """`docker rm -f NAMES` on one host: those it removed (Docker prints each one it removed on
     stdout; an absent one is fine). Any other failure raises, naming the host."""
-    r = DK.rm(sess.ssh[host.name], *names, timeout=120)
+    r = N.of(sess, host).rm(*names, timeout=120)
     out = set(r.stdout.split())
     return tuple(n for n in names if n in out)
 

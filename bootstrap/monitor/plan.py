@@ -15,6 +15,7 @@ import yaml
 from bootstrap.cluster import plan as PL
 from bootstrap.fleet import plan as FP
 from bootstrap.model import Host, Inventory
+from bootstrap.remote import argv as RA
 
 #: where the generated configuration sits inside the Prometheus container
 CONFIG_PATH = "/etc/bootstrap-prometheus/prometheus.yml"
@@ -107,42 +108,60 @@ def scrape_config(inv: Inventory) -> str:
     return header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
 
 
-def _common(inv: Inventory, name: str, host: Host, role: str) -> list[str]:
-    return ["--name", name, "--network", "host", "--restart", "unless-stopped", "--cap-drop", "ALL",
-            "--security-opt", "no-new-privileges", "--user", USER,
-            "--label", f"{PL.LABEL_CLUSTER}={inv.cluster.name}", "--label", f"{PL.LABEL_HOST}={host.name}",
-            "--label", f"{LABEL_MONITOR}={role}"]
+def _common(inv: Inventory, host: Host, role: str) -> tuple[str, ...]:
+    """Every monitoring container's options but the GPU exporter's: the host's network, a restart
+    policy, no capabilities, as USER, and its labels."""
+    return ("--network", "host", "--restart", "unless-stopped", *RA.hardened(), "--user", USER,
+            *_labels(inv, host, role))
+
+
+def _labels(inv: Inventory, host: Host, role: str) -> tuple[str, ...]:
+    return RA.labels(((PL.LABEL_CLUSTER, inv.cluster.name), (PL.LABEL_HOST, host.name), (LABEL_MONITOR, role)))
+
+
+def prometheus_spec(inv: Inventory) -> RA.RunSpec:
+    """Created, not run: the configuration is copied in before it starts, and again on a change."""
+    m = inv.cluster.monitor
+    h = monitor_host(inv)
+    return RA.RunSpec(m.image, prometheus_name(inv), create=True,
+                      options=(*_common(inv, h, "prometheus"), *RA.volumes(f"{volume_name(inv)}:{DATA_PATH}")),
+                      entrypoint="prometheus",
+                      command=(f"--config.file={CONFIG_PATH}", f"--storage.tsdb.path={DATA_PATH}",
+                               f"--storage.tsdb.retention.time={m.retention}",
+                               f"--web.listen-address={PL.hostport(h.ip, m.port)}"))
 
 
 def prometheus_create_argv(inv: Inventory) -> tuple[str, ...]:
-    """`docker create` (the configuration is copied in before it starts, and again on a change)."""
+    """`docker create` of Prometheus (prometheus_spec)."""
+    return RA.docker_argv(prometheus_spec(inv))
+
+
+def node_exporter_spec(inv: Inventory, host: Host) -> RA.RunSpec:
+    """The node exporter reads the host's /proc and /sys (read-only) and its root filesystem."""
     m = inv.cluster.monitor
-    h = monitor_host(inv)
-    return ("docker", "create", *_common(inv, prometheus_name(inv), h, "prometheus"),
-            "-v", f"{volume_name(inv)}:{DATA_PATH}", "--entrypoint", "prometheus", m.image,
-            f"--config.file={CONFIG_PATH}", f"--storage.tsdb.path={DATA_PATH}",
-            f"--storage.tsdb.retention.time={m.retention}", f"--web.listen-address={PL.hostport(h.ip, m.port)}")
+    return RA.RunSpec(m.node_exporter_image, node_exporter_name(inv), detach=True,
+                      options=(*_common(inv, host, "node-exporter"), "--pid", "host", "--read-only",
+                               *RA.volumes("/proc:/host/proc:ro", "/sys:/host/sys:ro", "/:/host/root:ro,rslave")),
+                      entrypoint="node_exporter",
+                      command=("--path.procfs=/host/proc", "--path.sysfs=/host/sys", "--path.rootfs=/host/root",
+                               f"--web.listen-address={PL.hostport(host.ip, m.node_exporter_port)}"))
 
 
 def node_exporter_run_argv(inv: Inventory, host: Host) -> tuple[str, ...]:
-    """The node exporter reads the host's /proc and /sys (read-only) and its root filesystem."""
+    return RA.docker_argv(node_exporter_spec(inv, host))
+
+
+def dcgm_spec(inv: Inventory, host: Host) -> RA.RunSpec:
+    """NVIDIA's DCGM exporter (GPU utilisation, memory, power, XID errors) on a GPU host."""
     m = inv.cluster.monitor
-    return ("docker", "run", "-d", *_common(inv, node_exporter_name(inv), host, "node-exporter"),
-            "--pid", "host", "--read-only",
-            "-v", "/proc:/host/proc:ro", "-v", "/sys:/host/sys:ro", "-v", "/:/host/root:ro,rslave",
-            "--entrypoint", "node_exporter", m.node_exporter_image,
-            "--path.procfs=/host/proc", "--path.sysfs=/host/sys", "--path.rootfs=/host/root",
-            f"--web.listen-address={PL.hostport(host.ip, m.node_exporter_port)}")
+    return RA.RunSpec(m.dcgm_image, dcgm_name(inv), detach=True,
+                      options=("--network", "host", "--restart", "unless-stopped", "--gpus", "all",
+                               *RA.caps("SYS_ADMIN"), *_labels(inv, host, "dcgm"),
+                               *RA.env({"DCGM_EXPORTER_LISTEN": PL.hostport(host.ip, m.dcgm_port)})))
 
 
 def dcgm_run_argv(inv: Inventory, host: Host) -> tuple[str, ...]:
-    """NVIDIA's DCGM exporter (GPU utilisation, memory, power, XID errors) on a GPU host."""
-    m = inv.cluster.monitor
-    return ("docker", "run", "-d", "--name", dcgm_name(inv), "--network", "host", "--restart", "unless-stopped",
-            "--gpus", "all", "--cap-drop", "ALL", "--cap-add", "SYS_ADMIN",
-            "--label", f"{PL.LABEL_CLUSTER}={inv.cluster.name}", "--label", f"{PL.LABEL_HOST}={host.name}",
-            "--label", f"{LABEL_MONITOR}=dcgm", "-e", f"DCGM_EXPORTER_LISTEN={PL.hostport(host.ip, m.dcgm_port)}",
-            m.dcgm_image)
+    return RA.docker_argv(dcgm_spec(inv, host))
 
 
 def containers(inv: Inventory) -> list[tuple[Host, str, tuple[str, ...]]]:

@@ -15,7 +15,7 @@ from bootstrap.containers import ContainerState
 from bootstrap.errors import CommandFailed, HostUnreachable, MonitorUnreachable, PreflightFailed
 from bootstrap.model import Host, Inventory
 from bootstrap.monitor import plan as MP
-from bootstrap.remote import docker as DK
+from bootstrap.remote import node as N
 from bootstrap.remote.session import Session
 
 LABEL_SPEC = "bootstrap.monitor.run.spec"
@@ -90,36 +90,36 @@ def _with_spec(argv: tuple[str, ...], spec: str) -> tuple[str, ...]:
 def _ensure(sess: Session, host: Host, name: str, argv: tuple[str, ...], config: str | None) -> str:
     """Start `name` from argv unless it already runs that very argv; return what was done. A
     Prometheus whose argv is unchanged gets the new configuration and a reload (SIGHUP)."""
-    s = sess.ssh[host.name]
+    node = N.of(sess, host, name)
 
     def copy_config() -> None:
-        DK.copy_file_in(s, name, MP.CONFIG_PATH, config.encode())
+        node.copy_in(MP.CONFIG_PATH, config.encode())
 
     spec = _spec(argv)
-    cur = DK.inspect(s, name)
+    cur = node.inspect()
     if cur is not None and cur.labels.get(LABEL_SPEC) == spec:
         if config is None:
             if cur.running:
                 return "kept"
-            DK.start(s, name)
+            node.start()
             return "started"
         copy_config()
         if cur.running:
-            DK.kill_signal(s, name, "HUP")
+            node.signal("HUP")
             return "reloaded"
-        DK.start(s, name)
+        node.start()
         return "started"
-    DK.rm(s, name)
-    s.run(_with_spec(argv, spec), timeout=300)
+    node.rm()
+    node.run(_with_spec(argv, spec), timeout=300)
     if config is not None:  # created, not started: the configuration goes in first
         copy_config()
-        DK.start(s, name)
+        node.start()
     return "replaced" if cur is not None else "started"
 
 
 def _get(sess: Session, inv: Inventory, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
     h = MP.monitor_host(inv)
-    return sess.ssh[h.name].http_get(h.ip, inv.cluster.monitor.port, path, timeout=timeout)
+    return N.of(sess, h).http_get(h.ip, inv.cluster.monitor.port, path, timeout=timeout)
 
 
 def _targets(sess: Session, inv: Inventory) -> list[TargetState]:
@@ -168,7 +168,7 @@ def monitor_up(sess: Session, *, wait: float = 120.0) -> MonitorResult:
     inv = sess.inv
     t0 = time.monotonic()
     addrs = sess.stage("addresses", inv.hosts,
-                       lambda h: F.parse_addresses(sess.ssh[h.name].run(F.addresses_cmd(), timeout=30).stdout))
+                       lambda h: F.parse_addresses(N.of(sess, h).run(F.addresses_cmd(), timeout=30).stdout))
     warnings = exposure.monitor_warnings(inv, addrs, MP.monitor_host(inv).name)
     for w in warnings:
         sess.reporter.event(w.split(":", 1)[0], "exposure", "warning", w)
@@ -200,7 +200,7 @@ def monitor_up(sess: Session, *, wait: float = 120.0) -> MonitorResult:
         except OSError as exc:  # not answering yet: asked again; the last answer is in the error at the deadline
             last = str(exc)
         if time.monotonic() > deadline:
-            tail = DK.logs(sess.ssh[mh.name], MP.prometheus_name(inv), 20)
+            tail = N.of(sess, mh, MP.prometheus_name(inv)).logs(20)
             raise CommandFailed(mh.name, f"{MP.prometheus_name(inv)}: GET /-/ready ({last})", None, tail)
         time.sleep(1)
     targets = _targets(sess, inv)
@@ -233,7 +233,7 @@ def prometheus_state(sess: Session) -> ContainerState | None:
     inv = sess.inv
     mh = MP.monitor_host(inv)
     try:
-        return DK.inspect(sess.ssh[mh.name], MP.prometheus_name(inv))
+        return N.of(sess, mh, MP.prometheus_name(inv)).inspect()
     except HostUnreachable as exc:
         raise MonitorUnreachable(mh.name, exc.reason, exc.hint) from None
 
@@ -263,10 +263,10 @@ def monitor_down(sess: Session, *, purge: bool = False) -> dict[str, str]:
     """Remove every monitoring container (and with purge, Prometheus' data volume)."""
     inv = sess.inv
     names = (MP.node_exporter_name(inv), MP.dcgm_name(inv), MP.prometheus_name(inv))
-    res = sess.stage("remove", inv.hosts, lambda h: DK.rm(sess.ssh[h.name], *names, timeout=120))
+    res = sess.stage("remove", inv.hosts, lambda h: N.of(sess, h).rm(*names, timeout=120))
     out = {h: "removed" for h in res}
     if purge:
         mh = MP.monitor_host(inv)
-        sess.stage("purge", [mh], lambda h: DK.volume_rm(sess.ssh[h.name], MP.volume_name(inv)))
+        sess.stage("purge", [mh], lambda h: N.of(sess, h).volume_rm(MP.volume_name(inv)))
         out[mh.name] = "removed, data purged"
     return out

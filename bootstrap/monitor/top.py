@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from bootstrap.fleet import plan as FP
 from bootstrap.model import Host, Inventory
 from bootstrap.monitor import metrics as M
-from bootstrap.remote import docker as DK
-from bootstrap.remote.session import Session, check_script
+from bootstrap.remote import node as N
+from bootstrap.remote.session import Session
 
 #: samples kept per host (enough for the percentile window at a 1 s interval)
 KEEP = 90
@@ -83,9 +83,9 @@ class Watcher:
         self.sess.close()
 
     def _sample(self, t: Target) -> M.HostSample:
-        s = self.sess.ssh[t.host.name]
-        argv = DK.exec_python_argv(t.container, [t.metrics_url] if t.metrics_url else [])
-        r = s.run_with_input(argv, [check_script("top_probe.py")], timeout=20, check=False)
+        # read here, not with the payload's one rule: a probe that exited non-zero is a row marked down
+        r = N.of(self.sess, t.host, t.container).ask("top_probe.py", *([t.metrics_url] if t.metrics_url else []),
+                                                    timeout=20).result
         now = self.clock()
         line = next((ln for ln in reversed(r.stdout.splitlines()) if ln.startswith("{")), None)
         if r.exit_code != 0 or line is None:

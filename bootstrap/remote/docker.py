@@ -5,8 +5,8 @@ snippets run inside the node containers (`PYTHON`, `kill_matching`) are pure; th
 (`inspect`, `logs`, `rm`, `start`, ...) run one step through a host's connection (an SSHHost) and
 read its output. The container inspect command and its parser live in the pure bootstrap/containers.py,
 below both this module and cluster/facts.py, which gathers facts with them too (remote never imports
-cluster); the `docker run/create` argv of the containers bootstrap starts are decided in the pure plan
-modules.
+cluster); the `docker run/create` argv of the containers bootstrap starts are built by the pure
+bootstrap/remote/argv.py from the specs the pure plan modules decide.
 """
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ import tarfile
 import time
 from typing import Iterable, Protocol, Sequence
 
-from bootstrap.containers import LOAD_SECRETS, ContainerState, container_inspect_cmd, parse_container_inspect
+from bootstrap.containers import LOAD_SECRETS, ContainerState, parse_container_inspect
 from bootstrap.errors import CommandFailed
+from bootstrap.remote import argv as RA
+from bootstrap.remote.argv import container_inspect_cmd
 
 
 class Runner(Protocol):
@@ -50,8 +52,8 @@ _PY_OF_RAY = LOAD_SECRETS + '; ' + PYTHON + '; exec $PY - "$@"'
 def run_python_argv(image: str, args: Sequence[str]) -> tuple[str, ...]:
     """Run the Python script on stdin in a throw-away container of the image: no network, no
     capabilities, removed when it ends (what the image offers, read before anything uses it)."""
-    return ("docker", "run", "--rm", "-i", "--network", "none", "--cap-drop", "ALL", "--security-opt",
-            "no-new-privileges", "--entrypoint", "sh", image, "-c", _PY_OF_RAY, "sh", *args)
+    return RA.docker_argv(RA.RunSpec(image, rm=True, interactive=True, options=("--network", "none", *RA.hardened()),
+                                     entrypoint="sh", command=("-c", _PY_OF_RAY, "sh", *args)))
 
 
 def exec_python_argv(container: str, args: Sequence[str]) -> tuple[str, ...]:

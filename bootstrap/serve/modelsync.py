@@ -27,6 +27,7 @@ from bootstrap.cluster import plan as PL
 from bootstrap.errors import BootstrapError, PreflightFailed
 from bootstrap.model import Host
 from bootstrap.remote import docker as DK
+from bootstrap.remote import node as N
 from bootstrap.remote.session import Session, check_script, last_json
 from bootstrap.serve import plan as P
 
@@ -106,19 +107,19 @@ def sync_model(sess: Session, model: str, targets: Sequence[Host],
     files = files_for(targets)  # every node passes on the same stream: what any of them lacks
 
     def send(h: Host, to: Sequence[Host]) -> dict | str:
-        ssh = sess.ssh[h.name]
-        argv = DK.exec_argv(name, "python3", "-c", seed_py, *send_args(h.ip, port, [x.ip for x in to], model, files))
-        r = ssh.run(argv, check=False, hangup=True, timeout=max(COPY_TIMEOUT_S, ssh.settings.command_timeout),
-                    display=f"tar -C {model} -c | image_seed.py {h.ip}:{port}")
+        node = N.of(sess, h, name)
+        r = node.run_in("python3", "-c", seed_py, *send_args(h.ip, port, [x.ip for x in to], model, files),
+                        check=False, hangup=True, timeout=_copy_timeout(node),
+                        display=f"tar -C {model} -c | image_seed.py {h.ip}:{port}")
         return last_json(r.stdout) or (r.stderr or r.stdout).strip()[-300:]
 
     def receive(h: Host, src: Host, to: Sequence[Host], sent) -> str:
-        ssh = sess.ssh[h.name]
+        node = N.of(sess, h, name)
         t0 = time.monotonic()
-        argv = DK.exec_argv(name, "python3", "-c", seed_py, *pass_args(h.ip, port, [x.ip for x in to], src.ip, model))
-        r = ssh.run(argv, check=False, hangup=True, timeout=max(COPY_TIMEOUT_S, ssh.settings.command_timeout),
-                    display=f"model stream from {src.name} into {model}"
-                            + (f", passed on to {', '.join(x.name for x in to)}" if to else ""))
+        r = node.run_in("python3", "-c", seed_py, *pass_args(h.ip, port, [x.ip for x in to], src.ip, model),
+                        check=False, hangup=True, timeout=_copy_timeout(node),
+                        display=f"model stream from {src.name} into {model}"
+                                + (f", passed on to {', '.join(x.name for x in to)}" if to else ""))
         relayed = last_json(r.stdout) or {}
         sink = relayed.get("sink") if isinstance(relayed.get("sink"), dict) else {}
         # what this node unpacked is what it read: the script's own digest of the stream
@@ -147,6 +148,11 @@ def sync_model(sess: Session, model: str, targets: Sequence[Host],
                    lambda h: relay(sess, model, h, stream_py, files_for([h]), stale_for(h)))
         got_from.update({h.name: "this machine" for h in failed})
     return got_from
+
+
+def _copy_timeout(node: N.Node) -> float:
+    """A copy's time limit on the node: COPY_TIMEOUT_S, or the inventory's command_timeout if longer."""
+    return max(COPY_TIMEOUT_S, node.ssh.settings.command_timeout)
 
 
 def relay(sess: Session, model: str, h: Host, stream_py: str, files: Sequence[str] | None = None,
@@ -185,8 +191,8 @@ def _check_and_commit(sess: Session, h: Host, model: str, stream_py: str, got: d
         raise PreflightFailed(h.name, f"the model stream from {src} arrived as {str(got.get('sha256'))[:16]} "
                                       f"({got.get('bytes')} bytes), not {sent}: refused")
     put = ("commit",) if stale is None else ("merge", *stale)
-    r = sess.ssh[h.name].run(stream_argv(sess.inv.cluster.container_name, put[0], model, stream_py, *put[1:]),
-                             timeout=600, check=False)
+    node = N.of(sess, h)
+    r = node.run(stream_argv(node.container, put[0], model, stream_py, *put[1:]), timeout=600, check=False)
     done = last_json(r.stdout) or {}
     if not done.get("ok"):
         raise BootstrapError(f"{h.name}: could not put the received model in place under {model}: "
@@ -197,5 +203,5 @@ def _discard(sess: Session, h: Host, model: str, stream_py: str) -> None:
     """Drop a refused copy. Not checked: every caller raises the refusal right after, and what a failed
     discard leaves (.bootstrap-incoming) is outside the model (manifest_cmd prunes it) and replaced by
     the next copy."""
-    sess.ssh[h.name].run(stream_argv(sess.inv.cluster.container_name, "discard", model, stream_py),
-                         timeout=600, check=False)
+    node = N.of(sess, h)
+    node.run(stream_argv(node.container, "discard", model, stream_py), timeout=600, check=False)

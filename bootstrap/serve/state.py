@@ -11,7 +11,8 @@ from bootstrap.cluster import facts as F
 from bootstrap.errors import CommandFailed
 from bootstrap.model import Host
 from bootstrap.remote import docker as DK
-from bootstrap.remote.session import Session, check_script, last_json, last_json_or_error
+from bootstrap.remote import node as N
+from bootstrap.remote.session import Session, last_json
 from bootstrap.serve import plan as P
 
 LOG = "/tmp/bootstrap-vllm-serve.log"
@@ -91,7 +92,7 @@ def stop_serving(sess: Session, h: Host) -> None:
     or stopped serves nothing: done. Any other failure (Docker does not answer, the exec is refused)
     raises CommandFailed naming the host: `serve --stop` must not say "stopped" where vLLM may still run."""
     name = sess.inv.cluster.container_name
-    r = sess.ssh[h.name].run(DK.exec_argv(name, "sh", "-c", STOP), timeout=60, check=False)
+    r = N.of(sess, h, name).run_in("sh", "-c", STOP, timeout=60, check=False)
     if not r.ok and not DK.not_running_only(r):
         raise CommandFailed(h.name, f"docker exec {name} sh -c <stop what serve started>", r.exit_code,
                             (r.stderr or r.stdout)[-2000:])
@@ -101,13 +102,8 @@ def serving_state(sess: Session) -> ServingState | None:
     """Ask the head container what serve left running (one payload, one SSH round trip)."""
     inv = sess.inv
     name = inv.cluster.container_name
-    r = sess.ssh[inv.head.name].run_with_input(DK.exec_python_argv(name, [STATE, PIDFILE, LOG]),
-                                               [check_script("serve_state.py")], timeout=30, check=False)
-    doc = last_json(r.stdout)
-    if doc is None:  # the payload did not run (docker exec failed, no Python there): unknown, not "nothing served"
-        raise CommandFailed(inv.head.name, f"docker exec {name} serve_state.py", r.exit_code,
-                            (r.stderr or r.stdout)[-2000:])
-    return parse_serving(doc)
+    # no answer (docker exec failed, no Python there) raises PayloadFailed: unknown, not "nothing served"
+    return parse_serving(N.of(sess, inv.head, name).payload("serve_state.py", STATE, PIDFILE, LOG, timeout=30))
 
 
 #: The image's `vllm serve` options, remembered on the host per image ID (a content hash) next to
@@ -123,7 +119,8 @@ def read_vllm_options(sess: Session, host: Host, image: str) -> tuple[P.VllmOpti
     this image ID, else read in a throw-away container of the image (checks/vllm_options.py) and
     cached. Unknown (no answer, an old layout) is not an error: the caller says so and keeps the
     checks it has without it."""
-    s = sess.ssh[host.name]
+    node = N.of(sess, host)
+    s = node.ssh
 
     def read(h: Host) -> tuple[P.VllmOptions | None, str]:
         r = s.run(("sh", "-c", _OPTIONS_CACHED, "sh", image), timeout=30, check=False, query=True)
@@ -134,9 +131,8 @@ def read_vllm_options(sess: Session, host: Host, image: str) -> tuple[P.VllmOpti
         cached = P.VllmOptions.from_doc(last_json(body)) if body.strip() else None
         if cached is not None:
             return cached, ""
-        out = s.run_with_input(DK.run_python_argv(image, []), [check_script("vllm_options.py")], timeout=240,
-                               check=False)
-        doc = last_json(out.stdout)
+        asked = node.ask_image(image, "vllm_options.py", timeout=240)
+        out, doc = asked.result, asked.doc
         opts = P.VllmOptions.from_doc(doc)
         if opts is None:
             why = doc.get("error") if isinstance(doc, dict) and doc.get("error") else (out.stderr or out.stdout)[-200:]
@@ -167,6 +163,6 @@ def read_model_info(sess: Session, host: Host, model: str) -> dict:
     """The model's config.json (and safetensors index), read in the host's node container, where
     vLLM reads them: {"config", "index", "source", "error"}."""
     name = sess.inv.cluster.container_name
-    got = sess.stage("model-config", [host], lambda h: last_json_or_error(sess.ssh[h.name].run_with_input(
-        DK.exec_python_argv(name, [model]), [check_script("model_info.py")], timeout=90, check=False).stdout))
+    got = sess.stage("model-config", [host], lambda h: N.of(sess, h, name).payload_or_error(
+        "model_info.py", model, timeout=90))
     return got[host.name]
