@@ -108,6 +108,13 @@ BODY = json.dumps({"model": "stub", "prompt": "hello", "max_tokens": CHUNKS, "st
                    "stream_options": {"include_usage": True}}).encode()
 
 
+def set_body(model: str, tokens: int) -> None:
+    """The request every arm sends (real engines: `ignore_eos` so that each answer is `tokens` long)."""
+    global BODY
+    BODY = json.dumps({"model": model, "prompt": "hello", "max_tokens": tokens, "stream": True, "ignore_eos": True,
+                       "temperature": 0, "stream_options": {"include_usage": True}}).encode()
+
+
 def one(port: int, conn: http.client.HTTPConnection | None) -> tuple[float, float]:
     """TTFT and total of one streamed completion, in seconds (a new connection unless one is given)."""
     t0 = time.perf_counter()
@@ -208,21 +215,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stub-no-nodelay", action="store_true", help="the stub turns Nagle's algorithm on")
     ap.add_argument("--itl-ms", type=float, default=0.0,
                     help="the stub's time between tokens (0: the whole answer at once)")
+    ap.add_argument("--workers", nargs=2, metavar="PORT",
+                    help="two servers already listening on 127.0.0.1 (e.g. vllm serve) instead of the stubs")
+    ap.add_argument("--model", default="stub", help="the model name the requests carry (with --workers)")
+    ap.add_argument("--tokens", type=int, default=CHUNKS, help="tokens per answer (with --workers)")
     a = ap.parse_args(argv)
     if a.cmd == "stub":
         stub_main(a.port, not a.no_nodelay, a.itl_ms / 1e3)
         return 0
     procs: list[subprocess.Popen] = []
     try:
-        stubs = [free_port(), free_port()]  # two workers: power_of_two refuses fewer
-        for stub_port in stubs:
+        if a.workers:
+            set_body(a.model, a.tokens)
+        stubs = [int(x) for x in a.workers] if a.workers else [free_port(), free_port()]  # power_of_two needs 2
+        for stub_port in () if a.workers else stubs:
             stub_cmd = [sys.executable, "-m", "perf.router_cost", "stub", str(stub_port)]
             stub_cmd += ["--itl-ms", str(a.itl_ms)] + (["--no-nodelay"] if a.stub_no_nodelay else [])
             procs.append(subprocess.Popen(stub_cmd,
                                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         for stub_port in stubs:
             wait_ready(stub_port)
-        arms = [Arm("stub alone", stubs[0])]
+        arms = [Arm("worker alone" if a.workers else "stub alone", stubs[0])]
         for name in a.settings.split(","):
             port = free_port()
             argv_ = router_argv(a.router, port, stubs, SETTINGS[name])
@@ -250,13 +263,14 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.monotonic() - t0
         mode = "one kept-alive connection per arm" if a.keepalive else "a new connection per request"
         print(f"{a.requests} requests per arm, concurrency 1, {mode}, interleaved in blocks of {a.block}; "
-              f"stub: {CHUNKS} tokens {a.itl_ms:g} ms apart; "
-              f"{wall:.0f} s; {os.cpu_count()} cores; router {a.router}")
+              + (f"workers :{stubs[0]} :{stubs[1]}, {a.tokens} tokens; " if a.workers
+                 else f"stub: {CHUNKS} tokens {a.itl_ms:g} ms apart; ")
+              + f"{wall:.0f} s; {os.cpu_count()} cores; router {a.router}")
         print(table(arms, "ttft"))
         print()
         print(table(arms, "total"))
         print(f"\nmedian of the stub alone: {statistics.median(arms[0].total) * 1e3:.2f} ms")
-        for s in stubs:
+        for s in () if a.workers else stubs:
             with urllib.request.urlopen(f"http://127.0.0.1:{s}/stub_counts", timeout=5) as r:
                 seen = json.loads(r.read())
             print(f"stub :{s} was asked, besides completions, by {len(arms) - 1} router(s) in {wall:.0f} s: "
