@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from bootstrap.remote.argv import container_inspect_cmd  # noqa: F401 - moved to remote/argv.py (re-floor)
-
 
 @dataclass(frozen=True)
 class ContainerState:

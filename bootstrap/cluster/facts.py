@@ -12,12 +12,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
-from bootstrap.containers import ContainerState, container_inspect_cmd, parse_container_inspect
+from bootstrap.containers import ContainerState, parse_container_inspect
 from bootstrap.errors import CommandFailed, PreflightFailed
 
 # The container inspect and its parser live in the neutral pure bootstrap/containers.py, which
 # remote/docker.py reads too (remote never imports cluster); re-exported here for the facts' readers.
 from bootstrap.parallel import outcomes
+from bootstrap.remote.argv import container_inspect_cmd
 
 if TYPE_CHECKING:
     from bootstrap.cluster.guard.fence import GuardFacts
