@@ -23,7 +23,7 @@ PKG = Path(__file__).resolve().parent.parent / "bootstrap"
 
 PURE = ("bootstrap.errors", "bootstrap.model", "bootstrap.exposure", "bootstrap.inventory", "bootstrap.containers",
         "bootstrap.cluster.plan", "bootstrap.cluster.allow", "bootstrap.cluster.fencedoc",
-        "bootstrap.cluster.imagecopy", "bootstrap.cluster.facts", "bootstrap.cluster.rack",
+        "bootstrap.cluster.imagedist.plan", "bootstrap.cluster.facts", "bootstrap.cluster.rack",
         "bootstrap.inventory.reference", "bootstrap.doctor.logsources",
         "bootstrap.nccl.parse", "bootstrap.doctor.signatures", "bootstrap.doctor.rules",
         "bootstrap.serve.plan", "bootstrap.serve.passthrough", "bootstrap.fleet.plan", "bootstrap.monitor.plan",

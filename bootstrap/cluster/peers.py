@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Callable, Sequence
 
-from bootstrap.cluster import imagecopy as IC
+from bootstrap.cluster.imagedist import plan as IC
 from bootstrap.errors import BootstrapError, notes_of
 from bootstrap.model import Host
 from bootstrap.remote.session import Session

@@ -13,13 +13,13 @@ from typing import Callable, Mapping, Sequence
 
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import guard as GD
-from bootstrap.cluster import image as IM
-from bootstrap.cluster import mirror as MR
 from bootstrap.cluster import probe
 from bootstrap.cluster import rack as RK
 from bootstrap.cluster import ray as R
 from bootstrap.cluster import reach as RC
 from bootstrap.cluster import runtime as RT
+from bootstrap.cluster.imagedist import plan as MR
+from bootstrap.cluster.imagedist import run as IM
 from bootstrap.cluster.plan import (
     HostAction,
     RayView,

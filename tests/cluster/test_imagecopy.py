@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.cluster import imagecopy as IC
+from bootstrap.cluster.imagedist import plan as IC
 
 SEED = Path(__file__).resolve().parents[2] / "checks" / "image_seed.py"
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from bootstrap.cluster import image as IM
+from bootstrap.cluster.imagedist import run as IM
 from bootstrap.errors import CommandFailed, GroupError, PreflightFailed
 from bootstrap.remote import localdocker as LD
 from bootstrap.remote.session import Session, Timings
