@@ -24,9 +24,37 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from bootstrap.cluster import plan as PL
+from bootstrap.model import Host
+
+# -- which hosts get the image, and which send it ---------------------------------------------------
+
+
+def lacking(hosts: Sequence[Host], ids: Mapping[str, str | None], want_id: str | None, *,
+            pull: bool) -> list[Host]:
+    """The hosts to get the image (``ids``: each host's image ID, None where it has none): with
+    ``want_id`` (the image streamed from this machine) those that hold another; else those without it,
+    or all of them with ``pull``."""
+    if want_id is not None:
+        return [h for h in hosts if ids[h.name] != want_id]
+    return [h for h in hosts if pull or ids[h.name] is None]
+
+
+def first_of(hosts: Sequence[Host]) -> Host:
+    """The head when it is among ``hosts``, else the first of them: the host that gets the image first."""
+    return next((h for h in hosts if h.is_head), hosts[0])
+
+
+def seeds_of(have: Sequence[Host], ids: Mapping[str, str | None],
+             want_id: str | None) -> tuple[list[Host], str | None]:
+    """The hosts of ``have`` that can send the image to the others, and its ID: ``want_id``, or (None)
+    the tag as the head has it when it has it, else as the first of ``have`` has it."""
+    if want_id is None and have:
+        want_id = ids[first_of(have).name]
+    return [h for h in have if ids[h.name] == want_id], want_id
+
 
 # -- peer copies between nodes --------------------------------------------------------------------
 

@@ -167,49 +167,43 @@ def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, l
     those hosts got it: "registry", "this machine" or the name of the peer that sent it.
 
     The registry (or this machine, with --load-image) sends it to one host; the others get it
-    from hosts that have it, over the data plane (bootstrap.imagecopy). A host whose copy fails
+    from hosts that have it, over the data plane (imagedist/plan.py). A host whose copy fails
     falls back to the registry (or this machine), and the event says so."""
     inv = sess.inv
+    ids = {n: f.image_id for n, f in facts.items()}
     if load:
         want_id = local_image_id(image)
         if want_id is None:
             raise PreflightFailed("localhost", f"image {image} is not in this machine's Docker",
                                   f"docker pull {image} (or build it) here before --load-image")
-        todo = [h for h in inv.hosts if facts[h.name].image_id != want_id]
         origin = "this machine"
 
         def source(hosts: list[Host]) -> object:
             return load_image(sess, hosts, image)
     else:
-        todo = [h for h in inv.hosts if pull or facts[h.name].image_id is None]
         want_id = None
         origin = "registry"
 
         def source(hosts: list[Host]) -> object:
             return sess.stage("pull", hosts, lambda h: pull_image(sess.ssh[h.name], image))
+    todo = DP.lacking(inv.hosts, ids, want_id, pull=pull)
     if not todo:
         return {}
     if not inv.cluster.peer_copy or len(inv.hosts) == 1:
         source(todo)
         return {h.name: origin for h in todo}
     got_from: dict[str, str] = {}
-    have = [h for h in inv.hosts if h not in todo]
-    if want_id is None and have:
-        # the tag on hosts that have it: the head's if it has it, else the first one's
-        first = next((h for h in have if h.is_head), have[0])
-        want_id = facts[first.name].image_id
-    seeds = [h for h in have if facts[h.name].image_id == want_id]
+    seeds, want_id = DP.seeds_of([h for h in inv.hosts if h not in todo], ids, want_id)
     rest = list(todo)
     if not seeds and not load and inv.cluster.image_mirror:
-        first = next((h for h in todo if h.is_head), todo[0])
-        got, head_id = _through_mirror(sess, first, todo, image)
+        got, head_id = _through_mirror(sess, DP.first_of(todo), todo, image)
         if got:
             got_from.update(got)
             seeds = [h for h in todo if h.name in got]
             rest = [h for h in todo if h.name not in got]
             want_id = head_id
     if not seeds:
-        first = next((h for h in todo if h.is_head), todo[0])
+        first = DP.first_of(todo)
         source([first])
         got_from[first.name] = origin
         seeds, rest = [first], [h for h in todo if h is not first]
@@ -217,7 +211,7 @@ def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, l
         if want_id is None:
             want_id = got
         if pull:  # hosts that already had what the registry just sent need nothing
-            rest = [h for h in rest if facts[h.name].image_id != want_id]
+            rest = [h for h in rest if ids[h.name] != want_id]
     failed = _copy_image(sess, seeds, rest, image, want_id or "", got_from)
     if failed:
         for h, why in failed.items():
