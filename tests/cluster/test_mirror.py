@@ -1,4 +1,4 @@
-"""The registry mirror of a cold `up` (bootstrap/cluster/mirror.py, checks/mirror_forward.py): names,
+"""The registry mirror of a cold `up` (bootstrap/cluster/imagedist/plan.py and run.py, checks/mirror_forward.py): names,
 nginx's configuration, the commands, and the forwarder over real sockets."""
 import http.server
 import socket

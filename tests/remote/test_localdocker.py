@@ -1,5 +1,5 @@
 """This machine's Docker through the SDK (bootstrap/remote/localdocker.py), and `up --load-image`'s
-fan-out of one `docker save` stream to every host (bootstrap/cluster/image.py load_image).
+fan-out of one `docker save` stream to every host (bootstrap/cluster/imagedist/run.py load_image).
 
 The fan-out tests need no Docker (the save stream and the hosts are fakes); the ones that ask the
 daemon are skipped without one."""
