@@ -265,7 +265,7 @@ class Cluster:
     peer_copy: bool = True
     #: With peer_copy, when no node has the image: the image of a registry mirror (nginx) the head
     #: runs for the duration of the pulls, which every node pulls through at once, so that the
-    #: registry sends each layer once (bootstrap.cluster.mirror); "" (``false`` in the file): the
+    #: registry sends each layer once (bootstrap.cluster.imagedist); "" (``false`` in the file): the
     #: head pulls and copies the image to the others.
     image_mirror: str = "nginx:1.27-alpine"
     #: Extra arguments for `ray start` on every node.

@@ -1,5 +1,5 @@
 """Forward this host's 127.0.0.1:PORT to the head's registry mirror while a command runs. Run on a
-node's host by bootstrap over SSH during a cold `up` (bootstrap/cluster/mirror.py): Docker pulls
+node's host by bootstrap over SSH during a cold `up` (bootstrap/cluster/imagedist/): Docker pulls
 from a registry on loopback over plain HTTP with no daemon setting, so the node pulls
 127.0.0.1:PORT/REPO:TAG and this passes every connection on to HEAD_IP:PORT, connecting from the
 node's data-plane IP (the mirror serves the cluster's members only).

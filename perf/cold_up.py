@@ -230,7 +230,7 @@ def sync_table(syncs: dict[tuple[int, int], dict], node_bits: int | None) -> str
 def sync_only(nodes: list[int], inventory: Path, work: Path, a: argparse.Namespace, existed: bool,
               shape: tuple[str, ...], node_bits: int | None) -> int:
     """--sync-only: the model copy at each N >= 2 and each fanout in --fanouts, side by side."""
-    from bootstrap.cluster.imagecopy import MODEL_FANOUT
+    from bootstrap.cluster.imagedist.plan import MODEL_FANOUT
 
     fanouts = [int(x) for x in a.fanouts.split(",")] if a.fanouts else [MODEL_FANOUT]
     syncs: dict[tuple[int, int], dict] = {}

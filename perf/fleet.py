@@ -26,18 +26,20 @@ from bootstrap.fleet import run as FL
 from bootstrap.inventory import load_inventory
 from bootstrap.remote.session import Session
 from bootstrap.serve import bench as B
+from bootstrap.serve import benchload as BL
+from bootstrap.serve import benchstats as BS
 
 KEY: str | None = None  # the fleet's API key (cluster.router.api_key), set in main
 
 
-def load(url: str, n: int, conc: int, tokens: int, model: str | None) -> B.BenchResult:
-    return B.run_bench(B.BenchConfig(url=url, model=model, requests=n, concurrency=conc, max_tokens=tokens,
+def load(url: str, n: int, conc: int, tokens: int, model: str | None) -> BS.BenchResult:
+    return B.run_bench(BL.BenchConfig(url=url, model=model, requests=n, concurrency=conc, max_tokens=tokens,
                                      api_key=KEY))
 
 
-def merge(results: list[B.BenchResult]) -> B.BenchResult:
+def merge(results: list[BS.BenchResult]) -> BS.BenchResult:
     samples = [x for r in results for x in r.samples]
-    return B.summarize(samples, sum(r.wall_seconds for r in results))
+    return BS.summarize(samples, sum(r.wall_seconds for r in results))
 
 
 def main(argv: list[str]) -> int:
@@ -84,7 +86,7 @@ def main(argv: list[str]) -> int:
             for url in others:
                 FL._router_call(sess, inv, "add", url)
 
-    def ttft(r: B.BenchResult, q: str) -> float:
+    def ttft(r: BS.BenchResult, q: str) -> float:
         return getattr(r.ttft, q) * 1000 if r.ttft else float("nan")
 
     rows.append((f"{inv.cluster.replicas} replicas in rotation", full))

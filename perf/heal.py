@@ -36,6 +36,7 @@ from bootstrap.fleet import plan as FP
 from bootstrap.inventory import load_inventory
 from bootstrap.remote.session import Session
 from bootstrap.serve import bench as B
+from bootstrap.serve import benchload as BL
 from perf import verdict as V
 from perf.bringup import docker_time
 
@@ -75,7 +76,7 @@ class Load:
     """Requests through the router, `concurrency` at a time, until stopped; each (start, ok)."""
 
     def __init__(self, url: str, model: str | None, key: str | None, concurrency: int = 2):
-        self.cfg = B.BenchConfig(url=url, model=model, requests=1, concurrency=1, max_tokens=8, api_key=key,
+        self.cfg = BL.BenchConfig(url=url, model=model, requests=1, concurrency=1, max_tokens=8, api_key=key,
                                  timeout=60)
         self.samples: list[tuple[float, bool]] = []
         self.stop = threading.Event()

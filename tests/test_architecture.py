@@ -30,7 +30,7 @@ PKG = Path(__file__).resolve().parent.parent / "bootstrap"
 PURE = ("bootstrap.errors", "bootstrap.model", "bootstrap.exposure", "bootstrap.inventory", "bootstrap.containers",
         "bootstrap.cluster.plan", "bootstrap.cluster.guard.allow", "bootstrap.cluster.guard.fencedoc",
         "bootstrap.cluster.guard.fence", "bootstrap.cluster.guard.secretstore",
-        "bootstrap.cluster.imagecopy", "bootstrap.cluster.facts", "bootstrap.cluster.rack",
+        "bootstrap.cluster.imagedist.plan", "bootstrap.cluster.facts", "bootstrap.cluster.rack",
         "bootstrap.inventory.reference", "bootstrap.doctor.logsources",
         "bootstrap.nccl.parse", "bootstrap.signatures",
         "bootstrap.serve.plan", "bootstrap.serve.passthrough", "bootstrap.fleet.plan", "bootstrap.monitor.plan",

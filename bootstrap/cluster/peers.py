@@ -1,13 +1,13 @@
 """Node-to-node copies in rounds (who sends to whom: imagecopy.copy_rounds). The controller starts
 both ends of every copy over the SSH connections it has: no node-to-node trust. Used for the image
-(cluster/image.py) and for model weights (`serve --sync-model`, serve/modelsync.py); see
+(cluster/imagedist/run.py) and for model weights (`serve --sync-model`, serve/modelsync.py); see
 docs/image-distribution.md."""
 from __future__ import annotations
 
 import threading
 from typing import Callable, Sequence
 
-from bootstrap.cluster import imagecopy as IC
+from bootstrap.cluster.imagedist import plan as IC
 from bootstrap.errors import BootstrapError, notes_of
 from bootstrap.model import Host
 from bootstrap.remote.session import Session

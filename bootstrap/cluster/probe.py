@@ -2,7 +2,7 @@
 public address would reach on the head, and whether the workers reach the head.
 
 The network as each node sees it (interfaces, *_SOCKET_IFNAME) is doctor's look, in
-doctor/network.py: it fills doctor's NodeNet, and the cluster layer never imports doctor."""
+nccl/network.py: it fills doctor's NodeNet, and the cluster layer never imports doctor."""
 from __future__ import annotations
 
 import json

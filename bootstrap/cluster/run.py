@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from bootstrap.cluster import facts as F
-from bootstrap.cluster import image as IM
-from bootstrap.cluster import mirror as MR
 from bootstrap.cluster import probe
 from bootstrap.cluster import rack as RK
 from bootstrap.cluster import ray as R
 from bootstrap.cluster import reach as RC
 from bootstrap.cluster import runtime as RT
 from bootstrap.cluster.guard import run as GD
+from bootstrap.cluster.imagedist import plan as MR
+from bootstrap.cluster.imagedist import run as IM
 from bootstrap.cluster.plan import (
     HostAction,
     RayView,
@@ -505,7 +505,7 @@ def down(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
                     s.run(DK.exec_argv(name, "ray", "stop"), timeout=60, check=False)
                 DK.rm(s, name, check=True)
             DK.volume_rm(s, compile_cache_volume(inv))  # after the containers that mount it
-            if h.is_head:  # a registry mirror an interrupted cold `up` left (cluster/mirror.py); often none
+            if h.is_head:  # a registry mirror an interrupted cold `up` left (cluster/imagedist/plan.py); often none
                 s.run(MR.remove_argv(), timeout=120, check=False)
             GD.take_down(sess, h)  # the fence and Ray's token, after what they guarded
             return st is not None

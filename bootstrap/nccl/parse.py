@@ -412,7 +412,7 @@ def parse_nccl_transport(log_text: str) -> NcclTransport:
     """What NCCL chose, from `NCCL_DEBUG=INFO` output (several hosts' lines may be mixed in, with
     any prefix such as "(RayWorkerWrapper pid=..)" or "[1,0]<stdout>:")."""
     tr = NcclTransport()
-    saw_ib_using = saw_socket_using = False
+    saw: set[str] = set()  # "ib", "socket": NCCL said which devices or interfaces it uses
     for raw in log_text.splitlines():
         line = raw.rstrip()
         if "NCCL" not in line and "nccl" not in line and "INFO" not in line:
@@ -421,74 +421,93 @@ def parse_nccl_transport(log_text: str) -> NcclTransport:
         host = m.group("host") if m else None
         if host and host not in tr.hosts:
             tr.hosts.append(host)
-
-        if tr.nccl_version is None:
-            mv = _VERSION.search(line) or _VLLM_NCCL.search(line)
-            if mv:
-                tr.nccl_version = mv.group(1)
-                if mv.re is _VERSION and mv.group(2):
-                    tr.cuda_version = mv.group(2)
-        if "NCCL WARN" in line:
-            tr.warnings.append(line[line.find("NCCL WARN"):][:300])
-
-        mc = _CHANNEL.search(line) or _OLDEST_CHANNEL.search(line)
-        if mc:
-            via = mc.group("via").strip()
-            d = mc.groupdict()
-            ch = NcclChannel(channel=int(d["ch"]) if d.get("ch") else None, src=int(d["src"]),
-                             dst=int(d["dst"]), direction=d.get("dir"), via=via,
-                             transport=_transport_of(via), gdrdma="GDRDMA" in via, host=host)
-            tr.channels.append(ch)
-            if ch.network:
-                _add_unique(tr.net_transports, ch.transport)
-                tr.gdrdma = tr.gdrdma or ch.gdrdma
-            else:
-                _add_unique(tr.intra_transports, ch.transport)
-            continue
-
-        mn = _USING_NETWORK.search(line)
-        if mn:
-            _add_unique(tr.networks_announced, mn.group(1))
-            continue
-        if "NET/IB : No device found" in line or "NET/IB: No device found" in line:
-            tr.ib_no_device = True
-            continue
-        if re.search(r"NCCL_IB_DISABLE set by environment to 1\b", line):
-            tr.ib_disabled = True
-        if "Failed to open libibverbs" in line:
-            tr.ibverbs_missing = True
-        if "GPU Direct RDMA Disabled" in line:
-            tr.gdrdma_disabled = True
-        mi = _IB_USING.search(line)
-        if mi and "interface" not in mi.group("devs"):
-            saw_ib_using = True
-            for dev in _IB_DEV.findall(mi.group("devs")):
-                _add_unique(tr.ib_devices, dev)
-            for name, addr in _IFACE.findall(mi.group("oob") or ""):
-                _add_unique(tr.ib_oob, NetInterface(name, addr))
-            continue
-        mo = _IB_DEV_OLD.search(line)
-        if mo:  # NCCL 2.3: "NET/IB: [0] mlx5_1:1/IB"
-            saw_ib_using = True
-            _add_unique(tr.ib_devices, mo.group(1))
-            continue
-        ms = _SOCKET_USING.search(line)
-        if ms:
-            saw_socket_using = True
-            for name, addr in _IFACE.findall(ms.group("ifs")):
-                _add_unique(tr.socket_interfaces, NetInterface(name, addr))
-            continue
-        mb = _BOOTSTRAP.search(line)
-        if mb:
-            for name, addr in _IFACE.findall(mb.group("ifs")):
-                _add_unique(tr.bootstrap_interfaces, NetInterface(name, addr))
-            continue
-        mp = _PLUGIN.search(line)
-        if mp and tr.plugin is None:
-            tr.plugin = (mp.group("p2p") or mp.group("name")).strip()
-
-    tr.network = _decide_network(tr, saw_ib_using, saw_socket_using)
+        _version_and_warning(tr, line)
+        if not _channel_line(tr, line, host):
+            _network_line(tr, line, saw)
+    tr.network = _decide_network(tr, "ib" in saw, "socket" in saw)
     return tr
+
+
+def _version_and_warning(tr: NcclTransport, line: str) -> None:
+    if tr.nccl_version is None:
+        mv = _VERSION.search(line) or _VLLM_NCCL.search(line)
+        if mv:
+            tr.nccl_version = mv.group(1)
+            if mv.re is _VERSION and mv.group(2):
+                tr.cuda_version = mv.group(2)
+    if "NCCL WARN" in line:
+        tr.warnings.append(line[line.find("NCCL WARN"):][:300])
+
+
+def _channel_line(tr: NcclTransport, line: str, host: str | None) -> bool:
+    """A channel's line ("0 -> 1 via NET/IB/0") recorded; False when the line is none."""
+    mc = _CHANNEL.search(line) or _OLDEST_CHANNEL.search(line)
+    if not mc:
+        return False
+    via = mc.group("via").strip()
+    d = mc.groupdict()
+    ch = NcclChannel(channel=int(d["ch"]) if d.get("ch") else None, src=int(d["src"]),
+                     dst=int(d["dst"]), direction=d.get("dir"), via=via,
+                     transport=_transport_of(via), gdrdma="GDRDMA" in via, host=host)
+    tr.channels.append(ch)
+    if ch.network:
+        _add_unique(tr.net_transports, ch.transport)
+        tr.gdrdma = tr.gdrdma or ch.gdrdma
+    else:
+        _add_unique(tr.intra_transports, ch.transport)
+    return True
+
+
+def _network_line(tr: NcclTransport, line: str, saw: set[str]) -> None:
+    """What a line that is no channel's says of the network: announced, missing or disabled devices,
+    the devices and interfaces in use, the plugin."""
+    mn = _USING_NETWORK.search(line)
+    if mn:
+        _add_unique(tr.networks_announced, mn.group(1))
+        return
+    if "NET/IB : No device found" in line or "NET/IB: No device found" in line:
+        tr.ib_no_device = True
+        return
+    if re.search(r"NCCL_IB_DISABLE set by environment to 1\b", line):
+        tr.ib_disabled = True
+    if "Failed to open libibverbs" in line:
+        tr.ibverbs_missing = True
+    if "GPU Direct RDMA Disabled" in line:
+        tr.gdrdma_disabled = True
+    if _interfaces_line(tr, line, saw):
+        return
+    mp = _PLUGIN.search(line)
+    if mp and tr.plugin is None:
+        tr.plugin = (mp.group("p2p") or mp.group("name")).strip()
+
+
+def _interfaces_line(tr: NcclTransport, line: str, saw: set[str]) -> bool:
+    """The IB devices, socket and bootstrap interfaces a line names, recorded; False when it names none."""
+    mi = _IB_USING.search(line)
+    if mi and "interface" not in mi.group("devs"):
+        saw.add("ib")
+        for dev in _IB_DEV.findall(mi.group("devs")):
+            _add_unique(tr.ib_devices, dev)
+        for name, addr in _IFACE.findall(mi.group("oob") or ""):
+            _add_unique(tr.ib_oob, NetInterface(name, addr))
+        return True
+    mo = _IB_DEV_OLD.search(line)
+    if mo:  # NCCL 2.3: "NET/IB: [0] mlx5_1:1/IB"
+        saw.add("ib")
+        _add_unique(tr.ib_devices, mo.group(1))
+        return True
+    ms = _SOCKET_USING.search(line)
+    if ms:
+        saw.add("socket")
+        for name, addr in _IFACE.findall(ms.group("ifs")):
+            _add_unique(tr.socket_interfaces, NetInterface(name, addr))
+        return True
+    mb = _BOOTSTRAP.search(line)
+    if mb:
+        for name, addr in _IFACE.findall(mb.group("ifs")):
+            _add_unique(tr.bootstrap_interfaces, NetInterface(name, addr))
+        return True
+    return False
 
 
 def _normalize_network(name: str) -> str:

@@ -10,7 +10,7 @@ OPTIONS keep the order the plan gives them (the plans' tests pin each kind's arg
 a container's spec hash is taken over it): the helpers below write the common ones once (labels,
 environment, mounts, the capabilities, no-new-privileges). The kinds: the node container
 (cluster/plan.py), a replica's serve and standby containers, the router, keepalived and the keeper
-(fleet/plan.py), Prometheus and its exporters (monitor/plan.py), the image mirror (cluster/mirror.py)
+(fleet/plan.py), Prometheus and its exporters (monitor/plan.py), the image mirror (cluster/imagedist/plan.py)
 and the throw-away containers that look into an image (cluster/facts.py, remote/docker.py).
 """
 from __future__ import annotations

@@ -21,9 +21,9 @@ import json
 import time
 from typing import Iterable, Mapping, Sequence
 
-from bootstrap.cluster import imagecopy as IC
 from bootstrap.cluster import peers
 from bootstrap.cluster import plan as PL
+from bootstrap.cluster.imagedist import plan as IC
 from bootstrap.errors import BootstrapError, PreflightFailed
 from bootstrap.model import Host
 from bootstrap.remote import docker as DK

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.cluster import imagecopy as IC
+from bootstrap.cluster.imagedist import plan as IC
 
 SEED = Path(__file__).resolve().parents[2] / "checks" / "image_seed.py"
 
@@ -23,6 +23,21 @@ def test_one_seed_serves_up_to_fanout_then_everyone_who_has_it_serves():
         [IC.Transfer("a", ("n3", "n4")), IC.Transfer("n1", ("n5", "n6")), IC.Transfer("n2", ("n7", "n8"))],
         [IC.Transfer("a", ("n9", "n10"))],
     ]
+
+
+def test_who_gets_the_image_and_who_sends_it(tmp_path):
+    from tests.support.fleet_inventories import hosts_yaml, load
+
+    inv = load(tmp_path, "cluster:\n  accelerator: none\n" + hosts_yaml(4))
+    h0, h1, h2, h3 = inv.hosts
+    ids = {"h0": None, "h1": "sha256:a", "h2": "sha256:b", "h3": "sha256:a"}
+    assert IC.lacking(inv.hosts, ids, None, pull=False) == [h0]
+    assert IC.lacking(inv.hosts, ids, None, pull=True) == list(inv.hosts)
+    assert IC.lacking(inv.hosts, ids, "sha256:a", pull=False) == [h0, h2]  # streamed from here: its ID wins
+    assert IC.first_of([h2, h0, h1]) is h0 and IC.first_of([h2, h1]) is h2  # the head, else the first
+    assert IC.seeds_of([h1, h2, h3], ids, None) == ([h1, h3], "sha256:a")  # no head among them: h1's tag
+    assert IC.seeds_of([h1, h2, h3], ids, "sha256:b") == ([h2], "sha256:b")
+    assert IC.seeds_of([], ids, None) == ([], None)
 
 
 def test_every_receiver_is_served_once_and_rounds_grow_as_a_tree():

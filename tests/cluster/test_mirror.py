@@ -1,4 +1,4 @@
-"""The registry mirror of a cold `up` (bootstrap/cluster/mirror.py, checks/mirror_forward.py): names,
+"""The registry mirror of a cold `up` (bootstrap/cluster/imagedist/plan.py and run.py, checks/mirror_forward.py): names,
 nginx's configuration, the commands, and the forwarder over real sockets."""
 import http.server
 import socket
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.cluster import mirror as MR
+from bootstrap.cluster.imagedist import plan as MR
 
 FORWARD = Path(__file__).resolve().parents[2] / "checks" / "mirror_forward.py"
 
@@ -191,7 +191,7 @@ def _mirror_cluster(tmp_path, head_answers=(), node_answers=None, n=3):
 
 
 def test_a_cold_cluster_pulls_through_the_heads_mirror_at_once_and_the_mirror_is_removed(tmp_path):
-    from bootstrap.cluster import image as IM
+    from bootstrap.cluster.imagedist import run as IM
 
     inv, sess, fakes, facts, ev = _mirror_cluster(tmp_path)
     got = IM.distribute(sess, facts, IMAGE, load=False, pull=False)
@@ -218,7 +218,7 @@ def test_a_cold_cluster_pulls_through_the_heads_mirror_at_once_and_the_mirror_is
     ("", "it does not answer"),
 ])
 def test_a_mirror_that_cannot_serve_is_removed_and_named_and_nobody_pulls_through_it(tmp_path, answer, why):
-    from bootstrap.cluster import image as IM
+    from bootstrap.cluster.imagedist import run as IM
 
     inv, sess, fakes, facts, ev = _mirror_cluster(
         tmp_path, head_answers=[("GET /v2/", (0, answer, "")), ("docker logs", (0, "", "upstream timed out"))])
@@ -230,7 +230,7 @@ def test_a_mirror_that_cannot_serve_is_removed_and_named_and_nobody_pulls_throug
 
 
 def test_a_node_whose_pull_through_the_mirror_fails_is_left_for_a_peer_copy(tmp_path):
-    from bootstrap.cluster import image as IM
+    from bootstrap.cluster.imagedist import run as IM
 
     inv, sess, fakes, facts, ev = _mirror_cluster(
         tmp_path, node_answers={"h2": [("docker pull", (3, "", "mirror_forward: 127.0.0.1:8476 is taken"))]})
@@ -241,7 +241,7 @@ def test_a_node_whose_pull_through_the_mirror_fails_is_left_for_a_peer_copy(tmp_
 
 
 def test_the_head_failing_through_its_mirror_falls_back_for_everyone_and_a_digest_pin_is_not_mirrored(tmp_path):
-    from bootstrap.cluster import image as IM
+    from bootstrap.cluster.imagedist import run as IM
 
     inv, sess, fakes, facts, ev = _mirror_cluster(
         tmp_path, head_answers=[(f"docker pull --quiet {REF}", (1, "", "manifest unknown"))])

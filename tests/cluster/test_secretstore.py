@@ -242,7 +242,7 @@ def test_each_kind_of_container_holds_exactly_the_secrets_it_uses(tmp_path):
     reaches the serve containers and the router as VLLM_API_KEY only (its secret FLEET_KEY no container),
     the workload's secrets the node and serve containers; the mirror and the keeper none. What each
     argv mounts and exports is KINDS' rule, and each set on the host holds exactly its kind's names."""
-    from bootstrap.cluster import mirror as MR
+    from bootstrap.cluster.imagedist import plan as MR
     from bootstrap.fleet import plan as FP
 
     p = tmp_path / "inv.yaml"

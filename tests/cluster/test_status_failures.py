@@ -78,7 +78,7 @@ def test_exposure_says_when_the_heads_addresses_could_not_be_read(tmp_path):
 
 
 def test_a_wrong_image_that_cannot_be_removed_is_said_beside_the_refusal():
-    from bootstrap.cluster.image import receive_image
+    from bootstrap.cluster.imagedist.run import receive_image
 
     s = FakeHost("h1", [("docker load", (0, "Loaded image: img\n", "")),
                         ("image inspect", (0, "sha256:" + "b" * 64 + "\n", "")),

@@ -1,5 +1,5 @@
 """This machine's Docker through the SDK (bootstrap/remote/localdocker.py), and `up --load-image`'s
-fan-out of one `docker save` stream to every host (bootstrap/cluster/image.py load_image).
+fan-out of one `docker save` stream to every host (bootstrap/cluster/imagedist/run.py load_image).
 
 The fan-out tests need no Docker (the save stream and the hosts are fakes); the ones that ask the
 daemon are skipped without one."""
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from bootstrap.cluster import image as IM
+from bootstrap.cluster.imagedist import run as IM
 from bootstrap.errors import CommandFailed, GroupError, PreflightFailed
 from bootstrap.remote import localdocker as LD
 from bootstrap.remote.session import Session, Timings

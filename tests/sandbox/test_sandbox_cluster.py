@@ -81,7 +81,7 @@ def test_a_corrupted_stream_is_refused_and_load_image_sends_the_image_once_for_t
     (a stream from this machine 86 s, a peer copy 110 s, a registry pull 71 s, measured
     2026-11-28), so the nodes get that one the way most users' nodes do, by the registry pull of
     the first `up` (the next test)."""
-    from bootstrap.cluster.image import receive_image
+    from bootstrap.cluster.imagedist.run import receive_image
     from bootstrap.errors import PreflightFailed
     from bootstrap.inventory import load_inventory
     from bootstrap.remote.ssh import SSHHost
@@ -153,7 +153,7 @@ def registry_sent() -> int:
 
 def compressed_size(image: str) -> int:
     """The image's layers and config as the registry stores them (its manifest's sizes)."""
-    from bootstrap.cluster.mirror import split_image
+    from bootstrap.cluster.imagedist.plan import split_image
     from bootstrap.sandbox.cluster import _registry_request, registry_host_port
 
     ref = split_image(image)
@@ -168,7 +168,7 @@ def test_up_forms_a_ray_cluster_with_one_node_per_host(cluster, tmp_path):
     they get the vLLM image) runs a registry mirror on the head that every node pulls through at
     once (peer_copy, the default on a real cluster; cluster.image_mirror, the sandbox's nginx): the
     registry sends the image once. Then it forms the Ray cluster."""
-    from bootstrap.cluster import mirror as MR
+    from bootstrap.cluster.imagedist import plan as MR
     from bootstrap.inventory import load_inventory
 
     RULES_BEFORE.update({n.name: nft_ruleset(n) for n in cluster.nodes})

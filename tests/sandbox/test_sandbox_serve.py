@@ -264,7 +264,7 @@ def test_an_image_without_ray_serves_natively_with_a_secret_kept_off_argv_and_lo
     import yaml
 
     from bootstrap.sandbox.cluster import push_ray_less
-    from bootstrap.serve import bench as B
+    from bootstrap.serve import benchload as BL
     from tests.support.sandbox import ROOT
 
     sb, three_nodes, inv2 = two
@@ -365,12 +365,12 @@ def test_an_image_without_ray_serves_natively_with_a_secret_kept_off_argv_and_lo
         # bench's parser on the exact lines vLLM sends: text chunks, a usage chunk, [DONE]
         raw = raw_stream(d2["endpoint"], d2["served"][0])
         print("raw vLLM stream:\n" + raw)
-        parsed = [B.parse_sse_line(ln) for ln in raw.splitlines()]
+        parsed = [BL.parse_sse_line(ln) for ln in raw.splitlines()]
         objs = [p for p in parsed if isinstance(p, dict)]
-        assert B.DONE in parsed[-2:] and objs[-1]["choices"] == [] and objs[-1]["usage"]["completion_tokens"] == 4
+        assert BL.DONE in parsed[-2:] and objs[-1]["choices"] == [] and objs[-1]["usage"]["completion_tokens"] == 4
         assert all(o["object"] == "text_completion" and {"index", "text", "finish_reason"} <= set(o["choices"][0])
                    for o in objs[:-1])
-        timer = B.StreamTimer(0.0)
+        timer = BL.StreamTimer(0.0)
         for i, ln in enumerate(raw.splitlines()):
             timer.feed(ln, 0.001 * i)
         sample = timer.sample(1.0)

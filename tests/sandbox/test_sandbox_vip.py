@@ -125,7 +125,7 @@ def test_each_kind_of_container_holds_exactly_the_secrets_it_uses(vipfleet):
     # The image mirror (it runs only during a cold `up`): started on node1 with the tool's own argv, as
     # `up` starts it for this inventory, and read from Docker's record: no secrets directory mounted, no
     # entrypoint exporting one, no secret's name in its environment.
-    from bootstrap.cluster import mirror as MR
+    from bootstrap.cluster.imagedist import plan as MR
     head, mirror_image = sb.nodes[0], fleet.cluster.image_mirror
     on_node(head, "docker", "pull", "-q", mirror_image)
     on_node(head, *MR.prepare_argv(mirror_image))

@@ -13,6 +13,8 @@ import pytest
 
 from bootstrap.errors import UsageError
 from bootstrap.serve import bench as B
+from bootstrap.serve import benchload as BL
+from bootstrap.serve import benchstats as BS
 
 # -- real vLLM stream lines ----------------------------------------------------------------------
 # What vLLM's OpenAI server writes for POST /v1/completions with "stream": true and
@@ -63,32 +65,32 @@ def lines_of(stream: str) -> list[str]:
 
 def test_percentile_nearest_rank_on_1_to_100():
     data = list(range(1, 101))
-    assert B.percentile(data, 50) == 50
-    assert B.percentile(data, 95) == 95
-    assert B.percentile(data, 99) == 99
-    assert B.percentile(data, 100) == 100
-    assert B.percentile(data, 0) == 1
+    assert BS.percentile(data, 50) == 50
+    assert BS.percentile(data, 95) == 95
+    assert BS.percentile(data, 99) == 99
+    assert BS.percentile(data, 100) == 100
+    assert BS.percentile(data, 0) == 1
 
 
 def test_percentile_nearest_rank_small_sets():
     data = [0.5, 0.1, 0.4, 0.2, 0.3, 0.9, 0.8, 0.7, 0.6, 1.0]  # unsorted on purpose
-    assert B.percentile(data, 50) == 0.5      # rank ceil(5.0) = 5
-    assert B.percentile(data, 95) == 1.0      # rank ceil(9.5) = 10
-    assert B.percentile(data, 99) == 1.0      # p99 of < 100 values is the maximum
-    assert B.percentile([7.0], 50) == 7.0
-    assert B.percentile([1, 2, 3, 4], 50) == 2  # nearest rank, not the interpolated 2.5
-    assert B.percentile([1, 2, 3, 4], 51) == 3
+    assert BS.percentile(data, 50) == 0.5      # rank ceil(5.0) = 5
+    assert BS.percentile(data, 95) == 1.0      # rank ceil(9.5) = 10
+    assert BS.percentile(data, 99) == 1.0      # p99 of < 100 values is the maximum
+    assert BS.percentile([7.0], 50) == 7.0
+    assert BS.percentile([1, 2, 3, 4], 50) == 2  # nearest rank, not the interpolated 2.5
+    assert BS.percentile([1, 2, 3, 4], 51) == 3
 
 
 def test_percentile_rejects_bad_input():
     with pytest.raises(ValueError):
-        B.percentile([], 50)
+        BS.percentile([], 50)
     with pytest.raises(ValueError):
-        B.percentile([1.0], 101)
+        BS.percentile([1.0], 101)
 
 
 def test_latency_stats():
-    st = B.LatencyStats.of([0.001 * i for i in range(1, 201)])
+    st = BS.LatencyStats.of([0.001 * i for i in range(1, 201)])
     assert st.count == 200
     assert st.p50 == pytest.approx(0.100)
     assert st.p95 == pytest.approx(0.190)
@@ -97,25 +99,25 @@ def test_latency_stats():
     assert st.mean == pytest.approx(0.1005)
     assert st.to_dict() == {"count": 200, "p50": 100.0, "p95": 190.0, "p99": 198.0,
                             "mean": 100.5, "max": 200.0, "min": 1.0}
-    assert B.LatencyStats.of([]) is None
+    assert BS.LatencyStats.of([]) is None
 
 
 # -- summarize -----------------------------------------------------------------------------------
 
 
-def ok_sample(ttft: float, itl: float, tokens: int) -> B.Sample:
+def ok_sample(ttft: float, itl: float, tokens: int) -> BS.Sample:
     gaps = (itl,) * (tokens - 1)
-    return B.Sample(ok=True, ttft=ttft, itl=gaps, e2e=ttft + sum(gaps), output_tokens=tokens, error=None)
+    return BS.Sample(ok=True, ttft=ttft, itl=gaps, e2e=ttft + sum(gaps), output_tokens=tokens, error=None)
 
 
-def bad_sample(error: str, e2e: float = 0.01) -> B.Sample:
-    return B.Sample(ok=False, ttft=None, itl=(), e2e=e2e, output_tokens=0, error=error)
+def bad_sample(error: str, e2e: float = 0.01) -> BS.Sample:
+    return BS.Sample(ok=False, ttft=None, itl=(), e2e=e2e, output_tokens=0, error=error)
 
 
 def test_summarize_counts_throughput_and_percentiles():
     samples = [ok_sample(0.1, 0.02, 11) for _ in range(8)] + [
         bad_sample("HTTP 500: boom"), bad_sample("HTTP 500: boom"), bad_sample("timeout")]
-    r = B.summarize(samples, wall_seconds=2.0)
+    r = BS.summarize(samples, wall_seconds=2.0)
     assert (r.requests, r.ok, r.failed) == (11, 8, 3)
     assert r.requests_per_s == pytest.approx(4.0)
     assert r.output_tokens == 88
@@ -136,28 +138,28 @@ def test_summarize_counts_throughput_and_percentiles():
 
 
 def test_summarize_empty_and_all_failed():
-    r = B.summarize([], 0.0)
+    r = BS.summarize([], 0.0)
     assert (r.requests, r.ok, r.failed, r.requests_per_s) == (0, 0, 0, 0.0)
     assert r.ttft is None and r.itl is None and r.e2e is None and r.stream_efficiency is None
-    r = B.summarize([bad_sample("connection refused")] * 3, 1.0)
+    r = BS.summarize([bad_sample("connection refused")] * 3, 1.0)
     assert r.ok == 0 and r.failed == 3 and r.ttft is None
     assert any("no request succeeded" in h for h in r.hints)
     json.dumps(r.to_dict())
-    assert "p99" in B.format_result(r) or "TTFT" in B.format_result(r)
+    assert "p99" in BS.format_result(r) or "TTFT" in BS.format_result(r)
 
 
 def test_summarize_ok_sample_without_text():
     # A request that finished at once (EOS first) is ok but has no TTFT and no ITL.
-    s = B.Sample(ok=True, ttft=None, itl=(), e2e=0.05, output_tokens=1, error=None)
-    r = B.summarize([s, ok_sample(0.1, 0.01, 3)], 1.0)
+    s = BS.Sample(ok=True, ttft=None, itl=(), e2e=0.05, output_tokens=1, error=None)
+    r = BS.summarize([s, ok_sample(0.1, 0.01, 3)], 1.0)
     assert r.ok == 2 and r.ttft.count == 1 and r.e2e.count == 2 and r.output_tokens == 4
 
 
 # -- the coordinator hint, both ways -------------------------------------------------------------
 
 
-def coordinator_hints(result: B.BenchResult) -> list[str]:
-    return [h for h in result.hints if h.startswith(B.COORDINATOR_HINT)]
+def coordinator_hints(result: BS.BenchResult) -> list[str]:
+    return [h for h in result.hints if h.startswith(BS.COORDINATOR_HINT)]
 
 
 def test_hint_fires_on_ttft_spike_with_low_throughput():
@@ -165,7 +167,7 @@ def test_hint_fires_on_ttft_spike_with_low_throughput():
     # then stream at the normal 10 ms pace. p99/p50 TTFT = 40x; the in-flight requests got
     # 320 tokens / 7.9 s = 40.5 tok/s against 100 tok/s while streaming: efficiency 0.405 < 0.5.
     samples = [ok_sample(0.05, 0.01, 16) for _ in range(18)] + [ok_sample(2.0, 0.01, 16)] * 2
-    r = B.summarize(samples, 2.5)
+    r = BS.summarize(samples, 2.5)
     assert r.stream_efficiency == pytest.approx(320 / 7.9 * 0.01)
     hints = coordinator_hints(r)
     assert len(hints) == 1
@@ -176,9 +178,9 @@ def test_hint_fires_on_ttft_spike_with_low_throughput():
 def test_hint_fires_on_e2e_spike_alone():
     # Same TTFT everywhere; 2 requests stall mid-stream for 3 s (one huge gap), the rest fine.
     normal = [ok_sample(0.05, 0.01, 16) for _ in range(18)]
-    stalled = B.Sample(ok=True, ttft=0.05, itl=(0.01,) * 14 + (3.0,), e2e=0.05 + 0.14 + 3.0,
+    stalled = BS.Sample(ok=True, ttft=0.05, itl=(0.01,) * 14 + (3.0,), e2e=0.05 + 0.14 + 3.0,
                        output_tokens=16, error=None)
-    r = B.summarize(normal + [stalled, stalled], 3.5)
+    r = BS.summarize(normal + [stalled, stalled], 3.5)
     assert r.ttft.p99 / r.ttft.p50 == pytest.approx(1.0)
     hints = coordinator_hints(r)
     assert len(hints) == 1 and "E2E p99/p50" in hints[0] and "TTFT p99/p50" not in hints[0]
@@ -188,42 +190,42 @@ def test_hint_silent_when_spike_but_throughput_fine():
     # Long outputs: 2 requests wait 0.5 s for the first token, but every request streams 100
     # tokens at 10 ms, so in flight they still got 95% of the streaming rate: not a bottleneck.
     samples = [ok_sample(0.01, 0.01, 100) for _ in range(18)] + [ok_sample(0.5, 0.01, 100)] * 2
-    r = B.summarize(samples, 3.0)
-    assert r.ttft.p99 / r.ttft.p50 > B.SPIKE_RATIO
-    assert r.stream_efficiency > B.LOW_EFFICIENCY
+    r = BS.summarize(samples, 3.0)
+    assert r.ttft.p99 / r.ttft.p50 > BS.SPIKE_RATIO
+    assert r.stream_efficiency > BS.LOW_EFFICIENCY
     assert coordinator_hints(r) == []
 
 
 def test_hint_silent_when_slow_but_no_spike():
     # Uniformly slow (every request waits 1 s): low efficiency, but p99 == p50 -- no spike.
-    r = B.summarize([ok_sample(1.0, 0.01, 16) for _ in range(20)], 4.0)
-    assert r.stream_efficiency < B.LOW_EFFICIENCY
+    r = BS.summarize([ok_sample(1.0, 0.01, 16) for _ in range(20)], 4.0)
+    assert r.stream_efficiency < BS.LOW_EFFICIENCY
     assert coordinator_hints(r) == []
 
 
 def test_hint_silent_when_gpu_bound():
     # GPU-bound: every step slows, ITL grows with TTFT; the tail is close to the median.
     samples = [ok_sample(0.2 + 0.01 * i, 0.05 + 0.001 * i, 16) for i in range(20)]
-    r = B.summarize(samples, 5.0)
-    assert r.stream_efficiency > B.LOW_EFFICIENCY
+    r = BS.summarize(samples, 5.0)
+    assert r.stream_efficiency > BS.LOW_EFFICIENCY
     assert coordinator_hints(r) == []
 
 
 def test_hint_silent_with_too_few_samples_or_no_itl():
     few = [ok_sample(0.05, 0.01, 16) for _ in range(7)] + [ok_sample(2.0, 0.01, 16)] * 2
-    assert coordinator_hints(B.summarize(few, 2.5)) == []
+    assert coordinator_hints(BS.summarize(few, 2.5)) == []
     one_token = [ok_sample(0.05, 0.01, 1) for _ in range(18)] + [ok_sample(2.0, 0.01, 1)] * 2
-    r = B.summarize(one_token, 2.5)
+    r = BS.summarize(one_token, 2.5)
     assert r.itl is None and r.stream_efficiency is None and coordinator_hints(r) == []
 
 
 def test_hint_rule_threshold_is_strict():
-    st = B.LatencyStats(count=20, p50=1.0, p95=2.0, p99=3.0, mean=1.2, max=3.0, min=1.0)
-    assert B.coordinator_hint(20, st, st, 0.1) is None           # ratio 3.0 is not > 3.0
-    st2 = B.LatencyStats(count=20, p50=1.0, p95=2.0, p99=3.01, mean=1.2, max=3.01, min=1.0)
-    assert B.coordinator_hint(20, st2, None, 0.1) is not None
-    assert B.coordinator_hint(20, st2, None, B.LOW_EFFICIENCY) is None  # 0.5 is not < 0.5
-    assert B.coordinator_hint(B.MIN_HINT_SAMPLES - 1, st2, None, 0.1) is None
+    st = BS.LatencyStats(count=20, p50=1.0, p95=2.0, p99=3.0, mean=1.2, max=3.0, min=1.0)
+    assert BS.coordinator_hint(20, st, st, 0.1) is None           # ratio 3.0 is not > 3.0
+    st2 = BS.LatencyStats(count=20, p50=1.0, p95=2.0, p99=3.01, mean=1.2, max=3.01, min=1.0)
+    assert BS.coordinator_hint(20, st2, None, 0.1) is not None
+    assert BS.coordinator_hint(20, st2, None, BS.LOW_EFFICIENCY) is None  # 0.5 is not < 0.5
+    assert BS.coordinator_hint(BS.MIN_HINT_SAMPLES - 1, st2, None, 0.1) is None
 
 
 # -- histogram_text ------------------------------------------------------------------------------
@@ -231,7 +233,7 @@ def test_hint_rule_threshold_is_strict():
 
 def test_histogram_text_shape():
     values = [0.001 * i for i in range(1, 101)] + [0.050] * 20
-    text = B.histogram_text(values, bins=10, width=30)
+    text = BS.histogram_text(values, bins=10, width=30)
     lines = text.splitlines()
     assert len(lines) == 10
     counts = [int(ln.rsplit("|", 1)[1]) for ln in lines]
@@ -247,39 +249,39 @@ def test_histogram_text_shape():
 
 
 def test_histogram_text_edge_cases():
-    assert B.histogram_text([]) == "(no samples)"
-    one = B.histogram_text([0.25, 0.25, 0.25])
+    assert BS.histogram_text([]) == "(no samples)"
+    one = BS.histogram_text([0.25, 0.25, 0.25])
     assert one.splitlines() == ["250.00 - 250.00 ms |" + "#" * 50 + "| 3"]
-    default = B.histogram_text([0.001 * i for i in range(50)])
+    default = BS.histogram_text([0.001 * i for i in range(50)])
     assert len(default.splitlines()) == 20
     with pytest.raises(ValueError):
-        B.histogram_text([1.0], bins=0)
+        BS.histogram_text([1.0], bins=0)
 
 
 # -- SSE parsing ---------------------------------------------------------------------------------
 
 
 def test_parse_sse_line_on_vllm_lines():
-    parsed = [B.parse_sse_line(ln) for ln in lines_of(VLLM_STREAM)]
+    parsed = [BL.parse_sse_line(ln) for ln in lines_of(VLLM_STREAM)]
     objs = [p for p in parsed if isinstance(p, dict)]
     assert len(objs) == 5
-    assert parsed.count(B.DONE) == 1 and parsed[-3] == B.DONE
+    assert parsed.count(BL.DONE) == 1 and parsed[-3] == BL.DONE
     assert [o["choices"][0]["text"] for o in objs[:4]] == [" F", "", "\ufffd ", ""]
     assert objs[3]["choices"][0]["finish_reason"] == "length"
     assert objs[4]["choices"] == [] and objs[4]["usage"]["completion_tokens"] == 4
-    assert B.parse_sse_line(b'data: [DONE]\r\n') == B.DONE
-    assert B.parse_sse_line("data:[DONE]") == B.DONE
-    assert B.parse_sse_line(": keep-alive comment") is None
-    assert B.parse_sse_line("event: ping") is None
-    assert B.parse_sse_line("\n") is None
+    assert BL.parse_sse_line(b'data: [DONE]\r\n') == BL.DONE
+    assert BL.parse_sse_line("data:[DONE]") == BL.DONE
+    assert BL.parse_sse_line(": keep-alive comment") is None
+    assert BL.parse_sse_line("event: ping") is None
+    assert BL.parse_sse_line("\n") is None
     with pytest.raises(ValueError):
-        B.parse_sse_line("data: {not json")
+        BL.parse_sse_line("data: {not json")
 
 
 def test_stream_timer_on_vllm_stream():
     # One time per line (blank separators included): the chunks arrive at 10.10 (" F"),
     # 10.12 (""), 10.15 ("\ufffd "), 10.20 ("" + finish_reason), 10.21 (usage), 10.22 ([DONE]).
-    t = B.StreamTimer(start=10.0)
+    t = BL.StreamTimer(start=10.0)
     times = iter([10.10, 10.10, 10.12, 10.12, 10.15, 10.15, 10.20, 10.20, 10.21, 10.21, 10.22, 10.22, 10.3])
     for ln in lines_of(VLLM_STREAM):
         t.feed(ln, next(times))
@@ -293,7 +295,7 @@ def test_stream_timer_on_vllm_stream():
 
 
 def test_stream_timer_without_usage_counts_chunks():
-    t = B.StreamTimer(0.0)
+    t = BL.StreamTimer(0.0)
     for i, ln in enumerate(lines_of(VLLM_STREAM)):
         if '"usage":{' in ln:
             continue
@@ -302,20 +304,20 @@ def test_stream_timer_without_usage_counts_chunks():
 
 
 def test_stream_timer_errors():
-    t = B.StreamTimer(0.0)
+    t = BL.StreamTimer(0.0)
     t.feed(lines_of(VLLM_STREAM)[0], 0.1)
     t.feed(VLLM_ERROR_LINE, 0.2)
     t.feed("data: [DONE]", 0.3)
     s = t.sample(0.3)
     assert not s.ok and s.error.startswith("stream error 400: The decoder prompt")
-    old = B.StreamTimer(0.0)
+    old = BL.StreamTimer(0.0)
     old.feed('data: {"object":"error","message":"bad","type":"x","code":500}', 0.1)
     assert old.sample(0.1).error == "stream error 500: bad"
-    cut = B.StreamTimer(0.0)
+    cut = BL.StreamTimer(0.0)
     cut.feed(lines_of(VLLM_STREAM)[0], 0.1)
     s = cut.sample(0.2)
     assert not s.ok and "before data: [DONE]" in s.error and s.ttft == pytest.approx(0.1)
-    garbage = B.StreamTimer(0.0)
+    garbage = BL.StreamTimer(0.0)
     garbage.feed("data: <html>", 0.1)
     assert "bad stream line" in garbage.sample(0.1).error
 
@@ -324,25 +326,25 @@ def test_stream_timer_errors():
 
 
 def test_config_validation_and_url():
-    B.BenchConfig(url="http://127.0.0.1:8000", model=None)
+    BL.BenchConfig(url="http://127.0.0.1:8000", model=None)
     for bad in (dict(requests=0), dict(concurrency=0), dict(max_tokens=0), dict(timeout=0)):
         with pytest.raises(UsageError):
-            B.BenchConfig(url="http://127.0.0.1:8000", model=None, **bad)
+            BL.BenchConfig(url="http://127.0.0.1:8000", model=None, **bad)
     with pytest.raises(UsageError):
-        B.BenchConfig(url="127.0.0.1:8000", model=None)
-    assert B.split_url("http://h:8000/v1/") == ("http", "h", 8000, "")
-    assert B.split_url("https://h/proxy/v1") == ("https", "h", 443, "/proxy")
-    body = B.request_body(B.BenchConfig(url="http://h:1", model="m", max_tokens=5, ignore_eos=True), "m")
+        BL.BenchConfig(url="127.0.0.1:8000", model=None)
+    assert BL.split_url("http://h:8000/v1/") == ("http", "h", 8000, "")
+    assert BL.split_url("https://h/proxy/v1") == ("https", "h", 443, "/proxy")
+    body = BL.request_body(BL.BenchConfig(url="http://h:1", model="m", max_tokens=5, ignore_eos=True), "m")
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["max_tokens"] == 5 and body["ignore_eos"] is True and body["model"] == "m"
-    assert "ignore_eos" not in B.request_body(B.BenchConfig(url="http://h:1", model="m"), "m")
+    assert "ignore_eos" not in BL.request_body(BL.BenchConfig(url="http://h:1", model="m"), "m")
 
 
 def test_max_tokens_has_an_upper_bound():
-    B.BenchConfig(url="http://127.0.0.1:8000", model=None, max_tokens=B.MAX_TOKENS)
-    for bad in (B.MAX_TOKENS + 1, 10 ** 30):
-        with pytest.raises(UsageError, match=f"max_tokens must be an integer from 1 to {B.MAX_TOKENS}"):
-            B.BenchConfig(url="http://127.0.0.1:8000", model=None, max_tokens=bad)
+    BL.BenchConfig(url="http://127.0.0.1:8000", model=None, max_tokens=BL.MAX_TOKENS)
+    for bad in (BL.MAX_TOKENS + 1, 10 ** 30):
+        with pytest.raises(UsageError, match=f"max_tokens must be an integer from 1 to {BL.MAX_TOKENS}"):
+            BL.BenchConfig(url="http://127.0.0.1:8000", model=None, max_tokens=bad)
 
 
 # -- run_bench against an in-process fake server -------------------------------------------------
@@ -435,7 +437,7 @@ def fake():
 
 def test_run_bench_bounded_and_counted(fake):
     seen = []
-    cfg = B.BenchConfig(url=fake.url + "/v1", model=None, requests=12, concurrency=3, max_tokens=5, timeout=10)
+    cfg = BL.BenchConfig(url=fake.url + "/v1", model=None, requests=12, concurrency=3, max_tokens=5, timeout=10)
     r = B.run_bench(cfg, progress=lambda done, total: seen.append((done, total)))
     assert fake.completions == 12 and 1 <= fake.max_active <= 3
     assert seen == [(i, 12) for i in range(1, 13)]
@@ -448,7 +450,7 @@ def test_run_bench_bounded_and_counted(fake):
 
 
 def test_run_bench_counts_http_errors(fake):
-    cfg = B.BenchConfig(url=fake.url, model="m", requests=6, concurrency=2, max_tokens=2, prompt="fail")
+    cfg = BL.BenchConfig(url=fake.url, model="m", requests=6, concurrency=2, max_tokens=2, prompt="fail")
     r = B.run_bench(cfg)
     assert r.requests == 6 and r.ok == 3 and r.failed == 3
     (err, n), = r.errors
@@ -456,7 +458,7 @@ def test_run_bench_counts_http_errors(fake):
 
 
 def test_run_bench_timeout_is_per_request(fake):
-    cfg = B.BenchConfig(url=fake.url, model="m", requests=2, concurrency=2, max_tokens=2,
+    cfg = BL.BenchConfig(url=fake.url, model="m", requests=2, concurrency=2, max_tokens=2,
                         prompt="stall", timeout=0.3)
     t0 = time.monotonic()
     r = B.run_bench(cfg)
@@ -465,17 +467,17 @@ def test_run_bench_timeout_is_per_request(fake):
 
 
 def test_run_bench_unreachable():
-    cfg = B.BenchConfig(url="http://127.0.0.1:9", model="m", requests=3, concurrency=2, timeout=2)
+    cfg = BL.BenchConfig(url="http://127.0.0.1:9", model="m", requests=3, concurrency=2, timeout=2)
     r = B.run_bench(cfg)
     assert r.failed == 3 and r.ok == 0 and "ConnectionRefusedError" in r.errors[0][0]
     with pytest.raises(B.BenchError, match="cannot list models"):
-        B.run_bench(B.BenchConfig(url="http://127.0.0.1:9", model=None, timeout=2))
+        B.run_bench(BL.BenchConfig(url="http://127.0.0.1:9", model=None, timeout=2))
 
 
 def test_run_bench_interrupt_cuts_in_flight(fake):
     # The first request streams at once, every later one hangs 10 s; progress raises (as Ctrl-C
     # would) after the first: the queued requests are dropped and the hanging ones cut at once.
-    cfg = B.BenchConfig(url=fake.url, model="m", requests=50, concurrency=2, max_tokens=2,
+    cfg = BL.BenchConfig(url=fake.url, model="m", requests=50, concurrency=2, max_tokens=2,
                         prompt="hang", timeout=30)
 
     def boom(done, total):
@@ -490,17 +492,17 @@ def test_run_bench_interrupt_cuts_in_flight(fake):
 
 def test_write_png(tmp_path):
     pytest.importorskip("matplotlib")
-    r = B.summarize([ok_sample(0.05 + 0.001 * i, 0.01, 8) for i in range(30)], 1.0)
+    r = BS.summarize([ok_sample(0.05 + 0.001 * i, 0.01, 8) for i in range(30)], 1.0)
     out = tmp_path / "bench.png"
     B.write_png(r, out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 1000
     empty = tmp_path / "empty.png"
-    B.write_png(B.summarize([bad_sample("x")], 1.0), empty)
+    B.write_png(BS.summarize([bad_sample("x")], 1.0), empty)
     assert empty.stat().st_size > 0
 
 
 def test_format_result_mentions_everything():
-    r = B.summarize([ok_sample(0.05, 0.01, 16) for _ in range(18)] + [ok_sample(2.0, 0.01, 16)] * 2, 2.5)
-    text = B.format_result(r)
+    r = BS.summarize([ok_sample(0.05, 0.01, 16) for _ in range(18)] + [ok_sample(2.0, 0.01, 16)] * 2, 2.5)
+    text = BS.format_result(r)
     for word in ("TTFT", "ITL", "E2E", "p50", "p95", "p99", "req/s", "tok/s", "hint:", "ms |"):
         assert word in text

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bootstrap.cluster import imagecopy as IC
+from bootstrap.cluster.imagedist import plan as IC
 from bootstrap.errors import PreflightFailed
 from bootstrap.model import Host, SSHTarget
 from bootstrap.serve import modelsync as MS

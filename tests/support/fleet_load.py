@@ -63,9 +63,10 @@ class Load:
 
     def __init__(self, endpoint, concurrency=3, max_tokens=16, pause=0.0, key=None):
         from bootstrap.serve import bench as B
+        from bootstrap.serve import benchload as BL
 
         self.B = B
-        self.cfg = B.BenchConfig(url=endpoint.removesuffix("/v1"), model=MODEL, requests=1, concurrency=1,
+        self.cfg = BL.BenchConfig(url=endpoint.removesuffix("/v1"), model=MODEL, requests=1, concurrency=1,
                                  max_tokens=max_tokens, timeout=120, api_key=key)
         self.samples = []
         self.pause = pause

@@ -1,5 +1,7 @@
-"""Getting the image onto every node: pulls, `--load-image` from this machine, and peer copies
-between nodes in rounds (the pure rounds are in imagecopy.py). See docs/image-distribution.md."""
+"""Getting the image onto every node over SSH: pulls, the registry mirror, `--load-image`, peer copies.
+
+Peer copies go between nodes in rounds; the pure rounds, the mirror's configuration and the commands
+are in plan.py. See docs/image-distribution.md."""
 from __future__ import annotations
 
 import queue
@@ -8,10 +10,9 @@ import time
 from typing import Mapping, Sequence
 
 from bootstrap.cluster import facts as F
-from bootstrap.cluster import imagecopy as IC
-from bootstrap.cluster import mirror as MR
 from bootstrap.cluster import peers
 from bootstrap.cluster import plan as PL
+from bootstrap.cluster.imagedist import plan as DP
 from bootstrap.errors import BootstrapError, CommandFailed, GroupError, PreflightFailed, add_note
 from bootstrap.model import Host
 from bootstrap.remote.fanout import GroupResult
@@ -51,97 +52,113 @@ def load_image(sess: Session, hosts: Sequence[Host], image: str, *, queue_chunks
     queue per host (the reader waits for the slowest host; a host that fails drops out and its queue
     is discarded, the others go on). ``queue_chunks``: chunks (LD.SAVE_CHUNK, 1 MiB) waiting per
     host, what it holds in memory per host. "save" times the daemon's wait before its first chunk."""
-    from bootstrap.remote import localdocker as LD  # the Docker SDK: only when streaming from here
-
-    end = object()  # after the last chunk
-
-    def stream_to(group: list[Host]) -> dict[str, object]:
-        t0 = sess.clock()
-        saved = LD.save(image)
-        try:
-            first = next(saved, b"")  # CommandFailed naming localhost: no such image, or refused
-        except LD.DockerUnavailable as exc:
-            raise CommandFailed("localhost", f"docker save {image}", 1, str(exc)) from None
-        sess.timings.add("save", sess.clock() - t0)
-        queues: dict[str, queue.Queue] = {h.name: queue.Queue(queue_chunks) for h in group}
-        gone: set[str] = set()  # hosts that read no more: loaded, failed, or never started
-        stop = threading.Event()
-
-        def halted() -> bool:
-            return stop.is_set() or sess.cancel.is_set()
-
-        def put(name: str, item: object) -> None:
-            q = queues[name]
-            while name not in gone and not halted():
-                try:
-                    q.put(item, timeout=0.1)
-                    return
-                except queue.Full:  # local flow control, not a remote step: try again until it is read
-                    pass
-
-        def read() -> None:
-            last: object = end
-            try:
-                if first:
-                    for name in queues:
-                        put(name, first)
-                for chunk in saved:
-                    if halted() or len(gone) == len(queues):
-                        return  # nobody reads on: closing the stream ends the daemon's export
-                    for name in queues:
-                        put(name, chunk)
-            except BaseException as exc:  # noqa: BLE001 - the stream broke: every load fails with it
-                last = exc
-            finally:
-                for name in queues:
-                    put(name, last)
-                saved.close()
-
-        def chunks(name: str):
-            q = queues[name]
-            while True:
-                try:
-                    item = q.get(timeout=0.1)
-                except queue.Empty:
-                    if halted():
-                        raise BootstrapError(f"the stream of {image} from this machine stopped") from None
-                    continue
-                if item is end:
-                    return
-                if isinstance(item, CommandFailed):  # a copy: each host's thread raises its own
-                    raise CommandFailed(item.host, item.command, item.exit_code, item.output_tail)
-                if isinstance(item, BaseException):
-                    raise CommandFailed("localhost", f"docker save {image}", 1, f"{type(item).__name__}: {item}")
-                yield item
-
-        def load(h: Host) -> None:
-            try:
-                sess.ssh[h.name].run_with_input(("docker", "load", "--quiet"), chunks(h.name))
-            finally:
-                gone.add(h.name)
-                try:  # what the reader queued for it: free it, and unblock the reader
-                    while True:
-                        queues[h.name].get_nowait()
-                except queue.Empty:
-                    pass
-
-        reader = threading.Thread(target=read, name="load-image-save", daemon=True)
-        reader.start()
-        try:
-            return sess.stage("load-image", group, load, strict=False)
-        finally:
-            stop.set()
-            reader.join(timeout=10)
-
     hosts = list(hosts)
     # Every host of a group loads at once (one left waiting for a worker of sess.stage would stop
     # the reader): at most sess.parallel hosts read one save stream.
     size = max(1, sess.parallel)
     results = GroupResult()
     for i in range(0, len(hosts), size):
-        results.update(stream_to(hosts[i:i + size]))
+        results.update(_stream_to(sess, hosts[i:i + size], image, queue_chunks))
     if results.failed:
         raise GroupError("load-image", results)
+
+
+_END = object()  # after the last chunk
+
+
+class _SaveFanout:
+    """One `docker save` stream of this machine read once and queued for each host of a group."""
+
+    def __init__(self, sess: Session, image: str, saved, first: bytes, names: Sequence[str],
+                 queue_chunks: int) -> None:
+        self.sess, self.image, self.saved, self.first = sess, image, saved, first
+        self.queues: dict[str, queue.Queue] = {n: queue.Queue(queue_chunks) for n in names}
+        self.gone: set[str] = set()  # hosts that read no more: loaded, failed, or never started
+        self.stop = threading.Event()
+
+    def halted(self) -> bool:
+        return self.stop.is_set() or self.sess.cancel.is_set()
+
+    def put(self, name: str, item: object) -> None:
+        q = self.queues[name]
+        while name not in self.gone and not self.halted():
+            try:
+                q.put(item, timeout=0.1)
+                return
+            except queue.Full:  # local flow control, not a remote step: try again until it is read
+                pass
+
+    def read(self) -> None:
+        last: object = _END
+        try:
+            if self.first:
+                for name in self.queues:
+                    self.put(name, self.first)
+            for chunk in self.saved:
+                if self.halted() or len(self.gone) == len(self.queues):
+                    return  # nobody reads on: closing the stream ends the daemon's export
+                for name in self.queues:
+                    self.put(name, chunk)
+        except BaseException as exc:  # noqa: BLE001 - the stream broke: every load fails with it
+            last = exc
+        finally:
+            for name in self.queues:
+                self.put(name, last)
+            self.saved.close()
+
+    def chunks(self, name: str):
+        q = self.queues[name]
+        while True:
+            try:
+                item = q.get(timeout=0.1)
+            except queue.Empty:
+                if self.halted():
+                    raise BootstrapError(f"the stream of {self.image} from this machine stopped") from None
+                continue
+            if item is _END:
+                return
+            if isinstance(item, CommandFailed):  # a copy: each host's thread raises its own
+                raise CommandFailed(item.host, item.command, item.exit_code, item.output_tail)
+            if isinstance(item, BaseException):
+                raise CommandFailed("localhost", f"docker save {self.image}", 1, f"{type(item).__name__}: {item}")
+            yield item
+
+    def done(self, name: str) -> None:
+        """``name`` reads no more: what the reader queued for it is freed, and the reader unblocked."""
+        self.gone.add(name)
+        try:
+            while True:
+                self.queues[name].get_nowait()
+        except queue.Empty:
+            pass
+
+
+def _stream_to(sess: Session, group: list[Host], image: str, queue_chunks: int) -> dict[str, object]:
+    """One save stream of ``image`` loaded into every host of ``group`` at once (a stage's results)."""
+    from bootstrap.remote import localdocker as LD  # the Docker SDK: only when streaming from here
+
+    t0 = sess.clock()
+    saved = LD.save(image)
+    try:
+        first = next(saved, b"")  # CommandFailed naming localhost: no such image, or refused
+    except LD.DockerUnavailable as exc:
+        raise CommandFailed("localhost", f"docker save {image}", 1, str(exc)) from None
+    sess.timings.add("save", sess.clock() - t0)
+    fan = _SaveFanout(sess, image, saved, first, [h.name for h in group], queue_chunks)
+
+    def load(h: Host) -> None:
+        try:
+            sess.ssh[h.name].run_with_input(("docker", "load", "--quiet"), fan.chunks(h.name))
+        finally:
+            fan.done(h.name)
+
+    reader = threading.Thread(target=fan.read, name="load-image-save", daemon=True)
+    reader.start()
+    try:
+        return sess.stage("load-image", group, load, strict=False)
+    finally:
+        fan.stop.set()
+        reader.join(timeout=10)
 
 
 def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, load: bool,
@@ -150,49 +167,43 @@ def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, l
     those hosts got it: "registry", "this machine" or the name of the peer that sent it.
 
     The registry (or this machine, with --load-image) sends it to one host; the others get it
-    from hosts that have it, over the data plane (bootstrap.imagecopy). A host whose copy fails
+    from hosts that have it, over the data plane (imagedist/plan.py). A host whose copy fails
     falls back to the registry (or this machine), and the event says so."""
     inv = sess.inv
+    ids = {n: f.image_id for n, f in facts.items()}
     if load:
         want_id = local_image_id(image)
         if want_id is None:
             raise PreflightFailed("localhost", f"image {image} is not in this machine's Docker",
                                   f"docker pull {image} (or build it) here before --load-image")
-        todo = [h for h in inv.hosts if facts[h.name].image_id != want_id]
         origin = "this machine"
 
         def source(hosts: list[Host]) -> object:
             return load_image(sess, hosts, image)
     else:
-        todo = [h for h in inv.hosts if pull or facts[h.name].image_id is None]
         want_id = None
         origin = "registry"
 
         def source(hosts: list[Host]) -> object:
             return sess.stage("pull", hosts, lambda h: pull_image(sess.ssh[h.name], image))
+    todo = DP.lacking(inv.hosts, ids, want_id, pull=pull)
     if not todo:
         return {}
     if not inv.cluster.peer_copy or len(inv.hosts) == 1:
         source(todo)
         return {h.name: origin for h in todo}
     got_from: dict[str, str] = {}
-    have = [h for h in inv.hosts if h not in todo]
-    if want_id is None and have:
-        # the tag on hosts that have it: the head's if it has it, else the first one's
-        first = next((h for h in have if h.is_head), have[0])
-        want_id = facts[first.name].image_id
-    seeds = [h for h in have if facts[h.name].image_id == want_id]
+    seeds, want_id = DP.seeds_of([h for h in inv.hosts if h not in todo], ids, want_id)
     rest = list(todo)
     if not seeds and not load and inv.cluster.image_mirror:
-        first = next((h for h in todo if h.is_head), todo[0])
-        got, head_id = _through_mirror(sess, first, todo, image)
+        got, head_id = _through_mirror(sess, DP.first_of(todo), todo, image)
         if got:
             got_from.update(got)
             seeds = [h for h in todo if h.name in got]
             rest = [h for h in todo if h.name not in got]
             want_id = head_id
     if not seeds:
-        first = next((h for h in todo if h.is_head), todo[0])
+        first = DP.first_of(todo)
         source([first])
         got_from[first.name] = origin
         seeds, rest = [first], [h for h in todo if h is not first]
@@ -200,7 +211,7 @@ def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, l
         if want_id is None:
             want_id = got
         if pull:  # hosts that already had what the registry just sent need nothing
-            rest = [h for h in rest if facts[h.name].image_id != want_id]
+            rest = [h for h in rest if ids[h.name] != want_id]
     failed = _copy_image(sess, seeds, rest, image, want_id or "", got_from)
     if failed:
         for h, why in failed.items():
@@ -213,76 +224,103 @@ def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, l
 
 def _through_mirror(sess: Session, head: Host, todo: Sequence[Host], image: str) -> tuple[dict[str, str], str]:
     """Every host of ``todo`` pulls the image at once through a registry mirror on ``head``
-    (cluster/mirror.py), which is removed afterwards. Return where each host that got it got it
+    (imagedist/plan.py), which is removed afterwards. Return where each host that got it got it
     ("registry" for the head, the head's name for the others), and the head's image ID: nothing
     when the mirror could not serve (the reason in a warning; the head then pulls and copies as
     before). A host whose pull failed, or whose image differs from the head's, is left out (it gets
     the image from a peer)."""
-    inv = sess.inv
-    port = inv.cluster.ports.image_copy
-    ref = MR.mirror_ref(image, port)
+    port = sess.inv.cluster.ports.image_copy
+    ref = DP.mirror_ref(image, port)
     if ref is None:
         return {}, ""
     ssh = sess.ssh[head.name]
     started = False
-
-    def skip(why: str) -> tuple[dict[str, str], str]:
-        sess.reporter.event(head.name, "image-mirror", "warning",
-                            f"{why}; {head.name} pulls the image and copies it to the others instead")
-        return {}, ""
-
     try:
         t0 = sess.clock()
         sess.reporter.event(head.name, "image-mirror", "start")
-        mirror = inv.cluster.image_mirror
-        if not ssh.run(F.image_id_cmd(mirror), timeout=30, check=False).ok:
-            try:
-                pull_image(ssh, mirror)
-            except CommandFailed as exc:
-                return skip(f"cannot pull the mirror's image {mirror} (cluster.image_mirror): "
-                            f"{exc.output_tail.strip()[-200:]}")
-        reg = MR.split_image(image).registry
-        conf_out = ssh.run(MR.registry_config_cmd(), timeout=30, check=False).stdout
-        https = not MR.plain_http(reg, conf_out)
-        others = [h.ip.strip("[]") for h in inv.hosts if h is not head]
-        conf = MR.nginx_conf(reg, https, head.ip, port, others)
+        why, reg, https = _mirror_ready(sess, head, image)
+        if why:
+            return _mirror_skip(sess, head, why)
         started = True
-        for argv in (MR.prepare_argv(mirror), MR.run_argv(mirror, conf)):
-            r = ssh.run(argv, timeout=120, check=False, display=f"docker run {mirror} (the image mirror)")
-            if not r.ok:
-                return skip(f"the mirror did not start: {(r.stderr or r.stdout).strip()[-200:] or r.exit_code}")
-        out = ssh.run(MR.probe_argv(port), timeout=30, check=False).stdout
-        status = MR.probe_status(out)
-        if status != 200:
-            why = {None: "it does not answer", 401: "the registry asks for credentials (the mirror serves "
-                   "registries that answer anonymously)"}.get(status, f"the registry answers it with HTTP {status}")
-            logs = ssh.run(("docker", "logs", "--tail", "3", MR.CONTAINER), timeout=30, check=False)
-            tail = (logs.stderr or logs.stdout).strip().splitlines()[-1:]
-            seen = f" ({tail[0][:200]})" if tail else ""
-            return skip(f"the mirror on {head.name} cannot serve {reg}: {why}{seen}")
+        why = _mirror_start(sess, head, reg, https)
+        if why:
+            return _mirror_skip(sess, head, why)
         scheme = "https" if https else "http"
         sess.reporter.event(head.name, "image-mirror", "done",
                             f"{PL.hostport(head.ip, port)} caching {scheme}://{reg} in {sess.clock() - t0:.1f}s")
         script = check_script("mirror_forward.py").decode()
-
-        def pull(h: Host) -> str:
-            s = sess.ssh[h.name]
-            t = time.monotonic()
-            argv = MR.pull_argv(ref, None if h is head else head.ip, port, h.ip, script)
-            r = s.run(argv, timeout=s.settings.command_timeout, check=False, hangup=True,
-                      display=f"docker pull {ref}" + ("" if h is head else f" (via {head.name})"))
-            if not r.ok:
-                tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.exit_code}"]
-                raise PreflightFailed(h.name, f"the pull through {head.name}'s mirror failed: {tail[0][:300]}")
-            s.run(MR.retag_argv(ref, image), timeout=60)
-            return f"{time.monotonic() - t:.1f}s"
-
-        res = sess.stage("pull-mirror", todo, pull, strict=False)
+        res = sess.stage("pull-mirror", todo, lambda h: _pull_through(sess, h, head, ref, image, script),
+                         strict=False)
     finally:
         if started:
-            ssh.run(MR.remove_argv(), timeout=120, check=False)
+            ssh.run(DP.remove_argv(), timeout=120, check=False)
     if head.name not in res.succeeded:
-        return skip(f"{head.name}'s pull through its mirror failed ({res.failed.get(head.name)})")
+        return _mirror_skip(sess, head, f"{head.name}'s pull through its mirror failed ({res.failed.get(head.name)})")
+    return _mirrored(sess, head, todo, image, res)
+
+
+def _mirror_skip(sess: Session, head: Host, why: str) -> tuple[dict[str, str], str]:
+    """The mirror does not serve: say why (the head pulls and copies instead); nothing got."""
+    sess.reporter.event(head.name, "image-mirror", "warning",
+                        f"{why}; {head.name} pulls the image and copies it to the others instead")
+    return {}, ""
+
+
+def _mirror_ready(sess: Session, head: Host, image: str) -> tuple[str, str, bool]:
+    """The mirror's image on the head (pulled if absent), and the registry it is to cache and whether
+    over TLS: (why it cannot, registry, https)."""
+    ssh = sess.ssh[head.name]
+    mirror = sess.inv.cluster.image_mirror
+    if not ssh.run(F.image_id_cmd(mirror), timeout=30, check=False).ok:
+        try:
+            pull_image(ssh, mirror)
+        except CommandFailed as exc:
+            return (f"cannot pull the mirror's image {mirror} (cluster.image_mirror): "
+                    f"{exc.output_tail.strip()[-200:]}", "", False)
+    reg = DP.split_image(image).registry
+    conf_out = ssh.run(DP.registry_config_cmd(), timeout=30, check=False).stdout
+    return "", reg, not DP.plain_http(reg, conf_out)
+
+
+def _mirror_start(sess: Session, head: Host, reg: str, https: bool) -> str:
+    """Start the mirror on the head and ask the registry's root through it: why it cannot serve, or ""."""
+    inv, ssh = sess.inv, sess.ssh[head.name]
+    port, mirror = inv.cluster.ports.image_copy, inv.cluster.image_mirror
+    others = [h.ip.strip("[]") for h in inv.hosts if h is not head]
+    conf = DP.nginx_conf(reg, https, head.ip, port, others)
+    for argv in (DP.prepare_argv(mirror), DP.run_argv(mirror, conf)):
+        r = ssh.run(argv, timeout=120, check=False, display=f"docker run {mirror} (the image mirror)")
+        if not r.ok:
+            return f"the mirror did not start: {(r.stderr or r.stdout).strip()[-200:] or r.exit_code}"
+    out = ssh.run(DP.probe_argv(port), timeout=30, check=False).stdout
+    status = DP.probe_status(out)
+    if status == 200:
+        return ""
+    logs = ssh.run(("docker", "logs", "--tail", "3", DP.CONTAINER), timeout=30, check=False)
+    tail = (logs.stderr or logs.stdout).strip().splitlines()[-1:]
+    seen = f" ({tail[0][:200]})" if tail else ""
+    return f"the mirror on {head.name} cannot serve {reg}: {DP.probe_why(status)}{seen}"
+
+
+def _pull_through(sess: Session, h: Host, head: Host, ref: str, image: str, script: str) -> str:
+    """``h`` pulls ``ref`` through the head's mirror and tags it under ``image``; how long it took."""
+    s = sess.ssh[h.name]
+    port = sess.inv.cluster.ports.image_copy
+    t = time.monotonic()
+    argv = DP.pull_argv(ref, None if h is head else head.ip, port, h.ip, script)
+    r = s.run(argv, timeout=s.settings.command_timeout, check=False, hangup=True,
+              display=f"docker pull {ref}" + ("" if h is head else f" (via {head.name})"))
+    if not r.ok:
+        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.exit_code}"]
+        raise PreflightFailed(h.name, f"the pull through {head.name}'s mirror failed: {tail[0][:300]}")
+    s.run(DP.retag_argv(ref, image), timeout=60)
+    return f"{time.monotonic() - t:.1f}s"
+
+
+def _mirrored(sess: Session, head: Host, todo: Sequence[Host], image: str,
+              res: GroupResult) -> tuple[dict[str, str], str]:
+    """After the pulls through the mirror: the hosts whose image is the head's (others are removed
+    and named) with where each got it, and the head's image ID."""
     ids = sess.stage("image-id", [h for h in todo if h.name in res.succeeded],
                      lambda h: sess.ssh[h.name].run(F.image_id_cmd(image), timeout=30).stdout.strip(), strict=False)
     want = ids.succeeded.get(head.name)
@@ -310,7 +348,7 @@ def _copy_image(sess: Session, seeds: Sequence[Host], receivers: Sequence[Host],
 
     def send(h: Host, to: Sequence[Host]) -> dict | str:
         ssh = sess.ssh[h.name]
-        r = ssh.run(IC.seed_argv(image, h.ip, port, [x.ip for x in to], script), check=False, hangup=True,
+        r = ssh.run(DP.seed_argv(image, h.ip, port, [x.ip for x in to], script), check=False, hangup=True,
                     timeout=ssh.settings.command_timeout, display=f"docker save {image} | image_seed.py {h.ip}:{port}")
         return last_json(r.stdout) or (r.stderr or r.stdout).strip()[-300:]
 
@@ -322,13 +360,13 @@ def _copy_image(sess: Session, seeds: Sequence[Host], receivers: Sequence[Host],
 
 
 def receive_image(ssh: SSHHost, image: str, want_id: str, src_name: str, src_ip: str, port: int) -> str:
-    """Load the image streamed by ``src`` (see IC.seed_argv) and check that it is ``want_id``;
+    """Load the image streamed by ``src`` (see DP.seed_argv) and check that it is ``want_id``;
     PreflightFailed when the stream never came, `docker load` refused it, or the ID differs (then
     the tag is removed: a wrong image is never left under the inventory's name)."""
     t0 = time.monotonic()
-    r = ssh.run(IC.receive_argv(src_ip, port), check=False, hangup=True, timeout=ssh.settings.command_timeout)
+    r = ssh.run(DP.receive_argv(src_ip, port), check=False, hangup=True, timeout=ssh.settings.command_timeout)
     took = time.monotonic() - t0
-    if r.exit_code == IC.NO_SENDER:
+    if r.exit_code == DP.NO_SENDER:
         raise PreflightFailed(ssh.name, f"cannot reach {src_name} ({PL.hostport(src_ip, port)}) over the data "
                                         "network for the image copy")
     if not r.ok:
