@@ -348,3 +348,44 @@ def test_only_the_fleet_may_drive_cluster_run():
     assert not [v for v in violations(graph) if v.startswith("bootstrap.fleet.")]
     graph["bootstrap.fleet.lifecycle"] = graph["bootstrap.fleet.lifecycle"] | {"bootstrap.monitor.run"}
     assert any(v.startswith("bootstrap.fleet.lifecycle imports bootstrap.monitor.run") for v in violations(graph))
+
+
+#: The size a reader can hold (issue 50): no module of the package over this many lines, no function over
+#: FUNCTION_LINES (its whole body, decorators left out); complexity is ruff's C901 at 15 (pyproject.toml).
+MODULE_LINES = 600
+FUNCTION_LINES = 80
+
+
+def sizes() -> tuple[list[str], list[str]]:
+    """(modules over MODULE_LINES, functions over FUNCTION_LINES), each as 'path[:name]: lines'."""
+    modules, functions = [], []
+    for p in sorted(PKG.rglob("*.py")):
+        text = p.read_text()
+        rel = p.relative_to(PKG.parent)
+        if text.count("\n") > MODULE_LINES:
+            modules.append(f"{rel}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text, str(p))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > FUNCTION_LINES:
+                    functions.append(f"{rel}:{node.lineno} {node.name}: {n} lines")
+    return modules, functions
+
+
+def test_no_module_over_600_lines():
+    assert not sizes()[0], f"modules over {MODULE_LINES} lines (split by concern):\n" + "\n".join(sizes()[0])
+
+
+def test_no_function_over_80_lines():
+    assert not sizes()[1], f"functions over {FUNCTION_LINES} lines (one step each):\n" + "\n".join(sizes()[1])
+
+
+def test_the_size_rules_can_fail(tmp_path, monkeypatch):
+    pkg = tmp_path / "bootstrap"
+    pkg.mkdir()
+    body = "".join(f"    x{i} = {i}\n" for i in range(FUNCTION_LINES))
+    (pkg / "big.py").write_text("def f():\n" + body + "\n" * MODULE_LINES)
+    monkeypatch.setattr(sys.modules[__name__], "PKG", pkg)
+    modules, functions = sizes()
+    assert modules == [f"bootstrap/big.py: {FUNCTION_LINES + 1 + MODULE_LINES} lines"]
+    assert functions == [f"bootstrap/big.py:1 f: {FUNCTION_LINES + 1} lines"]
