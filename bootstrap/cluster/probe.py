@@ -1,27 +1,120 @@
-"""Read-only looks at the hosts over a Session, shared by every command: each host's facts, what a
-public address would reach on the head, and whether the workers reach the head.
+"""Read-only looks at the hosts over a Session, shared by every command: each host's facts (`gather`
+runs the fact commands of bootstrap.cluster.facts), what a public address would reach on the head,
+and whether the workers reach the head.
 
 The network as each node sees it (interfaces, *_SOCKET_IFNAME) is doctor's look, in
 doctor/network.py: it fills doctor's NodeNet, and the cluster layer never imports doctor."""
 from __future__ import annotations
 
 import json
-from typing import Iterable, Sequence
+import shlex
+import time
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from bootstrap import exposure
 from bootstrap.cluster import facts as F
+from bootstrap.cluster import fence as FN
 from bootstrap.cluster import reach as RC
 from bootstrap.cluster import runtime as RT
 from bootstrap.cluster.rack import RackFinding
+from bootstrap.containers import container_inspect_cmd, parse_container_inspect
+from bootstrap.errors import CommandFailed, PreflightFailed
 from bootstrap.model import Host
+from bootstrap.parallel import outcomes
 from bootstrap.remote import docker as DK
 from bootstrap.remote.session import Session, check_script, last_json
 
 
 def host_facts(sess: Session, h: Host) -> F.HostFacts:
     c = sess.inv.cluster
-    return F.gather(sess.ssh[h.name], container=c.container_name, image=c.image,
-                    want_gpus=c.accelerator == "gpu", cluster=c.name)
+    return gather(sess.ssh[h.name], container=c.container_name, image=c.image,
+                  want_gpus=c.accelerator == "gpu", cluster=c.name)
+
+
+def _in_parallel(jobs: Mapping[str, Callable[[], Any]], width: int) -> dict[str, Any]:
+    """Every job's result, at most `width` at once (bootstrap.parallel: daemon threads, waited for in
+    short steps, so an interrupt is seen); the first job (in order) that raised raises."""
+    got = outcomes(jobs, lambda k: jobs[k](), lambda k: k, width, name="facts")
+    for k in jobs:
+        if isinstance(got[k], BaseException):
+            raise got[k]
+    return {k: got[k] for k in jobs}
+
+
+class Runner(Protocol):
+    name: str
+
+    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True,
+            display: str | None = None, query: bool = False): ...
+
+
+#: Fact commands in flight at once on one host (sshd's MaxSessions is 10 by default; the cluster
+#: lock holds one more channel on the head).
+FACT_CHANNELS = 3
+
+
+def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool, cluster: str | None = None) -> F.HostFacts:
+    try:
+        version, runtimes = F.parse_docker_info(ssh.run(F.DOCKER_INFO, timeout=30, query=True).stdout)
+        if not version:
+            raise CommandFailed(ssh.name, shlex.join(F.DOCKER_INFO), 0, "no server version")
+    except CommandFailed as exc:
+        text = exc.output_tail
+        if "permission denied" in text.lower():
+            hint = "add the SSH user to the docker group (or log in as a user that may use Docker)"
+        elif "not found" in text:
+            hint = "install Docker Engine on the host"
+        else:
+            hint = "start the Docker daemon (systemctl start docker)"
+        last = text.strip().splitlines()[-1] if text.strip() else exc
+        raise PreflightFailed(ssh.name, f"Docker daemon does not answer: {last}", hint) from None
+    # The other facts are independent: read them a few at a time (one SSH channel each, far
+    # below sshd's MaxSessions). Docker CLI starts are what a host spends most CPU on here, so
+    # the container and the image are asked for in one.
+    cmds = {"nofile": F.NOFILE_HARD, "inspect": F.inspect_both_cmd(container, image), "ray_ok": F.LIST_RAY_OK,
+            "rack": F.RACK_FACTS}
+    if cluster is not None:
+        cmds["guard"] = FN.guard_facts_cmd(cluster)
+    if want_gpus:
+        cmds["gpus"] = F.NVIDIA_SMI
+        cmds["cuda"] = F.NVIDIA_SMI_VERSION
+    sent: dict[str, float] = {}
+    received: dict[str, float] = {}
+
+    def timed(k: str, argv: Sequence[str]):
+        sent[k] = time.time()
+        try:
+            return ssh.run(argv, timeout=60 if k == "gpus" else 30, check=False, query=True)
+        finally:
+            received[k] = time.time()
+
+    got = _in_parallel({k: (lambda k=k, argv=argv: timed(k, argv)) for k, argv in cmds.items()}, FACT_CHANNELS)
+    gpus = None
+    if want_gpus:
+        r = got["gpus"]
+        if not r.ok:
+            raise PreflightFailed(ssh.name, "nvidia-smi failed: " + (r.stderr or r.stdout).strip()[-200:],
+                                  "install the NVIDIA driver, or set accelerator: none for a CPU cluster")
+        gpus = F.parse_nvidia_smi(r.stdout)
+    both = F.parse_inspect_both(got["inspect"].stdout, container, image)
+    if both is None:
+        # not checked: Docker answered `docker info` above, so a failed inspect here means "no such
+        # container" / "no such image"
+        ci = ssh.run(container_inspect_cmd(container), timeout=30, check=False, query=True)
+        ii = ssh.run(F.image_id_cmd(image), timeout=30, check=False, query=True)
+        both = (parse_container_inspect(ci.stdout) if ci.ok else None, ii.stdout.strip() if ii.ok else None)
+    cstate, image_id = both
+    driver_cuda = F.parse_driver_cuda(got["cuda"].stdout) if "cuda" in got and got["cuda"].ok else None
+    return F.HostFacts(docker_version=version, runtimes=runtimes, gpus=gpus,
+                     nofile_hard=F.parse_nofile(got["nofile"].stdout), container=cstate,
+                     image_id=image_id or None, ray_ok=F.parse_ray_ok(got["ray_ok"].stdout),
+                     ray_none=F.parse_ray_ok(got["ray_ok"].stdout, F.RAY_NONE_PREFIX),
+                     # not checked: a host without iproute2 or /sys/class/infiniband prints less; what
+                     # is missing is not checked (the preflight's checks skip facts they do not have)
+                     rack=F.parse_rack(got["rack"].stdout, sent=sent.get("rack"), received=received.get("rack")),
+                     driver_cuda=driver_cuda,
+                     image_cuda=F.parse_image_cuda(got["inspect"].stdout) if image_id else {},
+                     guard=FN.parse_guard(got["guard"].stdout) if "guard" in got else None)
 
 
 def gather_hosts(sess: Session, hosts: Iterable[Host] | None = None) -> dict[str, F.HostFacts]:

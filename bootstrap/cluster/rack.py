@@ -15,7 +15,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from bootstrap.cluster.facts import parse_ip_addrs, parse_ip_nets
+# moved to bootstrap.cluster.facts (re-floor): the rack facts' command and parser
+from bootstrap.cluster.facts import _SCRIPT as _SCRIPT
+from bootstrap.cluster.facts import CAP_SYS_RESOURCE as CAP_SYS_RESOURCE
+from bootstrap.cluster.facts import RACK_FACTS as RACK_FACTS
+from bootstrap.cluster.facts import IBPort as IBPort
+from bootstrap.cluster.facts import Link, RackFacts
+from bootstrap.cluster.facts import parse_dockerd as parse_dockerd
+from bootstrap.cluster.facts import parse_ib_port as parse_ib_port
+from bootstrap.cluster.facts import parse_link as parse_link
+from bootstrap.cluster.facts import parse_rack as parse_rack
 
 if TYPE_CHECKING:
     from bootstrap.cluster.facts import HostFacts
@@ -49,155 +58,6 @@ MIN_SHM_BYTES = 1 << 30
 #: left at 1024 or 4096 fail late with "Too many open files"; the sandbox's nodes have 20000
 #: (../shared/TESTBED.md), a usual systemd host 524288 or more.
 MIN_NOFILE = 8192
-
-#: One shell run on the host (not in a container): sections the parser splits on "== NAME".
-_SCRIPT = r"""
-echo "== clock"; date +%s.%N
-echo "== link"; ip -o link show 2>/dev/null
-echo "== addr"; ip -o addr show 2>/dev/null
-echo "== shm"; df -P -B1 /dev/shm 2>/dev/null | tail -n 1
-echo "== cpus"; nproc 2>/dev/null
-echo "== ib"
-[ -d /sys/class/infiniband ] && echo present
-for p in /sys/class/infiniband/*/ports/*; do
-  [ -d "$p" ] || continue
-  hca=${p#/sys/class/infiniband/}; hca=${hca%%/*}
-  v2=0
-  for t in "$p"/gid_attrs/types/*; do
-    [ "$(cat "$t" 2>/dev/null)" = "RoCE v2" ] && { v2="1@${t##*/}"; break; }
-  done
-  echo "$hca ${p##*/} $(tr -d ' ' < "$p/link_layer" 2>/dev/null) $v2 $(cat "$p/state" 2>/dev/null)"
-done
-echo "== dockerd"
-d=$(pgrep -o -x dockerd 2>/dev/null || pidof -s dockerd 2>/dev/null)
-if [ -n "$d" ]; then
-  grep -e "^Max locked memory" /proc/$d/limits 2>/dev/null; grep -e "^CapEff:" /proc/$d/status 2>/dev/null
-fi
-"""
-RACK_FACTS: tuple[str, ...] = ("sh", "-c", _SCRIPT)
-
-
-@dataclass(frozen=True)
-class Link:
-    name: str
-    #: the interface is administratively up and has a carrier (flags UP and LOWER_UP)
-    up: bool
-    mtu: int | None
-
-
-@dataclass(frozen=True)
-class IBPort:
-    hca: str
-    port: int
-    #: "InfiniBand" or "Ethernet" (RoCE)
-    link_layer: str
-    #: the port has a RoCE v2 GID (gid_attrs/types)
-    rocev2: bool
-    #: the state word: ACTIVE, DOWN, INIT, ARMED
-    state: str
-    #: the index of its first RoCE v2 GID (gid_attrs/types/N), where known
-    rocev2_index: int | None = None
-
-
-@dataclass(frozen=True)
-class RackFacts:
-    #: the host's clock minus this machine's at the moment it was read (SSH latency halved out)
-    clock_offset: float | None = None
-    links: tuple[Link, ...] = ()
-    #: (interface, address) pairs
-    addrs: tuple[tuple[str, str], ...] = ()
-    shm_bytes: int | None = None
-    #: None: no /sys/class/infiniband on the host
-    ib: tuple[IBPort, ...] | None = None
-    #: dockerd's hard limit of locked memory in bytes (-1: unlimited; None: not read)
-    dockerd_memlock: int | None = None
-    #: dockerd may raise a container's limits past its own (CAP_SYS_RESOURCE; None: not read)
-    dockerd_sys_resource: bool | None = None
-    #: the CPUs the host's processes may run on (`nproc`; None: not read)
-    cpus: int | None = None
-    #: each address with its prefix length (``10.0.0.5/24``): the networks the host is on
-    nets: tuple[str, ...] = ()
-
-
-def parse_rack(out: str, *, sent: float | None = None, received: float | None = None) -> RackFacts:
-    """RACK_FACTS' output; sent/received: this machine's time.time() around the command, to turn the
-    host's clock into an offset."""
-    sections: dict[str, list[str]] = {}
-    cur = None
-    for line in out.splitlines():
-        if line.startswith("== "):
-            cur = line[3:].strip()
-            sections[cur] = []
-        elif cur is not None and line.strip():
-            sections[cur].append(line)
-    offset = None
-    try:
-        remote = float(sections.get("clock", [""])[0])
-        if sent is not None and received is not None:
-            offset = remote - (sent + received) / 2
-    except (ValueError, IndexError):
-        pass
-    links = tuple(lk for lk in (parse_link(ln) for ln in sections.get("link", [])) if lk is not None)
-    addrs = parse_ip_addrs("\n".join(sections.get("addr", [])))
-    shm = None
-    parts = (sections.get("shm") or [""])[0].split()
-    if len(parts) >= 2 and parts[1].isdigit():
-        shm = int(parts[1])
-    ib_lines = sections.get("ib", [])
-    ib = None
-    if ib_lines and ib_lines[0] == "present":
-        ib = tuple(p for p in (parse_ib_port(ln) for ln in ib_lines[1:]) if p is not None)
-    memlock, sys_resource = parse_dockerd(sections.get("dockerd", []))
-    nproc = (sections.get("cpus") or [""])[0].strip()
-    return RackFacts(offset, links, addrs, shm, ib, memlock, sys_resource,
-                     int(nproc) if nproc.isdigit() and int(nproc) > 0 else None,
-                     parse_ip_nets("\n".join(sections.get("addr", []))))
-
-
-#: CAP_SYS_RESOURCE's bit in /proc/PID/status CapEff
-CAP_SYS_RESOURCE = 24
-
-
-def parse_dockerd(lines: Sequence[str]) -> tuple[int | None, bool | None]:
-    """(hard memlock limit, has CAP_SYS_RESOURCE) from dockerd's /proc limits and status lines."""
-    memlock = caps = None
-    for ln in lines:
-        if ln.startswith("Max locked memory"):
-            hard = ln.split()[4:5]
-            if hard == ["unlimited"]:
-                memlock = -1
-            elif hard and hard[0].isdigit():
-                memlock = int(hard[0])
-        elif ln.startswith("CapEff:"):
-            try:
-                caps = bool(int(ln.split()[1], 16) >> CAP_SYS_RESOURCE & 1)
-            except (IndexError, ValueError):
-                caps = None
-    return memlock, caps
-
-
-_LINK = re.compile(r"^\d+:\s+([^:@\s]+)(?:@\S+)?:\s+<([^>]*)>.*?\bmtu (\d+)")
-
-
-def parse_link(line: str) -> Link | None:
-    """One line of `ip -o link show`: `2: eth0@if5: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 ...`."""
-    m = _LINK.match(line.strip())
-    if not m:
-        return None
-    flags = set(m[2].split(","))
-    return Link(m[1], "UP" in flags and "LOWER_UP" in flags, int(m[3]))
-
-
-def parse_ib_port(line: str) -> IBPort | None:
-    """`HCA PORT LINK_LAYER ROCEV2 STATE...` as RACK_FACTS prints it (state: `4: ACTIVE`; ROCEV2: 0, or
-    1@N with N the GID index, or a bare 1)."""
-    parts = line.split(None, 4)
-    if len(parts) < 5 or not parts[1].isdigit():
-        return None
-    state = parts[4].split(":")[-1].strip().upper()
-    flag, _, index = parts[3].partition("@")
-    return IBPort(parts[0], int(parts[1]), parts[2], flag == "1", state, int(index) if index.isdigit() else None)
-
 
 # -- selections (NCCL's and Gloo's variables) ------------------------------------------------------
 def select_interfaces(var: str, value: str, names: Sequence[str]) -> list[str] | None:

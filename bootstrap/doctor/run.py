@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from bootstrap.cluster import facts as F
+from bootstrap.cluster import probe
 from bootstrap.cluster import rack as RK
 from bootstrap.cluster import ray as R
 from bootstrap.cluster import runtime as RT
@@ -54,7 +55,7 @@ def doctor(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
         def gather(h: Host):
             s = sess.ssh[h.name]
             try:
-                f = F.gather(s, container=name, image=inv.cluster.image,
+                f = probe.gather(s, container=name, image=inv.cluster.image,
                              want_gpus=inv.cluster.accelerator == "gpu")
             except PreflightFailed as exc:
                 findings.append(D.Finding("preflight", "error", h.name, exc.reason, exc.reason[:300], exc.hint))
