@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from bootstrap.containers import ContainerState, parse_container_inspect
-from bootstrap.errors import PreflightFailed
 
 # The container inspect and its parser live in the neutral pure bootstrap/containers.py, which
 # remote/docker.py reads too (remote never imports cluster); re-exported here for the facts' readers.
@@ -198,19 +197,6 @@ def parse_nofile(out: str) -> int | None:
     if s == "unlimited":
         return 1 << 30
     return int(s) if s.isdigit() else None
-
-
-def check_preflight(name: str, facts: HostFacts, *, want_gpus: int | None) -> None:
-    """Raise PreflightFailed when the host cannot run the cluster container."""
-    if want_gpus:
-        if "nvidia" not in facts.runtimes:
-            raise PreflightFailed(name, "Docker has no NVIDIA runtime (--gpus would fail)",
-                                  "install nvidia-container-toolkit and run "
-                                  "`nvidia-ctk runtime configure --runtime=docker`")
-        n = len(facts.gpus or ())
-        if n != want_gpus:
-            raise PreflightFailed(name, f"nvidia-smi shows {n} GPU(s), the inventory expects {want_gpus}",
-                                  "fix hosts[].gpus / cluster.gpus_per_node or the host")
 
 
 # -- addresses (for bootstrap.exposure) ------------------------------------------------------

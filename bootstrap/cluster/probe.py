@@ -14,15 +14,13 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 from bootstrap import exposure
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import fence as FN
-from bootstrap.cluster import reach as RC
 from bootstrap.cluster import runtime as RT
-from bootstrap.cluster.rack import RackFinding
 from bootstrap.containers import container_inspect_cmd, parse_container_inspect
 from bootstrap.errors import CommandFailed, PreflightFailed
 from bootstrap.model import Host
 from bootstrap.parallel import outcomes
 from bootstrap.remote import docker as DK
-from bootstrap.remote.session import Session, check_script, last_json
+from bootstrap.remote.session import Session, check_script
 
 
 def host_facts(sess: Session, h: Host) -> F.HostFacts:
@@ -172,44 +170,3 @@ def _reach_error(r, head_ip: str, port: int) -> str:
     except (ValueError, IndexError):
         detail = (r.stderr or r.stdout).strip()[-200:]
     return f"cannot reach the head {head_ip}:{port} from this node over the data network ({detail})"
-
-
-def port_reachability(sess: Session, hosts: Sequence[Host]) -> tuple[list[RackFinding], list[str]]:
-    """Every node listens on its planned ports (checks/port_probe.py on the host, with its python3),
-    then every node dials every other's, at once (bootstrap.cluster.reach). Returns the findings and
-    the hosts where the probe could not run (no python3, a failed SSH command): not checked there."""
-    inv = sess.inv
-    plan = RC.planned_ports(inv)
-    script = [check_script("port_probe.py")]
-
-    pids: dict[str, int] = {}
-
-    def listen(h: Host) -> dict | None:
-        argv = ("python3", "-", "listen", h.ip, f"{RC.LISTEN_SECONDS:g}", *(str(p) for p, _ in plan[h.name]))
-        doc = last_json(sess.ssh[h.name].run_with_input(argv, script, timeout=30, check=False).stdout)
-        if not doc or not isinstance(doc.get("ports"), dict):
-            return None
-        if isinstance(doc.get("pid"), int):
-            pids[h.name] = doc["pid"]
-        return doc["ports"]
-
-    bound = {n: v for n, v in sess.stage("ports-listen", hosts, listen, strict=False).items()
-             if isinstance(v, dict)}
-    listening = [h for h in hosts if h.name in bound]
-    dial = RC.targets(listening, bound)
-
-    def connect(h: Host) -> list | None:
-        argv = ("python3", "-", "connect", f"{RC.CONNECT_TIMEOUT:g}", *dial[h.name])
-        r = sess.ssh[h.name].run_with_input(argv, script, timeout=30 + RC.CONNECT_TIMEOUT, check=False)
-        doc = last_json(r.stdout)
-        return doc["results"] if doc and isinstance(doc.get("results"), list) else None
-
-    try:
-        dialled = {n: v for n, v in sess.stage("ports-connect", listening, connect, strict=False).items()
-                   if isinstance(v, list)}
-    finally:
-        # free the ports for the cluster now (a listener left alone exits by itself within LISTEN_SECONDS)
-        sess.stage("ports-stop", [h for h in hosts if h.name in pids], lambda h: sess.ssh[h.name].run(
-            ("kill", str(pids[h.name])), timeout=30, check=False), strict=False)
-    unchecked = [h.name for h in hosts if h.name not in bound or h.name not in dialled]
-    return RC.findings(inv, listening, bound, dialled), unchecked

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from bootstrap.cluster import reach as RC
+from bootstrap.cluster.preflight import ports as RC
 from tests.support.plan_fixtures import cpu_inventory
 
 PROBE = (Path(__file__).resolve().parents[2] / "checks" / "port_probe.py").read_text()
