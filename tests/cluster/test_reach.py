@@ -1,4 +1,4 @@
-"""Node-to-node reachability (bootstrap/cluster/reach.py, checks/port_probe.py): the probe run for
+"""Node-to-node reachability (bootstrap/cluster/preflight/ports.py, checks/port_probe.py): the probe run for
 real on this machine's loopback (a listener, a dialler, a port a rule would drop simulated by a
 port nobody listens on), and the findings it leads to. The sandbox drops a port with iptables
 between two nodes (tests/sandbox/test_sandbox_infra.py)."""
