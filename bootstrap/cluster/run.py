@@ -301,7 +301,6 @@ def interrupted(sess: Session, command: str) -> Interrupted:
     sess.cancel.set()
     sess.abandon()
     inv = sess.inv
-    from dataclasses import replace
     quick = replace(sess.settings, connect_timeout=min(5.0, sess.settings.connect_timeout), connect_retries=0)
     states: dict[str, str] = {}
     with Session(inv, parallel=sess.parallel, settings=quick) as look:
