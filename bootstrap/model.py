@@ -286,7 +286,7 @@ class Cluster:
     #: Prometheus and the exporters of `bootstrap monitor` (cluster.monitor).
     monitor: Monitor = field(default_factory=Monitor)
     #: Host firewall rules (nftables) that close the cluster's ports to all but its members and the
-    #: controller, put by `up` and removed by `down` (bootstrap.cluster.fence).
+    #: controller, put by `up` and removed by `down` (bootstrap.cluster.guard.fence).
     fence: bool = True
     #: Addresses or networks the fence admits like members (e.g. an operators' network).
     fence_allow: tuple[str, ...] = ()

@@ -1,35 +1,21 @@
-"""Facts: what each host has. Each fact is a command (argv) plus a pure parser.
+"""Facts: what each host has, pure: each fact is a command (argv) plus a parser of its output.
 
-`gather` runs the commands through an SSHHost; everything else here is pure and unit-tested on
-real command output.
+Nothing here runs a command: bootstrap.cluster.probe.gather runs them through a host's runner. The
+parsers are unit-tested on real command output.
 """
 from __future__ import annotations
 
 import json
 import re
-import shlex
-import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from bootstrap.containers import ContainerState, parse_container_inspect
-from bootstrap.errors import CommandFailed, PreflightFailed
 
 # The container inspect and its parser live in the neutral pure bootstrap/containers.py, which
 # remote/docker.py reads too (remote never imports cluster); re-exported here for the facts' readers.
-from bootstrap.parallel import outcomes
-from bootstrap.remote.argv import container_inspect_cmd
-
 if TYPE_CHECKING:
     from bootstrap.cluster.guard.fence import GuardFacts
-    from bootstrap.cluster.rack import RackFacts
-
-
-class Runner(Protocol):
-    name: str
-
-    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True,
-            display: str | None = None, query: bool = False): ...
 
 
 @dataclass(frozen=True)
@@ -52,14 +38,14 @@ class HostFacts:
     ray_ok: frozenset[str] = frozenset()
     #: Markers of image IDs found without `ray` on this host (ray_none_marker names).
     ray_none: frozenset[str] = frozenset()
-    #: What the rack preflight reads (bootstrap.cluster.rack): clock, links, addresses, /dev/shm, IB ports.
+    #: What the preflight's node checks read (RACK_FACTS): clock, links, addresses, /dev/shm, IB ports.
     rack: "RackFacts | None" = None
     #: The newest CUDA the host's driver supports (`nvidia-smi --version`'s "CUDA Version"; None: unknown).
     driver_cuda: str | None = None
     #: The cluster image's CUDA_VERSION and NVIDIA_REQUIRE_CUDA (NVIDIA's CUDA images set them) where
     #: the image is on the host: {} when it is not, or does not say.
     image_cuda: Mapping[str, str] = field(default_factory=dict)
-    #: What the fence and Ray's token need (bootstrap.cluster.fence; None: not gathered).
+    #: What the fence and Ray's token need (bootstrap.cluster.guard.fence; None: not gathered).
     guard: "GuardFacts | None" = None
 
 
@@ -71,9 +57,6 @@ NVIDIA_SMI_VERSION = ("nvidia-smi", "--version")
 NOFILE_HARD = ("sh", "-c", "ulimit -Hn")
 #: The server version and the runtimes in one Docker CLI start (each start costs ~40 ms of a host's CPU).
 DOCKER_INFO = ("docker", "info", "--format", "{{.ServerVersion}} {{json .Runtimes}}")
-#: Fact commands in flight at once on one host (sshd's MaxSessions is 10 by default; the cluster
-#: lock holds one more channel on the head).
-FACT_CHANNELS = 3
 
 
 def inspect_both_cmd(container: str, image: str) -> tuple[str, ...]:
@@ -216,97 +199,6 @@ def parse_nofile(out: str) -> int | None:
     return int(s) if s.isdigit() else None
 
 
-# -- gathering (I/O through the runner) ------------------------------------------------------
-def _in_parallel(jobs: Mapping[str, Callable[[], Any]], width: int) -> dict[str, Any]:
-    """Every job's result, at most `width` at once (bootstrap.parallel: daemon threads, waited for in
-    short steps, so an interrupt is seen); the first job (in order) that raised raises."""
-    got = outcomes(jobs, lambda k: jobs[k](), lambda k: k, width, name="facts")
-    for k in jobs:
-        if isinstance(got[k], BaseException):
-            raise got[k]
-    return {k: got[k] for k in jobs}
-
-
-def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool, cluster: str | None = None) -> HostFacts:
-    try:
-        version, runtimes = parse_docker_info(ssh.run(DOCKER_INFO, timeout=30, query=True).stdout)
-        if not version:
-            raise CommandFailed(ssh.name, shlex.join(DOCKER_INFO), 0, "no server version")
-    except CommandFailed as exc:
-        text = exc.output_tail
-        if "permission denied" in text.lower():
-            hint = "add the SSH user to the docker group (or log in as a user that may use Docker)"
-        elif "not found" in text:
-            hint = "install Docker Engine on the host"
-        else:
-            hint = "start the Docker daemon (systemctl start docker)"
-        last = text.strip().splitlines()[-1] if text.strip() else exc
-        raise PreflightFailed(ssh.name, f"Docker daemon does not answer: {last}", hint) from None
-    # The other facts are independent: read them a few at a time (one SSH channel each, far
-    # below sshd's MaxSessions). Docker CLI starts are what a host spends most CPU on here, so
-    # the container and the image are asked for in one.
-    from bootstrap.cluster.guard.fence import guard_facts_cmd, parse_guard
-    from bootstrap.cluster.rack import RACK_FACTS, parse_rack
-
-    cmds = {"nofile": NOFILE_HARD, "inspect": inspect_both_cmd(container, image), "ray_ok": LIST_RAY_OK,
-            "rack": RACK_FACTS}
-    if cluster is not None:
-        cmds["guard"] = guard_facts_cmd(cluster)
-    if want_gpus:
-        cmds["gpus"] = NVIDIA_SMI
-        cmds["cuda"] = NVIDIA_SMI_VERSION
-    sent: dict[str, float] = {}
-    received: dict[str, float] = {}
-
-    def timed(k: str, argv: Sequence[str]):
-        sent[k] = time.time()
-        try:
-            return ssh.run(argv, timeout=60 if k == "gpus" else 30, check=False, query=True)
-        finally:
-            received[k] = time.time()
-
-    got = _in_parallel({k: (lambda k=k, argv=argv: timed(k, argv)) for k, argv in cmds.items()}, FACT_CHANNELS)
-    gpus = None
-    if want_gpus:
-        r = got["gpus"]
-        if not r.ok:
-            raise PreflightFailed(ssh.name, "nvidia-smi failed: " + (r.stderr or r.stdout).strip()[-200:],
-                                  "install the NVIDIA driver, or set accelerator: none for a CPU cluster")
-        gpus = parse_nvidia_smi(r.stdout)
-    both = parse_inspect_both(got["inspect"].stdout, container, image)
-    if both is None:
-        # not checked: Docker answered `docker info` above, so a failed inspect here means "no such
-        # container" / "no such image"
-        ci = ssh.run(container_inspect_cmd(container), timeout=30, check=False, query=True)
-        ii = ssh.run(image_id_cmd(image), timeout=30, check=False, query=True)
-        both = (parse_container_inspect(ci.stdout) if ci.ok else None, ii.stdout.strip() if ii.ok else None)
-    cstate, image_id = both
-    driver_cuda = parse_driver_cuda(got["cuda"].stdout) if "cuda" in got and got["cuda"].ok else None
-    return HostFacts(docker_version=version, runtimes=runtimes, gpus=gpus,
-                     nofile_hard=parse_nofile(got["nofile"].stdout), container=cstate,
-                     image_id=image_id or None, ray_ok=parse_ray_ok(got["ray_ok"].stdout),
-                     ray_none=parse_ray_ok(got["ray_ok"].stdout, RAY_NONE_PREFIX),
-                     # not checked: a host without iproute2 or /sys/class/infiniband prints less; what
-                     # is missing is not checked (rack.check_rack skips facts it does not have)
-                     rack=parse_rack(got["rack"].stdout, sent=sent.get("rack"), received=received.get("rack")),
-                     driver_cuda=driver_cuda,
-                     image_cuda=parse_image_cuda(got["inspect"].stdout) if image_id else {},
-                     guard=parse_guard(got["guard"].stdout) if "guard" in got else None)
-
-
-def check_preflight(name: str, facts: HostFacts, *, want_gpus: int | None) -> None:
-    """Raise PreflightFailed when the host cannot run the cluster container."""
-    if want_gpus:
-        if "nvidia" not in facts.runtimes:
-            raise PreflightFailed(name, "Docker has no NVIDIA runtime (--gpus would fail)",
-                                  "install nvidia-container-toolkit and run "
-                                  "`nvidia-ctk runtime configure --runtime=docker`")
-        n = len(facts.gpus or ())
-        if n != want_gpus:
-            raise PreflightFailed(name, f"nvidia-smi shows {n} GPU(s), the inventory expects {want_gpus}",
-                                  "fix hosts[].gpus / cluster.gpus_per_node or the host")
-
-
 # -- addresses (for bootstrap.exposure) ------------------------------------------------------
 def addresses_cmd() -> tuple[str, ...]:
     """The host's IP addresses: `ip -o addr show`, or `hostname -I` where iproute2 is missing."""
@@ -362,3 +254,153 @@ def parse_ip_nets(out: str) -> tuple[str, ...]:
 def parse_addresses(out: str) -> tuple[str, ...]:
     """The host's addresses (see parse_ip_addrs), each once, in the order given."""
     return tuple(dict.fromkeys(ip for _, ip in parse_ip_addrs(out)))
+
+
+# -- the rack facts (what the preflight's node checks read) ------------------------------------
+#: One shell run on the host (not in a container): sections the parser splits on "== NAME".
+_SCRIPT = r"""
+echo "== clock"; date +%s.%N
+echo "== link"; ip -o link show 2>/dev/null
+echo "== addr"; ip -o addr show 2>/dev/null
+echo "== shm"; df -P -B1 /dev/shm 2>/dev/null | tail -n 1
+echo "== cpus"; nproc 2>/dev/null
+echo "== ib"
+[ -d /sys/class/infiniband ] && echo present
+for p in /sys/class/infiniband/*/ports/*; do
+  [ -d "$p" ] || continue
+  hca=${p#/sys/class/infiniband/}; hca=${hca%%/*}
+  v2=0
+  for t in "$p"/gid_attrs/types/*; do
+    [ "$(cat "$t" 2>/dev/null)" = "RoCE v2" ] && { v2="1@${t##*/}"; break; }
+  done
+  echo "$hca ${p##*/} $(tr -d ' ' < "$p/link_layer" 2>/dev/null) $v2 $(cat "$p/state" 2>/dev/null)"
+done
+echo "== dockerd"
+d=$(pgrep -o -x dockerd 2>/dev/null || pidof -s dockerd 2>/dev/null)
+if [ -n "$d" ]; then
+  grep -e "^Max locked memory" /proc/$d/limits 2>/dev/null; grep -e "^CapEff:" /proc/$d/status 2>/dev/null
+fi
+"""
+RACK_FACTS: tuple[str, ...] = ("sh", "-c", _SCRIPT)
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str
+    #: the interface is administratively up and has a carrier (flags UP and LOWER_UP)
+    up: bool
+    mtu: int | None
+
+
+@dataclass(frozen=True)
+class IBPort:
+    hca: str
+    port: int
+    #: "InfiniBand" or "Ethernet" (RoCE)
+    link_layer: str
+    #: the port has a RoCE v2 GID (gid_attrs/types)
+    rocev2: bool
+    #: the state word: ACTIVE, DOWN, INIT, ARMED
+    state: str
+    #: the index of its first RoCE v2 GID (gid_attrs/types/N), where known
+    rocev2_index: int | None = None
+
+
+@dataclass(frozen=True)
+class RackFacts:
+    #: the host's clock minus this machine's at the moment it was read (SSH latency halved out)
+    clock_offset: float | None = None
+    links: tuple[Link, ...] = ()
+    #: (interface, address) pairs
+    addrs: tuple[tuple[str, str], ...] = ()
+    shm_bytes: int | None = None
+    #: None: no /sys/class/infiniband on the host
+    ib: tuple[IBPort, ...] | None = None
+    #: dockerd's hard limit of locked memory in bytes (-1: unlimited; None: not read)
+    dockerd_memlock: int | None = None
+    #: dockerd may raise a container's limits past its own (CAP_SYS_RESOURCE; None: not read)
+    dockerd_sys_resource: bool | None = None
+    #: the CPUs the host's processes may run on (`nproc`; None: not read)
+    cpus: int | None = None
+    #: each address with its prefix length (``10.0.0.5/24``): the networks the host is on
+    nets: tuple[str, ...] = ()
+
+
+def parse_rack(out: str, *, sent: float | None = None, received: float | None = None) -> RackFacts:
+    """RACK_FACTS' output; sent/received: this machine's time.time() around the command, to turn the
+    host's clock into an offset."""
+    sections: dict[str, list[str]] = {}
+    cur = None
+    for line in out.splitlines():
+        if line.startswith("== "):
+            cur = line[3:].strip()
+            sections[cur] = []
+        elif cur is not None and line.strip():
+            sections[cur].append(line)
+    offset = None
+    try:
+        remote = float(sections.get("clock", [""])[0])
+        if sent is not None and received is not None:
+            offset = remote - (sent + received) / 2
+    except (ValueError, IndexError):
+        pass
+    links = tuple(lk for lk in (parse_link(ln) for ln in sections.get("link", [])) if lk is not None)
+    addrs = parse_ip_addrs("\n".join(sections.get("addr", [])))
+    shm = None
+    parts = (sections.get("shm") or [""])[0].split()
+    if len(parts) >= 2 and parts[1].isdigit():
+        shm = int(parts[1])
+    ib_lines = sections.get("ib", [])
+    ib = None
+    if ib_lines and ib_lines[0] == "present":
+        ib = tuple(p for p in (parse_ib_port(ln) for ln in ib_lines[1:]) if p is not None)
+    memlock, sys_resource = parse_dockerd(sections.get("dockerd", []))
+    nproc = (sections.get("cpus") or [""])[0].strip()
+    return RackFacts(offset, links, addrs, shm, ib, memlock, sys_resource,
+                     int(nproc) if nproc.isdigit() and int(nproc) > 0 else None,
+                     parse_ip_nets("\n".join(sections.get("addr", []))))
+
+
+#: CAP_SYS_RESOURCE's bit in /proc/PID/status CapEff
+CAP_SYS_RESOURCE = 24
+
+
+def parse_dockerd(lines: Sequence[str]) -> tuple[int | None, bool | None]:
+    """(hard memlock limit, has CAP_SYS_RESOURCE) from dockerd's /proc limits and status lines."""
+    memlock = caps = None
+    for ln in lines:
+        if ln.startswith("Max locked memory"):
+            hard = ln.split()[4:5]
+            if hard == ["unlimited"]:
+                memlock = -1
+            elif hard and hard[0].isdigit():
+                memlock = int(hard[0])
+        elif ln.startswith("CapEff:"):
+            try:
+                caps = bool(int(ln.split()[1], 16) >> CAP_SYS_RESOURCE & 1)
+            except (IndexError, ValueError):
+                caps = None
+    return memlock, caps
+
+
+_LINK = re.compile(r"^\d+:\s+([^:@\s]+)(?:@\S+)?:\s+<([^>]*)>.*?\bmtu (\d+)")
+
+
+def parse_link(line: str) -> Link | None:
+    """One line of `ip -o link show`: `2: eth0@if5: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 ...`."""
+    m = _LINK.match(line.strip())
+    if not m:
+        return None
+    flags = set(m[2].split(","))
+    return Link(m[1], "UP" in flags and "LOWER_UP" in flags, int(m[3]))
+
+
+def parse_ib_port(line: str) -> IBPort | None:
+    """`HCA PORT LINK_LAYER ROCEV2 STATE...` as RACK_FACTS prints it (state: `4: ACTIVE`; ROCEV2: 0, or
+    1@N with N the GID index, or a bare 1)."""
+    parts = line.split(None, 4)
+    if len(parts) < 5 or not parts[1].isdigit():
+        return None
+    state = parts[4].split(":")[-1].strip().upper()
+    flag, _, index = parts[3].partition("@")
+    return IBPort(parts[0], int(parts[1]), parts[2], flag == "1", state, int(index) if index.isdigit() else None)

@@ -1,27 +1,119 @@
-"""Read-only looks at the hosts over a Session, shared by every command: each host's facts, what a
-public address would reach on the head, and whether the workers reach the head.
+"""Read-only looks at the hosts over a Session, shared by every command: each host's facts (`gather`
+runs the fact commands of bootstrap.cluster.facts), what a public address would reach on the head,
+and whether the workers reach the head.
 
 The network as each node sees it (interfaces, *_SOCKET_IFNAME) is doctor's look, in
 nccl/network.py: it fills doctor's NodeNet, and the cluster layer never imports doctor."""
 from __future__ import annotations
 
 import json
-from typing import Iterable, Sequence
+import shlex
+import time
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from bootstrap import exposure
 from bootstrap.cluster import facts as F
-from bootstrap.cluster import reach as RC
 from bootstrap.cluster import runtime as RT
-from bootstrap.cluster.rack import RackFinding
+from bootstrap.cluster.guard import fence as FN
+from bootstrap.containers import parse_container_inspect
+from bootstrap.errors import CommandFailed, PreflightFailed
 from bootstrap.model import Host
+from bootstrap.parallel import outcomes
 from bootstrap.remote import node as N
+from bootstrap.remote.argv import container_inspect_cmd
 from bootstrap.remote.session import Session
 
 
 def host_facts(sess: Session, h: Host) -> F.HostFacts:
     c = sess.inv.cluster
-    return F.gather(sess.ssh[h.name], container=c.container_name, image=c.image,
-                    want_gpus=c.accelerator == "gpu", cluster=c.name)
+    return gather(sess.ssh[h.name], container=c.container_name, image=c.image,
+                  want_gpus=c.accelerator == "gpu", cluster=c.name)
+
+
+def _in_parallel(jobs: Mapping[str, Callable[[], Any]], width: int) -> dict[str, Any]:
+    """Every job's result, at most `width` at once (bootstrap.parallel: daemon threads, waited for in
+    short steps, so an interrupt is seen); the first job (in order) that raised raises."""
+    got = outcomes(jobs, lambda k: jobs[k](), lambda k: k, width, name="facts")
+    for k in jobs:
+        if isinstance(got[k], BaseException):
+            raise got[k]
+    return {k: got[k] for k in jobs}
+
+
+class Runner(Protocol):
+    name: str
+
+    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True,
+            display: str | None = None, query: bool = False): ...
+
+
+#: Fact commands in flight at once on one host (sshd's MaxSessions is 10 by default; the cluster
+#: lock holds one more channel on the head).
+FACT_CHANNELS = 3
+
+
+def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool, cluster: str | None = None) -> F.HostFacts:
+    try:
+        version, runtimes = F.parse_docker_info(ssh.run(F.DOCKER_INFO, timeout=30, query=True).stdout)
+        if not version:
+            raise CommandFailed(ssh.name, shlex.join(F.DOCKER_INFO), 0, "no server version")
+    except CommandFailed as exc:
+        text = exc.output_tail
+        if "permission denied" in text.lower():
+            hint = "add the SSH user to the docker group (or log in as a user that may use Docker)"
+        elif "not found" in text:
+            hint = "install Docker Engine on the host"
+        else:
+            hint = "start the Docker daemon (systemctl start docker)"
+        last = text.strip().splitlines()[-1] if text.strip() else exc
+        raise PreflightFailed(ssh.name, f"Docker daemon does not answer: {last}", hint) from None
+    # The other facts are independent: read them a few at a time (one SSH channel each, far
+    # below sshd's MaxSessions). Docker CLI starts are what a host spends most CPU on here, so
+    # the container and the image are asked for in one.
+    cmds = {"nofile": F.NOFILE_HARD, "inspect": F.inspect_both_cmd(container, image), "ray_ok": F.LIST_RAY_OK,
+            "rack": F.RACK_FACTS}
+    if cluster is not None:
+        cmds["guard"] = FN.guard_facts_cmd(cluster)
+    if want_gpus:
+        cmds["gpus"] = F.NVIDIA_SMI
+        cmds["cuda"] = F.NVIDIA_SMI_VERSION
+    sent: dict[str, float] = {}
+    received: dict[str, float] = {}
+
+    def timed(k: str, argv: Sequence[str]):
+        sent[k] = time.time()
+        try:
+            return ssh.run(argv, timeout=60 if k == "gpus" else 30, check=False, query=True)
+        finally:
+            received[k] = time.time()
+
+    got = _in_parallel({k: (lambda k=k, argv=argv: timed(k, argv)) for k, argv in cmds.items()}, FACT_CHANNELS)
+    gpus = None
+    if want_gpus:
+        r = got["gpus"]
+        if not r.ok:
+            raise PreflightFailed(ssh.name, "nvidia-smi failed: " + (r.stderr or r.stdout).strip()[-200:],
+                                  "install the NVIDIA driver, or set accelerator: none for a CPU cluster")
+        gpus = F.parse_nvidia_smi(r.stdout)
+    both = F.parse_inspect_both(got["inspect"].stdout, container, image)
+    if both is None:
+        # not checked: Docker answered `docker info` above, so a failed inspect here means "no such
+        # container" / "no such image"
+        ci = ssh.run(container_inspect_cmd(container), timeout=30, check=False, query=True)
+        ii = ssh.run(F.image_id_cmd(image), timeout=30, check=False, query=True)
+        both = (parse_container_inspect(ci.stdout) if ci.ok else None, ii.stdout.strip() if ii.ok else None)
+    cstate, image_id = both
+    driver_cuda = F.parse_driver_cuda(got["cuda"].stdout) if "cuda" in got and got["cuda"].ok else None
+    return F.HostFacts(docker_version=version, runtimes=runtimes, gpus=gpus,
+                     nofile_hard=F.parse_nofile(got["nofile"].stdout), container=cstate,
+                     image_id=image_id or None, ray_ok=F.parse_ray_ok(got["ray_ok"].stdout),
+                     ray_none=F.parse_ray_ok(got["ray_ok"].stdout, F.RAY_NONE_PREFIX),
+                     # not checked: a host without iproute2 or /sys/class/infiniband prints less; what
+                     # is missing is not checked (the preflight's checks skip facts they do not have)
+                     rack=F.parse_rack(got["rack"].stdout, sent=sent.get("rack"), received=received.get("rack")),
+                     driver_cuda=driver_cuda,
+                     image_cuda=F.parse_image_cuda(got["inspect"].stdout) if image_id else {},
+                     guard=FN.parse_guard(got["guard"].stdout) if "guard" in got else None)
 
 
 def gather_hosts(sess: Session, hosts: Iterable[Host] | None = None) -> dict[str, F.HostFacts]:
@@ -79,42 +171,3 @@ def _reach_error(r, head_ip: str, port: int) -> str:
     except (ValueError, IndexError):
         detail = (r.stderr or r.stdout).strip()[-200:]
     return f"cannot reach the head {head_ip}:{port} from this node over the data network ({detail})"
-
-
-def port_reachability(sess: Session, hosts: Sequence[Host]) -> tuple[list[RackFinding], list[str]]:
-    """Every node listens on its planned ports (checks/port_probe.py on the host, with its python3),
-    then every node dials every other's, at once (bootstrap.cluster.reach). Returns the findings and
-    the hosts where the probe could not run (no python3, a failed SSH command): not checked there."""
-    inv = sess.inv
-    plan = RC.planned_ports(inv)
-
-    pids: dict[str, int] = {}
-
-    def listen(h: Host) -> dict | None:
-        doc = N.of(sess, h).ask_host("port_probe.py", "listen", h.ip, f"{RC.LISTEN_SECONDS:g}",
-                                     *(str(p) for p, _ in plan[h.name]), timeout=30).doc
-        if not doc or not isinstance(doc.get("ports"), dict):
-            return None
-        if isinstance(doc.get("pid"), int):
-            pids[h.name] = doc["pid"]
-        return doc["ports"]
-
-    bound = {n: v for n, v in sess.stage("ports-listen", hosts, listen, strict=False).items()
-             if isinstance(v, dict)}
-    listening = [h for h in hosts if h.name in bound]
-    dial = RC.targets(listening, bound)
-
-    def connect(h: Host) -> list | None:
-        doc = N.of(sess, h).ask_host("port_probe.py", "connect", f"{RC.CONNECT_TIMEOUT:g}", *dial[h.name],
-                                     timeout=30 + RC.CONNECT_TIMEOUT).doc
-        return doc["results"] if doc and isinstance(doc.get("results"), list) else None
-
-    try:
-        dialled = {n: v for n, v in sess.stage("ports-connect", listening, connect, strict=False).items()
-                   if isinstance(v, list)}
-    finally:
-        # free the ports for the cluster now (a listener left alone exits by itself within LISTEN_SECONDS)
-        sess.stage("ports-stop", [h for h in hosts if h.name in pids], lambda h: N.of(sess, h).run(
-            ("kill", str(pids[h.name])), timeout=30, check=False), strict=False)
-    unchecked = [h.name for h in hosts if h.name not in bound or h.name not in dialled]
-    return RC.findings(inv, listening, bound, dialled), unchecked

@@ -8,14 +8,12 @@ pure, in plan.py; the remote steps are in ray.py, image.py and probe.py.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import probe
-from bootstrap.cluster import rack as RK
 from bootstrap.cluster import ray as R
-from bootstrap.cluster import reach as RC
 from bootstrap.cluster import runtime as RT
 from bootstrap.cluster.guard import run as GD
 from bootstrap.cluster.imagedist import plan as MR
@@ -30,8 +28,9 @@ from bootstrap.cluster.plan import (
     stale_registrations,
     with_ray_members,
 )
+from bootstrap.cluster.preflight import run as PR
 from bootstrap.cluster.ray import HEAD_GRACE, RAY_WAIT_TAG
-from bootstrap.errors import BootstrapError, CommandFailed, GroupError, Interrupted, PreflightFailed, UsageError
+from bootstrap.errors import BootstrapError, CommandFailed, GroupError, Interrupted, UsageError
 from bootstrap.model import Host, Inventory
 from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, GroupResult
@@ -109,86 +108,17 @@ def up(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter |
             raise interrupted(sess, "up") from None
 
 
-def _usable(sess: Session, stage: str, results: GroupResult, allow_partial: bool,
-            skipped: dict[str, BaseException]) -> None:
-    """--allow-partial: set failed workers aside (named in the result); the head is never optional."""
-    failed = results.failed
-    if not failed:
-        return
-    if not allow_partial or sess.inv.head.name in failed:
-        raise GroupError(stage, dict(results))
-    skipped.update(failed)
-
-
-def rack_refusals(inv: Inventory, facts: Mapping[str, F.HostFacts], hosts: Sequence[Host],
-                  skip: frozenset[str] = frozenset()) -> GroupResult:
-    """The rack preflight (bootstrap.cluster.rack) over the hosts' facts: host -> PreflightFailed with
-    every finding on it (what, then the fixes), or True when it has none."""
-    nodes = RK.nodes_from(hosts, facts)
-    found = RK.check_rack(nodes, infiniband=inv.cluster.infiniband, ipc_host=inv.cluster.ipc_host, skip=skip)
-    return refusals(found, hosts)
-
-
-def refusals(found: Sequence[RK.RackFinding], hosts: Sequence[Host]) -> GroupResult:
-    """host -> PreflightFailed naming every finding on it (what, then the fixes), or True."""
-    out = GroupResult({h.name: True for h in hosts})
-    for h in hosts:
-        mine = [x for x in found if x.host == h.name]
-        if mine:
-            out[h.name] = PreflightFailed(
-                h.name, "; ".join(f"{x.what} [{x.check}]" for x in mine),
-                "; ".join(dict.fromkeys(x.fix for x in mine)) + " (or skip a check: up --skip-check NAME)")
-    return out
-
-
 def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wait: float,
         allow_partial: bool, lock_wait: float, skip_checks: frozenset[str] = frozenset()) -> UpResult:
     full = sess.inv
     load = full.cluster.load_image if load_image is None else load_image
-    image = full.cluster.image
     skipped: dict[str, BaseException] = {}
-    _usable(sess, "connect", sess.connect(strict=False), allow_partial, skipped)
-    # One `up`/`down` at a time per cluster: the lock lives on the head, taken before any fact
-    # is read (the plan depends on them) and held until we return or die.
-    if not dry_run:
-        sess.lock("up", wait=lock_wait)
+    facts = _gather(sess, dry_run=dry_run, lock_wait=lock_wait, allow_partial=allow_partial, skipped=skipped)
     live = [h for h in full.hosts if h.name not in skipped]
-    facts = sess.stage("facts", live, lambda h: probe.host_facts(sess, h), strict=False)
-    _usable(sess, "facts", facts, allow_partial, skipped)
-    gpus = full.gpus_per_node if full.cluster.accelerator == "gpu" else None
-    live = [h for h in live if h.name not in skipped]
-    pre = sess.stage("preflight", live, lambda h: F.check_preflight(h.name, facts[h.name], want_gpus=gpus),
-                     strict=False)
-    _usable(sess, "preflight", pre, allow_partial, skipped)
-    live = [h for h in live if h.name not in skipped]
-    # across the nodes: what breaks a multi-node vLLM later (links, MTU, IB ports, clocks, ...)
-    t0 = sess.clock()
     # a pull (or a load) gives every node the image again: differing IDs are what it fixes
     renewed = frozenset({"image"}) if pull or load else frozenset()
-    _usable(sess, "preflight", rack_refusals(full, facts, live, skip_checks | renewed), allow_partial, skipped)
-    live = [h for h in live if h.name not in skipped]
-    if len(live) > 1 and RC.CHECK not in skip_checks:
-        # A fence of ours from an earlier `up` admits that run's members only: a node added to the
-        # inventory since would be refused by it below. Where a fence of ours is, its members are
-        # brought in line with this inventory first (what `up` does to it later anyway); hosts
-        # without one are not touched.
-        if full.cluster.fence:
-            GD.put_fences(sess, facts, full, hosts=live, only_fenced=True)
-        # between the nodes, on the ports the cluster will use: before anything starts
-        found, unchecked = probe.port_reachability(sess, live)
-        for n in unchecked:
-            sess.reporter.event(n, "ports", "warning", "could not run checks/port_probe.py with the host's "
-                                "python3: node-to-node ports not checked there")
-        _usable(sess, "preflight", refusals(found, live), allow_partial, skipped)
-    _usable(sess, "preflight", GD.fence_refusals(full, facts, live), allow_partial, skipped)
-    _usable(sess, "preflight", GD.secret_refusals(full, facts, live), allow_partial, skipped)
-    live = [h for h in live if h.name not in skipped]
-    sess.timings.add("rack", sess.clock() - t0)
-    if skipped:
-        from dataclasses import replace
-        sess.inv = inv = replace(full, hosts=tuple(h for h in full.hosts if h.name not in skipped))
-        for n, exc in skipped.items():
-            sess.reporter.event(n, "skipped", "failed", f"--allow-partial: left as it is ({exc})")
+    PR.preflight(sess, full, facts, live, skip=skip_checks | renewed, allow_partial=allow_partial, skipped=skipped)
+    _set_aside(sess, full, skipped)
     facts = {h.name: facts[h.name] for h in sess.inv.hosts}
     if dry_run:
         why = settle_runtime(sess, facts)
@@ -198,50 +128,116 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
                         skipped=_reasons(skipped), warnings=warns, runtime=inv.cluster.runtime,
                         runtime_why=why)
 
+    facts, image_from, why = _prepare(sess, facts, full, load=load, pull=pull)
+    inv = sess.inv
+    warns = probe.exposure_warnings(sess) if inv.cluster.runtime == "ray" else []
+    done = dict(skipped=_reasons(skipped), warnings=warns, image_from=image_from, runtime=inv.cluster.runtime,
+                runtime_why=why)
+    ray = inv.cluster.runtime == "ray"
+    actions, members = _with_members(sess, plan_up(inv, facts), wait) if ray else (plan_up(inv, facts), None)
+    changing = [a for a in actions if a.action != "keep"]
+    if changing and ray and full.cluster.runtime == "ray":
+        _ray_in_image(sess, changing, facts)
+    head_view, workers = _start(sess, actions, wait, ray=ray)
+    if not ray:
+        sess.stage("running", inv.hosts, lambda h: _running(sess, h))
+        return UpResult(actions, None, sess.timings, changed=bool(changing), host_timings=_host_timings(sess), **done)
+    # Poll Ray again only when what we already saw does not prove the cluster ready: a lone head
+    # that head-ready saw, or a cluster where nothing changed and every node (with its GPUs) was
+    # alive in the ray-members view a moment ago.
+    if head_view is not None and not workers and len(inv.hosts) == 1:
+        view = head_view
+    elif not changing and members is not None and all_alive(members, inv.hosts, float(inv.gpus_per_node)):
+        view = members
+    else:
+        view = R.wait_for_ray(sess, inv.hosts, deadline=wait, stage="ray-ready",
+                                 stale=stale_registrations(inv, actions, members))
+    ready_at = time.time()
+    return UpResult(actions, view, sess.timings, changed=bool(changing), host_timings=_host_timings(sess),
+                    ready_at=ready_at, head_clock_offset=sess.head_clock_offset, gcs_open=sess.gcs_open, **done)
+
+
+def _gather(sess: Session, *, dry_run: bool, lock_wait: float, allow_partial: bool,
+            skipped: dict[str, BaseException]) -> GroupResult:
+    """Connect, take the cluster lock, read every reachable host's facts (--allow-partial: the
+    workers that fail either are set aside in skipped)."""
+    full = sess.inv
+    PR.usable(sess, "connect", sess.connect(strict=False), allow_partial, skipped)
+    # One `up`/`down` at a time per cluster: the lock lives on the head, taken before any fact
+    # is read (the plan depends on them) and held until we return or die.
+    if not dry_run:
+        sess.lock("up", wait=lock_wait)
+    live = [h for h in full.hosts if h.name not in skipped]
+    facts = sess.stage("facts", live, lambda h: probe.host_facts(sess, h), strict=False)
+    PR.usable(sess, "facts", facts, allow_partial, skipped)
+    return facts
+
+
+def _set_aside(sess: Session, full: Inventory, skipped: Mapping[str, BaseException]) -> None:
+    """--allow-partial: the session's inventory without the hosts set aside, each named."""
+    if skipped:
+        sess.inv = replace(full, hosts=tuple(h for h in full.hosts if h.name not in skipped))
+        for n, exc in skipped.items():
+            sess.reporter.event(n, "skipped", "failed", f"--allow-partial: left as it is ({exc})")
+
+
+def _prepare(sess: Session, facts: dict[str, F.HostFacts], full: Inventory, *, load: bool,
+             pull: bool) -> tuple[dict[str, F.HostFacts], Mapping[str, str], str]:
+    """Before any container: the fence, the image on every host, the runtime settled, Ray's token and
+    the secrets. Returns the facts as they are now, where each host got the image, and why the runtime."""
+    image = full.cluster.image
     # the fence before anything of ours listens (members, this machine and SSH pass)
     GD.put_fences(sess, facts, full)
     image_from = IM.distribute(sess, facts, image, load=load, pull=pull)
     todo = [h for h in sess.inv.hosts if h.name in image_from]
     if todo:
         ids = sess.stage("image-id", todo, lambda h: sess.ssh[h.name].run(F.image_id_cmd(image)).stdout.strip())
-        from dataclasses import replace
         facts = {n: replace(f, image_id=ids.get(n, f.image_id)) for n, f in facts.items()}
     why = settle_runtime(sess, facts)
-    inv = sess.inv
     facts = GD.share_token(sess, facts)
     GD.put_secrets(sess, sess.inv.hosts, prune=True)  # before any container of ours that may be (re)started reads them
-    warns = probe.exposure_warnings(sess) if inv.cluster.runtime == "ray" else []
-    decided = dict(runtime=inv.cluster.runtime, runtime_why=why)
+    return facts, image_from, why
 
-    actions = plan_up(inv, facts)
-    ray = inv.cluster.runtime == "ray"
-    members: RayView | None = None  # Ray's view of the kept cluster, before any change
-    if ray and actions[0].action == "keep":
-        # Containers can run while Ray has lost their node (a partition, a raylet that died):
-        # restart what Ray does not list as alive.
-        t0 = sess.clock()
-        view = R.ray_view(sess, inv.hosts, deadline=0)
-        if inv.head.ip in view.missing:
-            # A head started moments ago (e.g. by an interrupted run) may still be joining: give it
-            # HEAD_GRACE seconds before recreating it and every worker with it.
-            sess.reporter.event(inv.head.name, "ray-members", "waiting",
-                                f"head container running but not in Ray yet: up to {HEAD_GRACE:g}s")
-            if R.ray_view(sess, [inv.head], deadline=min(wait, HEAD_GRACE)).ready:
-                view = R.ray_view(sess, inv.hosts, deadline=0)
-        sess.timings.add("ray-members", sess.clock() - t0)
-        actions = with_ray_members(inv, actions, set(view.missing))
-        members = view
-    changing = [a for a in actions if a.action != "keep"]
-    if changing and ray and full.cluster.runtime == "ray":
-        # cluster.runtime: ray needs `ray` in the image (unset, settle_runtime has looked already):
-        # check once per distinct image ID, before any change. An ID that passed before (a marker
-        # on some host, see F.ray_ok_marker) is not checked again: image IDs are content hashes,
-        # so the same ID is the same content.
-        by_id = ray_checks_needed(changing, facts)
-        if by_id:
-            sess.stage("ray-in-image", [inv.host(n) for n in by_id.values()],
-                       lambda h: R.check_ray(sess.ssh[h.name], image, facts[h.name].image_id))
 
+def _with_members(sess: Session, actions: tuple[HostAction, ...],
+                  wait: float) -> tuple[tuple[HostAction, ...], RayView | None]:
+    """A kept head: Ray's view of the kept cluster, before any change, and the actions with what Ray
+    does not list as alive recreated (None: the head is (re)started anyway)."""
+    inv = sess.inv
+    if actions[0].action != "keep":
+        return actions, None
+    # Containers can run while Ray has lost their node (a partition, a raylet that died):
+    # restart what Ray does not list as alive.
+    t0 = sess.clock()
+    view = R.ray_view(sess, inv.hosts, deadline=0)
+    if inv.head.ip in view.missing:
+        # A head started moments ago (e.g. by an interrupted run) may still be joining: give it
+        # HEAD_GRACE seconds before recreating it and every worker with it.
+        sess.reporter.event(inv.head.name, "ray-members", "waiting",
+                            f"head container running but not in Ray yet: up to {HEAD_GRACE:g}s")
+        if R.ray_view(sess, [inv.head], deadline=min(wait, HEAD_GRACE)).ready:
+            view = R.ray_view(sess, inv.hosts, deadline=0)
+    sess.timings.add("ray-members", sess.clock() - t0)
+    return with_ray_members(inv, actions, set(view.missing)), view
+
+
+def _ray_in_image(sess: Session, changing: Sequence[HostAction], facts: Mapping[str, F.HostFacts]) -> None:
+    """cluster.runtime: ray needs `ray` in the image (unset, settle_runtime has looked already):
+    check once per distinct image ID, before any change. An ID that passed before (a marker on some
+    host, see F.ray_ok_marker) is not checked again: image IDs are content hashes, so the same ID is
+    the same content."""
+    inv = sess.inv
+    by_id = ray_checks_needed(changing, facts)
+    if by_id:
+        sess.stage("ray-in-image", [inv.host(n) for n in by_id.values()],
+                   lambda h: R.check_ray(sess.ssh[h.name], inv.cluster.image, facts[h.name].image_id))
+
+
+def _start(sess: Session, actions: Sequence[HostAction], wait: float, *,
+           ray: bool) -> tuple[RayView | None, list[HostAction]]:
+    """The head's container, then the workers' (those not kept). Returns Ray's view of the head
+    where it was waited for alone, and the workers started."""
+    inv = sess.inv
     head = actions[0]
     head_view: RayView | None = None
     workers = [a for a in actions[1:] if a.action != "keep"]
@@ -256,25 +252,7 @@ def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wa
         by_host = {a.host: a for a in workers}
         sess.stage("start-workers", [inv.host(a.host) for a in workers],
                    lambda h: start_container(sess, by_host[h.name]))
-    if not ray:
-        sess.stage("running", inv.hosts, lambda h: _running(sess, h))
-        return UpResult(actions, None, sess.timings, changed=bool(changing), skipped=_reasons(skipped),
-                        warnings=warns, host_timings=_host_timings(sess), image_from=image_from, **decided)
-    # Poll Ray again only when what we already saw does not prove the cluster ready: a lone head
-    # that head-ready saw, or a cluster where nothing changed and every node (with its GPUs) was
-    # alive in the ray-members view a moment ago.
-    if head_view is not None and not workers and len(inv.hosts) == 1:
-        view = head_view
-    elif not changing and members is not None and all_alive(members, inv.hosts, float(inv.gpus_per_node)):
-        view = members
-    else:
-        view = R.wait_for_ray(sess, inv.hosts, deadline=wait, stage="ray-ready",
-                                 stale=stale_registrations(inv, actions, members))
-    ready_at = time.time()
-    return UpResult(actions, view, sess.timings, changed=bool(changing), skipped=_reasons(skipped),
-                    warnings=warns, host_timings=_host_timings(sess), ready_at=ready_at,
-                    head_clock_offset=sess.head_clock_offset, image_from=image_from, gcs_open=sess.gcs_open,
-                    **decided)
+    return head_view, workers
 
 
 def settle_runtime(sess: Session, facts: Mapping[str, F.HostFacts]) -> str:
@@ -323,7 +301,6 @@ def interrupted(sess: Session, command: str) -> Interrupted:
     sess.cancel.set()
     sess.abandon()
     inv = sess.inv
-    from dataclasses import replace
     quick = replace(sess.settings, connect_timeout=min(5.0, sess.settings.connect_timeout), connect_retries=0)
     states: dict[str, str] = {}
     with Session(inv, parallel=sess.parallel, settings=quick) as look:

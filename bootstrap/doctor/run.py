@@ -9,9 +9,11 @@ from typing import Callable, Sequence
 
 from bootstrap import signatures as D
 from bootstrap.cluster import facts as F
-from bootstrap.cluster import rack as RK
+from bootstrap.cluster import probe
 from bootstrap.cluster import ray as R
 from bootstrap.cluster import runtime as RT
+from bootstrap.cluster.preflight import checks as CK
+from bootstrap.cluster.preflight.registry import Seen, by_host, judge
 from bootstrap.doctor import logsources as LS
 from bootstrap.errors import PreflightFailed
 from bootstrap.fleet import plan as FP
@@ -38,7 +40,6 @@ def doctor(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
            log_lines: int = 2000, clock: Callable[[], float] = time.time) -> DoctorReport:
     """Preflight, cluster and log checks, mapped to causes and fixes."""
     findings: list[D.Finding] = []
-    name = inv.cluster.container_name
     order = [inv.head, *inv.workers]
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         conn = sess.connect(strict=False)
@@ -50,103 +51,130 @@ def doctor(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
                 findings.append(D.Finding("host-unreachable", "error", h.name, "cannot connect over SSH",
                                           D.mask_secrets(str(exc))[:300],
                                           getattr(exc, "hint", "") or "check that the host is up and sshd listens"))
-
-        def gather(h: Host):
-            s = sess.ssh[h.name]
-            try:
-                f = F.gather(s, container=name, image=inv.cluster.image,
-                             want_gpus=inv.cluster.accelerator == "gpu")
-            except PreflightFailed as exc:
-                findings.append(D.Finding("preflight", "error", h.name, exc.reason, exc.reason[:300], exc.hint))
-                f = None
-            before = clock()
-            # not checked: doctor gathers what it can; a look that fails yields no finding of its own
-            # (no clock, no free space), and the failure behind it is a finding already (preflight)
-            remote = s.run(("date", "+%s.%N"), timeout=20, check=False).stdout.strip()
-            after = clock()
-            try:
-                skew_clock = float(remote) - (after - before) / 2 + (clock() - after)
-            except ValueError:
-                skew_clock = None
-            root = DK.root_dir(s)
-            df = s.run(("df", "-P", "-B1", root), timeout=20, check=False)
-            net = NET.node_net(sess, h)
-            # vLLM's, the keeper's, the router's, Prometheus' logs where Docker answered the facts
-            logs = {"node": DK.logs(s, name, log_lines), **(_service_logs(sess, h, log_lines) if f else {})}
-            if f is not None and f.image_id and net.container != "running" and inv.cluster.runtime == "ray":
-                r = s.run(F.ray_in_image_cmd(inv.cluster.image), timeout=120, check=False)
-                if r.exit_code == F.NO_RAY_EXIT:
-                    findings.append(D.Finding(
-                        "ray-missing", "error", h.name, D.signature("ray-missing").title,
-                        f"{inv.cluster.image}: `command -v ray` found nothing",
-                        D.signature("ray-missing").fix))
-            return f, skew_clock, DR.parse_df_avail(df.stdout) if df.ok else None, net, logs
-
-        got = sess.stage("doctor", up, gather, strict=False)
-        failed = got.failed
-        reports, texts = [], {}
-        image_size = None
-        for h in order:
-            g = got.get(h.name)
-            if h.name in failed:
-                findings.append(D.Finding("doctor-failed", "warning", h.name, "could not gather facts",
-                                          D.mask_secrets(str(g))[:300], "run again; see the error"))
-                continue
-            if g is None:
-                continue
-            f, clk, free, net, logs = g
-            gpus = f.gpus if f else None
-            reports.append(D.HostReport(
-                host=h.name, gpu_count=len(gpus) if gpus is not None else None,
-                gpu_names=tuple(x.name for x in gpus or ()),
-                driver_version=gpus[0].driver if gpus else None, clock_epoch=clk, disk_free_bytes=free,
-                ip=h.ip, vllm_host_ip=net.vllm_host_ip, ray_node_ip=net.ray_node_ip,
-                interfaces=net.interfaces, socket_env=net.socket_env))
-            if net.container == "absent":
-                findings.append(D.Finding("container-absent", "error", h.name,
-                                          "the cluster container does not exist on this host",
-                                          f"docker container inspect {name}: no such container",
-                                          "run `bootstrap up`"))
-            elif net.container != "running":
-                findings.append(D.Finding("container-not-running", "error", h.name,
-                                          f"the cluster container is {net.container}",
-                                          f"container {name}: {net.container}",
-                                          "read `bootstrap logs " + h.name + "`; then `bootstrap up` restarts it"))
-            texts.update({(h.name, src): text for src, text in logs.items()})
-            if image_size is None and f and f.image_id:
-                image_size = DK.image_size(sess.ssh[h.name], inv.cluster.image)
+        got = sess.stage("doctor", up, lambda h: _look(sess, inv, h, findings, log_lines, clock), strict=False)
+        reports, texts = _reports(sess, inv, order, got, findings)
+        sizes = (DK.image_size(sess.ssh[n], inv.cluster.image) for n in _image_holders(order, got))
+        image_size = next((x for x in sizes if x is not None), None)  # the first host that tells
         findings += D.check_cluster(reports, image_size_bytes=image_size)
         findings += _rack_findings(inv, {n: g[0] for n, g in got.succeeded.items() if g and g[0]}, order)
         findings += D.scan_sources(texts, infiniband=inv.cluster.infiniband)
         # runtime unset: what the containers were started with
         inv = RT.from_containers(inv, {n: g[0].container for n, g in got.succeeded.items() if g and g[0]})
         if inv.cluster.runtime == "ray":  # Ray's own view: every IP of each group alive (a Ray cluster per replica)
-            by_ip = {h.ip: h.name for h in inv.hosts}
-            for group in _groups(inv):
-                head = group.head.name
-                if not any(r.host == head for r in reports) or \
-                        any(x.id.startswith("container-") and x.host == head for x in findings):
-                    continue
-                view = R.ray_view(sess.narrowed(group), group.hosts, deadline=0)
-                for ip in view.missing:
-                    findings.append(D.Finding(
-                        "ray-node-missing", "error", by_ip.get(ip), "Ray does not list this node as alive",
-                        f"ray nodes alive on {head}'s Ray cluster: "
-                        f"{', '.join(sorted(n.ip for n in view.nodes if n.alive)) or 'none'}",
-                        "vLLM will wait for a placement group it cannot get: run `bootstrap up` to restart the node"))
+            findings += _ray_findings(sess, inv, reports, findings)
     return DoctorReport(D.sort_findings(_dedupe(findings)), len(up))
 
 
-#: The rack checks doctor leaves to check_cluster, which reports the same (drivers, clocks, *_SOCKET_IFNAME).
+def _look(sess: Session, inv: Inventory, h: Host, findings: list[D.Finding], log_lines: int,
+          clock: Callable[[], float]):
+    """One host's facts, clock, free disk, network and log tails (what doctor reads there); the
+    findings of reading them go to findings."""
+    name = inv.cluster.container_name
+    s = sess.ssh[h.name]
+    try:
+        f = probe.gather(s, container=name, image=inv.cluster.image, want_gpus=inv.cluster.accelerator == "gpu")
+    except PreflightFailed as exc:
+        findings.append(D.Finding("preflight", "error", h.name, exc.reason, exc.reason[:300], exc.hint))
+        f = None
+    before = clock()
+    # not checked: doctor gathers what it can; a look that fails yields no finding of its own
+    # (no clock, no free space), and the failure behind it is a finding already (preflight)
+    remote = s.run(("date", "+%s.%N"), timeout=20, check=False).stdout.strip()
+    after = clock()
+    try:
+        skew_clock = float(remote) - (after - before) / 2 + (clock() - after)
+    except ValueError:
+        skew_clock = None
+    root = DK.root_dir(s)
+    df = s.run(("df", "-P", "-B1", root), timeout=20, check=False)
+    net = NET.node_net(sess, h)
+    # vLLM's, the keeper's, the router's, Prometheus' logs where Docker answered the facts
+    logs = {"node": DK.logs(s, name, log_lines), **(_service_logs(sess, h, log_lines) if f else {})}
+    if f is not None and f.image_id and net.container != "running" and inv.cluster.runtime == "ray":
+        r = s.run(F.ray_in_image_cmd(inv.cluster.image), timeout=120, check=False)
+        if r.exit_code == F.NO_RAY_EXIT:
+            findings.append(D.Finding(
+                "ray-missing", "error", h.name, D.signature("ray-missing").title,
+                f"{inv.cluster.image}: `command -v ray` found nothing",
+                D.signature("ray-missing").fix))
+    return f, skew_clock, DR.parse_df_avail(df.stdout) if df.ok else None, net, logs
+
+
+def _reports(sess: Session, inv: Inventory, order: Sequence[Host], got,
+             findings: list[D.Finding]) -> tuple[list[D.HostReport], dict[tuple[str, str], str]]:
+    """What each host's look found, for check_cluster, and the log texts by (host, source); the
+    findings on the hosts themselves (the look failed, the container is absent or stopped) go to
+    findings."""
+    name = inv.cluster.container_name
+    failed = got.failed
+    reports, texts = [], {}
+    for h in order:
+        g = got.get(h.name)
+        if h.name in failed:
+            findings.append(D.Finding("doctor-failed", "warning", h.name, "could not gather facts",
+                                      D.mask_secrets(str(g))[:300], "run again; see the error"))
+            continue
+        if g is None:
+            continue
+        f, clk, free, net, logs = g
+        gpus = f.gpus if f else None
+        reports.append(D.HostReport(
+            host=h.name, gpu_count=len(gpus) if gpus is not None else None,
+            gpu_names=tuple(x.name for x in gpus or ()),
+            driver_version=gpus[0].driver if gpus else None, clock_epoch=clk, disk_free_bytes=free,
+            ip=h.ip, vllm_host_ip=net.vllm_host_ip, ray_node_ip=net.ray_node_ip,
+            interfaces=net.interfaces, socket_env=net.socket_env))
+        if net.container == "absent":
+            findings.append(D.Finding("container-absent", "error", h.name,
+                                      "the cluster container does not exist on this host",
+                                      f"docker container inspect {name}: no such container",
+                                      "run `bootstrap up`"))
+        elif net.container != "running":
+            findings.append(D.Finding("container-not-running", "error", h.name,
+                                      f"the cluster container is {net.container}",
+                                      f"container {name}: {net.container}",
+                                      "read `bootstrap logs " + h.name + "`; then `bootstrap up` restarts it"))
+        texts.update({(h.name, src): text for src, text in logs.items()})
+    return reports, texts
+
+
+def _image_holders(order: Sequence[Host], got) -> list[str]:
+    """The hosts whose look found the cluster image, in order (the first tells its size)."""
+    return [h.name for h in order if h.name not in got.failed and (g := got.get(h.name)) is not None
+            and g[0] and g[0].image_id]
+
+
+def _ray_findings(sess: Session, inv: Inventory, reports: Sequence[D.HostReport],
+                  findings: Sequence[D.Finding]) -> list[D.Finding]:
+    """A finding per node Ray does not list alive, in each Ray cluster whose head was looked at and
+    has its container (a head without one is a finding already)."""
+    out = []
+    by_ip = {h.ip: h.name for h in inv.hosts}
+    for group in _groups(inv):
+        head = group.head.name
+        if not any(r.host == head for r in reports) or \
+                any(x.id.startswith("container-") and x.host == head for x in findings):
+            continue
+        view = R.ray_view(sess.narrowed(group), group.hosts, deadline=0)
+        for ip in view.missing:
+            out.append(D.Finding(
+                "ray-node-missing", "error", by_ip.get(ip), "Ray does not list this node as alive",
+                f"ray nodes alive on {head}'s Ray cluster: "
+                f"{', '.join(sorted(n.ip for n in view.nodes if n.alive)) or 'none'}",
+                "vLLM will wait for a placement group it cannot get: run `bootstrap up` to restart the node"))
+    return out
+
+
+#: The node checks doctor leaves to check_cluster, which reports the same (drivers, clocks, *_SOCKET_IFNAME).
 _RACK_IN_CHECK_CLUSTER = frozenset({"gpu-driver", "clock", "socket-ifname"})
 
 
 def _rack_findings(inv: Inventory, facts: dict[str, F.HostFacts], order: Sequence[Host]) -> list[D.Finding]:
-    """`up`'s rack preflight (bootstrap.cluster.rack) on demand: each finding as an error, `rack-<check>`."""
-    nodes = RK.nodes_from(order, facts)
-    found = RK.check_rack(nodes, infiniband=inv.cluster.infiniband, ipc_host=inv.cluster.ipc_host,
-                          skip=_RACK_IN_CHECK_CLUSTER)
-    return [D.Finding(f"rack-{x.check}", "error", x.host, RK.CHECKS[x.check], x.what, x.fix) for x in found]
+    """`up`'s node checks (the preflight registry's checks that read "rack") on demand: each finding
+    an error, `rack-<check>`."""
+    seen = Seen.of(inv, order, facts)
+    found = by_host(judge(seen, CK.reading("rack"), _RACK_IN_CHECK_CLUSTER), [n.host for n in seen.nodes])
+    return [D.Finding(f"rack-{x.check}", "error", x.host, CK.CHECKS[x.check], x.what, x.fix) for x in found]
 
 
 def _groups(inv: Inventory) -> list[Inventory]:

@@ -428,7 +428,7 @@ def _ip(value: Any, loc: _Loc) -> str:
 
 def _network(value: Any, loc: _Loc) -> str:
     """An address or a network (CIDR) the fence admits, canonical; one that would not admit what it
-    says (host bits, IPv4-mapped, a zone, multicast, loopback: bootstrap.cluster.allow) is refused."""
+    says (host bits, IPv4-mapped, a zone, multicast, loopback: bootstrap.cluster.guard.allow) is refused."""
     from bootstrap.cluster.guard.allow import entry_problem
 
     value = _string(value, loc)
@@ -444,7 +444,7 @@ def _network(value: Any, loc: _Loc) -> str:
 
 def _fence_allow(value: Any, loc: _Loc) -> tuple[str, ...]:
     """cluster.fence_allow: each entry a _network, and all of them together, per IP version after
-    collapsing, within the fence's bound (bootstrap.cluster.allow.BOUND)."""
+    collapsing, within the fence's bound (bootstrap.cluster.guard.allow.BOUND)."""
     from bootstrap.cluster.guard.allow import union_problem
 
     entries = _list(_network)(value, loc)
@@ -878,7 +878,7 @@ def _check_fixed(port: int, loc: _Loc) -> None:
 
 def _check_ssh_port(port: int, cluster: Cluster, loc: _Loc) -> None:
     """A host's SSH port (cluster.ssh.port, a host's port / ansible_port) is none of the ports the
-    cluster uses on every host (bootstrap.cluster.fence.port_table): Ray or a container would take
+    cluster uses on every host (bootstrap.cluster.guard.fence.port_table): Ray or a container would take
     it, and behind a NAT port forward the fence would keep that number open to the cluster's service."""
     from bootstrap.cluster.guard.fence import port_clash
 

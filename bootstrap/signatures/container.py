@@ -40,7 +40,7 @@ SIGNATURES: tuple[Signature, ...] = (
               "bootstrap keeps the secrets in memory, was emptied (a reboot) or the files were removed",
         fix="Run `bootstrap up` with the secrets set in your environment (it puts them back and restarts the "
             "containers), then `bootstrap serve` for a fleet; see docs/security.md, secrets.",
-        sources=("bootstrap/cluster/secretstore.py (this project: the line its entrypoint prints)",),
+        sources=("bootstrap/cluster/guard/secretstore.py (this project: the line its entrypoint prints)",),
     ),
     Signature(
         id="vip-image-lacks-keepalived",

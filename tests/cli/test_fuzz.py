@@ -712,7 +712,7 @@ def cidr_sets(draw):
 def test_fence_allow_is_refused_naming_it_or_admits_no_more_than_the_bound(entries, probe):
     """Either exit 2 with one `error:` line naming fence_allow, or every entry admits what it says
     (no host bits, mapping or zone) and the union, per IP version after collapsing, is within the
-    fence's bound (bootstrap.cluster.allow.BOUND)."""
+    fence's bound (bootstrap.cluster.guard.allow.BOUND)."""
     from bootstrap.cluster.guard.allow import BOUND
 
     doc = {"cluster": {**BASE["cluster"], "fence_allow": entries}, "hosts": BASE["hosts"]}

@@ -6,12 +6,12 @@ import pytest
 from bootstrap.cluster.facts import (
     GPU,
     HostFacts,
-    check_preflight,
     parse_container_inspect,
     parse_nofile,
     parse_nvidia_smi,
     parse_runtimes,
 )
+from bootstrap.cluster.preflight.checks import check_preflight
 from bootstrap.errors import PreflightFailed
 
 DATA = Path(__file__).resolve().parents[1] / "data"

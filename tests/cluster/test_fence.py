@@ -7,6 +7,7 @@ from bootstrap.cluster.facts import HostFacts
 from bootstrap.cluster.guard import fence as FN
 from bootstrap.cluster.guard import run as GD
 from bootstrap.cluster.plan import container_spec, plan_up, ray_auth
+from bootstrap.cluster.preflight import run as PR
 from bootstrap.errors import PreflightFailed
 from bootstrap.fleet.plan import replica_inventory
 from bootstrap.model import Router
@@ -89,18 +90,18 @@ def test_where_the_fence_cannot_go_up_refuses_naming_the_fix():
     inv = cpu_inventory(2)
     facts = {inv.hosts[0].name: HostFacts("27", guard=ROOT),
              inv.hosts[1].name: HostFacts("27", guard=replace(ROOT, nft=False))}
-    res = GD.fence_refusals(inv, facts, inv.hosts)
+    res = PR.fence_refusals(inv, facts, inv.hosts)
     assert res[inv.hosts[0].name] is True
     err = res[inv.hosts[1].name]
     assert isinstance(err, PreflightFailed) and "neither `nft` nor iptables-restore" in str(err)
     assert "cluster.fence: false" in str(err)
     with_iptables = {**facts, inv.hosts[1].name: HostFacts("27", guard=replace(ROOT, nft=False, iptables=True))}
-    assert GD.fence_refusals(inv, with_iptables, inv.hosts)[inv.hosts[1].name] is True
+    assert PR.fence_refusals(inv, with_iptables, inv.hosts)[inv.hosts[1].name] is True
     user = replace(ROOT, root=False, sudo=False)
     assert "asks for a password" in FN.fence_refusal(user)[0]
     assert FN.install_argv(replace(ROOT, root=False, sudo=True)) == ("sudo", "-n", "nft", "-f", "-")
     off = replace(inv, cluster=replace(inv.cluster, fence=False))
-    assert GD.fence_refusals(off, facts, inv.hosts)[inv.hosts[1].name] is True
+    assert PR.fence_refusals(off, facts, inv.hosts)[inv.hosts[1].name] is True
 
 
 def test_ray_runs_with_the_token_file_mounted_and_a_new_token_recreates_the_nodes():

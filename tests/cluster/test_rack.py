@@ -4,7 +4,7 @@ sandbox runs it for real on every `up` (a healthy sandbox passes: tests/sandbox)
 import pytest
 
 from bootstrap.cluster import rack as RK
-from bootstrap.cluster.run import rack_refusals
+from bootstrap.cluster.preflight.run import rack_refusals
 
 # `ip -o link` / `ip -o addr` as a GPU host with a ConnectX RoCE port prints them
 LINKS = ("1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue state UNKNOWN mode DEFAULT group default qlen 1000\\"

@@ -1,4 +1,4 @@
-"""Node-to-node reachability (bootstrap/cluster/reach.py, checks/port_probe.py): the probe run for
+"""Node-to-node reachability (bootstrap/cluster/preflight/ports.py, checks/port_probe.py): the probe run for
 real on this machine's loopback (a listener, a dialler, a port a rule would drop simulated by a
 port nobody listens on), and the findings it leads to. The sandbox drops a port with iptables
 between two nodes (tests/sandbox/test_sandbox_infra.py)."""
@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from bootstrap.cluster import reach as RC
+from bootstrap.cluster.preflight import ports as RC
 from tests.support.plan_fixtures import cpu_inventory
 
 PROBE = (Path(__file__).resolve().parents[2] / "checks" / "port_probe.py").read_text()

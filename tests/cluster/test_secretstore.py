@@ -14,8 +14,8 @@ import pytest
 from bootstrap.cluster import plan as PL
 from bootstrap.cluster.facts import HostFacts
 from bootstrap.cluster.guard import fence as FN
-from bootstrap.cluster.guard import run as GD
 from bootstrap.cluster.guard import secretstore as SS
+from bootstrap.cluster.preflight import run as PR
 from bootstrap.containers import LOAD_SECRETS, SECRETS_IN_CONTAINER
 from bootstrap.inventory import load_inventory
 from bootstrap.remote import docker as DK
@@ -195,7 +195,7 @@ def test_a_spec_with_secrets_is_new_to_a_container_an_older_bootstrap_gave_an_en
 def test_a_host_that_cannot_keep_secrets_in_memory_is_refused_before_any_change(inv, root, sudo, fs, refused):
     g = FN.GuardFacts(root=root, sudo=sudo, run_fs=fs)
     facts = {h.name: HostFacts(docker_version="27.0", guard=g) for h in inv.hosts}
-    got = GD.secret_refusals(inv, facts, inv.hosts)
+    got = PR.secret_refusals(inv, facts, inv.hosts)
     if refused is None:
         assert all(v is True for v in got.values())
     else:

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from bootstrap.cluster import plan as PL
-from bootstrap.cluster import reach as RC
 from bootstrap.cluster.facts import HostFacts
+from bootstrap.cluster.preflight import ports as RC
 from bootstrap.cluster.rack import IBPort, RackFacts
 from bootstrap.errors import FleetError
 from bootstrap.fleet import plan as FP

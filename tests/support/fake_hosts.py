@@ -75,7 +75,7 @@ def fake_session(inv: Inventory, hosts: dict[str, FakeHost], **kw) -> Session:
     return sess
 
 
-#: A root host with nft and a Ray token (bootstrap.cluster.fence's facts), and the answers to taking
+#: A root host with nft and a Ray token (bootstrap.cluster.guard.fence's facts), and the answers to taking
 #: the fence and the token off (cluster.run.down): for fakes of hosts that `down` visits.
 GUARD_FACTS = "home=/root\nclient=10.0.0.100\nsshd_port=22\nuid=0\nnft=yes\nsudo=no\nephemeral=32768 60999\n" \
               "token=0123456789abcdef\n"

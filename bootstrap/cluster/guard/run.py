@@ -1,8 +1,8 @@
 """Apply the fence, Ray's token and the secrets over SSH (what guard/fence.py and guard/secretstore.py
 plan).
 
-`up` calls `fence_refusals` and `secret_refusals` with the preflight (nothing changed yet), then
-`put_fences` before any container starts, `share_token` before the plan and `put_secrets` before the
+`up` runs the preflight's fence and secrets checks first (bootstrap.cluster.preflight, nothing
+changed yet), then `put_fences` before any container starts, `share_token` before the plan and `put_secrets` before the
 containers start (`serve` and `rollout` of a fleet: `check_secret_store`, then `put_secrets`); `down`
 calls `take_down` after the containers are gone. Each remote step is one command per host; the
 token and the secrets travel on stdin only.
@@ -18,35 +18,7 @@ from bootstrap.cluster.guard import fence as FN
 from bootstrap.cluster.guard import secretstore as SS
 from bootstrap.errors import PreflightFailed
 from bootstrap.model import Host, Inventory
-from bootstrap.remote.fanout import GroupResult
 from bootstrap.remote.session import Session
-
-
-def fence_refusals(inv: Inventory, facts: Mapping[str, F.HostFacts], hosts: Sequence[Host]) -> GroupResult:
-    """host -> PreflightFailed where cluster.fence is on and the fence cannot be put there, else True."""
-    out = GroupResult({h.name: True for h in hosts})
-    if not inv.cluster.fence:
-        return out
-    for h in hosts:
-        g = facts[h.name].guard
-        why = FN.fence_refusal(g) if g is not None else None
-        if why is not None:
-            out[h.name] = PreflightFailed(h.name, *why)
-    return out
-
-
-def secret_refusals(inv: Inventory, facts: Mapping[str, F.HostFacts], hosts: Sequence[Host]) -> GroupResult:
-    """host -> PreflightFailed where the cluster has secrets and the host cannot keep them in memory
-    (secretstore.refusal), else True."""
-    out = GroupResult({h.name: True for h in hosts})
-    if not SS.values(inv):
-        return out
-    for h in hosts:
-        g = facts[h.name].guard
-        why = SS.refusal(g.root, g.sudo, g.run_fs) if g is not None else None
-        if why is not None:
-            out[h.name] = PreflightFailed(h.name, *why)
-    return out
 
 
 def check_secret_store(sess: Session, hosts: Sequence[Host]) -> None:

@@ -1,17 +1,19 @@
-"""Node-to-node reachability on the ports the cluster will use, tested between the nodes themselves
+"""The ports check's rules, pure: the ports each node listens on and dials, and what a blocked one means.
+
+Node-to-node reachability on the ports the cluster will use, tested between the nodes themselves
 (not from this machine), before `up` starts anything: a firewall that drops Ray's GCS port between
 two nodes, or every port but a few, otherwise shows up later as a worker that never joins or a
 collective that hangs.
 
 Pure: which ports each node listens on (`planned_ports`), whom each node dials (`targets`), and the
 findings from what came back (`findings`). The remote steps (checks/port_probe.py on every host,
-listen then connect) are in bootstrap.cluster.probe.port_reachability.
+listen then connect) are in bootstrap.cluster.preflight.run.port_reachability.
 """
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from bootstrap.cluster.rack import RackFinding
+from bootstrap.cluster.preflight.registry import Finding
 from bootstrap.model import NATIVE_COORD_PORT, NATIVE_MASTER_PORT, Host, Inventory
 
 #: The check's name (`up --skip-check ports`).
@@ -72,7 +74,7 @@ def _hostport(ip: str, port: int) -> str:
 
 
 def findings(inv: Inventory, hosts: Sequence[Host], bound: Mapping[str, Mapping[str, object]],
-             dialled: Mapping[str, Sequence[Mapping[str, object]]]) -> list[RackFinding]:
+             dialled: Mapping[str, Sequence[Mapping[str, object]]]) -> list[Finding]:
     """A finding per node and port that another node could not reach (named on the node whose port
     it is: its firewall, or the path to it, drops or rejects it), and per port a node could not
     listen on for another reason than being busy."""
@@ -83,11 +85,11 @@ def findings(inv: Inventory, hosts: Sequence[Host], bound: Mapping[str, Mapping[
         for key, got in (bound.get(h.name) or {}).items():
             port = got if isinstance(got, int) else int(key)
             by_target[_hostport(h.ip, port)] = (h.name, port, what.get(int(key), "a cluster port"))
-    out: list[RackFinding] = []
+    out: list[Finding] = []
     for h in hosts:
         for key, got in (bound.get(h.name) or {}).items():
             if isinstance(got, str) and got.startswith("error"):
-                out.append(RackFinding(CHECK, h.name, f"cannot listen on port {key} on {h.ip} ({got[7:]})",
+                out.append(Finding(CHECK, h.name, f"cannot listen on port {key} on {h.ip} ({got[7:]})",
                                        f"free the port on {h.name} or move it (cluster.ports)"))
     blocked: dict[tuple[str, int, str], list[tuple[str, str]]] = {}
     for src, results in dialled.items():
@@ -100,7 +102,7 @@ def findings(inv: Inventory, hosts: Sequence[Host], bound: Mapping[str, Mapping[
         how = ("no answer within %gs: a firewall drops it" % CONNECT_TIMEOUT if errors == ["timeout"] else
                "refused: a firewall rejects it" if errors == ["refused"] else ", ".join(errors))
         src_names = ", ".join(s for s, _ in srcs)
-        out.append(RackFinding(
+        out.append(Finding(
             CHECK, dst, f"TCP port {port} ({what}) is not reachable from {src_names} ({how})",
             f"allow TCP from the other nodes' data-plane IPs to {dst} (`ufw allow from SUBNET`, "
             f"`iptables -I INPUT -s SUBNET -j ACCEPT`), ports {_listed(plan.get(dst, ()))}"))
