@@ -33,8 +33,9 @@ from bootstrap.model import (
     Host,
     Inventory,
 )
+from bootstrap.serve import argv as AV
 from bootstrap.serve import passthrough as PT
-from bootstrap.serve import plan as P
+from bootstrap.serve import split as SP
 
 LABEL_KEEP = "bootstrap.keep"
 LABEL_REPLICA = "bootstrap.replica"
@@ -113,7 +114,7 @@ KV_CONNECTOR = "NixlConnector"
 #: NIXL_HOST_ENV, NIXL_PORT_ENV (from bootstrap.model: its PLAN_ENV table keeps env and secrets off them)
 #: the flag the plan sets on every replica of a disaggregated fleet
 KV_FLAG = "--kv-transfer-config"
-#: what a disaggregated fleet's plan sets among vLLM's flags -> what to use instead (P.check_extra's plan_sets)
+#: what a disaggregated fleet's plan sets among vLLM's flags -> what to use instead (FG.check_extra's plan_sets)
 PD_FLAGS = {KV_FLAG: "cluster.router.prefill: the plan sets NixlConnector, producer on the prefill replicas and "
                      "consumer on the decode ones"}
 
@@ -347,13 +348,13 @@ class ReplicaPlan:
     #: 'prefill' or 'decode' in a disaggregated fleet; None: whole requests
     role: str | None = None
     #: this replica's split (replicas of different sizes have their own); None: the fleet's
-    split: P.SplitChoice | None = None
+    split: SP.SplitChoice | None = None
 
 
 @dataclass(frozen=True)
 class FleetPlan:
     spec: Spec
-    split: P.SplitChoice
+    split: SP.SplitChoice
     replicas: tuple[ReplicaPlan, ...]
     #: a router per router host (with its keepalived where a floating address is set)
     routers: tuple["RouterLaunch", ...]
@@ -365,7 +366,7 @@ class FleetPlan:
     #: the floating address (cluster.router.vip), or None: the endpoint is the first router's host
     vip: str | None = None
 
-    def split_of(self, r: ReplicaPlan) -> P.SplitChoice:
+    def split_of(self, r: ReplicaPlan) -> SP.SplitChoice:
         return r.split or self.split
 
     @property
@@ -641,7 +642,7 @@ def plan_routers(inv: Inventory, urls: Sequence[str], image: str | None = None,
     return tuple(out)
 
 
-def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice | Mapping[int, P.SplitChoice], *,
+def plan_fleet(inv: Inventory, spec: Spec, split: SP.SplitChoice | Mapping[int, SP.SplitChoice], *,
                nofile: dict[str, int | None], notes: Sequence[str] = (),
                derived: Mapping[str, Mapping[str, str]] | None = None,
                ucx: Mapping[str, Mapping[str, str]] | None = None,
@@ -667,7 +668,7 @@ def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice | Mapping[int, P
     for k, (group, sp) in enumerate(zip(inv.replicas, splits)):
         ips = [h.ip for h in group]
         extra = (KV_FLAG, kv_transfer_config(inv, k), *spec.extra) if is_pd(inv) else spec.extra
-        vllms = P.native_serve_argvs(spec.model, sp.par, ips, port=c.ports.vllm, host=group[0].ip,
+        vllms = AV.native_serve_argvs(spec.model, sp.par, ips, port=c.ports.vllm, host=group[0].ip,
                                      master_port=MASTER_PORT, served_name=spec.served_name,
                                      extra=extra)
         members = []

@@ -31,7 +31,8 @@ from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, GroupResult, fan_out
 from bootstrap.remote.session import Reporter, Session, check_script, last_json_or_error
 from bootstrap.serve import experts as EX
-from bootstrap.serve import plan as P
+from bootstrap.serve import flags as FG
+from bootstrap.serve import split as SP
 
 #: serve's processes inside the node containers (a single-replica serve) hold the vLLM port.
 from bootstrap.serve.state import check_extra_in_image, engine_counts, read_model_info, stop_serving
@@ -268,7 +269,7 @@ def _preflight(sess: Session, inv: Inventory) -> None:
 
 def _split(sess: Session, inv: Inventory, model: str, tp: int | None, pp: int | None,
            extra: Sequence[str], dp: int | None = None,
-           image: str | None = None) -> tuple[dict[int, P.SplitChoice], list[str]]:
+           image: str | None = None) -> tuple[dict[int, SP.SplitChoice], list[str]]:
     """Each replica's split, by its number of nodes (one entry when the replicas are of one size):
     TP x PP, or with dp vLLM's data parallel engines within the replica's nodes behind its head's
     API server. --tp/--pp/--dp apply to every replica."""
@@ -276,19 +277,19 @@ def _split(sess: Session, inv: Inventory, model: str, tp: int | None, pp: int | 
     sizes = list(dict.fromkeys(len(g) for g in inv.replicas))  # replica 0's first
     for nodes in sizes:
         if dp is None:
-            P.parallelism(nodes, inv.gpus_per_node, tp, pp, accelerator=c.accelerator)
+            SP.parallelism(nodes, inv.gpus_per_node, tp, pp, accelerator=c.accelerator)
         else:
-            P.data_parallel(nodes, inv.gpus_per_node, dp, tp, pp, accelerator=c.accelerator)
+            SP.data_parallel(nodes, inv.gpus_per_node, dp, tp, pp, accelerator=c.accelerator)
     info = read_model_info(sess, inv.replicas[0][0], model)
     config = info.get("config") if isinstance(info.get("config"), dict) else None
-    shape = P.model_shape(config) if config else None
-    splits = {n: P.choose_split(shape, n, inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp, dp=dp)
+    shape = SP.model_shape(config) if config else None
+    splits = {n: SP.choose_split(shape, n, inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp, dp=dp)
               for n in sizes}
     notes: list[str] = []
     check_extra_in_image(sess, inv.replicas[0][0], image or c.image, extra, "native", notes, FP.plan_sets(inv))
     engine = EX.EngineCaps.from_doc(info.get("engine"))
     for split in splits.values():
-        P.check_engine_flags(c.accelerator, split.par, extra)
+        FG.check_engine_flags(c.accelerator, split.par, extra)
         FP.check_pd(inv, extra, nixl_connector=engine.nixl_connector, nixl="nixl" in engine.modules,
                     pp=split.par.pp)
     if config is None:

@@ -19,14 +19,19 @@ from bootstrap.cluster import ray as R
 from bootstrap.cluster import runtime as RT
 from bootstrap.containers import LOAD_SECRETS
 from bootstrap.doctor import signatures as D
-from bootstrap.errors import PreflightFailed, ServeFailed, UsageError
+from bootstrap.errors import PreflightFailed, ServeFailed, ServePlanError, UsageError
 from bootstrap.model import Host, Inventory
 from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
 from bootstrap.remote.session import Reporter, Session, check_script, last_json_or_error
+from bootstrap.serve import argv as AV
 from bootstrap.serve import experts as EX
+from bootstrap.serve import flags as FG
+from bootstrap.serve import kvlog as KL
+from bootstrap.serve import manifest as MF
 from bootstrap.serve import modelsync as MS
-from bootstrap.serve import plan as P
+from bootstrap.serve import sizing as SZ
+from bootstrap.serve import split as SP
 from bootstrap.serve.state import LOG, PIDFILE, STATE, check_extra_in_image, read_model_info, stop_serving
 
 NON_CARRY_OVER = "/root/.config/vllm/ray_non_carry_over_env_vars.json"
@@ -48,8 +53,8 @@ class ServePlan:
     model: str
     backend: str
     backend_reason: str
-    split: P.SplitChoice
-    shape: P.ModelShape | None
+    split: SP.SplitChoice
+    shape: SP.ModelShape | None
     #: where config.json came from: path, hf-cache, hub; None when it could not be read
     config_source: str | None
     config_error: str | None
@@ -80,7 +85,7 @@ class ServeResult:
     model: str
     served: list[str]
     backend: str
-    parallelism: P.Parallelism
+    parallelism: SP.Parallelism
     ready_seconds: float
     kv: object | None = None
     fit: object | None = None
@@ -156,10 +161,10 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
         backend_why = EP_WHY
     elif dp is not None:
         backend_why = DP_WHY
-        P.data_parallel(len(order), inv.gpus_per_node, dp, tp, pp, accelerator=c.accelerator)
+        SP.data_parallel(len(order), inv.gpus_per_node, dp, tp, pp, accelerator=c.accelerator)
     else:
         # The cluster's shape alone (no model yet): bad --tp/--pp for these nodes fail before connecting.
-        P.parallelism(len(order), inv.gpus_per_node, tp, pp, accelerator=c.accelerator)
+        SP.parallelism(len(order), inv.gpus_per_node, tp, pp, accelerator=c.accelerator)
     port = c.ports.vllm
     host_bind = listen or inv.head.ip
     url_in = "http://" + PL.hostport(inv.head.ip if host_bind in ('0.0.0.0', '::') else host_bind, port)
@@ -183,7 +188,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
         # What the model allows: its config.json, read where vLLM will read it (the head container).
         info = read_model_info(sess, inv.head, model)
         config = info.get("config") if isinstance(info.get("config"), dict) else None
-        shape = P.model_shape(config) if config else None
+        shape = SP.model_shape(config) if config else None
         if config is None:
             notes.append(f"could not read the model's config.json ({info.get('error') or 'no answer'}): "
                          "the split is not checked against the model")
@@ -197,9 +202,9 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             if not manifests[inv.head.name]:
                 raise UsageError(f"{inv.head.name}: no files under {model} in the container "
                                  "(a model path is a path inside the container: mount it with cluster.mounts)")
-            diffs = P.compare_manifests(manifests, inv.head.name)
+            diffs = MF.compare_manifests(manifests, inv.head.name)
             if diffs and not sync_model:
-                raise PreflightFailed(", ".join(d.host for d in diffs), P.describe(diffs),
+                raise PreflightFailed(", ".join(d.host for d in diffs), MF.describe(diffs),
                                       "copy the model to every node, or pass --sync-model to copy it from the head")
             sync_to = [d.host for d in diffs]
             fit = _fit(sess, inv, config, info.get("index"), manifests[inv.head.name])
@@ -216,14 +221,14 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
                 notes.append(f"expert parallel not planned: {ep_not}")
         if split is None and plain and fit is not None and fit.fits:
             # a model one node holds is served by a copy on every node, not stretched across them
-            split = P.auto_data_parallel(shape, len(order), inv.gpus_per_node, accelerator=c.accelerator,
+            split = SP.auto_data_parallel(shape, len(order), inv.gpus_per_node, accelerator=c.accelerator,
                                          nodes_needed=fit.nodes_needed)
             if split is not None:
                 backend, backend_why = "native", "data parallel: vLLM's own DP runs one `vllm serve` per node"
         if split is None:
-            split = P.choose_split(shape, len(order), inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp,
+            split = SP.choose_split(shape, len(order), inv.gpus_per_node, accelerator=c.accelerator, tp=tp, pp=pp,
                                    dp=dp)
-        P.check_engine_flags(c.accelerator, split.par, extra)
+        FG.check_engine_flags(c.accelerator, split.par, extra)
         check_extra_in_image(sess, inv.head, c.image, extra, backend, notes)
         if split.par.dp > 1 and not split.par.ep and manifests:
             fit = _fit(sess, inv, config, info.get("index"), manifests[inv.head.name], split.par)
@@ -244,12 +249,12 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
 
         master_port = None
         if backend == "ray":
-            argv = P.ray_serve_argv(model, split.par, port=port, host=host_bind, served_name=served_name,
+            argv = AV.ray_serve_argv(model, split.par, port=port, host=host_bind, served_name=served_name,
                                     extra=extra)
             launches = [NodeLaunch(h.name, h.ip, argv if h.is_head else ()) for h in order]
         else:
             master_port = 29500 + random.randrange(400)
-            argvs = P.native_serve_argvs(model, split.par, [h.ip for h in order], port=port, host=host_bind,
+            argvs = AV.native_serve_argvs(model, split.par, [h.ip for h in order], port=port, host=host_bind,
                                          master_port=master_port, served_name=served_name, extra=extra,
                                          all2all=split.all2all)
             launches = [NodeLaunch(h.name, h.ip, argvs[i]) for i, h in enumerate(order)]
@@ -269,9 +274,9 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             notes.append(f"copied {model} from {inv.head.name} to {', '.join(sync_to)} "
                          f"({'; '.join(f'{n} from {got_from[n]}' for n in sync_to if n in got_from)})")
             manifests = _manifests(sess, order, model)
-            diffs = P.compare_manifests(manifests, inv.head.name)
+            diffs = MF.compare_manifests(manifests, inv.head.name)
             if diffs:
-                raise PreflightFailed(", ".join(d.host for d in diffs), "after --sync-model: " + P.describe(diffs))
+                raise PreflightFailed(", ".join(d.host for d in diffs), "after --sync-model: " + MF.describe(diffs))
 
         # Replace whatever serve started before (stale workers keep their ports).
         sess.stage("stop-old", order, lambda h: stop_serving(sess, h))
@@ -280,7 +285,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
         sess.ssh[inv.head.name].run_with_input(DK.exec_argv(name, "sh", "-c", f"cat > {STATE}", interactive=True),
                                                [state], timeout=30)
         if backend == "ray":
-            keep = P.per_node_env_names(inv)
+            keep = AV.per_node_env_names(inv)
             if keep:
                 # vLLM copies the head's NCCL_* to every Ray worker unless listed here.
                 body = json.dumps(keep).encode()
@@ -325,7 +330,7 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
             sess.cleanup("stop-failed", order, lambda h: stop_serving(sess, h), failed)
             raise failed
         return ServeResult(f"{url_in}/v1", model, ready.get("models", []), backend, split.par, elapsed,
-                           kv=P.kv_capacity(log), fit=fit, notes=notes, plan=plan)
+                           kv=KL.kv_capacity(log), fit=fit, notes=notes, plan=plan)
 
 
 def _manifests(sess: Session, hosts: Sequence[Host], model: str) -> dict:
@@ -333,8 +338,8 @@ def _manifests(sess: Session, hosts: Sequence[Host], model: str) -> dict:
     name = sess.inv.cluster.container_name
     # not checked: `find` fails on a directory that is not there, and an empty manifest is then what the
     # comparison reports (the model's files missing on that host); the containers were seen running
-    return sess.stage("model-files", hosts, lambda h: P.model_manifest(sess.ssh[h.name].run(
-        DK.exec_argv(name, *P.manifest_cmd(model)), timeout=120, check=False).stdout))
+    return sess.stage("model-files", hosts, lambda h: MF.model_manifest(sess.ssh[h.name].run(
+        DK.exec_argv(name, *MF.manifest_cmd(model)), timeout=120, check=False).stdout))
 
 
 def _plan_experts(sess: Session, inv: Inventory, shape, config: dict | None, info: dict, manifests: dict, *,
@@ -345,8 +350,8 @@ def _plan_experts(sess: Session, inv: Inventory, shape, config: dict | None, inf
     if inv.cluster.accelerator == "gpu" and config:
         index = info.get("index") if isinstance(info.get("index"), dict) else None
         try:
-            weight = P.model_size_from_config(config, index, manifests.get(inv.head.name)).weight_bytes
-        except P.ServePlanError:
+            weight = SZ.model_size_from_config(config, index, manifests.get(inv.head.name)).weight_bytes
+        except ServePlanError:
             weight = None
         # not checked: without nvidia-smi's answer the per-rank fit is not checked (the plan says so)
         gpus = F.parse_nvidia_smi(sess.ssh[inv.head.name].run(F.NVIDIA_SMI, timeout=60, check=False).stdout)
@@ -354,26 +359,26 @@ def _plan_experts(sess: Session, inv: Inventory, shape, config: dict | None, inf
     return EX.plan_experts(shape, len(inv.hosts), inv.gpus_per_node, accelerator=inv.cluster.accelerator,
                            caps=EX.EngineCaps.from_doc(info.get("engine")), rdma=inv.cluster.infiniband,
                            forced=forced, tp=tp, dp=dp, all2all=all2all, weight_bytes=weight,
-                           expert_fraction=P.expert_fraction(config), gpu_mem_bytes=gpu_mem)
+                           expert_fraction=SZ.expert_fraction(config), gpu_mem_bytes=gpu_mem)
 
 
 def _fit(sess: Session, inv: Inventory, config: dict | None, index: dict | None, manifest: dict,
-         par: P.Parallelism | None = None):
+         par: SP.Parallelism | None = None):
     """Does the model fit? With data parallel, in one engine's GPUs (each engine holds it whole)."""
     if inv.cluster.accelerator != "gpu":
         return None
     head = sess.ssh[inv.head.name]
     config = config or {}
     index = index if isinstance(index, dict) else None
-    size = P.model_size_from_config(config, index, manifest)
+    size = SZ.model_size_from_config(config, index, manifest)
     # not checked: the fit is advice printed with the plan; without nvidia-smi's answer there is none
     gpus = F.parse_nvidia_smi(head.run(F.NVIDIA_SMI, timeout=60, check=False).stdout)
     if not gpus:
         return None
     if par is not None and par.dp > 1:
-        return P.fit(size.weight_bytes, gpu_mem_bytes_per_gpu=gpus[0].memory_mib * (1 << 20),
+        return SZ.fit(size.weight_bytes, gpu_mem_bytes_per_gpu=gpus[0].memory_mib * (1 << 20),
                      gpus_per_node=par.tp, nodes=1, label=f"{size.label}, in each engine's {par.tp} GPU(s)")
-    return P.fit(size.weight_bytes, gpu_mem_bytes_per_gpu=gpus[0].memory_mib * (1 << 20),
+    return SZ.fit(size.weight_bytes, gpu_mem_bytes_per_gpu=gpus[0].memory_mib * (1 << 20),
                  gpus_per_node=inv.gpus_per_node, nodes=len(inv.hosts), label=size.label)
 
 

@@ -13,7 +13,7 @@ from bootstrap.errors import InventoryError, UsageError
 from bootstrap.fleet import plan as FP
 from bootstrap.inventory import load_inventory
 from bootstrap.model import Inventory, Router
-from bootstrap.serve.plan import Parallelism, SplitChoice
+from bootstrap.serve.split import Parallelism, SplitChoice
 
 # --------------------------------------------------------------------------------------------
 # 1. Grouping
