@@ -28,7 +28,8 @@ PURE = ("bootstrap.errors", "bootstrap.model", "bootstrap.exposure", "bootstrap.
         "bootstrap.nccl.parse", "bootstrap.doctor.signatures", "bootstrap.doctor.rules",
         "bootstrap.serve.plan", "bootstrap.serve.split", "bootstrap.serve.flags", "bootstrap.serve.argv",
         "bootstrap.serve.sizing", "bootstrap.serve.manifest", "bootstrap.serve.kvlog", "bootstrap.serve.experts",
-        "bootstrap.serve.passthrough", "bootstrap.fleet.plan", "bootstrap.monitor.plan",
+        "bootstrap.serve.passthrough", "bootstrap.serve.mode", "bootstrap.fleet.plan", "bootstrap.fleet.names",
+        "bootstrap.fleet.routers", "bootstrap.monitor.plan",
         "bootstrap.monitor.metrics")
 CAPABILITIES = ("cluster", "nccl", "doctor", "serve", "fleet", "monitor")
 UI_LIBS = ("click", "rich")
