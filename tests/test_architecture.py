@@ -33,7 +33,10 @@ PURE = ("bootstrap.errors", "bootstrap.model", "bootstrap.exposure", "bootstrap.
         "bootstrap.cluster.imagedist.plan", "bootstrap.cluster.facts", "bootstrap.cluster.rack",
         "bootstrap.inventory.reference", "bootstrap.doctor.logsources",
         "bootstrap.nccl.parse", "bootstrap.signatures",
-        "bootstrap.serve.plan", "bootstrap.serve.passthrough", "bootstrap.fleet.plan", "bootstrap.monitor.plan",
+        "bootstrap.serve.plan", "bootstrap.serve.split", "bootstrap.serve.flags", "bootstrap.serve.argv",
+        "bootstrap.serve.sizing", "bootstrap.serve.manifest", "bootstrap.serve.kvlog", "bootstrap.serve.experts",
+        "bootstrap.serve.passthrough", "bootstrap.serve.mode", "bootstrap.fleet.plan", "bootstrap.fleet.names",
+        "bootstrap.fleet.routers", "bootstrap.monitor.plan",
         "bootstrap.monitor.metrics")
 CAPABILITIES = ("cluster", "nccl", "doctor", "serve", "fleet", "monitor")
 UI_LIBS = ("click", "rich")

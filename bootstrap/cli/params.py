@@ -12,7 +12,7 @@ import click
 
 from bootstrap.errors import UsageError
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
-from bootstrap.serve import experts as EX
+from bootstrap.serve import mode as M
 from bootstrap.serve import plan as P
 
 
@@ -416,39 +416,15 @@ def check_serve_args(ctx: click.Context, model: str | None, extra: tuple[str, ..
 
 
 def check_parallelism(inv, tp: int | None, pp: int | None, dp: int | None = None, *, ep: bool = False) -> None:
-    """serve's --tp/--pp/--dp/--ep, when given: a split every replica of the cluster can hold."""
-    if ep:
-        if inv.cluster.replicas > 1:
-            raise click.UsageError("--ep: expert parallel serves one cluster (its engines behind the head's API "
-                                   "server); with cluster.replicas > 1 each replica is a TP x PP group behind the "
-                                   "router (drop --ep, or set replicas: 1)")
-        if inv.cluster.accelerator != "gpu":
-            raise click.UsageError("--ep: vLLM-CPU runs no expert parallel (TP=2 with EP crashes its worker; MoE "
-                                   "across DP engines needs all_gatherv, which its CPU communicator lacks); serve "
-                                   "the model with a TP x PP split (drop --ep)")
-        if pp not in (None, 1):
-            raise click.UsageError(f"--ep with --pp {pp}: expert parallel runs data parallel engines within a node "
-                                   "(TP only); drop --pp")
-        bad = EX.layout_problem(len(inv.hosts), inv.gpus_per_node, tp, dp)
-        if bad:
-            raise click.UsageError(f"--ep: {bad}")
+    """serve's --tp/--pp/--dp/--ep, when given: a split every replica of the cluster can hold (serve/mode.py)."""
+    opts = M.Options(tp, pp, dp, ep=ep)
+    if not opts.given:
         return
-    if dp is not None:
-        if inv.cluster.replicas > 1 and inv.cluster.router.prefill:
-            raise click.UsageError("--dp with cluster.router.prefill: a disaggregated fleet's replicas are TP x PP "
-                                   "groups (drop --dp)")
-        try:  # with replicas, each replica's engines within its own nodes
-            for n in _replica_sizes(inv):
-                P.data_parallel(n, inv.gpus_per_node, dp, tp, pp, accelerator=inv.cluster.accelerator)
-        except P.ServePlanError as exc:
-            raise click.UsageError(f"--dp: {exc}{_on_which(inv)}") from None
-        return
-    if tp is not None or pp is not None:
-        try:
-            for n in _replica_sizes(inv):
-                P.parallelism(n, inv.gpus_per_node, tp, pp, accelerator=inv.cluster.accelerator)
-        except P.ServePlanError as exc:
-            raise click.UsageError(f"--tp/--pp: {exc}{_on_which(inv)}") from None
+    try:
+        M.check(M.Hosts.of(inv), opts)
+    except M.SplitRefused as exc:
+        where = _on_which(inv) if exc.per_replica else ""
+        raise click.UsageError(f"{exc.option}: {exc}{where}" if exc.option else str(exc)) from None
 
 
 def _replica_sizes(inv) -> list[int]:

@@ -12,99 +12,78 @@ This module decides names, argv and order; fleet.py runs them.
 """
 from __future__ import annotations
 
-import ipaddress
 import json
-import math
-import posixpath
-import zlib
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from bootstrap.cluster import plan as PL
 from bootstrap.cluster.guard import secretstore as SS
 from bootstrap.errors import FleetError
+
+# moved to fleet/names.py and fleet/routers.py (re-floor): the CLI, doctor, tests and fleet/ read them here
+from bootstrap.fleet.names import (  # noqa: F401
+    _MEMBER_DIR,
+    API_KEY_ENV,
+    COORD_PORT,
+    EXITED_PATH,
+    KEEPER_PATH,
+    LABEL_KEEP,
+    LABEL_REPLICA,
+    LABEL_SERVE,
+    MASTER_PORT,
+    MEMBER_PATH,
+    ROLE_PATH,
+    STARTS_PATH,
+    STOP_GRACE,
+    http_url,
+    is_fleet,
+    is_pd,
+    keeper_name,
+    old_name,
+    replica_url,
+    role,
+    router_host,
+    router_hosts,
+    router_name,
+    router_url,
+    serve_name,
+    serve_names,
+    spent_name,
+    standby_name,
+    standby_old_name,
+    vip_name,
+)
+from bootstrap.fleet.routers import (  # noqa: F401
+    ADVERT_V2,
+    ADVERT_V3,
+    CB_TIMEOUT,
+    CHECK_INTERVAL,
+    CHECK_TRY,
+    VIP_CONF_PATH,
+    VIP_ENTRY_PATH,
+    VIP_RUN,
+    RouterLaunch,
+    _workers_argv,
+    api_key,
+    keeper_create_argv,
+    plan_routers,
+    router_run_argv,
+    vip_config,
+    vip_create_argv,
+    vip_network_problem,
+    vrid,
+)
 from bootstrap.model import (
     CPU_KV_LEASE,
-    NATIVE_COORD_PORT,
-    NATIVE_MASTER_PORT,
     NIXL_HOST_ENV,
     NIXL_PORT_ENV,
     STOP_GRACE_ENV,
     Host,
     Inventory,
 )
+from bootstrap.serve import argv as AV
 from bootstrap.serve import passthrough as PT
-from bootstrap.serve import plan as P
-
-LABEL_KEEP = "bootstrap.keep"
-LABEL_REPLICA = "bootstrap.replica"
-#: JSON of what the replica serves (model, flags, image): what a rollout changes and compares.
-LABEL_SERVE = "bootstrap.serve"
-#: torch.distributed's rendezvous inside a replica, and the members' own (checks/member.py).
-MASTER_PORT = NATIVE_MASTER_PORT
-COORD_PORT = NATIVE_COORD_PORT
-#: Seconds vLLM gets to finish in-flight requests when a replica is stopped on purpose.
-STOP_GRACE = 30
-#: Where the member supervisor lives in a serve container (copied in before the first start), and
-#: its role file there (checks/member.py's ROLE; checks/keeper.py writes it too).
-MEMBER_PATH = "/opt/bootstrap/member.py"
-_MEMBER_DIR = posixpath.dirname(MEMBER_PATH)
-ROLE_PATH = f"{_MEMBER_DIR}/member.role"
-#: ... and its count of vLLM starts (checks/member.py's STARTS): a replica's restarts in `status`
-STARTS_PATH = f"{_MEMBER_DIR}/member.starts"
-#: ... and its line on the last vLLM that exited by itself (EXITED): a gate ends there
-EXITED_PATH = f"{_MEMBER_DIR}/member.exited"
-KEEPER_PATH = "/opt/bootstrap/keeper.py"
-#: what vLLM reads its API key from (the value comes from the secret cluster.router.api_key names)
-API_KEY_ENV = SS.API_KEY_ENV
-
-
-def serve_name(inv: Inventory) -> str:
-    return f"{inv.cluster.container_name}-serve"
-
-
-def standby_name(inv: Inventory) -> str:
-    """A member's standby: its serve container's twin, vLLM imported, waiting (cluster.standby)."""
-    return f"{serve_name(inv)}-standby"
-
-
-def spent_name(inv: Inventory) -> str:
-    """A killed serve container while the keeper makes it the next standby (checks/keeper.py's SPENT)."""
-    return f"{serve_name(inv)}-spent"
-
-
-def standby_old_name(inv: Inventory) -> str:
-    """A replaced replica's standby, kept until its successor serves (rollback)."""
-    return f"{standby_name(inv)}-old"
-
-
-def old_name(inv: Inventory) -> str:
-    """A replaced serve container, kept stopped until its successor serves (rollback)."""
-    return f"{inv.cluster.container_name}-serve-old"
-
-
-def serve_names(inv: Inventory) -> tuple[str, ...]:
-    """Every serve container a member's host may hold: serving, its standby, a killed one on its
-    way to be the next standby, and a rollout's kept ones."""
-    return (serve_name(inv), standby_name(inv), spent_name(inv), old_name(inv), standby_old_name(inv))
-
-
-def router_name(inv: Inventory) -> str:
-    return f"{inv.cluster.container_name}-router"
-
-
-def keeper_name(inv: Inventory) -> str:
-    return f"{inv.cluster.container_name}-keeper"
-
-
-def vip_name(inv: Inventory) -> str:
-    """keepalived, on each router host of a fleet with cluster.router.vip."""
-    return f"{inv.cluster.container_name}-vip"
-
-
-def is_fleet(inv: Inventory) -> bool:
-    return inv.cluster.replicas > 1
-
+from bootstrap.serve import split as SP
 
 # -- prefill/decode disaggregation ------------------------------------------------------------------
 #: vLLM's KV connector for disaggregation, and its side channel's variables (each member's own IP:
@@ -113,7 +92,7 @@ KV_CONNECTOR = "NixlConnector"
 #: NIXL_HOST_ENV, NIXL_PORT_ENV (from bootstrap.model: its PLAN_ENV table keeps env and secrets off them)
 #: the flag the plan sets on every replica of a disaggregated fleet
 KV_FLAG = "--kv-transfer-config"
-#: what a disaggregated fleet's plan sets among vLLM's flags -> what to use instead (P.check_extra's plan_sets)
+#: what a disaggregated fleet's plan sets among vLLM's flags -> what to use instead (FG.check_extra's plan_sets)
 PD_FLAGS = {KV_FLAG: "cluster.router.prefill: the plan sets NixlConnector, producer on the prefill replicas and "
                      "consumer on the decode ones"}
 
@@ -133,18 +112,6 @@ def check_pd_flags(inv: Inventory, extra: Sequence[str]) -> None:
             as_ = "" if name.replace("_", "-").split(".", 1)[0] == flag else f" (vLLM reads it as {flag})"
             raise FleetError(f"{name}{as_} is set by the plan on a disaggregated fleet (cluster.router.prefill: "
                              "NixlConnector, producer on the prefill replicas, consumer on the decode ones); drop it")
-
-
-def is_pd(inv: Inventory) -> bool:
-    """Prefill and decode disaggregated (cluster.router.prefill names the prefill replicas)."""
-    return bool(inv.cluster.router.prefill) and is_fleet(inv)
-
-
-def role(inv: Inventory, k: int) -> str | None:
-    """'prefill' or 'decode' for replica k of a disaggregated fleet; None otherwise."""
-    if not is_pd(inv):
-        return None
-    return "prefill" if k in inv.cluster.router.prefill else "decode"
 
 
 def kv_lease(inv: Inventory) -> tuple[int | None, str | None]:
@@ -257,33 +224,6 @@ def replica_inventory(inv: Inventory, k: int) -> Inventory:
                    hosts=tuple(replace(h, replica=0) for h in group))
 
 
-def router_hosts(inv: Inventory) -> tuple[Host, ...]:
-    """The hosts that run a router (Inventory.router_hosts)."""
-    return inv.router_hosts
-
-
-def router_host(inv: Inventory) -> Host:
-    """The first router host (the endpoint's host without a floating address)."""
-    return router_hosts(inv)[0]
-
-
-def http_url(ip: str, port: int) -> str:
-    return "http://" + PL.hostport(ip, port)
-
-
-def replica_url(inv: Inventory, k: int) -> str:
-    """Replica k's API server (its head, on the data plane): the router's worker URL."""
-    return http_url(inv.replicas[k][0].ip, inv.cluster.ports.vllm)
-
-
-def router_url(inv: Inventory, host: Host | None = None) -> str:
-    """The fleet's endpoint (the floating address, else the router host), or one router's own URL."""
-    r = inv.cluster.router
-    if host is None and r.vip is not None:
-        return http_url(r.vip.address, r.port)
-    return http_url((host or router_host(inv)).ip, r.port)
-
-
 def one_host_note(inv: Inventory) -> str | None:
     """What the endpoint is without a floating address (None with one)."""
     if inv.cluster.router.vip is not None:
@@ -347,13 +287,13 @@ class ReplicaPlan:
     #: 'prefill' or 'decode' in a disaggregated fleet; None: whole requests
     role: str | None = None
     #: this replica's split (replicas of different sizes have their own); None: the fleet's
-    split: P.SplitChoice | None = None
+    split: SP.SplitChoice | None = None
 
 
 @dataclass(frozen=True)
 class FleetPlan:
     spec: Spec
-    split: P.SplitChoice
+    split: SP.SplitChoice
     replicas: tuple[ReplicaPlan, ...]
     #: a router per router host (with its keepalived where a floating address is set)
     routers: tuple["RouterLaunch", ...]
@@ -365,7 +305,7 @@ class FleetPlan:
     #: the floating address (cluster.router.vip), or None: the endpoint is the first router's host
     vip: str | None = None
 
-    def split_of(self, r: ReplicaPlan) -> P.SplitChoice:
+    def split_of(self, r: ReplicaPlan) -> SP.SplitChoice:
         return r.split or self.split
 
     @property
@@ -427,221 +367,7 @@ def member_create_argv(inv: Inventory, host: Host, nofile: int | None, *, replic
     return tuple(argv)
 
 
-#: seconds the router's circuit breaker keeps a replica that failed requests out before it tries it
-#: again (vllm-router's default is 60 s: a healed replica would sit out that long, and a rollout
-#: waits for it, since taking the other replica out then leaves the router none). A replica that
-#: heals in ~15 s (a standby's take-over) sat out up to 16 s more with 20 (perf/heal.py); a trial
-#: request that fails is retried on another replica, so a short one costs clients nothing.
-CB_TIMEOUT = 5
-
-
-def api_key(inv: Inventory) -> str | None:
-    """The API key's value (from the secret cluster.router.api_key names), or None."""
-    return SS.values(inv).get(API_KEY_ENV)
-
-
-def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = None,
-                    host: Host | None = None) -> tuple[str, ...]:
-    """vllm-router, detached with a restart policy, bound to the router host's data-plane IP.
-
-    Its health checks use the router's own timeout and failure count (5 s, 3 in a row): a replica
-    busy enough to answer /health slowly is still serving, and marking it unhealthy when it is the
-    only one in the rotation (one replica is out during a rollout) answers every request 503. A dead
-    replica is found sooner anyway: its connections are refused, and the router retries on another."""
-    r = inv.cluster.router
-    h = host or router_host(inv)
-    names = SS.router_names(inv)
-    entrypoint, prefix = SS.entry_argv(names, "vllm-router", ())
-    return ("docker", "run", "-d", "--name", router_name(inv), "--network", "host",
-            "--restart", "unless-stopped", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-            *SS.mounts(inv.cluster.name, names, SS.ROUTER),
-            "--label", f"{PL.LABEL_CLUSTER}={inv.cluster.name}", "--label", f"{LABEL_KEEP}={inv.cluster.name}",
-            "--entrypoint", entrypoint, image or inv.cluster.image, *prefix,
-            "--host", h.ip, "--port", str(r.port), "--policy", r.policy,
-            *_workers_argv(inv, urls),
-            "--health-check-interval-secs", str(r.health_interval), "--health-check-timeout-secs", "5",
-            "--health-failure-threshold", "3", "--health-success-threshold", "1",
-            "--health-check-endpoint", "/health",
-            "--cb-timeout-duration-secs", str(CB_TIMEOUT),
-            "--worker-startup-timeout-secs", "30",
-            "--prometheus-host", h.ip, "--prometheus-port", str(r.metrics_port))
-
-
-def _workers_argv(inv: Inventory, urls: Sequence[str]) -> tuple[str, ...]:
-    """The router's workers: every replica alike, or in PD mode each as a prefill or a decode worker
-    (vllm-router's --vllm-pd-disaggregation; NIXL's pull-based transfer is its default connector)."""
-    if not is_pd(inv):
-        return ("--worker-urls", *urls)
-    out: tuple[str, ...] = ("--vllm-pd-disaggregation",)
-    for k, url in enumerate(urls):
-        out += ("--prefill", url) if role(inv, k) == "prefill" else ()
-    for k, url in enumerate(urls):
-        out += ("--decode", url) if role(inv, k) == "decode" else ()
-    return out
-
-
-# -- the floating address -------------------------------------------------------------------------
-#: Where keepalived's container finds its entry script and its configuration (copied in at create).
-VIP_ENTRY_PATH = "/opt/bootstrap/vip_entry.sh"
-VIP_CONF_PATH = "/etc/keepalived/keepalived.conf"
-#: keepalived's own files (pids, the password include) in a tmpfs of its container
-VIP_RUN = "/run/keepalived"
-#: VRRP advertisement interval: VRRPv3's sub-second one (a dead master is replaced after 3 missed
-#: adverts plus a skew: under a second); VRRPv2, the one with a password, counts whole seconds.
-ADVERT_V3 = 0.25
-ADVERT_V2 = 1
-#: keepalived asks the router itself for /readiness every CHECK_INTERVAL s (keepalived counts whole
-#: seconds), twice within one check, CHECK_TRY s each: a router that stops answering loses the address
-#: at the first check that fails, within CHECK_INTERVAL + 2 * CHECK_TRY s (2.4 s), and one slow answer
-#: alone does not move it.
-CHECK_INTERVAL = 1
-CHECK_TRY = 0.7
-
-
-def vrid(inv: Inventory) -> int:
-    """VRRP's virtual router id: cluster.router.vip.id, else one derived from the cluster's name
-    (two clusters on one network segment need different ids)."""
-    vip = inv.cluster.router.vip
-    if vip is not None and vip.id is not None:
-        return vip.id
-    return zlib.crc32(inv.cluster.name.encode()) % 255 + 1
-
-
-def vip_config(inv: Inventory, host: Host, iface: str) -> str:
-    """keepalived.conf for one router host: one VRRP instance, unicast to the other router hosts (and
-    only adverts from them count), every host BACKUP without preemption (a host that comes back does
-    not take the address from the one that holds it), the higher priority on the earlier router
-    host, and a check that asks this host's router for /readiness: 200 while it answers and has a
-    healthy worker. Not /health, which is 503 while any one worker is unhealthy (measured with
-    vllm-router 0.1.17: one replica paused -> "Unhealthy servers: [...]" 503), so one dead replica
-    would take the address from every router at once."""
-    c = inv.cluster
-    vip = c.router.vip
-    assert vip is not None
-    hosts = router_hosts(inv)
-    peers = "".join(f"    {h.ip}\n" for h in hosts if h != host)
-    priority = 200 - 10 * hosts.index(host)
-    ask = f"curl -fsS -m {CHECK_TRY} -o /dev/null {http_url(host.ip, c.router.port)}/readiness"
-    check = f"/bin/sh -c '{ask} || {ask}'"
-    version = (f"    version 2\n    advert_int {ADVERT_V2}\n    include {VIP_RUN}/auth.conf\n" if vip.secret
-               else f"    version 3\n    advert_int {ADVERT_V3}\n")
-    return (f"# written by bootstrap for cluster {c.name} on {host.name}\n"
-            "global_defs {\n"
-            f"    router_id {host.name}\n"
-            "    enable_script_security\n"
-            "    script_user root\n"
-            "    vrrp_garp_master_delay 1\n"
-            "    vrrp_garp_master_repeat 3\n"
-            "}\n"
-            "vrrp_script router_health {\n"
-            f'    script "{check}"\n'
-            f"    interval {CHECK_INTERVAL}\n    timeout {math.ceil(2 * CHECK_TRY) + 1}\n    fall 1\n    rise 2\n"
-            "}\n"
-            f"vrrp_instance {c.name} {{\n"
-            "    state BACKUP\n    nopreempt\n"
-            f"    interface {iface}\n"
-            f"    virtual_router_id {vrid(inv)}\n"
-            f"    priority {priority}\n"
-            f"{version}"
-            f"    unicast_src_ip {host.ip}\n"
-            "    check_unicast_src\n"
-            f"    unicast_peer {{\n{peers}    }}\n"
-            f"    virtual_ipaddress {{\n        {vip.address}/{vip.prefix} dev {iface}\n    }}\n"
-            "    track_script {\n        router_health\n    }\n"
-            "}\n")
-
-
-def vip_create_argv(inv: Inventory, host: Host) -> tuple[str, ...]:
-    """keepalived on one router host: the host's network, only the capabilities VRRP and the address
-    need (NET_ADMIN, NET_RAW, NET_BROADCAST) and those it drops to before each check of the router
-    (SETUID, SETGID: without them the check never runs and a dead router keeps the address), its own
-    files on a tmpfs, the password (if any) from the
-    router's secret set. Its entry forwards the floating address's router port to this host's router
-    (which listens on the data-plane IP only) and runs keepalived; on SIGTERM it removes both."""
-    c = inv.cluster
-    vip = c.router.vip
-    assert vip is not None
-    names = SS.vip_names(inv)
-    entrypoint, command = SS.entry_argv(names, "sh", (VIP_ENTRY_PATH, vip.address, str(c.router.port), host.ip,
-                                                     vip.secret or "", VIP_CONF_PATH, VIP_RUN))
-    return ("docker", "create", "--name", vip_name(inv), "--network", "host", "--restart", "unless-stopped",
-            "--cap-drop", "ALL", "--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW", "--cap-add", "NET_BROADCAST",
-            "--cap-add", "SETUID", "--cap-add", "SETGID",
-            "--security-opt", "no-new-privileges", "--tmpfs", f"{VIP_RUN}:mode=700",
-            "--stop-timeout", "10",
-            *SS.mounts(c.name, names, SS.VIP),
-            "--label", f"{PL.LABEL_CLUSTER}={c.name}", "--label", f"{LABEL_KEEP}={c.name}",
-            "--entrypoint", entrypoint, vip.image or c.image, *command)
-
-
-@dataclass(frozen=True)
-class RouterLaunch:
-    host: str
-    #: `docker run` of its vllm-router
-    run: tuple[str, ...]
-    #: keepalived's `docker create` and configuration (a floating address), else empty
-    vip_create: tuple[str, ...] = ()
-    vip_config: str = ""
-
-
-def keeper_create_argv(inv: Inventory) -> tuple[str, ...]:
-    """The keeper: no network, no capabilities, read-only root; only the Docker socket."""
-    c = inv.cluster
-    interval = max(1, min(c.router.health_interval, 5))
-    return ("docker", "create", "--name", keeper_name(inv), "--restart", "unless-stopped",
-            "--network", "none", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-            "-v", "/var/run/docker.sock:/var/run/docker.sock",
-            "--label", f"{PL.LABEL_CLUSTER}={c.name}",
-            "--entrypoint", "python3", c.image, KEEPER_PATH, c.name, str(interval),
-            f"{serve_name(inv)}={standby_name(inv)}" if c.standby else serve_name(inv), router_name(inv),
-            *((vip_name(inv),) if c.router.vip is not None else ()))
-
-
-def vip_network_problem(inv: Inventory, host: Host, network: str) -> str | None:
-    """Why no client on `network` (the router host's data-plane network, from its facts) could use the
-    floating address, or None: it must be a host address of that network (the inventory checks what
-    it can offline: bootstrap.inventory._check_vip)."""
-    vip = inv.cluster.router.vip
-    assert vip is not None
-    net = ipaddress.ip_network(network)
-    address = ipaddress.IPv4Address(vip.address)
-    if net.version != 4 or address not in net:
-        return (f"{host.name}: the floating address {vip.address} is outside {host.name}'s network {net} (the one "
-                f"of its ip {host.ip}): no client there would reach it; set cluster.router.vip.address to a free "
-                "address of that network")
-    if net.prefixlen <= 30 and address in (net.network_address, net.broadcast_address):
-        which = "network" if address == net.network_address else "broadcast"
-        return (f"{host.name}: the floating address {vip.address} is the {which} address of {host.name}'s network "
-                f"{net}; set cluster.router.vip.address to a free host address of that network")
-    return None
-
-
-def plan_routers(inv: Inventory, urls: Sequence[str], image: str | None = None,
-                 ifaces: Mapping[str, str | None] | None = None,
-                 nets: Mapping[str, str | None] | None = None) -> tuple[RouterLaunch, ...]:
-    """A router on each router host; with a floating address keepalived beside each, on the
-    interface that holds the host's data-plane IP (`ifaces`, from the host's facts), the address
-    on the network of that IP (`nets`, from the facts too; a host not in it is not checked)."""
-    vip = inv.cluster.router.vip
-    out = []
-    for h in router_hosts(inv):
-        run = router_run_argv(inv, urls, image, h)
-        if vip is None:
-            out.append(RouterLaunch(h.name, run))
-            continue
-        iface = (ifaces or {}).get(h.name)
-        if not iface:
-            raise FleetError(f"{h.name}: no interface holds its ip {h.ip}, so keepalived has none to put the "
-                             f"floating address {vip.address} on; set the host's ip to its data-plane address")
-        network = (nets or {}).get(h.name)
-        why = vip_network_problem(inv, h, network) if network else None
-        if why:
-            raise FleetError(why)
-        out.append(RouterLaunch(h.name, run, vip_create_argv(inv, h), vip_config(inv, h, iface)))
-    return tuple(out)
-
-
-def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice | Mapping[int, P.SplitChoice], *,
+def plan_fleet(inv: Inventory, spec: Spec, split: SP.SplitChoice | Mapping[int, SP.SplitChoice], *,
                nofile: dict[str, int | None], notes: Sequence[str] = (),
                derived: Mapping[str, Mapping[str, str]] | None = None,
                ucx: Mapping[str, Mapping[str, str]] | None = None,
@@ -667,7 +393,7 @@ def plan_fleet(inv: Inventory, spec: Spec, split: P.SplitChoice | Mapping[int, P
     for k, (group, sp) in enumerate(zip(inv.replicas, splits)):
         ips = [h.ip for h in group]
         extra = (KV_FLAG, kv_transfer_config(inv, k), *spec.extra) if is_pd(inv) else spec.extra
-        vllms = P.native_serve_argvs(spec.model, sp.par, ips, port=c.ports.vllm, host=group[0].ip,
+        vllms = AV.native_serve_argvs(spec.model, sp.par, ips, port=c.ports.vllm, host=group[0].ip,
                                      master_port=MASTER_PORT, served_name=spec.served_name,
                                      extra=extra)
         members = []

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from bootstrap.errors import ModelSplitError
-from bootstrap.serve import plan as P
+from bootstrap.serve import sizing as SZ
+from bootstrap.serve import split as SP
 
 #: Python modules of the all-to-all kernels, looked up in the image (checks/model_info.py).
 KERNEL_MODULES = ("deep_ep", "pplx_kernels", "nixl", "flashinfer")
@@ -136,8 +137,8 @@ def choose_all2all(caps: EngineCaps, *, nodes: int, rdma: bool, requested: str |
     return name, f"over NCCL (no DeepEP: {why_not})"
 
 
-def _ep_problems(shape: P.ModelShape, tp: int, ranks: int) -> list[str]:
-    out = P.split_problems(shape, tp, 1)
+def _ep_problems(shape: SP.ModelShape, tp: int, ranks: int) -> list[str]:
+    out = SP.split_problems(shape, tp, 1)
     if shape.experts is not None and shape.experts < ranks:
         out.append(f"{shape.experts} experts cannot spread over EP={ranks} ranks (a rank would hold none)")
     return out
@@ -158,17 +159,17 @@ def layout_problem(nodes: int, gpus_per_node: int, tp: int | None, dp: int | Non
     return None
 
 
-def plan_experts(shape: P.ModelShape | None, nodes: int, gpus_per_node: int, *, accelerator: str,
+def plan_experts(shape: SP.ModelShape | None, nodes: int, gpus_per_node: int, *, accelerator: str,
                  caps: EngineCaps, rdma: bool, forced: bool, tp: int | None = None, dp: int | None = None,
                  all2all: str | None = None, weight_bytes: int | None = None,
                  expert_fraction: float | None = None, gpu_mem_bytes: int | None = None
-                 ) -> tuple[P.SplitChoice | None, P.Fit | None, str | None]:
+                 ) -> tuple[SP.SplitChoice | None, SZ.Fit | None, str | None]:
     """(the EP split or None, the per-rank fit when sizes were given, why EP was not planned).
 
     forced (--ep): anything that stops EP is a ModelSplitError naming why. Not forced (a MoE model
     and no --tp/--pp/--dp): EP where it can run, else None with the reason, and the caller splits
     TP x PP as for a dense model."""
-    shape = shape or P.ModelShape()
+    shape = shape or SP.ModelShape()
 
     def no(why: str):
         if forced:
@@ -199,18 +200,18 @@ def plan_experts(shape: P.ModelShape | None, nodes: int, gpus_per_node: int, *, 
         fit = None
         if weight_bytes and gpu_mem_bytes and expert_fraction is not None:
             per_rank = int(weight_bytes * ((1 - expert_fraction) / t + expert_fraction / total))
-            fit = P.fit(per_rank, gpu_mem_bytes_per_gpu=gpu_mem_bytes, gpus_per_node=1, nodes=1,
+            fit = SZ.fit(per_rank, gpu_mem_bytes_per_gpu=gpu_mem_bytes, gpus_per_node=1, nodes=1,
                         label=f"each rank's share ({_pct(expert_fraction)} of the weights are experts, spread "
                               f"over {total} ranks; the rest split by TP={t})")
             last_fit = fit
             if not fit.fits:
                 why_not.append(f"TP={t}: {fit.message}")
                 continue
-        par = P.Parallelism(t, 1, t, total // t, ep=True)
+        par = SP.Parallelism(t, 1, t, total // t, ep=True)
         name, why = choose_all2all(caps, nodes=nodes, rdma=rdma, requested=all2all)
         per_node = par.dp // nodes
         how = ("--ep" if forced else f"a mixture-of-experts model ({shape.experts} experts)")
-        return (P.SplitChoice(par, f"{P.split_label(par)}: {how}: {par.dp} engines ({per_node} per node) share the "
+        return (SP.SplitChoice(par, f"{SP.split_label(par)}: {how}: {par.dp} engines ({per_node} per node) share the "
                                    f"experts over all {total} GPUs; all-to-all {name or 'default'}: {why}",
                               True, all2all=name), fit, None)
     if not forced and last_fit is not None and not why_not:

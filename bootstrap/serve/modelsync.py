@@ -29,7 +29,7 @@ from bootstrap.model import Host
 from bootstrap.remote import docker as DK
 from bootstrap.remote import node as N
 from bootstrap.remote.session import Session, check_script, last_json
-from bootstrap.serve import plan as P
+from bootstrap.serve import manifest as MF
 
 INCOMING = ".bootstrap-incoming"
 #: the least time a copy gets (weights run to hundreds of GB): the inventory's command_timeout if longer
@@ -38,7 +38,7 @@ COPY_TIMEOUT_S = 3600.0
 
 def tar_cmd(model: str, files: Sequence[str] | None = None) -> tuple[str, ...]:
     """The sender's stream: the model directory as tar, without a half-received copy in it; with
-    ``files`` (P.sync_files), only those (none: an archive of the directory entry alone)."""
+    ``files`` (MF.sync_files), only those (none: an archive of the directory entry alone)."""
     if files is None:
         return ("tar", "-C", model, f"--exclude=./{INCOMING}", "-cf", "-", ".")
     names = [f"./{f}" for f in files] or ["."]  # ./ : a name starting with - is never an option
@@ -94,10 +94,10 @@ def sync_model(sess: Session, model: str, targets: Sequence[Host],
     def files_for(to: Sequence[Host]) -> Sequence[str] | None:
         if head is None or any(x.name not in manifests for x in to):
             return None
-        return P.sync_files(head, [manifests[x.name] for x in to])
+        return MF.sync_files(head, [manifests[x.name] for x in to])
 
     def stale_for(h: Host) -> Sequence[str] | None:
-        return P.stale_files(head, manifests[h.name]) if head is not None and h.name in manifests else None
+        return MF.stale_files(head, manifests[h.name]) if head is not None and h.name in manifests else None
 
     name = inv.cluster.container_name
     port = inv.cluster.ports.image_copy

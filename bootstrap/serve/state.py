@@ -13,7 +13,8 @@ from bootstrap.model import Host
 from bootstrap.remote import docker as DK
 from bootstrap.remote import node as N
 from bootstrap.remote.session import Session, last_json
-from bootstrap.serve import plan as P
+from bootstrap.serve import flags as FG
+from bootstrap.serve import kvlog as KL
 
 LOG = "/tmp/bootstrap-vllm-serve.log"
 PIDFILE = "/tmp/bootstrap-vllm-serve.pid"
@@ -38,7 +39,7 @@ class ServingState:
     #: "healthy" (/health answered 200), "starting" (process up, no answer yet), or "down: why"
     health: str
     uptime_s: float | None
-    kv: P.KvCapacity | None
+    kv: KL.KvCapacity | None
     nodes: list[str]
     split_reason: str = ""
     #: data parallel engines (1: one engine)
@@ -68,7 +69,7 @@ def parse_serving(probe: dict) -> ServingState | None:
         word = f"starting ({health})" if health else "starting"
     else:
         word = f"down: the vLLM server process has exited{f' ({health})' if health else ''}"
-    kv = P.kv_capacity("\n".join(probe.get("kv_lines") or []))
+    kv = KL.kv_capacity("\n".join(probe.get("kv_lines") or []))
     return ServingState(str(st.get("model", "?")), list(probe.get("models") or []), str(st.get("backend", "?")),
                         int(st.get("tp") or 0), int(st.get("pp") or 0), str(st.get("endpoint", "")), word,
                         probe.get("uptime_s"), kv, [str(n) for n in st.get("nodes") or []],
@@ -114,7 +115,7 @@ _OPTIONS_SAVE = 'mkdir -p "' + F.MARKER_DIR + '" && cat > "' + F.MARKER_DIR + '/
                 'mv -f "' + F.MARKER_DIR + '/.vllm-options-$1.new" "' + F.MARKER_DIR + '/vllm-options-$1.json"'
 
 
-def read_vllm_options(sess: Session, host: Host, image: str) -> tuple[P.VllmOptions | None, str]:
+def read_vllm_options(sess: Session, host: Host, image: str) -> tuple[FG.VllmOptions | None, str]:
     """(what the image's `vllm serve` takes, "" or why it is not known): from the host's cache for
     this image ID, else read in a throw-away container of the image (checks/vllm_options.py) and
     cached. Unknown (no answer, an old layout) is not an error: the caller says so and keeps the
@@ -122,18 +123,18 @@ def read_vllm_options(sess: Session, host: Host, image: str) -> tuple[P.VllmOpti
     node = N.of(sess, host)
     s = node.ssh
 
-    def read(h: Host) -> tuple[P.VllmOptions | None, str]:
+    def read(h: Host) -> tuple[FG.VllmOptions | None, str]:
         r = s.run(("sh", "-c", _OPTIONS_CACHED, "sh", image), timeout=30, check=False, query=True)
         if not r.ok:
             return None, f"no image {image} on {host.name}"
         head, _, body = r.stdout.partition("\n")
         image_id = "".join(c for c in head.removeprefix("id=") if c.isascii() and c.isalnum())
-        cached = P.VllmOptions.from_doc(last_json(body)) if body.strip() else None
+        cached = FG.VllmOptions.from_doc(last_json(body)) if body.strip() else None
         if cached is not None:
             return cached, ""
         asked = node.ask_image(image, "vllm_options.py", timeout=240)
         out, doc = asked.result, asked.doc
-        opts = P.VllmOptions.from_doc(doc)
+        opts = FG.VllmOptions.from_doc(doc)
         if opts is None:
             why = doc.get("error") if isinstance(doc, dict) and doc.get("error") else (out.stderr or out.stdout)[-200:]
             return None, f"could not read the options of {image}'s vLLM ({' '.join(str(why).split())})"
@@ -156,7 +157,7 @@ def check_extra_in_image(sess: Session, host: Host, image: str, extra, backend: 
     if opts is None:
         notes.append(f"{why}: the options after -- were checked against bootstrap's own list only")
         return
-    P.check_extra_against(extra, opts, backend, plan_sets)
+    FG.check_extra_against(extra, opts, backend, plan_sets)
 
 
 def read_model_info(sess: Session, host: Host, model: str) -> dict:

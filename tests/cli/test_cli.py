@@ -316,7 +316,7 @@ def test_bench_png_without_matplotlib_names_the_extra(tmp_path, monkeypatch):
 def test_the_kv_cache_line_is_figures_not_vllms_log_line():
     """Seen on the main job: `KV cache: 524,288 tokens ((EngineCore pid=595) INFO ... Maximum concurrency)`."""
     from bootstrap.cli.render import kv_line
-    from bootstrap.serve.plan import kv_capacity
+    from bootstrap.serve.kvlog import kv_capacity
 
     log = ("(EngineCore pid=595) INFO 11-25 10:00:00 [kv_cache_utils.py:1087] CPU KV cache size: 524,288 tokens\n"
            "(EngineCore pid=595) INFO 11-25 10:00:00 [kv_cache_utils.py:1091] Maximum concurrency for 256 tokens "

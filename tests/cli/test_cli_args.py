@@ -12,9 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bootstrap.errors import ServePlanError
 from bootstrap.inventory.fields import looks_like_credential
 from bootstrap.serve import run as V
-from bootstrap.serve.plan import Parallelism, ServePlanError, check_model_ref, native_serve_argvs, ray_serve_argv
+from bootstrap.serve.argv import native_serve_argvs, ray_serve_argv
+from bootstrap.serve.flags import check_model_ref
+from bootstrap.serve.split import Parallelism
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = yaml.safe_load((ROOT / "tests" / "args_corpus.yaml").read_text())

@@ -14,7 +14,7 @@ from bootstrap.cluster.preflight import ports as RC
 from bootstrap.cluster.rack import IBPort, RackFacts
 from bootstrap.errors import FleetError
 from bootstrap.fleet import plan as FP
-from bootstrap.serve.plan import Parallelism, SplitChoice
+from bootstrap.serve.split import Parallelism, SplitChoice
 from tests.support.fleet_inventories import check, error, fleet_yaml, load
 
 SPLIT = SplitChoice(Parallelism(1, 1, 1), "TP=1 PP=1", True)
@@ -242,7 +242,7 @@ def test_bench_reports_each_roles_own_latency_from_the_engines_histograms():
 def test_data_parallel_replicas_behind_the_router(tmp_path):
     """serve --dp with replicas: each replica runs vLLM's DP engines over its own nodes behind its head's
     API server, and the router balances over the replicas; the spec keeps --dp, so a rollout keeps it."""
-    from bootstrap.serve.plan import choose_split
+    from bootstrap.serve.split import choose_split
 
     inv = load(tmp_path, fleet_yaml(4, 2))
     split = choose_split(None, 2, 1, accelerator="none", dp=2)

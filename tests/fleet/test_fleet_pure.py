@@ -13,7 +13,7 @@ from bootstrap.errors import InventoryError, UsageError
 from bootstrap.fleet import plan as FP
 from bootstrap.inventory import load_inventory
 from bootstrap.model import Inventory, Router
-from bootstrap.serve.plan import Parallelism, SplitChoice
+from bootstrap.serve.split import Parallelism, SplitChoice
 
 # --------------------------------------------------------------------------------------------
 # 1. Grouping
@@ -673,7 +673,7 @@ def test_a_rollout_waits_while_the_router_holds_the_only_other_replica_out(tmp_p
     """Replica 1 healthy and in the rotation, but the router's circuit for it open (it failed
     requests a moment ago): taking replica 0 out now leaves the router nothing to send a request
     to (503 for every client), so the rollout waits until the circuit closes."""
-    from bootstrap.fleet import run as FR
+    from bootstrap.fleet import rollout as FR
 
     inv = load(tmp_path, fleet_yaml())
 

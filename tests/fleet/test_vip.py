@@ -104,7 +104,7 @@ def test_a_floating_address_on_the_router_hosts_network_is_taken(tmp_path):
 
 
 def _split():
-    from bootstrap.serve.plan import Parallelism, SplitChoice
+    from bootstrap.serve.split import Parallelism, SplitChoice
     return SplitChoice(Parallelism(tp=2, pp=1, world=2), "TP=2 PP=1: one worker per node", True)
 
 

@@ -1,17 +1,10 @@
 """--dp: vLLM's own data parallel over the nodes (the plan and each node's argv; pure)."""
 import pytest
 
-from bootstrap.serve.plan import (
-    ModelSplitError,
-    Parallelism,
-    ServePlanError,
-    check_extra,
-    choose_split,
-    data_parallel,
-    model_shape,
-    native_serve_argvs,
-    ray_serve_argv,
-)
+from bootstrap.errors import ModelSplitError, ServePlanError
+from bootstrap.serve.argv import native_serve_argvs, ray_serve_argv
+from bootstrap.serve.flags import check_extra
+from bootstrap.serve.split import Parallelism, choose_split, data_parallel, model_shape
 from tests.support.checks import DATA, load_check
 from tests.support.model_configs import LLAMA_31_8B, MIXTRAL_8X7B
 
@@ -113,7 +106,7 @@ def test_status_reads_dp_and_engines_from_what_serve_left():
 
 
 def test_the_planner_serves_a_model_one_gpu_node_holds_as_a_copy_per_node():
-    from bootstrap.serve.plan import auto_data_parallel
+    from bootstrap.serve.split import auto_data_parallel
 
     got = auto_data_parallel(model_shape(LLAMA_31_8B), 2, 8, accelerator="gpu", nodes_needed=1)
     assert got.par == Parallelism(8, 1, 8, 2) and got.reason.startswith("DP=2 x TP=8: the model fits one node")

@@ -9,15 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from bootstrap.errors import ModelSplitError, ServePlanError
 from bootstrap.serve import experts as EX
-from bootstrap.serve.plan import (
-    ModelSplitError,
-    ServePlanError,
-    check_extra,
-    expert_fraction,
-    model_shape,
-    native_serve_argvs,
-)
+from bootstrap.serve.argv import native_serve_argvs
+from bootstrap.serve.flags import check_extra
+from bootstrap.serve.sizing import expert_fraction
+from bootstrap.serve.split import model_shape
 from tests.support.model_configs import LLAMA_31_8B, MIXTRAL_8X7B, QWEN3_30B_A3B
 
 QWEN = model_shape(QWEN3_30B_A3B)

@@ -18,8 +18,8 @@ import pytest
 from bootstrap.cluster.imagedist import plan as IC
 from bootstrap.errors import PreflightFailed
 from bootstrap.model import Host, SSHTarget
+from bootstrap.serve import manifest as P
 from bootstrap.serve import modelsync as MS
-from bootstrap.serve import plan as P
 
 CHECKS = Path(__file__).resolve().parents[2] / "checks"
 STREAM = CHECKS / "model_stream.py"

@@ -1,7 +1,7 @@
 """Pure parts of serve: which variables must not be copied from the head, how commands are launched."""
 import subprocess
 
-from bootstrap.serve.plan import per_node_env_names
+from bootstrap.serve.argv import per_node_env_names
 from bootstrap.serve.run import _DETACH, LOG, PIDFILE, _detached
 from tests.support.plan_fixtures import gpu_inventory
 

@@ -1,28 +1,20 @@
 """The pure serve plan: parallelism, vllm argv, fit, model manifests, KV capacity from logs."""
 import pytest
 
-from bootstrap.errors import BootstrapError, UsageError
-from bootstrap.serve.plan import (
+from bootstrap.errors import BootstrapError, ServePlanError, UsageError
+from bootstrap.serve.argv import native_serve_argvs, ray_serve_argv
+from bootstrap.serve.kvlog import kv_capacity
+from bootstrap.serve.manifest import ManifestDiff, compare_manifests, describe, model_manifest
+from bootstrap.serve.sizing import (
     Fit,
-    ManifestDiff,
     ModelSize,
-    Parallelism,
-    ServePlanError,
-    compare_manifests,
-    describe,
     dtype_of,
     fit,
     kv_cache_bytes,
-    kv_capacity,
-    model_manifest,
-    model_shape,
     model_size_from_config,
-    native_serve_argvs,
-    parallelism,
     params_from_name,
-    ray_serve_argv,
-    split_problems,
 )
+from bootstrap.serve.split import Parallelism, model_shape, parallelism, split_problems
 
 # ------------------------------------------------------------------------------ parallelism
 from tests.support.model_configs import (

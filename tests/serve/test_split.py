@@ -5,8 +5,8 @@ that limit a split. Each case states the exact split and the exact one-line reas
 """
 import pytest
 
-from bootstrap.errors import UsageError
-from bootstrap.serve.plan import ModelShape, ModelSplitError, Parallelism, choose_split, model_shape, split_problems
+from bootstrap.errors import ModelSplitError, UsageError
+from bootstrap.serve.split import ModelShape, Parallelism, choose_split, model_shape, split_problems
 from tests.support.model_configs import LLAMA_31_8B, LLAMA_31_70B, LLAMA_31_405B, MIXTRAL_8X7B
 
 # Qwen/Qwen2.5-14B config.json (40 query heads, 8 KV heads: GQA, per its model card).
@@ -137,7 +137,7 @@ def test_nothing_fits():
 
 @pytest.mark.parametrize("extra", [["--enforce-eager"], ["--max-model-len", "256", "-O0"], ["-O", "0"]])
 def test_eager_mode_with_pipeline_stages_on_cpu_is_refused(extra):
-    from bootstrap.serve.plan import check_engine_flags
+    from bootstrap.serve.flags import check_engine_flags
 
     with pytest.raises(ModelSplitError) as e:
         check_engine_flags("none", Parallelism(1, 3, 3), extra)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bootstrap.errors import ServePlanError
-from bootstrap.serve import plan as P
+from bootstrap.serve import flags as P
 
 ROOT = Path(__file__).resolve().parents[2]
 OPTS = P.VllmOptions.from_doc(json.loads((ROOT / "tests/data/vllm-0.32.0-serve-options.json").read_text()))

@@ -1,0 +1,245 @@
+"""The fleet's routers, their floating address (keepalived) and the keeper, as argv and configuration: pure, no I/O.
+"""
+from __future__ import annotations
+
+import ipaddress
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from bootstrap.cluster import plan as PL
+from bootstrap.cluster.guard import secretstore as SS
+from bootstrap.errors import FleetError
+from bootstrap.fleet.names import (
+    API_KEY_ENV,
+    KEEPER_PATH,
+    LABEL_KEEP,
+    http_url,
+    is_pd,
+    keeper_name,
+    role,
+    router_host,
+    router_hosts,
+    router_name,
+    serve_name,
+    standby_name,
+    vip_name,
+)
+from bootstrap.model import (
+    Host,
+    Inventory,
+)
+
+#: seconds the router's circuit breaker keeps a replica that failed requests out before it tries it
+#: again (vllm-router's default is 60 s: a healed replica would sit out that long, and a rollout
+#: waits for it, since taking the other replica out then leaves the router none). A replica that
+#: heals in ~15 s (a standby's take-over) sat out up to 16 s more with 20 (perf/heal.py); a trial
+#: request that fails is retried on another replica, so a short one costs clients nothing.
+CB_TIMEOUT = 5
+
+
+def api_key(inv: Inventory) -> str | None:
+    """The API key's value (from the secret cluster.router.api_key names), or None."""
+    return SS.values(inv).get(API_KEY_ENV)
+
+
+def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = None,
+                    host: Host | None = None) -> tuple[str, ...]:
+    """vllm-router, detached with a restart policy, bound to the router host's data-plane IP.
+
+    Its health checks use the router's own timeout and failure count (5 s, 3 in a row): a replica
+    busy enough to answer /health slowly is still serving, and marking it unhealthy when it is the
+    only one in the rotation (one replica is out during a rollout) answers every request 503. A dead
+    replica is found sooner anyway: its connections are refused, and the router retries on another."""
+    r = inv.cluster.router
+    h = host or router_host(inv)
+    names = SS.router_names(inv)
+    entrypoint, prefix = SS.entry_argv(names, "vllm-router", ())
+    return ("docker", "run", "-d", "--name", router_name(inv), "--network", "host",
+            "--restart", "unless-stopped", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            *SS.mounts(inv.cluster.name, names, SS.ROUTER),
+            "--label", f"{PL.LABEL_CLUSTER}={inv.cluster.name}", "--label", f"{LABEL_KEEP}={inv.cluster.name}",
+            "--entrypoint", entrypoint, image or inv.cluster.image, *prefix,
+            "--host", h.ip, "--port", str(r.port), "--policy", r.policy,
+            *_workers_argv(inv, urls),
+            "--health-check-interval-secs", str(r.health_interval), "--health-check-timeout-secs", "5",
+            "--health-failure-threshold", "3", "--health-success-threshold", "1",
+            "--health-check-endpoint", "/health",
+            "--cb-timeout-duration-secs", str(CB_TIMEOUT),
+            "--worker-startup-timeout-secs", "30",
+            "--prometheus-host", h.ip, "--prometheus-port", str(r.metrics_port))
+
+
+def _workers_argv(inv: Inventory, urls: Sequence[str]) -> tuple[str, ...]:
+    """The router's workers: every replica alike, or in PD mode each as a prefill or a decode worker
+    (vllm-router's --vllm-pd-disaggregation; NIXL's pull-based transfer is its default connector)."""
+    if not is_pd(inv):
+        return ("--worker-urls", *urls)
+    out: tuple[str, ...] = ("--vllm-pd-disaggregation",)
+    for k, url in enumerate(urls):
+        out += ("--prefill", url) if role(inv, k) == "prefill" else ()
+    for k, url in enumerate(urls):
+        out += ("--decode", url) if role(inv, k) == "decode" else ()
+    return out
+
+
+# -- the floating address -------------------------------------------------------------------------
+#: Where keepalived's container finds its entry script and its configuration (copied in at create).
+VIP_ENTRY_PATH = "/opt/bootstrap/vip_entry.sh"
+VIP_CONF_PATH = "/etc/keepalived/keepalived.conf"
+#: keepalived's own files (pids, the password include) in a tmpfs of its container
+VIP_RUN = "/run/keepalived"
+#: VRRP advertisement interval: VRRPv3's sub-second one (a dead master is replaced after 3 missed
+#: adverts plus a skew: under a second); VRRPv2, the one with a password, counts whole seconds.
+ADVERT_V3 = 0.25
+ADVERT_V2 = 1
+#: keepalived asks the router itself for /readiness every CHECK_INTERVAL s (keepalived counts whole
+#: seconds), twice within one check, CHECK_TRY s each: a router that stops answering loses the address
+#: at the first check that fails, within CHECK_INTERVAL + 2 * CHECK_TRY s (2.4 s), and one slow answer
+#: alone does not move it.
+CHECK_INTERVAL = 1
+CHECK_TRY = 0.7
+
+
+def vrid(inv: Inventory) -> int:
+    """VRRP's virtual router id: cluster.router.vip.id, else one derived from the cluster's name
+    (two clusters on one network segment need different ids)."""
+    vip = inv.cluster.router.vip
+    if vip is not None and vip.id is not None:
+        return vip.id
+    return zlib.crc32(inv.cluster.name.encode()) % 255 + 1
+
+
+def vip_config(inv: Inventory, host: Host, iface: str) -> str:
+    """keepalived.conf for one router host: one VRRP instance, unicast to the other router hosts (and
+    only adverts from them count), every host BACKUP without preemption (a host that comes back does
+    not take the address from the one that holds it), the higher priority on the earlier router
+    host, and a check that asks this host's router for /readiness: 200 while it answers and has a
+    healthy worker. Not /health, which is 503 while any one worker is unhealthy (measured with
+    vllm-router 0.1.17: one replica paused -> "Unhealthy servers: [...]" 503), so one dead replica
+    would take the address from every router at once."""
+    c = inv.cluster
+    vip = c.router.vip
+    assert vip is not None
+    hosts = router_hosts(inv)
+    peers = "".join(f"    {h.ip}\n" for h in hosts if h != host)
+    priority = 200 - 10 * hosts.index(host)
+    ask = f"curl -fsS -m {CHECK_TRY} -o /dev/null {http_url(host.ip, c.router.port)}/readiness"
+    check = f"/bin/sh -c '{ask} || {ask}'"
+    version = (f"    version 2\n    advert_int {ADVERT_V2}\n    include {VIP_RUN}/auth.conf\n" if vip.secret
+               else f"    version 3\n    advert_int {ADVERT_V3}\n")
+    return (f"# written by bootstrap for cluster {c.name} on {host.name}\n"
+            "global_defs {\n"
+            f"    router_id {host.name}\n"
+            "    enable_script_security\n"
+            "    script_user root\n"
+            "    vrrp_garp_master_delay 1\n"
+            "    vrrp_garp_master_repeat 3\n"
+            "}\n"
+            "vrrp_script router_health {\n"
+            f'    script "{check}"\n'
+            f"    interval {CHECK_INTERVAL}\n    timeout {math.ceil(2 * CHECK_TRY) + 1}\n    fall 1\n    rise 2\n"
+            "}\n"
+            f"vrrp_instance {c.name} {{\n"
+            "    state BACKUP\n    nopreempt\n"
+            f"    interface {iface}\n"
+            f"    virtual_router_id {vrid(inv)}\n"
+            f"    priority {priority}\n"
+            f"{version}"
+            f"    unicast_src_ip {host.ip}\n"
+            "    check_unicast_src\n"
+            f"    unicast_peer {{\n{peers}    }}\n"
+            f"    virtual_ipaddress {{\n        {vip.address}/{vip.prefix} dev {iface}\n    }}\n"
+            "    track_script {\n        router_health\n    }\n"
+            "}\n")
+
+
+def vip_create_argv(inv: Inventory, host: Host) -> tuple[str, ...]:
+    """keepalived on one router host: the host's network, only the capabilities VRRP and the address
+    need (NET_ADMIN, NET_RAW, NET_BROADCAST) and those it drops to before each check of the router
+    (SETUID, SETGID: without them the check never runs and a dead router keeps the address), its own
+    files on a tmpfs, the password (if any) from the
+    router's secret set. Its entry forwards the floating address's router port to this host's router
+    (which listens on the data-plane IP only) and runs keepalived; on SIGTERM it removes both."""
+    c = inv.cluster
+    vip = c.router.vip
+    assert vip is not None
+    names = SS.vip_names(inv)
+    entrypoint, command = SS.entry_argv(names, "sh", (VIP_ENTRY_PATH, vip.address, str(c.router.port), host.ip,
+                                                     vip.secret or "", VIP_CONF_PATH, VIP_RUN))
+    return ("docker", "create", "--name", vip_name(inv), "--network", "host", "--restart", "unless-stopped",
+            "--cap-drop", "ALL", "--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW", "--cap-add", "NET_BROADCAST",
+            "--cap-add", "SETUID", "--cap-add", "SETGID",
+            "--security-opt", "no-new-privileges", "--tmpfs", f"{VIP_RUN}:mode=700",
+            "--stop-timeout", "10",
+            *SS.mounts(c.name, names, SS.VIP),
+            "--label", f"{PL.LABEL_CLUSTER}={c.name}", "--label", f"{LABEL_KEEP}={c.name}",
+            "--entrypoint", entrypoint, vip.image or c.image, *command)
+
+
+@dataclass(frozen=True)
+class RouterLaunch:
+    host: str
+    #: `docker run` of its vllm-router
+    run: tuple[str, ...]
+    #: keepalived's `docker create` and configuration (a floating address), else empty
+    vip_create: tuple[str, ...] = ()
+    vip_config: str = ""
+
+
+def keeper_create_argv(inv: Inventory) -> tuple[str, ...]:
+    """The keeper: no network, no capabilities, read-only root; only the Docker socket."""
+    c = inv.cluster
+    interval = max(1, min(c.router.health_interval, 5))
+    return ("docker", "create", "--name", keeper_name(inv), "--restart", "unless-stopped",
+            "--network", "none", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            "-v", "/var/run/docker.sock:/var/run/docker.sock",
+            "--label", f"{PL.LABEL_CLUSTER}={c.name}",
+            "--entrypoint", "python3", c.image, KEEPER_PATH, c.name, str(interval),
+            f"{serve_name(inv)}={standby_name(inv)}" if c.standby else serve_name(inv), router_name(inv),
+            *((vip_name(inv),) if c.router.vip is not None else ()))
+
+
+def vip_network_problem(inv: Inventory, host: Host, network: str) -> str | None:
+    """Why no client on `network` (the router host's data-plane network, from its facts) could use the
+    floating address, or None: it must be a host address of that network (the inventory checks what
+    it can offline: bootstrap.inventory._check_vip)."""
+    vip = inv.cluster.router.vip
+    assert vip is not None
+    net = ipaddress.ip_network(network)
+    address = ipaddress.IPv4Address(vip.address)
+    if net.version != 4 or address not in net:
+        return (f"{host.name}: the floating address {vip.address} is outside {host.name}'s network {net} (the one "
+                f"of its ip {host.ip}): no client there would reach it; set cluster.router.vip.address to a free "
+                "address of that network")
+    if net.prefixlen <= 30 and address in (net.network_address, net.broadcast_address):
+        which = "network" if address == net.network_address else "broadcast"
+        return (f"{host.name}: the floating address {vip.address} is the {which} address of {host.name}'s network "
+                f"{net}; set cluster.router.vip.address to a free host address of that network")
+    return None
+
+
+def plan_routers(inv: Inventory, urls: Sequence[str], image: str | None = None,
+                 ifaces: Mapping[str, str | None] | None = None,
+                 nets: Mapping[str, str | None] | None = None) -> tuple[RouterLaunch, ...]:
+    """A router on each router host; with a floating address keepalived beside each, on the
+    interface that holds the host's data-plane IP (`ifaces`, from the host's facts), the address
+    on the network of that IP (`nets`, from the facts too; a host not in it is not checked)."""
+    vip = inv.cluster.router.vip
+    out = []
+    for h in router_hosts(inv):
+        run = router_run_argv(inv, urls, image, h)
+        if vip is None:
+            out.append(RouterLaunch(h.name, run))
+            continue
+        iface = (ifaces or {}).get(h.name)
+        if not iface:
+            raise FleetError(f"{h.name}: no interface holds its ip {h.ip}, so keepalived has none to put the "
+                             f"floating address {vip.address} on; set the host's ip to its data-plane address")
+        network = (nets or {}).get(h.name)
+        why = vip_network_problem(inv, h, network) if network else None
+        if why:
+            raise FleetError(why)
+        out.append(RouterLaunch(h.name, run, vip_create_argv(inv, h), vip_config(inv, h, iface)))
+    return tuple(out)

@@ -1,0 +1,211 @@
+"""The fleet's remote steps, each written once: its containers, their probes, the replicas' gate and split (SSH).
+
+serve_fleet (fleet/run.py) and rollout (fleet/rollout.py) both run these; the decisions are in
+fleet/plan.py, the serving mode in serve/mode.py.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from bootstrap import signatures as D
+from bootstrap.cluster import facts as F
+from bootstrap.cluster import plan as PL
+from bootstrap.cluster import probe
+from bootstrap.errors import (
+    PreflightFailed,
+)
+from bootstrap.fleet import plan as FP
+from bootstrap.model import Host, Inventory
+from bootstrap.remote import docker as DK
+from bootstrap.remote.fanout import fan_out
+from bootstrap.remote.session import Session, check_script, last_json_or_error
+from bootstrap.serve import experts as EX
+from bootstrap.serve import flags as FG
+from bootstrap.serve import mode as M
+from bootstrap.serve import split as SP
+
+#: serve's processes inside the node containers (a single-replica serve) hold the vLLM port.
+from bootstrap.serve.state import check_extra_in_image, read_model_info
+
+
+def _create_started(sess: Session, host: Host, create: Sequence[str], name: str, path: str, script: str) -> None:
+    """`docker create`, copy a payload in (it stays across restarts), `docker start`. The secrets it
+    mounts were put on the host first (guard.put_secrets)."""
+    _create_with(sess, host, create, name, {path: check_script(script)})
+
+
+def _create_with(sess: Session, host: Host, create: Sequence[str], name: str, files: dict[str, bytes]) -> None:
+    s = sess.ssh[host.name]
+    DK.rm(s, name)
+    s.run(tuple(create), timeout=120)
+    for path, data in files.items():
+        DK.copy_file_in(s, name, path, data)
+    DK.start(s, name)
+
+
+def _probe(sess: Session, host: Host, container: str, args: Sequence[str], timeout: float) -> dict:
+    r = sess.ssh[host.name].run_with_input(DK.exec_python_argv(container, list(args)),
+                                           [check_script("fleet_probe.py")], timeout=timeout, check=False)
+    doc = last_json_or_error(r.stdout)
+    if doc.get("ready") is False and "error" in doc and not r.stdout.strip():
+        doc["error"] = (r.stderr or "no answer").strip()[-300:]
+    return doc
+
+
+def _inspect(sess: Session, host: Host, name: str) -> F.ContainerState | None:
+    return DK.inspect(sess.ssh[host.name], name)
+
+
+def _logs(sess: Session, host: Host, name: str, tail: int = 200) -> str:
+    return DK.logs(sess.ssh[host.name], name, tail)
+
+
+def _rm(sess: Session, hosts: Sequence[Host], *names: str, stage: str = "remove") -> None:
+    """`docker rm -f` on every host: absent is fine, any other failure is a GroupError naming the host."""
+    sess.stage(stage, hosts, lambda h: DK.rm(sess.ssh[h.name], *names, timeout=120))
+
+
+def _stop(sess: Session, host: Host, name: str) -> None:
+    """Stop on purpose: SIGTERM (vLLM finishes in-flight work), kill after the grace."""
+    DK.stop(sess.ssh[host.name], name, FP.STOP_GRACE + 10, timeout=FP.STOP_GRACE + 60)
+
+
+def _router_call(sess: Session, inv: Inventory, verb: str, url: str) -> dict:
+    """Add or remove a replica on every router; an added one counts once each router would send it
+    requests (its own health view healthy, its circuit breaker closed): taking the next replica out
+    before that leaves a router none. {"ok": every router did, HOST: each one's answer}."""
+    def one(h: Host) -> dict:
+        args = [verb, FP.router_url(inv, h), url]
+        if verb == "add":
+            wait = max(30, 4 * inv.cluster.router.health_interval + 10)
+            args += [FP.http_url(h.ip, inv.cluster.router.metrics_port) + "/metrics", str(wait)]
+        return _probe(sess, h, FP.router_name(inv), args, timeout=120)
+    hosts = FP.router_hosts(inv)
+    res = fan_out(hosts, one, key=lambda h: h.name, parallel=len(hosts))
+    out: dict = {h: (r if isinstance(r, dict) else {"ok": False, "error": str(r)})
+                 for h, r in {**res.succeeded, **res.failed}.items()}
+    return {"ok": all(v.get("ok") for v in out.values()), **out}
+
+
+def stop_vip(sess: Session, host: Host) -> None:
+    """Stop keepalived (SIGTERM, 10 s): it gives the floating address up and its entry removes the
+    forwarding; `docker rm -f` alone would leave both on the host."""
+    DK.stop(sess.ssh[host.name], FP.vip_name(sess.inv), 10, timeout=60)
+
+
+def _rm_routers(sess: Session, inv: Inventory, stage: str) -> None:
+    """Remove the routers and keepalived: keepalived stopped first, so that it gives the floating
+    address up and its entry removes the forwarding (a kill would leave both on the host)."""
+    if inv.cluster.router.vip is not None:
+        sess.stage(f"{stage}-vip", list(FP.router_hosts(inv)), lambda h: stop_vip(sess, h))
+    _rm(sess, inv.hosts, FP.router_name(inv), FP.vip_name(inv), stage=stage)
+
+
+def _check_vip_image(sess: Session, inv: Inventory, image: str) -> None:
+    """Refuse a floating address whose image lacks what keepalived's container runs, before any change."""
+    vip = inv.cluster.router.vip
+    if vip is None:
+        return
+    img = vip.image or image
+    h = FP.router_hosts(inv)[0]
+    r = sess.ssh[h.name].run(("docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", img, "-c",
+                              "for t in keepalived iptables curl; do command -v $t >/dev/null || echo $t; done"),
+                             timeout=300, check=False)
+    if not r.ok:
+        raise PreflightFailed(h.name, f"could not run the floating address's image {img}: "
+                              f"{(r.stderr or r.stdout).strip()[-300:]}")
+    missing = r.stdout.split()
+    if missing:
+        raise PreflightFailed(h.name, f"the image {img} has no {', '.join(missing)}, which keepalived's container "
+                              "runs (cluster.router.vip)", "install them in the image (Debian: apt-get install "
+                              "keepalived iptables curl), or set cluster.router.vip.image to one that has them")
+
+
+def _preflight(sess: Session, inv: Inventory) -> None:
+    name = inv.cluster.container_name
+    states = sess.stage("inspect", inv.hosts, lambda h: _inspect(sess, h, name))
+    down = [h.name for h in inv.hosts if not (states.get(h.name) and states[h.name].running)]
+    if down:
+        raise PreflightFailed(", ".join(down), "the cluster container is not running", "run `bootstrap up` first")
+
+
+def _split(sess: Session, inv: Inventory, model: str, tp: int | None, pp: int | None,
+           extra: Sequence[str], dp: int | None = None,
+           image: str | None = None) -> tuple[dict[int, SP.SplitChoice], list[str]]:
+    """Each replica's split, by its number of nodes (one entry when the replicas are of one size):
+    TP x PP, or with dp vLLM's data parallel engines within the replica's nodes behind its head's
+    API server. --tp/--pp/--dp apply to every replica."""
+    c = inv.cluster
+    hosts = M.Hosts.of(inv)
+    mode = M.check(hosts, M.Options(tp, pp, dp))  # serve/mode.py: the split rules, before the model is read
+    info = read_model_info(sess, inv.replicas[0][0], model)
+    config = info.get("config") if isinstance(info.get("config"), dict) else None
+    shape = SP.model_shape(config) if config else None
+    splits = {n: ch.split for n, ch in M.plan_groups(mode, hosts, M.Model(shape, config)).items()}
+    notes: list[str] = []
+    check_extra_in_image(sess, inv.replicas[0][0], image or c.image, extra, "native", notes, FP.plan_sets(inv))
+    engine = EX.EngineCaps.from_doc(info.get("engine"))
+    for split in splits.values():
+        FG.check_engine_flags(c.accelerator, split.par, extra)
+        FP.check_pd(inv, extra, nixl_connector=engine.nixl_connector, nixl="nixl" in engine.modules,
+                    pp=split.par.pp)
+    if config is None:
+        notes.append(f"could not read the model's config.json ({info.get('error') or 'no answer'}): "
+                     "the split is not checked against the model")
+    return splits, notes
+
+
+def _node_facts(sess: Session, inv: Inventory) -> dict:
+    """plan_fleet's per-host facts: nofile= (the limit to give), derived= (plan.derived_env),
+    ucx= (plan.ucx_env), ifaces= and nets= (each router host's interface and network) and cpus= (each
+    host's CPU count)."""
+    facts = probe.gather_hosts(sess, inv.hosts)
+    return {"nofile": {h.name: PL.nofile_for(inv, facts.get(h.name)) for h in inv.hosts},
+            "derived": {h.name: PL.derived_env(inv, h, facts.get(h.name)) for h in inv.hosts},
+            "ucx": {h.name: PL.ucx_env(inv, h, facts.get(h.name)) for h in inv.hosts},
+            "ifaces": {h.name: PL.interface_of(h, facts.get(h.name)) for h in FP.router_hosts(inv)},
+            "nets": {h.name: PL.network_of(h, facts.get(h.name)) for h in FP.router_hosts(inv)},
+            "cpus": {h.name: f.rack.cpus for h in inv.hosts
+                     if (f := facts.get(h.name)) is not None and f.rack is not None}}
+
+
+def _ensure_keeper(sess: Session, inv: Inventory) -> None:
+    argv = FP.keeper_create_argv(inv)
+    sess.stage("keeper", inv.hosts, lambda h: _create_started(sess, h, argv, FP.keeper_name(inv),
+                                                              FP.KEEPER_PATH, "keeper.py"))
+
+
+def _start_replica(sess: Session, inv: Inventory, rp: FP.ReplicaPlan, stage: str = "start") -> None:
+    hosts = [inv.host(m.host) for m in rp.members]
+    by_host = {m.host: m for m in rp.members}
+    sess.stage(stage, hosts, lambda h: _create_started(sess, h, by_host[h.name].create, FP.serve_name(inv),
+                                                       FP.MEMBER_PATH, "member.py"))
+
+
+def _start_standbys(sess: Session, inv: Inventory, rps: Sequence[FP.ReplicaPlan], stage: str = "standby") -> None:
+    """Each member's standby (cluster.standby): its serve container's twin, vLLM imported and
+    waiting, that the keeper puts in the place of a killed one (checks/keeper.py). Started once the
+    replicas serve, so that its imports do not slow their start."""
+    members = [m for rp in rps for m in rp.members if m.standby]
+    if not members:
+        return
+    by_host = {m.host: m for m in members}
+    files = {FP.MEMBER_PATH: check_script("member.py"), FP.ROLE_PATH: b"standby\n"}
+    sess.stage(stage, [inv.host(h) for h in by_host],
+               lambda h: _create_with(sess, h, by_host[h.name].standby, FP.standby_name(inv), files))
+
+
+def _gate(sess: Session, inv: Inventory, k: int, wait: float) -> dict:
+    head = inv.replicas[k][0]
+    return _probe(sess, head, FP.serve_name(inv), ["ready", FP.replica_url(inv, k), str(wait), FP.EXITED_PATH],
+                  timeout=wait + 120)
+
+
+def _replica_failure(sess: Session, inv: Inventory, k: int, ready: dict) -> tuple[str, str]:
+    """Why replica k did not serve: vLLM's own root cause from its members' logs, and the tail."""
+    tails = {h.name: _logs(sess, h, FP.serve_name(inv)) for h in inv.replicas[k]}
+    root = D.root_cause_of(tails)
+    findings = D.scan_logs(tails, infiniband=inv.cluster.infiniband)
+    cause = root or (findings[0].title if findings else ready.get("error") or "no answer")
+    head_log = tails[inv.replicas[k][0].name]
+    return cause, "\n".join(head_log.splitlines()[-30:])
