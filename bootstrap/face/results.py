@@ -1,7 +1,7 @@
 """The library face's result objects: what each command's call returns, each with a to_doc() for `--json`.
 
 They hold the library's own results (cluster.run, fleet, serve, ...) with what a caller needs to show
-them (the inventory, the label of a replica); exit_status says how a command ends on them. Pure: no I/O.
+them (the inventory, the label of a replica); exit_status says how a command ends on them. No I/O.
 """
 from __future__ import annotations
 
@@ -20,6 +20,13 @@ class OptionError(UsageError):
     def __init__(self, message: str, param_hint: str | None = None):
         super().__init__(message)
         self.param_hint = param_hint
+
+
+class _Verdict:
+    """A result its command ends on: exit 0 when it is ok, else 1 (a host or a check failed)."""
+
+    ok: bool
+
 
 
 @dataclass
@@ -76,7 +83,7 @@ class Prometheus:
 
 
 @dataclass
-class StatusResult:
+class StatusResult(_Verdict):
     """`status` of one cluster: cluster.run.ClusterStatus, and Prometheus (None with --json)."""
     inv: Any
     status: Any
@@ -86,16 +93,13 @@ class StatusResult:
     def ok(self) -> bool:
         return all(r.ray_alive for r in self.status.nodes)
 
-    @property
-    def exit_status(self) -> ExitStatus:
-        return ExitStatus.OK if self.ok else ExitStatus.ERROR
 
     def to_doc(self):
         return D.status_doc(self.status)
 
 
 @dataclass
-class FleetStatusResult:
+class FleetStatusResult(_Verdict):
     """`status` with replicas: each group's nodes, the fleet as the router sees it, Prometheus."""
     inv: Any
     groups: list
@@ -103,23 +107,20 @@ class FleetStatusResult:
     ok: bool
     prometheus: Prometheus | None = None
 
-    @property
-    def exit_status(self) -> ExitStatus:
-        return ExitStatus.OK if self.ok else ExitStatus.ERROR
 
     def to_doc(self):
         return D.fleet_status_doc(self.groups, self.fleet)
 
 
 @dataclass
-class ExposureResult:
+class ExposureResult(_Verdict):
     """`status --exposure`: every listening socket of the cluster's (cluster.fence.Exposure)."""
     inv: Any
     found: list
 
     @property
-    def exit_status(self) -> ExitStatus:
-        return ExitStatus.ERROR if any(e.open_beyond for e in self.found) else ExitStatus.OK
+    def ok(self) -> bool:
+        return not any(e.open_beyond for e in self.found)
 
     def to_doc(self):
         return D.exposure_doc(self.inv, self.found)
@@ -136,13 +137,13 @@ class DownResult:
 
 
 @dataclass
-class ExecResult:
+class ExecResult(_Verdict):
     """`exec`: each host's cluster.exec.ExecResult."""
     results: list
 
     @property
-    def exit_status(self) -> ExitStatus:
-        return ExitStatus.OK if all(r.ok for r in self.results) else ExitStatus.ERROR
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
 
     def to_doc(self):
         return [r.as_dict() for r in self.results]
@@ -164,43 +165,43 @@ class NcclResult:
 
 
 @dataclass
-class KvCheckResult:
+class KvCheckResult(_Verdict):
     """`check-kv`: each prefill x decode pair's result; infiniband: the inventory's (TCP is a warning)."""
     pairs: list
     infiniband: bool
 
     @property
-    def exit_status(self) -> ExitStatus:
-        return ExitStatus.OK if all(r.ok for r in self.pairs) else ExitStatus.ERROR
+    def ok(self) -> bool:
+        return all(r.ok for r in self.pairs)
 
     def to_doc(self):
         return D.kv_check_doc(self.pairs, self.infiniband)
 
 
 @dataclass
-class DoctorResult:
+class DoctorResult(_Verdict):
     """`doctor`: the findings on the inventory's hosts."""
     inv: Any
     report: Any
 
     @property
-    def exit_status(self) -> ExitStatus:
-        return ExitStatus.OK if self.report.ok else ExitStatus.ERROR
+    def ok(self) -> bool:
+        return self.report.ok
 
     def to_doc(self):
         return D.doctor_doc(self.report)
 
 
 @dataclass
-class LogsResult:
+class LogsResult(_Verdict):
     """`logs`: what was read (doctor.run.LogsResult); None when interrupted while following."""
     result: Any
     asked: bool
 
     @property
-    def exit_status(self) -> ExitStatus:
+    def ok(self) -> bool:
         r = self.result
-        return ExitStatus.OK if r is None or not (r.failed or not r.read) else ExitStatus.ERROR
+        return r is None or not (r.failed or not r.read)
 
 
 @dataclass
@@ -229,15 +230,15 @@ class RolloutResult:
 
 
 @dataclass
-class BenchResult:
+class BenchResult(_Verdict):
     """`bench`: serve.bench's result, how the requests spread over the replicas (None: one cluster), the PNG."""
     result: Any
     spread: Any = None
     png: str | None = None
 
     @property
-    def exit_status(self) -> ExitStatus:
-        return ExitStatus.ERROR if self.result.ok == 0 else ExitStatus.OK
+    def ok(self) -> bool:
+        return self.result.ok != 0  # not one request answered
 
     def to_doc(self):
         return D.bench_doc(self.result, self.spread)
