@@ -27,6 +27,9 @@ class _Verdict:
 
     ok: bool
 
+    @property
+    def exit_status(self) -> ExitStatus:
+        return ExitStatus.OK if self.ok else ExitStatus.ERROR
 
 
 @dataclass
@@ -93,7 +96,6 @@ class StatusResult(_Verdict):
     def ok(self) -> bool:
         return all(r.ray_alive for r in self.status.nodes)
 
-
     def to_doc(self):
         return D.status_doc(self.status)
 
@@ -106,7 +108,6 @@ class FleetStatusResult(_Verdict):
     fleet: Any
     ok: bool
     prometheus: Prometheus | None = None
-
 
     def to_doc(self):
         return D.fleet_status_doc(self.groups, self.fleet)
