@@ -10,16 +10,16 @@ from pathlib import Path
 
 import click
 
-from bootstrap.errors import UsageError
-from bootstrap.remote.fanout import DEFAULT_PARALLEL
-from bootstrap.serve import mode as M
-from bootstrap.serve import plan as P
+from bootstrap import face
+from bootstrap.errors import FleetError, UsageError
+from bootstrap.face import DEFAULT_PARALLEL
+from bootstrap.face import mode as M
+from bootstrap.face import serve_plan as P
 
 
 def read_inventory(path: str | None, check_files: bool = True, require_secrets: bool = True):
-    """The inventory that --inventory names, else $BOOTSTRAP_INVENTORY, else ./hosts.yaml, loaded."""
-    from bootstrap.inventory import load_inventory
-
+    """The inventory that --inventory names, else $BOOTSTRAP_INVENTORY, else ./hosts.yaml, loaded
+    (face.load_inventory)."""
     given = "--inventory"
     if path is None:
         path, given = os.environ.get("BOOTSTRAP_INVENTORY"), "$BOOTSTRAP_INVENTORY"
@@ -32,12 +32,10 @@ def read_inventory(path: str | None, check_files: bool = True, require_secrets: 
                else "is a directory, not an inventory file" if os.path.isdir(path) else None)
         if why is not None:
             raise click.BadParameter(f"{path if path.strip() else repr(path)}: {why}", param_hint=given)
-    inv = load_inventory(path, check_files=check_files, require_secrets=require_secrets)
     ctx = click.get_current_context(silent=True)
-    if ctx is not None and ctx.meta.get(ACCEPT_NEW_KEYS):  # --accept-new-host-keys on this command
-        from dataclasses import replace
-        inv = replace(inv, cluster=replace(inv.cluster, ssh=replace(inv.cluster.ssh, accept_new_host_keys=True)))
-    return inv
+    return face.load_inventory(path, check_files=check_files, require_secrets=require_secrets,
+                               # --accept-new-host-keys on this command
+                               accept_new_host_keys=bool(ctx is not None and ctx.meta.get(ACCEPT_NEW_KEYS)))
 
 
 def quote(value: str, limit: int = 60) -> str:
@@ -285,11 +283,9 @@ def check_listen(ctx, param, value: str | None) -> str | None:
 
 def check_url(ctx, param, value: str | None) -> str | None:
     """bench's --url: http://HOST:PORT, as the load generator reads it."""
-    from bootstrap.serve import bench as B
-
     if value is not None:
         try:
-            B.split_url(value)
+            face.bench_load.split_url(value)
         except UsageError as exc:
             raise click.BadParameter(str(exc).removeprefix("bench: ")) from None
     return value
@@ -448,9 +444,7 @@ def check_rollout_args(model: str | None, extra: tuple[str, ...], keep_flags: bo
         check_own_words(ctx, 0, "bootstrap rollout -- --max-model-len 4096")
         check_not_bootstrap_options(ctx, extra)
     if image is not None:
-        from bootstrap.inventory.fields import image_problem
-
-        why = image_problem(image)
+        why = face.image_problem(image)
         if why is not None:
             raise click.BadParameter(why, param_hint="--image")
     if keep_flags and extra:
@@ -470,22 +464,18 @@ def check_fleet_flags(inv, extra: tuple[str, ...]) -> None:
     """The vLLM flags after `--` that this fleet's plan sets beyond serve's (a disaggregated fleet's
     --kv-transfer-config, in any spelling: fleet.plan.check_pd_flags), once the inventory is read and
     before any host is contacted: a usage error that names the command."""
-    from bootstrap.fleet import plan as FP
-
     try:
-        FP.check_pd_flags(inv, extra)
-    except FP.FleetError as exc:
+        face.fleet_plan.check_pd_flags(inv, extra)
+    except FleetError as exc:
         raise click.UsageError(str(exc)) from None
 
 
 def check_kv_port(inv, port: int | None) -> None:
     """check-kv's --port: not a port the cluster or the hosts hold (other than the side channel's own,
     cluster.ports.kv_transfer, the default): the check's listener would fail, or take it from them."""
-    from bootstrap.cluster.guard import fence as FN
-
     if port is None:
         return
-    what = FN.port_clash(inv.cluster, port)
+    what = face.fence.port_clash(inv.cluster, port)
     if what == "cluster.ports.kv_transfer":
         return
     if what is None and port in {h.ssh.port or 22 for h in inv.hosts}:

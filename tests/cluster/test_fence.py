@@ -359,7 +359,7 @@ def test_status_exposure_says_fence_allow_admits_public_space_and_exits_1(monkey
     assert "members and 8.8.0.0/16 (public)" in text and "nothing open" not in text
     assert "cluster.fence_allow admits public address space (8.8.0.0/16)" in text
     # the command: exit 1, as for a port open to anyone
-    monkeypatch.setattr("bootstrap.cli.read_inventory", lambda path: inv)
+    monkeypatch.setattr("bootstrap.cli.commands_cluster.read_inventory", lambda path: inv)
     monkeypatch.setattr(GD, "exposure_report", lambda inv, **kw: found)
     r = CliRunner().invoke(main, ["status", "--exposure", "-i", "x.yaml", "--json"])
     assert r.exit_code == 1, r.output

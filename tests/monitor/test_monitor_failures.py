@@ -92,7 +92,7 @@ def test_cli_monitor_status_names_the_unreachable_host(tmp_path, monkeypatch):
     def sess(inv, **kw):  # h1 answers nothing either: status only needs the monitor host
         return fake_session(inv, {"h0": FakeHost("h0", unreachable=gone()),
                                   "h1": FakeHost("h1", unreachable=gone("h1"))}, **kw)
-    monkeypatch.setattr("bootstrap.cli.Session", sess)
+    monkeypatch.setattr("bootstrap.face.observe.Session", sess)
     r = CliRunner().invoke(main, ["monitor", "status", "-i", _inventory(tmp_path)])
     assert r.exit_code == 3, r.output
     assert "h0: the monitor host is unreachable" in r.output and "timed out after 10s" in r.output

@@ -1,0 +1,181 @@
+"""The cluster commands: validate, plan, up, status, exec and down (each one call to the library face).
+"""
+from __future__ import annotations
+
+import click
+
+from bootstrap import face
+from bootstrap.cli import render
+from bootstrap.cli.app import _run, exit_on, main
+from bootstrap.cli.params import (
+    SECONDS,
+    Seconds,
+    accept_keys_option,
+    check_command_words,
+    check_host_names,
+    inventory_option,
+    json_option,
+    lock_wait_option,
+    parallel_option,
+    read_inventory,
+)
+from bootstrap.cli.render import LineReporter
+
+
+# -- validate ------------------------------------------------------------------------------------
+@main.command()
+@inventory_option
+def validate(inventory):
+    """Check an inventory (and its key files) without contacting any host.
+
+    Example: bootstrap validate -i hosts.yaml
+    """
+    _run(lambda: render.validated(face.validate(read_inventory(inventory))))
+
+
+# -- plan ----------------------------------------------------------------------------------------
+@main.command()
+@inventory_option
+@json_option
+def plan(inventory, as_json):
+    """Print the exact container each host gets, from the inventory alone.
+
+    Secrets are shown by name only. `bootstrap up --dry-run` also contacts the hosts and says what
+    would change.
+
+    Example: bootstrap plan -i inventory/example.yaml
+    """
+    _run(lambda: render.plan_result(face.plan(read_inventory(inventory, check_files=False)), as_json))
+
+
+# -- up ------------------------------------------------------------------------------------------
+@main.command()
+@inventory_option
+@parallel_option
+@click.option("--dry-run", is_flag=True, help="Connect and gather facts, print what would change, change nothing.")
+@click.option("--load-image", is_flag=True, default=None,
+              help="Stream the image from this machine (docker save | ssh docker load) instead of pulling.")
+@click.option("--pull", is_flag=True, help="Pull the image on every host even when present (picks up a moved tag).")
+@click.option("--wait", type=SECONDS, default=180.0, show_default=True,
+              help="Seconds to wait for Ray to report every node.")
+@click.option("--accept-new-host-keys", is_flag=True, default=None,
+              help="Trust and record SSH host keys not yet known (changed keys are still refused).")
+@click.option("--allow-partial", is_flag=True,
+              help="Start the cluster on the hosts that pass connect and preflight; workers that do not are "
+                   "left as they are and named (the head is never optional).")
+@click.option("--skip-check", "skip_checks", multiple=True, type=click.Choice(sorted(face.RACK_CHECKS)),
+              help="Skip one check of the rack preflight (repeatable); every check runs by default: "
+                   + "; ".join(f"{k}: {v}" for k, v in face.RACK_CHECKS.items()) + ".")
+@lock_wait_option
+@json_option
+def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_keys, allow_partial, skip_checks,
+       lock_wait, as_json):
+    """Start the vLLM container on every host: the Ray head, then the workers.
+
+    Idempotent: a second run with the same inventory changes nothing; a changed spec recreates
+    only the affected containers (and all workers when the head changes). Before anything changes,
+    a preflight refuses hosts that would break the cluster later (Docker, GPUs, the data-plane
+    interface and MTU, InfiniBand/RoCE ports, clocks, /dev/shm, nofile), one line per host with the fix.
+
+    Example: bootstrap up -i hosts.yaml
+    """
+    opts = dict(parallel=parallel, dry_run=dry_run, load_image=load_image, pull=pull, wait=wait,
+                accept_new_host_keys=accept_new_host_keys, allow_partial=allow_partial, lock_wait=lock_wait,
+                skip_checks=frozenset(skip_checks))
+
+    def starting(k, hosts):
+        if not as_json:
+            render.up_replica(k, hosts)
+
+    def shown(res):
+        render.left_out(res.result.skipped)
+        if dry_run:
+            render.plan_result(res.plan, as_json)
+        else:
+            render.up(res.inv, res.result, res.label, res.seconds, res.started_at, as_json)
+    _run(lambda: face.up(read_inventory(inventory), reporter=LineReporter(quiet=as_json), on_replica=starting,
+                         on_result=shown, **opts))
+
+
+# -- status --------------------------------------------------------------------------------------
+@main.command()
+@inventory_option
+@accept_keys_option
+@parallel_option
+@json_option
+@click.option("--exposure", is_flag=True,
+              help="Instead: every port of the cluster's listening on every host, how it is bound, whether it asks "
+                   "for credentials, and who can reach it (exit 1 when one is open to non-members beyond SSH and "
+                   "the served endpoint).")
+def status(inventory, parallel, as_json, exposure):
+    """Show each host's container state and whether Ray sees it (exit 1 if any node is not alive).
+
+    Then what `serve` runs (model, endpoint, health, backend, TP/PP, nodes, uptime, KV cache), the
+    Ray dashboard address, and the Prometheus address when `monitor up` runs. With replicas: each
+    replica's nodes, then each replica as the router sees it (exit 1 unless every one is healthy).
+
+    With --exposure: the cluster's listening sockets as a stranger would meet them (see
+    docs/security.md, "The fence").
+
+    Example: bootstrap status -i hosts.yaml --json
+    """
+    def go():
+        res = face.status(read_inventory(inventory), parallel=parallel, exposure=exposure, prometheus=not as_json,
+                          reporter=LineReporter(quiet=as_json))
+        render.status_result(res, as_json)
+        exit_on(res)
+    _run(go)
+
+
+# -- exec ----------------------------------------------------------------------------------------
+@main.command("exec")
+@inventory_option
+@click.option("--container", is_flag=True,
+              help="Run inside each host's cluster container (docker exec <container_name>).")
+@click.option("--hosts", "only", default=None, callback=check_host_names,
+              help="Only these hosts, comma-separated (default: all).")
+@parallel_option
+@click.option("--timeout", type=Seconds(0.1), default=None,
+              help="Seconds the command may run on each host (default: the inventory's command_timeout).")
+@click.option("--accept-new-host-keys", is_flag=True, default=None,
+              help="Trust and record SSH host keys not yet known (changed keys are still refused).")
+@json_option
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, callback=check_command_words)
+def exec_(inventory, container, only, parallel, timeout, accept_new_host_keys, as_json, command):
+    """Run COMMAND on every host at once; each output line prefixed with its host, then a summary.
+
+    COMMAND goes after `--` and reaches each host as argv, quoted once: nothing is expanded by a
+    shell here or there. For pipes, `$VAR` or `&&`, ask for a shell: `-- sh -c 'df -h / | tail -1'`.
+    Exit 0 when every host exited 0; 1 otherwise (unreachable hosts are named).
+
+    Example: bootstrap exec -i hosts.yaml -- nvidia-smi -L
+    """
+    def go():
+        res = face.exec_all(read_inventory(inventory), command, container=container, hosts=only, parallel=parallel,
+                            timeout=timeout, accept_new_host_keys=accept_new_host_keys,
+                            echo=lambda width: render.exec_echo(width, as_json))
+        render.exec_results(res.results, as_json)
+        exit_on(res)
+    _run(go)
+
+
+# -- down ----------------------------------------------------------------------------------------
+@main.command()
+@inventory_option
+@accept_keys_option
+@parallel_option
+@lock_wait_option
+@json_option
+def down(inventory, parallel, lock_wait, as_json):
+    """Stop Ray and remove the container on every host (workers first). A second run is a no-op.
+
+    With replicas (cluster.replicas > 1) first the keepers, the router and the serve containers, then
+    each replica's node containers: nothing of the fleet stays on a host that answers.
+
+    Example: bootstrap down -i hosts.yaml
+    """
+    def go():
+        res = face.down(read_inventory(inventory), parallel=parallel, reporter=LineReporter(quiet=as_json),
+                        lock_wait=lock_wait)
+        render.down_result(res.groups, as_json, fleet=res.fleet)
+    _run(go)

@@ -1,0 +1,185 @@
+"""The serving commands: serve, rollout and bench (each one call to the library face).
+"""
+from __future__ import annotations
+
+import click
+
+from bootstrap import face
+from bootstrap.cli import render
+from bootstrap.cli.app import _run, exit_on, main
+from bootstrap.cli.params import (
+    SECONDS,
+    FilePath,
+    PassThrough,
+    accept_keys_option,
+    check_fleet_flags,
+    check_listen,
+    check_name,
+    check_nonempty,
+    check_parallelism,
+    check_png,
+    check_rollout_args,
+    check_serve_args,
+    check_url,
+    inventory_option,
+    json_option,
+    parallel_option,
+    read_inventory,
+)
+from bootstrap.cli.render import LineReporter
+
+
+# -- serve ---------------------------------------------------------------------------------------
+@main.command(cls=PassThrough, context_settings={"ignore_unknown_options": True})
+@inventory_option
+@accept_keys_option
+@parallel_option
+@click.argument("model", required=False)
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED)
+@click.option("--tp", type=click.IntRange(1), default=None,
+              help="Tensor-parallel size (default: the split the planner picks from the model and the cluster: "
+                   "GPUs per node where the model's attention heads allow it; the plan says why).")
+@click.option("--pp", type=click.IntRange(1), default=None,
+              help="Pipeline-parallel size (default: the planner's, nodes x GPUs per node / TP; the plan says why).")
+@click.option("--dp", type=click.IntRange(1), default=None,
+              help="Data parallel: this many vLLM engines (each --tp GPUs within one node, the same number on "
+                   "every node; on CPU nodes one engine per node), balanced by the head's API server "
+                   "(vLLM's own --data-parallel-size; native backend). For a model that fits one node.")
+@click.option("--ep", is_flag=True,
+              help="Expert parallel for a mixture-of-experts model: data parallel engines (TP=1 first, or --tp) "
+                   "with the experts spread over every GPU (vLLM's --enable-expert-parallel). The default for a "
+                   "mixture-of-experts model on GPU nodes when no --tp/--pp/--dp is given; refused on CPU nodes.")
+@click.option("--all2all", default=None, metavar="BACKEND",
+              help="Expert parallel's all-to-all (vLLM's --all2all-backend), checked against the image's vLLM "
+                   "and the hardware (default: deepep_low_latency between nodes with RDMA and DeepEP in the image, "
+                   "else allgather_reducescatter). Implies --ep.")
+@click.option("--backend", type=click.Choice(["ray", "native"]), default=None,
+              help="ray (default on GPU nodes that run Ray): the running Ray cluster; native (default on CPU "
+                   "clusters and where the nodes run no Ray, e.g. a stock image with runtime unset): vLLM's own "
+                   "multi-node mode (--nnodes/--node-rank/--headless).")
+@click.option("--sync-model", is_flag=True, help="Copy the model directory from the head to nodes where it differs.")
+@click.option("--wait", type=SECONDS, default=900.0, show_default=True,
+              help="Seconds to wait for /health and /v1/models.")
+@click.option("--listen", default=None, callback=check_listen,
+              help="Address vLLM binds (default: the head's data-plane IP).")
+@click.option("--served-model-name", default=None, callback=check_name,
+              help="The model name clients send in requests (vLLM's --served-model-name; default: the MODEL argument).")
+@click.option("--stop", is_flag=True, help="Stop serving; the Ray cluster keeps running.")
+@click.option("--dry-run", is_flag=True,
+              help="Read the model's config.json, print the plan (backend, TP/PP and why, each node's command) "
+                   "and stop; secrets need not be set.")
+@json_option
+def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, sync_model, wait, listen,
+          served_model_name, stop, dry_run, as_json):
+    """Serve MODEL (a Hugging Face id or a path inside the containers) across the cluster.
+
+    Defaults: the split is read from the model's config.json: TP = GPUs per node and PP = nodes
+    when the model takes it, else the largest TP its attention heads allow with the rest as PP
+    (on a CPU cluster: TP across the nodes first). The backend follows the cluster: native on CPU
+    or without Ray, ray on GPU clusters running Ray. The plan is printed before anything starts
+    (--dry-run stops there). Extra vLLM flags go after `--`. Waits for /health and /v1/models,
+    then prints the endpoint, a curl to paste, and the KV cache capacity.
+
+    Example: bootstrap serve -i hosts.yaml meta-llama/Llama-3.1-405B-Instruct -- --max-model-len 8192
+    """
+    check_serve_args(click.get_current_context(), model, extra, stop, dry_run)
+
+    def go():
+        inv = read_inventory(inventory, require_secrets=not dry_run)
+        check_parallelism(inv, tp, pp, dp, ep=ep or all2all is not None)
+        res = face.serve(inv, model, tp=tp, pp=pp, dp=dp, ep=ep, all2all=all2all, backend=backend, extra=extra,
+                         sync_model=sync_model, wait=wait, listen=listen, served_name=served_model_name,
+                         parallel=parallel, stop=stop, dry_run=dry_run, reporter=LineReporter(quiet=as_json),
+                         on_plan=None if as_json else (lambda plan: render.serve_plans(plan, dry_run)),
+                         on_failed=render.serve_failed)
+        render.serve_outcome(res, as_json)
+    _run(go)
+
+
+# -- rollout -------------------------------------------------------------------------------------
+@main.command(cls=PassThrough, context_settings={"ignore_unknown_options": True})
+@inventory_option
+@accept_keys_option
+@parallel_option
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED)
+@click.option("--model", default=None, help="The model to change to (default: the one served).")
+@click.option("--image", default=None, help="The image to change to (default: the one served).")
+@click.option("--keep-flags", is_flag=True, help="Keep the vLLM flags served now (default: the flags after --).")
+@click.option("--dp", type=click.IntRange(1), default=None,
+              help="Change each replica to this many vLLM data parallel engines over its nodes (as serve --dp; "
+                   "default: each replica keeps its shape).")
+@click.option("--no-dp", is_flag=True, help="Change each replica back to one TP x PP engine (as serve without --dp).")
+@click.option("--max-unavailable", type=click.IntRange(1), default=1, show_default=True,
+              help="Replicas replaced at once (never all of them).")
+@click.option("--drain", type=SECONDS, default=120.0, show_default=True,
+              help="Seconds a replica out of the router may take to finish its requests before it is stopped.")
+@click.option("--wait", type=SECONDS, default=900.0, show_default=True,
+              help="Seconds a new replica may take to answer a completion.")
+@json_option
+def rollout(inventory, parallel, extra, model, image, keep_flags, dp, no_dp, max_unavailable, drain, wait, as_json):
+    """Change the model, vLLM flags or image of a fleet (cluster.replicas > 1), replica by replica.
+
+    Each replica leaves the router, drains (running + waiting requests at zero for 2 s, or --drain), stops,
+    starts with the new spec, must answer a real completion, and goes back into the router. A
+    replica that fails is rolled back and the rollout stops (exit 1, naming it); the others keep
+    serving. Ctrl-C rolls back the replica in flight and lists each replica's state.
+
+    Example: bootstrap rollout -i hosts.yaml -- --max-model-len 4096
+    (bootstrap rollout -i hosts.yaml --dp 2 --keep-flags: each replica becomes 2 data parallel engines)
+    """
+    check_rollout_args(model, extra, keep_flags, image)
+    if dp is not None and no_dp:
+        raise click.UsageError("--dp and --no-dp: give one (--dp N: data parallel engines; --no-dp: one TP x PP "
+                               "engine)")
+
+    def checked(inv):
+        if dp is not None:
+            check_parallelism(inv, None, None, dp)
+        check_fleet_flags(inv, tuple(extra))
+
+    def go():
+        res = face.rollout(read_inventory(inventory), before=checked, model=model,
+                           extra=None if keep_flags else tuple(extra), image=image,
+                           dp=None if no_dp else dp if dp is not None else False, drain=drain, wait=wait,
+                           max_unavailable=max_unavailable, parallel=parallel, reporter=LineReporter(quiet=True),
+                           on_step=render.rollout_step(as_json), on_failed=render.rollout_failed)
+        render.rollout(res.result, as_json)
+    _run(go)
+
+
+# -- bench ---------------------------------------------------------------------------------------
+@main.command()
+@inventory_option
+@accept_keys_option
+@click.option("--url", default=None, callback=check_url,
+              help="Endpoint to load (default: the inventory's head and vLLM port; with replicas, the router, "
+                   "and the requests each replica served are reported).")
+@click.option("--model", default=None, callback=check_name,
+              help="Model name (default: the first one /v1/models lists).")
+@click.option("-n", "--requests", "n_requests", type=click.IntRange(1, 100000), default=64, show_default=True,
+              help="Requests to send in all.")
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True,
+              help="Requests in flight at once.")
+@click.option("--max-tokens", type=click.IntRange(1, face.MAX_BENCH_TOKENS), default=64, show_default=True,
+              help="max_tokens of each request (tokens generated per request, fewer if the model stops early).")
+@click.option("--prompt", default=None, callback=check_nonempty, help="Prompt text (default: a fixed paragraph).")
+@click.option("--ignore-eos", is_flag=True, help="Always generate --max-tokens tokens (vLLM extension).")
+@click.option("--timeout", type=SECONDS, default=120.0, show_default=True, help="Seconds per request.")
+@click.option("--png", type=FilePath(), default=None, callback=check_png, help="Write latency histograms to this PNG.")
+@json_option
+def bench(inventory, url, model, n_requests, concurrency, max_tokens, prompt, ignore_eos, timeout, png, as_json):
+    """A bounded load of streaming completions: requests/s, tokens/s, TTFT/ITL/E2E percentiles.
+
+    Exactly --requests requests with at most --concurrency in flight; prints p50/p95/p99 with text
+    histograms and says when high-percentile spikes with low throughput point at a coordinator
+    bottleneck rather than the GPUs.
+
+    Example: bootstrap bench -i hosts.yaml --requests 200 --concurrency 16 --png latency.png
+    """
+    def go():
+        res = face.bench(url, lambda check_files: read_inventory(inventory, check_files=check_files), png=png,
+                         prompt=prompt, model=model, requests=n_requests, concurrency=concurrency,
+                         max_tokens=max_tokens, timeout=timeout, ignore_eos=ignore_eos)
+        render.bench(res.result, res.spread, png, as_json)
+        exit_on(res)
+    _run(go)

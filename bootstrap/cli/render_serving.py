@@ -1,0 +1,181 @@
+"""What the serving commands print: serve's plan and result (one cluster or a fleet), rollout and bench.
+"""
+from __future__ import annotations
+
+import time
+
+from bootstrap import face
+from bootstrap.cli.show import _argv, _escape, _json, _log_tail, err, findings, kv_line, out
+from bootstrap.face import docs as D
+from bootstrap.face import split_label
+
+
+# -- serve ---------------------------------------------------------------------------------------
+def serve_plan(plan, dry_run: bool) -> None:
+    """The serve plan, before anything starts: model, backend, split and why, each node's command."""
+    shape = (f" ({plan.shape.describe()}; config.json from {plan.config_source})"
+             if plan.shape is not None and plan.shape.known else " (config.json not read: split unchecked)")
+    out.print(f"model:   {_escape(plan.model)}{_escape(shape)}")
+    out.print(_escape(f"backend: {plan.backend} ({plan.backend_reason})"))
+    out.print(f"split:   {_escape(plan.split.reason)}")
+    if plan.fit is not None:
+        out.print(f"fit:     {_escape(plan.fit.message)}")
+    width = max(len(n.host) for n in plan.nodes)
+    for n in plan.nodes:
+        cmd = _argv(n.argv) if n.argv else "(a Ray worker: vLLM places its ranks here through Ray)"
+        out.print(_escape(f"  {n.host:<{width}} {n.ip:<15} {cmd}"))
+    out.print(_escape(f"endpoint: {plan.endpoint}"))
+    for note in plan.notes:
+        out.print(f"note: {_escape(note)}")
+    if dry_run:
+        if plan.secrets:
+            out.print(_escape(f"a real run needs {', '.join(plan.secrets)} set in your environment (cluster.secrets)"))
+        out.print("dry run: nothing was started")
+
+
+def fleet_serve_plan(plan, dry_run: bool) -> None:
+    """The fleet's serve plan, before anything starts: each replica's commands, the router, the endpoint."""
+    out.print(f"model:    {_escape(plan.spec.model)} (image {_escape(plan.spec.image)})")
+    if plan.uniform:
+        out.print(f"split:    {_escape(plan.split.reason)} on each replica (backend native)")
+    for r in plan.replicas:
+        out.print(_escape(f"replica {r.index}{f' ({r.role})' if r.role else ''}: {', '.join(r.hosts)} -> {r.url}"))
+        if not plan.uniform:
+            out.print(f"  split: {_escape(plan.split_of(r).reason)} (backend native)")
+        for m in r.members:
+            out.print(_escape(f"  {m.host} rank {m.rank}: {_argv(m.vllm)}"))
+    for r in plan.routers:
+        out.print(_escape(f"router on {r.host}: {_argv(r.run)}"))
+        if r.vip_create:
+            out.print(_escape(f"keepalived on {r.host}: {_argv(r.vip_create)}"))
+    out.print(_escape(f"endpoint: {plan.endpoint}" + (" (floating address)" if plan.vip else "")))
+    for note in plan.notes:
+        out.print(f"note: {_escape(note)}")
+    if dry_run:
+        out.print("dry run: nothing was started")
+
+
+def dry_run(plan, as_json: bool) -> None:
+    """serve --dry-run: the plan was printed before; with --json, the plan as a document."""
+    if as_json:
+        _json({"dry_run": True, **plan.to_dict()})
+
+
+def serve_failed(exc, with_findings: bool = True) -> None:
+    """Why vLLM did not come up: its log's last lines, and what they point at."""
+    _log_tail(exc.log_tail, getattr(exc, "tail_of", "the vLLM log"))
+    if with_findings:
+        findings(exc.findings)
+
+
+def serve_stopped() -> None:
+    out.print("stopped serving on every node; the Ray cluster is still up")
+
+
+def served(res, as_json: bool) -> None:
+    """serve's result: the endpoint, the split, the KV cache and a curl to try."""
+    kv = res.kv
+    if as_json:
+        _json(D.served_doc(res))
+        return
+    for n in res.notes:
+        out.print(f"note: {_escape(n)}")
+    dp_part = f"DP={res.parallelism.dp} x " if res.parallelism.dp > 1 else ""
+    ep_part = f", EP={res.parallelism.ep_size}" if res.parallelism.ep else ""
+    out.print(_escape(f"serving {res.served[0] if res.served else res.model} on {res.endpoint} "
+                      f"(backend {res.backend}, {dp_part}TP={res.parallelism.tp}, PP={res.parallelism.pp}{ep_part}); "
+                      f"ready in {res.ready_seconds:.0f}s"))
+    if kv is not None:
+        out.print(_escape(kv_line(kv)))
+    out.print("try: " + _escape(res.curl()))
+
+
+def fleet_serve_stopped(replicas: int) -> None:
+    out.print(f"stopped serving on {replicas} replicas and the router; the node containers are still up")
+
+
+def fleet_served(inv, res, as_json: bool) -> None:
+    """serve's result with replicas: the router's endpoint, each replica's time to ready, a curl."""
+    if as_json:
+        _json(D.fleet_served_doc(res))
+        return
+    for n in res.notes:
+        out.print(f"note: {_escape(n)}")
+    for r in res.kv:
+        out.print(_escape(f"kv-check: {r.describe()}"))
+    ready = ", ".join(f"replica {k} {t:.0f}s" for k, t in sorted(res.ready_seconds.items()))
+    plan = res.plan
+    shape = (f"{len(plan.replicas)} replicas x {split_label(plan.split.par)}" if plan.uniform else
+             "replicas " + ", ".join(f"{r.index}{f' ({r.role})' if r.role else ''} {split_label(plan.split_of(r).par)}"
+                                     for r in plan.replicas))
+    out.print(_escape(f"serving {res.served[0] if res.served else res.plan.spec.model} on {res.endpoint} "
+                      f"({shape}, router "
+                      f"{inv.cluster.router.policy} on {', '.join(r.host for r in res.plan.routers)}"
+                      f"{', floating address' if res.plan.vip else ''}); ready: {ready}; "
+                      f"took {res.seconds:.0f}s"))
+    out.print("try: " + _escape(res.curl()))
+
+
+# -- rollout -------------------------------------------------------------------------------------
+def rollout_step(as_json: bool):
+    """rollout's on_step(k, what): a timed line per replica and step on stderr."""
+    t0 = time.monotonic()
+
+    def step(k: int, what: str) -> None:
+        if not as_json:
+            err.print(_escape(f"{time.monotonic() - t0:7.1f}s replica {k}: {what}"))
+    return step
+
+
+def rollout_failed(exc) -> None:
+    """The failed replica's log tail, then each replica's state."""
+    _log_tail(exc.log_tail, "the failed replica's vLLM log")
+    for k, st in sorted(exc.states.items()):
+        err.print(_escape(f"  replica {k}: {st}"))
+
+
+def rollout(res, as_json: bool) -> None:
+    if as_json:
+        _json(D.rollout_doc(res))
+        return
+    if not res.replaced:
+        out.print(_escape(f"every replica already serves {res.target.describe()}: nothing to do"))
+        return
+    out.print(_escape(f"rolled out {res.target.describe()} to replica(s) {', '.join(map(str, res.replaced))} "
+                      f"in {res.seconds:.0f}s; serving on {res.endpoint}"))
+
+
+# -- bench ---------------------------------------------------------------------------------------
+def bench(res, spread, png: str | None, as_json: bool) -> None:
+    """bench's result: the report with its histograms, how the requests spread over the replicas."""
+    if as_json:
+        _json(D.bench_doc(res, spread))
+        return
+    out.print(_escape(face.bench_load.format_result(res), lines=True))
+    if spread is not None:
+        out.print(_escape(spread.describe()))
+    if png:
+        out.print(_escape(f"histograms: {png}"))
+
+
+def serve_plans(plan, dry_run: bool) -> None:
+    """serve's on_plan: the plan of one cluster, or with replicas the fleet's (face.FleetPlan)."""
+    if isinstance(plan, face.FleetPlan):
+        fleet_serve_plan(plan, dry_run)
+    else:
+        serve_plan(plan, dry_run)
+
+
+def serve_outcome(res, as_json: bool) -> None:
+    """serve's face.ServeOutcome: stopped, planned (--dry-run) or served, on one cluster or a fleet."""
+    if res.kind == "stopped":
+        if res.fleet:
+            fleet_serve_stopped(res.inv.cluster.replicas)
+        else:
+            serve_stopped()
+    elif res.kind == "planned":
+        dry_run(res.value, as_json)
+    elif res.fleet:
+        fleet_served(res.inv, res.value, as_json)
+    else:
+        served(res.value, as_json)

@@ -1,0 +1,71 @@
+"""The library face: the one module a program (or the CLI) calls to load an inventory and run a command on it.
+
+Each command is one call: it takes an inventory (loaded, or the path of one; face.load_inventory
+loads and validates), routes one cluster vs a fleet (cluster.replicas) itself, and returns a result
+object with to_doc() (the `--json` document) and, where the command can fail on it, exit_status.
+Progress goes to a `reporter`; streams (exec's output, logs' lines, top's frames) to callbacks.
+Nothing here prints. The CLI (bootstrap/cli) imports nothing else of the library: the names it needs
+to read options and to show results are re-exported here too (tests/cli/test_face_imports.py).
+"""
+from __future__ import annotations
+
+# the names the command line's options and renderers need (re-exported: their homes stay where they are)
+from bootstrap.cluster.guard import fence as fence  # port_clash: check-kv's --port
+from bootstrap.cluster.preflight.checks import CHECKS as RACK_CHECKS
+from bootstrap.cluster.runtime import UNDECIDED as RUNTIME_UNDECIDED
+from bootstrap.doctor.logsources import SOURCES
+from bootstrap.exposure import ssh_tunnel_argv
+from bootstrap.face import docs as docs
+from bootstrap.face.checks import check_kv, check_nccl, doctor, logs
+from bootstrap.face.cluster import down, exec_all, inventory, load_inventory, plan, status, up, validate
+from bootstrap.face.observe import TopView, monitor_down, monitor_status, monitor_up, top
+from bootstrap.face.results import (
+    BenchResult,
+    DoctorResult,
+    DownResult,
+    ExecResult,
+    ExposureResult,
+    FleetPlanResult,
+    FleetStatusResult,
+    KvCheckResult,
+    LogsResult,
+    MonitorResult,
+    NcclResult,
+    OptionError,
+    PlanResult,
+    Prometheus,
+    RolloutResult,
+    SandboxResult,
+    ServeOutcome,
+    StatusResult,
+    UpResult,
+)
+from bootstrap.face.sandbox import sandbox_down, sandbox_up
+from bootstrap.face.serving import bench, rollout, serve
+from bootstrap.fleet import plan as fleet_plan  # check_pd_flags: the vLLM flags a fleet's plan sets
+from bootstrap.fleet.plan import FleetPlan
+from bootstrap.inventory.fields import (
+    _CREDENTIAL_VALUE,  # the one definition of a credential's form
+    image_problem,
+)
+from bootstrap.nccl.parse import bandwidth_note, format_bandwidth
+from bootstrap.remote.fanout import DEFAULT_PARALLEL
+from bootstrap.serve import bench as bench_load  # split_url, MAX_TOKENS, format_result
+from bootstrap.serve import experts as experts
+from bootstrap.serve import mode as mode  # the serving modes: the split rules the options are checked with
+from bootstrap.serve import plan as serve_plan  # the split rules the options are checked with
+from bootstrap.serve.bench import MAX_TOKENS as MAX_BENCH_TOKENS
+from bootstrap.serve.passthrough import CREDENTIAL_FLAGS
+from bootstrap.serve.plan import split_label
+
+__all__ = [
+    "BenchResult", "CREDENTIAL_FLAGS", "DEFAULT_PARALLEL", "DoctorResult", "DownResult", "ExecResult",
+    "ExposureResult", "FleetPlan", "FleetPlanResult", "FleetStatusResult", "KvCheckResult", "LogsResult",
+    "MAX_BENCH_TOKENS", "MonitorResult", "NcclResult", "OptionError", "PlanResult", "Prometheus", "RACK_CHECKS",
+    "RUNTIME_UNDECIDED", "RolloutResult", "SOURCES", "SandboxResult", "ServeOutcome", "StatusResult",
+    "TopView", "UpResult", "_CREDENTIAL_VALUE", "bandwidth_note", "bench", "bench_load", "check_kv", "check_nccl",
+    "docs", "doctor", "down", "exec_all", "experts", "fence", "fleet_plan", "format_bandwidth", "image_problem",
+    "inventory", "load_inventory", "logs", "mode", "monitor_down", "monitor_status", "monitor_up", "plan", "rollout",
+    "sandbox_down", "sandbox_up", "serve", "serve_plan", "split_label", "ssh_tunnel_argv", "status", "top", "up",
+    "validate",
+]

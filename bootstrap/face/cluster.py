@@ -1,0 +1,146 @@
+"""The library face's cluster commands: load an inventory, plan, up, status, exec, down, for one cluster or a fleet.
+
+Each function takes an inventory (loaded, or the path of one), decides single cluster vs fleet
+(cluster.replicas) and returns a result object of face/results.py; progress goes to `reporter`.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import replace
+
+from bootstrap.cluster import plan as PL
+from bootstrap.cluster import run as A
+from bootstrap.errors import BootstrapError, UsageError
+from bootstrap.face import results as R
+from bootstrap.inventory import Inventory
+from bootstrap.inventory import load_inventory as _load
+from bootstrap.remote.fanout import DEFAULT_PARALLEL
+
+
+def load_inventory(path, *, check_files: bool = True, require_secrets: bool = True,
+                   accept_new_host_keys: bool = False) -> Inventory:
+    """The inventory at `path`, loaded and validated (inventory.load_inventory); accept_new_host_keys:
+    its SSH settings trust host keys not yet known."""
+    inv = _load(path, check_files=check_files, require_secrets=require_secrets)
+    if accept_new_host_keys:
+        inv = replace(inv, cluster=replace(inv.cluster, ssh=replace(inv.cluster.ssh, accept_new_host_keys=True)))
+    return inv
+
+
+def inventory(inv, **load) -> Inventory:
+    """`inv` when it is an Inventory, else the one at that path (load_inventory's options in `load`)."""
+    if isinstance(inv, (str, os.PathLike)):
+        return load_inventory(inv, **load)
+    return inv
+
+
+def fleet(inv) -> bool:
+    """Whether the inventory is a fleet (cluster.replicas > 1): the one place the face routes on it."""
+    return inv.cluster.replicas > 1
+
+
+def validate(inv) -> Inventory:
+    """`validate`: the inventory loaded with its key files checked, no host contacted."""
+    return inventory(inv)
+
+
+def plan(inv) -> R.PlanResult | R.FleetPlanResult:
+    """`plan`: each host's container from the inventory alone (with replicas: each replica's, the routers
+    and the keeper); nothing is contacted."""
+    inv = inventory(inv, check_files=False)
+    if not fleet(inv):
+        rt = inv.cluster.runtime
+        return R.PlanResult(PL.plan_offline(inv), rt, f"cluster.runtime: {rt}" if rt else PL.UNDECIDED_NOTE)
+    from bootstrap.fleet import plan as FP
+
+    n = inv.cluster.replicas
+    urls = [FP.replica_url(inv, k) for k in range(n)]
+    groups = [PL.plan_offline(FP.replica_inventory(inv, k)) for k in range(n)]
+    ifaces = {h.name: f"<the interface of {h.ip}>" for h in FP.router_hosts(inv)}
+    return R.FleetPlanResult(list(zip(urls, groups)), FP.plan_routers(inv, urls, ifaces=ifaces), FP.router_url(inv),
+                             FP.keeper_create_argv(inv), FP.standby_name(inv) if inv.cluster.standby else None)
+
+
+def up(inv, *, reporter=None, on_replica=None, on_result=None, dry_run: bool = False, **opts) -> list[R.UpResult]:
+    """`up`: the cluster (cluster.run.up), or each replica group of a fleet in turn. on_replica(k, hosts)
+    before replica k starts; on_result(UpResult) as each group is done (a fleet's, as it goes)."""
+    inv = inventory(inv)
+    done: list[R.UpResult] = []
+
+    def group_done(res: R.UpResult) -> None:
+        done.append(res)
+        if on_result is not None:
+            on_result(res)
+    if fleet(inv):
+        # Each replica is a serving group of its own: its own head and Ray cluster.
+        from bootstrap.fleet import lifecycle as FLC
+
+        FLC.up_fleet(inv, reporter=reporter, dry_run=dry_run,
+                     on_replica=None if on_replica is None else (lambda k, group: on_replica(k, inv.replicas[k])),
+                     on_done=lambda r: group_done(R.UpResult(r.inv, r.result, f" replica {r.index}", r.seconds,
+                                                             r.started_at, dry_run)),
+                     **opts)
+        return done
+    t0 = time.monotonic()
+    started_at = time.time()
+    res = A.up(inv, reporter=reporter, dry_run=dry_run, **opts)
+    group_done(R.UpResult(inv, res, "", time.monotonic() - t0, started_at, dry_run))
+    return done
+
+
+def status(inv, *, parallel: int = DEFAULT_PARALLEL, exposure: bool = False, prometheus: bool = True,
+           reporter=None) -> R.StatusResult | R.FleetStatusResult | R.ExposureResult:
+    """`status`: each node and what is served (with replicas: each group, then the fleet as the router
+    sees it), with the Prometheus line unless prometheus=False; exposure: instead every listening socket."""
+    inv = inventory(inv)
+    if exposure:
+        from bootstrap.cluster.guard import run as GD
+
+        return R.ExposureResult(inv, GD.exposure_report(inv, parallel=parallel, reporter=reporter))
+    if fleet(inv):
+        from bootstrap.fleet import lifecycle as FLC
+
+        st = FLC.fleet_status(inv, parallel=parallel)
+        return R.FleetStatusResult(inv, st.groups, st.fleet, st.ok, _prometheus(inv) if prometheus else None)
+    from bootstrap.serve.state import serving_state
+
+    st = A.cluster_status(inv, parallel=parallel, serving=serving_state)
+    return R.StatusResult(inv, st, _prometheus(inv) if prometheus else None)
+
+
+def _prometheus(inv) -> R.Prometheus:
+    """Whether Prometheus runs, and where; unknown when the monitor host or its Docker does not answer."""
+    from bootstrap.monitor import plan as MP
+    from bootstrap.monitor import run as MON
+
+    try:
+        url = MON.running_url(inv)
+    except BootstrapError as exc:  # unknown, not "not running"
+        return R.Prometheus(unknown=exc)
+    return R.Prometheus(url, MP.monitor_host(inv) if url else None, inv.cluster.monitor.port)
+
+
+def exec_all(inv, command, *, hosts=None, echo=None, **opts) -> R.ExecResult:
+    """`exec`: COMMAND on every host (or `hosts`) at once; echo(width) gives the on_result that shows
+    each host's output as it finishes (width: the longest name of the hosts chosen)."""
+    from bootstrap.cluster import exec as E
+
+    inv = inventory(inv)
+    try:
+        width = max(len(h.name) for h in E.select_hosts(inv, hosts))
+    except UsageError as exc:
+        raise R.OptionError(str(exc), "--hosts") from None
+    return R.ExecResult(E.exec_all(inv, command, hosts=hosts, on_result=None if echo is None else echo(width),
+                                   **opts))
+
+
+def down(inv, *, parallel: int = DEFAULT_PARALLEL, reporter=None, lock_wait: float = 0.0) -> R.DownResult:
+    """`down`: Ray and the container off every host; with replicas first the fleet's own containers."""
+    inv = inventory(inv)
+    if fleet(inv):
+        from bootstrap.fleet import lifecycle as FLC
+
+        res = FLC.down_fleet(inv, parallel=parallel, reporter=reporter, lock_wait=lock_wait)
+        return R.DownResult(list(res.replicas), res.fleet_removed)
+    return R.DownResult([A.down(inv, parallel=parallel, reporter=reporter, lock_wait=lock_wait)])

@@ -1,0 +1,122 @@
+"""The library face's serving commands: serve (one cluster or a fleet behind its router), rollout and bench.
+"""
+from __future__ import annotations
+
+from bootstrap.errors import FleetError, ModelSplitError, ServeFailed
+from bootstrap.face import results as R
+from bootstrap.face.cluster import fleet, inventory
+from bootstrap.remote.fanout import DEFAULT_PARALLEL
+
+
+def serve(inv, model, *, stop: bool = False, dry_run: bool = False, parallel: int = DEFAULT_PARALLEL,
+          reporter=None, on_plan=None, on_failed=None, **opts) -> R.ServeOutcome:
+    """`serve` MODEL (stop: stop serving), on the cluster or, with replicas, on every replica and the
+    router in front. on_plan(plan) before anything starts (a ServePlan or, with replicas, a FleetPlan);
+    on_failed(exc, with_findings) when vLLM does not come up, before the error is raised. A split or
+    an option the inventory refuses raises OptionError."""
+    inv = inventory(inv, require_secrets=not dry_run)
+    if fleet(inv):
+        return _serve_fleet(inv, model, stop=stop, dry_run=dry_run, parallel=parallel, reporter=reporter,
+                            on_plan=on_plan, on_failed=on_failed, **opts)
+    from bootstrap.serve import run as V
+
+    if stop:
+        V.stop(inv, parallel=parallel, reporter=reporter)
+        return R.ServeOutcome(inv, "stopped", False)
+    try:
+        res = V.serve(inv, model, parallel=parallel, dry_run=dry_run, on_plan=on_plan, reporter=reporter, **opts)
+    except ModelSplitError as exc:
+        msg = str(exc)
+        given = [opts.get(k) is not None for k in ("tp", "pp", "dp")]
+        if any(given) and msg.startswith(("TP=", "DP=")):  # the split the user's option asked for
+            msg = f"{'--dp' if given[2] else '--tp/--pp'}: {msg}"
+        raise R.OptionError(msg) from None
+    except ServeFailed as exc:
+        if on_failed is not None:
+            on_failed(exc, True)
+        raise
+    return R.ServeOutcome(inv, "planned" if isinstance(res, V.ServePlan) else "served", False, res)
+
+
+def _serve_fleet(inv, model, *, stop, dry_run, parallel, reporter, on_plan, on_failed, ep=False, all2all=None,
+                 sync_model=False, listen=None, **opts) -> R.ServeOutcome:
+    """serve with cluster.replicas > 1: every replica, then the router in front."""
+    from bootstrap.fleet import plan as FP
+    from bootstrap.fleet import run as FL
+
+    if sync_model:
+        raise R.OptionError("--sync-model copies from one head: with replicas, put the model on every host "
+                            "(or in the image, or the HF cache)")
+    if listen is not None:
+        raise R.OptionError("--listen: with replicas every vLLM binds its head's data-plane IP, where the router "
+                            "reaches it; set cluster.router.host/port for the endpoint")
+    if stop:
+        FL.stop_fleet(inv, parallel=parallel, reporter=reporter)
+        return R.ServeOutcome(inv, "stopped", True)
+    try:
+        res = FL.serve_fleet(inv, model, parallel=parallel, dry_run=dry_run, on_plan=on_plan, reporter=reporter,
+                             **opts)
+    except FleetError as exc:
+        raise R.OptionError(str(exc)) from None
+    except ModelSplitError as exc:
+        raise R.OptionError(f"serve: {exc}") from None
+    except ServeFailed as exc:
+        if on_failed is not None:
+            on_failed(exc, False)
+        raise
+    return R.ServeOutcome(inv, "planned" if isinstance(res, FP.FleetPlan) else "served", True, res)
+
+
+def check_rollout(inv) -> None:
+    """What rollout refuses from the inventory alone: a cluster that is no fleet."""
+    if not fleet(inv):
+        raise R.OptionError("rollout replaces replicas one by one: set cluster.replicas (2 or more) in the "
+                            "inventory; with one replica use bootstrap serve")
+
+
+def rollout(inv, *, before=None, on_failed=None, **opts) -> R.RolloutResult:
+    """`rollout`: change the model, flags or image of a fleet replica by replica (fleet.run.rollout).
+    before(inv): the caller's own checks of its options against the fleet, after the face's and before
+    any host is contacted; on_failed(exc) when a replica fails, before the error is raised."""
+    from bootstrap.errors import RolloutFailed
+    from bootstrap.fleet import run as FL
+
+    inv = inventory(inv)
+    check_rollout(inv)
+    if before is not None:
+        before(inv)
+    try:
+        return R.RolloutResult(FL.rollout(inv, **opts))
+    except RolloutFailed as exc:
+        if on_failed is not None:
+            on_failed(exc)
+        raise
+
+
+def bench(url: str | None, load=None, *, png: str | None = None, prompt: str | None = None,
+          **cfg) -> R.BenchResult:
+    """`bench`: a bounded load of streaming completions on `url` (None: the inventory's endpoint: its
+    head's vLLM port, or with replicas the router, and then how the requests spread over the replicas).
+    load(check_files) gives the inventory, read only when url is None; png: write the histograms there."""
+    from bootstrap.cluster import plan as PL
+    from bootstrap.serve import bench as B
+
+    target, fleet_inv = url, None
+    if target is None:
+        inv = inventory(load(False))
+        target = "http://" + PL.hostport(inv.head.ip, inv.cluster.ports.vllm)
+        if fleet(inv):
+            from bootstrap.fleet import plan as FP
+            target, fleet_inv = FP.router_url(inv), inventory(load(True))
+    kw = {"prompt": prompt} if prompt else {}
+    if fleet_inv is not None:
+        kw["api_key"] = FP.api_key(fleet_inv)
+    config = B.BenchConfig(url=target, **cfg, **kw)
+    if fleet_inv is not None:
+        from bootstrap.fleet import run as FL
+        before = FL.status(fleet_inv)
+    res = B.run_bench(config)
+    spread = FL.spread(before, FL.status(fleet_inv)) if fleet_inv is not None else None
+    if png:
+        B.write_png(res, png)
+    return R.BenchResult(res, spread, png)
