@@ -26,20 +26,12 @@ import shlex
 import stat
 from typing import Any, Mapping
 
+from bootstrap.inventory.addresses import _IP, _canonical_ip, _ip, _not_one_host, _parse_ip
 from bootstrap.inventory.ansible import _ansible
-from bootstrap.inventory.fields import (
-    _IP,
-    _SECRET_IN_ENV,
-    _canonical_ip,
-    _check_ssh_port,
-    _HostSpec,
-    _ip,
-    _not_one_host,
-    _Offline,
-    _parse_ip,
-    _SSHDefaults,
-)
+from bootstrap.inventory.fields import _SECRET_IN_ENV, _Offline, _SSHDefaults
+from bootstrap.inventory.hostfields import _HostSpec
 from bootstrap.inventory.native import _native
+from bootstrap.inventory.portfields import _check_ssh_port
 from bootstrap.inventory.yamlfile import _MAX_FILE_BYTES as _MAX_FILE_BYTES  # re-exported: tests read it
 from bootstrap.inventory.yamlfile import _describe, _Loc, _open_nonblocking, _quote, _read_yaml
 from bootstrap.model import Cluster, Host, Inventory, SSHTarget, Vip

@@ -128,7 +128,7 @@ def test_every_malformed_inventory_is_one_line_exit_2_through_the_cli(source, tm
     path = tmp_path / source.name
     raw = source.read_bytes()
     path.write_bytes(raw.replace(b"@KEY_0644@", str(key).encode()))
-    from bootstrap.inventory.fields import looks_like_credential
+    from bootstrap.inventory.envvars import looks_like_credential
 
     expect = raw.split(b"\n")[0][len(b"# expect: "):].decode()
     third = raw.split(b"\n")[2]

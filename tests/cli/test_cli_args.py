@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bootstrap.inventory.fields import looks_like_credential
+from bootstrap.inventory.envvars import looks_like_credential
 from bootstrap.serve import run as V
 from bootstrap.serve.plan import Parallelism, ServePlanError, check_model_ref, native_serve_argvs, ray_serve_argv
 
