@@ -173,25 +173,8 @@ def _cluster(
     kwargs["ssh"] = settings
     kwargs["hf_cache"] = values.get("hf_cache")
 
-    # Mounts: one destination once; the HF cache has its own.
-    taken = {HF_CACHE_IN_CONTAINER: f"{loc.field}.hf_cache"} if kwargs["hf_cache"] else {}
-    mounts = values.get("mounts", ())
-    for i, mount in enumerate(mounts):
-        dst = posixpath.normpath(mount.split(":")[1])
-        if dst in taken:
-            locs["mounts"].item(_raw(value, "mounts"), i).fail(
-                f"{dst} is already mounted by {taken[dst]}"
-            )
-        taken[dst] = f"{loc.field}.mounts[{i}]"
-
-    # What the plan gives `ray start` is set in one place: the inventory's field, not ray_args.
-    for i, arg in enumerate(values.get("ray_args", ())):
-        flag = arg.split("=", 1)[0].replace("_", "-") if arg.startswith("--") else ""
-        if flag in _RAY_OWNED:
-            locs["ray_args"].item(_raw(value, "ray_args"), i).fail(
-                f"{flag} is what bootstrap gives `ray start` ({_RAY_OWNED[flag].format(c=loc.field)}): "
-                "it is not passed through ray_args"
-            )
+    _check_mounts(value, values, locs, loc, kwargs["hf_cache"])
+    _check_ray_args(value, values, locs, loc)
 
     # Settings that would do nothing are refused, not ignored.
     if values.get("fence") is False and values.get("fence_allow"):
@@ -200,35 +183,8 @@ def _cluster(
         locs["ray_auth"].fail(f"does nothing with {loc.field}.runtime: none (no Ray runs)")
     _check_mirror_and_standby(values, locs, loc)
 
-    # Secrets: listed names must be set; by default HF_TOKEN when it is set.
     env = values.get("env", {})
-    secrets: list[Secret] = []
-    secret_locs: dict[str, _Loc] = {}
-    if "secrets" in values:
-        seq = _raw(value, "secrets")
-        for i, name in enumerate(values["secrets"]):
-            item_loc = secret_locs[name] = locs["secrets"].item(seq, i).at(field=locs["secrets"].field)
-            why = SR.name_problem(name)
-            if why:
-                item_loc.fail(why)
-            if name in values["secrets"][:i]:
-                item_loc.fail(f"{name} is listed twice")
-            if name not in environ and isinstance(environ, _Offline):
-                secrets.append(Secret(name, ""))  # offline plan: shown by name only
-                continue
-            if name not in environ:
-                item_loc.fail(f"{name} is not set in your environment")
-            if not environ[name]:
-                item_loc.fail(f"{name} is set but empty in your environment")
-            if not environ[name].strip():
-                item_loc.fail(f"{name} is set but blank in your environment (only whitespace)")
-            if _BREAKS_ENV_FILE.search(environ[name]):
-                item_loc.fail(_BROKEN_SECRET.format(name=name))
-            secrets.append(Secret(name, environ[name]))
-    elif environ.get("HF_TOKEN", "").strip() and "HF_TOKEN" not in env:  # blank: unset, like empty
-        if _BREAKS_ENV_FILE.search(environ["HF_TOKEN"]):
-            loc.sub("secrets").fail(_BROKEN_SECRET.format(name="HF_TOKEN"))
-        secrets.append(Secret("HF_TOKEN", environ["HF_TOKEN"]))
+    secrets, secret_locs = _secrets(value, values, locs, loc, environ, env)
     secret_names = {s.name for s in secrets}
     for name, (_, vloc) in env.items():
         if name in secret_names:
@@ -257,6 +213,68 @@ def _cluster(
         "monitor_host_loc": monitor_host_loc,
     }
     return cluster, defaults, facts
+
+
+def _check_mounts(value: Any, values: dict[str, Any], locs: dict[str, _Loc], loc: _Loc, hf_cache: Any) -> None:
+    """Mounts: one destination once; the HF cache has its own."""
+    taken = {HF_CACHE_IN_CONTAINER: f"{loc.field}.hf_cache"} if hf_cache else {}
+    mounts = values.get("mounts", ())
+    for i, mount in enumerate(mounts):
+        dst = posixpath.normpath(mount.split(":")[1])
+        if dst in taken:
+            locs["mounts"].item(_raw(value, "mounts"), i).fail(
+                f"{dst} is already mounted by {taken[dst]}"
+            )
+        taken[dst] = f"{loc.field}.mounts[{i}]"
+
+
+def _check_ray_args(value: Any, values: dict[str, Any], locs: dict[str, _Loc], loc: _Loc) -> None:
+    """What the plan gives `ray start` is set in one place: the inventory's field, not ray_args."""
+    for i, arg in enumerate(values.get("ray_args", ())):
+        flag = arg.split("=", 1)[0].replace("_", "-") if arg.startswith("--") else ""
+        if flag in _RAY_OWNED:
+            locs["ray_args"].item(_raw(value, "ray_args"), i).fail(
+                f"{flag} is what bootstrap gives `ray start` ({_RAY_OWNED[flag].format(c=loc.field)}): "
+                "it is not passed through ray_args"
+            )
+
+
+def _secrets(value: Any, values: dict[str, Any], locs: dict[str, _Loc], loc: _Loc, environ: Mapping[str, str],
+             env: dict[str, tuple[str, _Loc]]) -> tuple[list[Secret], dict[str, _Loc]]:
+    """Secrets: listed names must be set; by default HF_TOKEN when it is set. The secrets, and where
+    each listed one was named."""
+    secrets: list[Secret] = []
+    secret_locs: dict[str, _Loc] = {}
+    if "secrets" in values:
+        seq = _raw(value, "secrets")
+        for i, name in enumerate(values["secrets"]):
+            item_loc = secret_locs[name] = locs["secrets"].item(seq, i).at(field=locs["secrets"].field)
+            secrets.append(_listed_secret(name, values["secrets"][:i], item_loc, environ))
+    elif environ.get("HF_TOKEN", "").strip() and "HF_TOKEN" not in env:  # blank: unset, like empty
+        if _BREAKS_ENV_FILE.search(environ["HF_TOKEN"]):
+            loc.sub("secrets").fail(_BROKEN_SECRET.format(name="HF_TOKEN"))
+        secrets.append(Secret("HF_TOKEN", environ["HF_TOKEN"]))
+    return secrets, secret_locs
+
+
+def _listed_secret(name: str, before: list[str], item_loc: _Loc, environ: Mapping[str, str]) -> Secret:
+    """A name listed under cluster.secrets (after the names `before` it), with its value from environ."""
+    why = SR.name_problem(name)
+    if why:
+        item_loc.fail(why)
+    if name in before:
+        item_loc.fail(f"{name} is listed twice")
+    if name not in environ and isinstance(environ, _Offline):
+        return Secret(name, "")  # offline plan: shown by name only
+    if name not in environ:
+        item_loc.fail(f"{name} is not set in your environment")
+    if not environ[name]:
+        item_loc.fail(f"{name} is set but empty in your environment")
+    if not environ[name].strip():
+        item_loc.fail(f"{name} is set but blank in your environment (only whitespace)")
+    if _BREAKS_ENV_FILE.search(environ[name]):
+        item_loc.fail(_BROKEN_SECRET.format(name=name))
+    return Secret(name, environ[name])
 
 
 def _check_mirror_and_standby(values: dict[str, Any], locs: dict[str, _Loc], loc: _Loc) -> None:

@@ -122,6 +122,19 @@ def _router(value: Any, loc: _Loc, ports: Ports, replicas: int = 1,
     vip_locs: dict[str, _Loc] = {}
     if "vip" in values:
         values["vip"], vip_locs = _vip(values["vip"], locs["vip"])
+    _check_router_hosts(values, locs, loc)
+    router = Router(**values)
+    if router.vip is not None and router.vip.secret is not None and router.vip.secret not in secret_names:
+        vip_locs["secret"].fail(f"that name is not listed in cluster.secrets: {_API_KEY_HINT}")
+    _check_router_ports(router, values, locs, loc, ports)
+    if router.api_key is not None and router.api_key not in secret_names:
+        locs["api_key"].fail(f"that name is not listed in cluster.secrets: {_API_KEY_HINT}")
+    _check_prefill(router, locs, ports, replicas)
+    return router, locs.get("hosts") or locs.get("host"), vip_locs.get("address") or locs.get("vip")
+
+
+def _check_router_hosts(values: dict[str, Any], locs: dict[str, _Loc], loc: _Loc) -> None:
+    """One router on `host`, or routers on `hosts`, behind a floating address when there are several."""
     if "host" in values and "hosts" in values:
         locs["hosts"].fail("set host (one router) or hosts (routers behind cluster.router.vip), not both")
     if "hosts" in values and "vip" not in values and len(values["hosts"]) > 1:
@@ -133,9 +146,11 @@ def _router(value: Any, loc: _Loc, ports: Ports, replicas: int = 1,
     if "vip" in values and "host" in values:
         locs["host"].fail("with a floating address the routers run on cluster.router.hosts (default: the heads "
                           "of the first two replicas); use hosts")
-    router = Router(**values)
-    if router.vip is not None and router.vip.secret is not None and router.vip.secret not in secret_names:
-        vip_locs["secret"].fail(f"that name is not listed in cluster.secrets: {_API_KEY_HINT}")
+
+
+def _check_router_ports(router: Router, values: dict[str, Any], locs: dict[str, _Loc], loc: _Loc,
+                        ports: Ports) -> None:
+    """The router's ports: none of the fixed ones, none below 1024, none of cluster.ports."""
     for name in ("port", "metrics_port"):
         if name in values:
             _check_fixed(values[name], locs[name])
@@ -148,8 +163,10 @@ def _router(value: Any, loc: _Loc, ports: Ports, replicas: int = 1,
             blame.fail(f"{port} is also {taken[port]}; the router's ports must differ"
                        + ("" if name in values else f" (set {loc.field}.{name})"))
         taken[port] = f"{loc.field}.{name}"
-    if router.api_key is not None and router.api_key not in secret_names:
-        locs["api_key"].fail(f"that name is not listed in cluster.secrets: {_API_KEY_HINT}")
+
+
+def _check_prefill(router: Router, locs: dict[str, _Loc], ports: Ports, replicas: int) -> None:
+    """Prefill/decode: the prefill replicas are replicas of this cluster and some decode; a KV lease needs them."""
     if router.prefill:
         where = locs["prefill"]
         outside = [k for k in router.prefill if k >= replicas]
@@ -164,4 +181,3 @@ def _router(value: Any, loc: _Loc, ports: Ports, replicas: int = 1,
     elif router.kv_lease is not None:
         locs["kv_lease"].fail("a KV lease needs prefill/decode disaggregation: set cluster.router.prefill too, "
                               "or remove kv_lease")
-    return router, locs.get("hosts") or locs.get("host"), vip_locs.get("address") or locs.get("vip")
