@@ -285,7 +285,7 @@ d = inspect.signature(S).parameters["busy_loop_s"].default; print("busy_loop_s",
 #: VLLM_WORKER_MULTIPROC_METHOD in its config check; GPU platforms default to `fork`), so the engine
 #: core and every worker import torch and vLLM again: three imports in a row per start, 22-25 s each
 #: on the sandbox's shared cores. Here the forced value becomes a default, and the sandbox's inventory
-#: asks for `fork` (bootstrap.sandbox.cluster._write_inventory): the child processes inherit the
+#: asks for `fork` (bootstrap.sandbox.state._write_inventory): the child processes inherit the
 #: imports. Measured on this 2-core machine, `vllm serve` of the tiny model alone in a container
 #: (--cpus 2, --enforce-eager), to /health: 29.0-31.1 s spawned, 19.3 s forked, the same greedy text.
 CPU_PLATFORM = f"{VLLM_PACKAGE}/platforms/cpu.py"
