@@ -27,11 +27,11 @@ from .cluster import sandbox_up as _up
 from .cluster import set_links as _set_links
 from .cluster import use_image as _use_image
 from .gpu import NO_GPU, GpuShape
-from .images import TINY_MODEL_DIR, SandboxImages
 from .images import ensure_images as _ensure_images
 from .layout import DEFAULT_SUBNET, NETWORK, REGISTRY_CONTAINER, SandboxInfo, SandboxNode, plan_addresses
 from .links import NO_LINKS, LinkShape, parse_rate
 from .nodes import ssh_run
+from .recipes import TINY_MODEL_DIR, SandboxImages
 
 DEFAULT_WORKDIR = Path(os.environ.get("BOOTSTRAP_SANDBOX_DIR", "~/.cache/bootstrap-sandbox")).expanduser()
 

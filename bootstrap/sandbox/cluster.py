@@ -38,7 +38,7 @@ from ._util import (
     timed,
 )
 from .gpu import GpuShape
-from .images import SandboxImages, ensure_images, planned_images
+from .images import ensure_images, planned_images
 from .layout import (
     KINDS,
     MIRROR_REMOTE_REPO,
@@ -64,6 +64,7 @@ from .nodes import (
     _wait_node,
     ensure_keypair,
 )
+from .recipes import SandboxImages
 from .registry import _ensure_network, _ensure_registry, _labelled, _push_image, mirror_tag
 from .registry import _registry_request as _registry_request  # moved to registry.py (re-floor): tests read it here
 from .registry import registry_has as registry_has  # moved to registry.py (re-floor): tests read it here

@@ -26,8 +26,8 @@ from ._util import (
     tail,
     timed,
 )
-from .images import SandboxImages, mirror_stage
 from .layout import NETWORK, REGISTRY_CONTAINER, REGISTRY_PORT, REMOTE_REPO
+from .recipes import SandboxImages, mirror_stage
 
 
 def _inspect(kind: str, name: str) -> dict | None:

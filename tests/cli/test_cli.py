@@ -97,7 +97,7 @@ VLLM_IMAGE = re.compile(r"vllm-openai[\w.-]*:v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 def test_no_example_or_snippet_names_a_vllm_image_older_than_the_sandboxs():
-    from bootstrap.sandbox.images import VLLM_VERSION
+    from bootstrap.sandbox.recipes import VLLM_VERSION
 
     floor = tuple(int(x) for x in VLLM_VERSION.split("."))
     files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "inventory").glob("*")),
