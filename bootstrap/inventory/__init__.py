@@ -14,8 +14,10 @@ The shape of the file is checked by small tables (field -> validator); the rules
 `_cluster`. Both formats are turned into the same `_HostSpec`s, so they are validated alike.
 
 The modules, lowest first: `yamlfile` (reading the file, YAML with locations, the messages),
-`fields` (the validators, the field tables, `_cluster`), `native` and `ansible` (the two formats);
-this one holds `load_inventory` and the rules across hosts.
+`values` (the validators of single values), `addresses` and `envvars` (hosts' addresses, environment
+variables and credentials), `portfields`, `hostfields`, `routerfields` and `monitorfields` (their
+field tables and rules), `fields` (the cluster's table and `_cluster`), `native` and `ansible` (the
+two formats); this one holds `load_inventory` and the rules across hosts.
 """
 from __future__ import annotations
 

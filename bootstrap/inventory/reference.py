@@ -1,6 +1,7 @@
 """The inventory reference, generated from the inventory's own definitions: the keys and validators
-of fields.py (what each key takes, what is refused), the dataclasses of model.py (each field's
-default and its `#:` comment). Pure; the documentation's Inventory page prints `markdown()`
+of the field tables (fields.py, portfields.py, routerfields.py, monitorfields.py, hostfields.py:
+what each key takes, what is refused), the dataclasses of model.py (each field's default and its
+`#:` comment). Pure; the documentation's Inventory page prints `markdown()`
 (docs/hooks.py), and tests/inventory/test_reference.py checks that every key has a description.
 """
 from __future__ import annotations
