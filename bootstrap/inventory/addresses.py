@@ -151,7 +151,6 @@ def _dashboard_host(value: Any, loc: _Loc) -> str:
     return str(ip)
 
 
-
 # What the plain validators take, in words (the inventory reference; see `accepts`).
 for _fn, _text in (
     (_address, "a host name, an IP address or a Host alias of ~/.ssh/config, without user or port"),

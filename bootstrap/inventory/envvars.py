@@ -71,7 +71,6 @@ def _env(value: Any, loc: _Loc) -> dict[str, tuple[str, _Loc]]:
     return out
 
 
-
 # What the plain validators take, in words (the inventory reference; see `accepts`).
 for _fn, _text in (
     (_env_name, "an environment variable name (letters, digits, `_`)"),

@@ -56,7 +56,6 @@ _NAME_RX = r"[a-z0-9][a-z0-9-]*"
 _CONTAINER_RX = r"[a-zA-Z0-9][a-zA-Z0-9_.-]*"
 
 
-
 #: `ray start` options the plan sets or the fence and the ports table take as Ray's defaults -> where
 #: the setting is made instead. Ray's CLI (click) takes no abbreviation, but the last of two values.
 _RAY_OWNED = {

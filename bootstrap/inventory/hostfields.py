@@ -63,7 +63,6 @@ _TOO_MANY_HOSTS = (
 )
 
 
-
 # What the plain validators take, in words (the inventory reference; see `accepts`).
 for _fn, _text in (
     (_host_name, "a name: letters, digits, `_`, `.`, `-`, starting with a letter or digit"),

@@ -86,7 +86,6 @@ def push_ray_less(workdir: Path, log: Log = nolog) -> str:
                        source=source, repo=RAY_LESS_REMOTE_REPO)
 
 
-
 # --- public ----------------------------------------------------------------------------------------
 
 

@@ -130,7 +130,6 @@ def node_name(i: int) -> str:
     return f"node{i}"
 
 
-
 def gpu_inventory_path(workdir: Path) -> Path:
     """The GPU-shaped sandbox's second inventory: the same nodes as a GPU cluster."""
     return Path(workdir) / "inventory-gpu.yaml"

@@ -57,7 +57,6 @@ def ensure_keypair(path: Path, comment: str) -> str:
     return line
 
 
-
 # --- nodes -----------------------------------------------------------------------------------------
 
 
