@@ -14,8 +14,10 @@ The shape of the file is checked by small tables (field -> validator); the rules
 `_cluster`. Both formats are turned into the same `_HostSpec`s, so they are validated alike.
 
 The modules, lowest first: `yamlfile` (reading the file, YAML with locations, the messages),
-`fields` (the validators, the field tables, `_cluster`), `native` and `ansible` (the two formats);
-this one holds `load_inventory` and the rules across hosts.
+`values` (the validators of single values), `addresses` and `envvars` (hosts' addresses, environment
+variables and credentials), `portfields`, `hostfields`, `routerfields` and `monitorfields` (their
+field tables and rules), `fields` (the cluster's table and `_cluster`), `native` and `ansible` (the
+two formats); this one holds `load_inventory` and the rules across hosts.
 """
 from __future__ import annotations
 
@@ -26,20 +28,12 @@ import shlex
 import stat
 from typing import Any, Mapping
 
+from bootstrap.inventory.addresses import _IP, _canonical_ip, _ip, _not_one_host, _parse_ip
 from bootstrap.inventory.ansible import _ansible
-from bootstrap.inventory.fields import (
-    _IP,
-    _SECRET_IN_ENV,
-    _canonical_ip,
-    _check_ssh_port,
-    _HostSpec,
-    _ip,
-    _not_one_host,
-    _Offline,
-    _parse_ip,
-    _SSHDefaults,
-)
+from bootstrap.inventory.fields import _SECRET_IN_ENV, _Offline, _SSHDefaults
+from bootstrap.inventory.hostfields import _HostSpec
 from bootstrap.inventory.native import _native
+from bootstrap.inventory.portfields import _check_ssh_port
 from bootstrap.inventory.yamlfile import _MAX_FILE_BYTES as _MAX_FILE_BYTES  # re-exported: tests read it
 from bootstrap.inventory.yamlfile import _describe, _Loc, _open_nonblocking, _quote, _read_yaml
 from bootstrap.model import Cluster, Host, Inventory, SSHTarget, Vip

@@ -4,15 +4,10 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from bootstrap.inventory.fields import (
-    _HOST_FIELDS,
-    _TOO_MANY_HOSTS,
-    _address,
-    _cluster,
-    _expect_mapping,
-    _host_name,
-    _HostSpec,
-)
+from bootstrap.inventory.addresses import _address
+from bootstrap.inventory.fields import _cluster
+from bootstrap.inventory.hostfields import _HOST_FIELDS, _TOO_MANY_HOSTS, _host_name, _HostSpec
+from bootstrap.inventory.values import _expect_mapping
 from bootstrap.inventory.yamlfile import _MAX_HOSTS, _describe, _join, _Loc, _quote, _unknown_key
 
 #: The most host entries visited in Ansible groups (a host may be listed in a few groups;

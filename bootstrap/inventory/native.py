@@ -3,13 +3,9 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from bootstrap.inventory.fields import (
-    _HOST_FIELDS,
-    _TOO_MANY_HOSTS,
-    _check_mapping,
-    _cluster,
-    _HostSpec,
-)
+from bootstrap.inventory.fields import _cluster
+from bootstrap.inventory.hostfields import _HOST_FIELDS, _TOO_MANY_HOSTS, _HostSpec
+from bootstrap.inventory.values import _check_mapping
 from bootstrap.inventory.yamlfile import _MAX_HOSTS, _describe, _Loc, _unknown_key
 
 _NATIVE_KEYS = {name: name for name in _HOST_FIELDS}

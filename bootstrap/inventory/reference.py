@@ -1,6 +1,7 @@
 """The inventory reference, generated from the inventory's own definitions: the keys and validators
-of fields.py (what each key takes, what is refused), the dataclasses of model.py (each field's
-default and its `#:` comment). Pure; the documentation's Inventory page prints `markdown()`
+of the field tables (fields.py, portfields.py, routerfields.py, monitorfields.py, hostfields.py:
+what each key takes, what is refused), the dataclasses of model.py (each field's default and its
+`#:` comment). Pure; the documentation's Inventory page prints `markdown()`
 (docs/hooks.py), and tests/inventory/test_reference.py checks that every key has a description.
 """
 from __future__ import annotations
@@ -13,15 +14,17 @@ from typing import Any
 
 from bootstrap import model as M
 from bootstrap.inventory import fields as F
+from bootstrap.inventory import hostfields, monitorfields, portfields, routerfields
+from bootstrap.inventory.values import accepts
 
 #: (the key's place, its validators, the dataclasses whose fields describe its keys, in order)
 SECTIONS: tuple[tuple[str, dict, tuple[type, ...]], ...] = (
     ("cluster", F._CLUSTER_FIELDS, (M.Cluster,)),
-    ("cluster.ports", F._PORT_FIELDS, (M.Ports,)),
+    ("cluster.ports", portfields._PORT_FIELDS, (M.Ports,)),
     ("cluster.ssh", F._SSH_FIELDS, (M.SSHSettings, M.SSHTarget)),
-    ("cluster.router", F._ROUTER_FIELDS, (M.Router,)),
-    ("cluster.monitor", F._MONITOR_FIELDS, (M.Monitor,)),
-    ("hosts[]", F._HOST_FIELDS, (M.Host, M.SSHTarget)),
+    ("cluster.router", routerfields._ROUTER_FIELDS, (M.Router,)),
+    ("cluster.monitor", monitorfields._MONITOR_FIELDS, (M.Monitor,)),
+    ("hosts[]", hostfields._HOST_FIELDS, (M.Host, M.SSHTarget)),
 )
 
 #: Defaults the dataclasses cannot state (decided when the inventory is read, or required).
@@ -106,7 +109,7 @@ def rows(place: str) -> list[tuple[str, str, str, str]]:
     for key, validator in validators.items():
         what = DESCRIPTIONS.get((place, key)) or described.get(key, "")
         default = DEFAULTS.get((place, key)) or defaults.get(key, "required")
-        out.append((key, F.accepts(validator), default, what))
+        out.append((key, accepts(validator), default, what))
     return out
 
 

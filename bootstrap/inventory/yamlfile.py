@@ -270,25 +270,7 @@ class _Loader(yaml.SafeLoader):
         if id(node) in self.flattened:
             return
         self.flattened.add(id(node))
-        own: list[tuple[yaml.Node, yaml.Node]] = []
-        sources: list[tuple[yaml.MappingNode, int | None]] = []  # and the line of the alias used
-        for key_node, value_node in node.value:
-            if key_node.tag != _TAG + "merge":
-                if key_node.tag == _TAG + "value":
-                    key_node.tag = _TAG + "str"
-                own.append((key_node, value_node))
-            elif isinstance(value_node, yaml.MappingNode):
-                sources.append((value_node, self.alias_uses.get((node, key_node))))
-            elif isinstance(value_node, yaml.SequenceNode):
-                for sub in value_node.value:
-                    if not isinstance(sub, yaml.MappingNode):
-                        raise _LoadError(None, None, f"invalid YAML: a merge key (<<) takes mappings,"
-                                         f" got a {sub.id}", sub.start_mark)
-                sources.extend(reversed([(sub, self.alias_uses.get((value_node, i)))
-                                         for i, sub in enumerate(value_node.value)]))
-            else:
-                raise _LoadError(None, None, "invalid YAML: a merge key (<<) takes a mapping or a list of"
-                                 f" mappings, got a {value_node.id}", value_node.start_mark)
+        own, sources = self.merge_sources(node)
         first: dict[Any, int] = {}
         for key_node, _ in own:
             key = self.hashable_key(key_node)
@@ -317,6 +299,31 @@ class _Loader(yaml.SafeLoader):
             uses.pop(key, None)
         node.value = list(entries.values())
         self.merged_uses[node] = uses
+
+    def merge_sources(self, node: yaml.MappingNode) -> tuple[list[tuple[yaml.Node, yaml.Node]],
+                                                             list[tuple[yaml.MappingNode, int | None]]]:
+        """A mapping's own entries, and the mappings its merge keys name (those of `<<: [*a, *b]`
+        last first), each with the line of the alias used."""
+        own: list[tuple[yaml.Node, yaml.Node]] = []
+        sources: list[tuple[yaml.MappingNode, int | None]] = []  # and the line of the alias used
+        for key_node, value_node in node.value:
+            if key_node.tag != _TAG + "merge":
+                if key_node.tag == _TAG + "value":
+                    key_node.tag = _TAG + "str"
+                own.append((key_node, value_node))
+            elif isinstance(value_node, yaml.MappingNode):
+                sources.append((value_node, self.alias_uses.get((node, key_node))))
+            elif isinstance(value_node, yaml.SequenceNode):
+                for sub in value_node.value:
+                    if not isinstance(sub, yaml.MappingNode):
+                        raise _LoadError(None, None, f"invalid YAML: a merge key (<<) takes mappings,"
+                                         f" got a {sub.id}", sub.start_mark)
+                sources.extend(reversed([(sub, self.alias_uses.get((value_node, i)))
+                                         for i, sub in enumerate(value_node.value)]))
+            else:
+                raise _LoadError(None, None, "invalid YAML: a merge key (<<) takes a mapping or a list of"
+                                 f" mappings, got a {value_node.id}", value_node.start_mark)
+        return own, sources
 
     def hashable_key(self, key_node: yaml.Node) -> Any:
         key = self.construct_object(key_node)

@@ -34,6 +34,36 @@ def _no_space(lines: list[str], n: int) -> tuple[int, int, str] | None:
             " or quote the value if the ':' is part of it")
 
 
+def _mapping_values(lines: list[str], line: str, above: list[int], pm: yaml.Mark) -> tuple[int, int, str]:
+    """PyYAML's "mapping values are not allowed here": a ':' without a space, a key indented more, ': ' in a value."""
+    for n in above[:1]:
+        found = _no_space(lines, n)
+        if found:
+            return found
+        if len(line) - len(line.lstrip()) > _key_column(lines[n]) and re.search(r":\s+\S", lines[n]):
+            return (pm.line, len(line) - len(line.lstrip()), "a key is indented differently from the keys above"
+                    f" it: this one is indented more than the line above (line {n + 1}), whose key already has"
+                    " its value; indent it like the other keys of its mapping")
+    return (pm.line, pm.column, "a value has ': ' in it, which YAML reads as one more key: quote the value"
+            " (\"...\"), or start a new line for the next key")
+
+
+def _block_end(problem: str, lines: list[str], line: str, above: list[int], pm: yaml.Mark) -> tuple[int, int, str]:
+    """PyYAML's "expected <block end>": a key or a list item indented differently, or text after a quoted value."""
+    n = above[0]
+    if "'-'" in problem:
+        what = "a list item is indented differently from the items above it"
+    elif "<scalar>" in problem and n == pm.line:
+        return (pm.line, pm.column, "something follows a quoted value on the same line: put it inside the"
+                " quotes, or start a new line for the next key")
+    else:
+        what = "a key is indented differently from the keys above it"
+    col = len(line) - len(line.lstrip())
+    return (pm.line, col, f"{what}: this line starts at column {col + 1}, line {n + 1} at column"
+            f" {_key_column(lines[n]) + 1}; indent the keys of one mapping (the items of one list) the same,"
+            " with spaces")
+
+
 def plain_syntax(e: yaml.MarkedYAMLError, text: str) -> tuple[int, int, str] | None:
     """(0-based line, 0-based column, what is wrong and the fix) for PyYAML's syntax errors that a
     newcomer makes (indentation, a ':' without a space, a tab, an unclosed bracket or quote); None
@@ -51,16 +81,7 @@ def plain_syntax(e: yaml.MarkedYAMLError, text: str) -> tuple[int, int, str] | N
                     " character there: indent with spaces only")
         return (pm.line, pm.column, "a tab character cannot be used here; use spaces")
     if problem.startswith("mapping values are not allowed"):
-        for n in above[:1]:
-            found = _no_space(lines, n)
-            if found:
-                return found
-            if len(line) - len(line.lstrip()) > _key_column(lines[n]) and re.search(r":\s+\S", lines[n]):
-                return (pm.line, len(line) - len(line.lstrip()), "a key is indented differently from the keys above"
-                        f" it: this one is indented more than the line above (line {n + 1}), whose key already has"
-                        " its value; indent it like the other keys of its mapping")
-        return (pm.line, pm.column, "a value has ': ' in it, which YAML reads as one more key: quote the value"
-                " (\"...\"), or start a new line for the next key")
+        return _mapping_values(lines, line, above, pm)
     if problem.startswith("could not find expected ':'") and cm is not None:
         found = _no_space(lines, cm.line)
         if found:
@@ -68,18 +89,7 @@ def plain_syntax(e: yaml.MarkedYAMLError, text: str) -> tuple[int, int, str] | N
         return (cm.line, cm.column, "this line is not 'key: value' (no ': ' after a key): add ': ' after the key;"
                 " if the line continues the value above it, quote that value")
     if problem.startswith("expected <block end>") and above:
-        n = above[0]
-        if "'-'" in problem:
-            what = "a list item is indented differently from the items above it"
-        elif "<scalar>" in problem and n == pm.line:
-            return (pm.line, pm.column, "something follows a quoted value on the same line: put it inside the"
-                    " quotes, or start a new line for the next key")
-        else:
-            what = "a key is indented differently from the keys above it"
-        col = len(line) - len(line.lstrip())
-        return (pm.line, col, f"{what}: this line starts at column {col + 1}, line {n + 1} at column"
-                f" {_key_column(lines[n]) + 1}; indent the keys of one mapping (the items of one list) the same,"
-                " with spaces")
+        return _block_end(problem, lines, line, above, pm)
     closing = re.match(r"expected ',' or '([\]}])'", problem)
     if closing and cm is not None:
         opening = "[" if closing[1] == "]" else "{"

@@ -21,24 +21,17 @@ import os
 from pathlib import Path
 
 from ._util import LABEL, LABEL_KV, Log, SandboxError, nolog
-from .cluster import (
-    DEFAULT_SUBNET,
-    NETWORK,
-    REGISTRY_CONTAINER,
-    SandboxInfo,
-    SandboxNode,
-    plan_addresses,
-    ssh_run,
-)
 from .cluster import sandbox_down as _down
 from .cluster import sandbox_info as _info
 from .cluster import sandbox_up as _up
 from .cluster import set_links as _set_links
 from .cluster import use_image as _use_image
 from .gpu import NO_GPU, GpuShape
-from .images import TINY_MODEL_DIR, SandboxImages
 from .images import ensure_images as _ensure_images
+from .layout import DEFAULT_SUBNET, NETWORK, REGISTRY_CONTAINER, SandboxInfo, SandboxNode, plan_addresses
 from .links import NO_LINKS, LinkShape, parse_rate
+from .nodes import ssh_run
+from .recipes import TINY_MODEL_DIR, SandboxImages
 
 DEFAULT_WORKDIR = Path(os.environ.get("BOOTSTRAP_SANDBOX_DIR", "~/.cache/bootstrap-sandbox")).expanduser()
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from bootstrap.errors import ServePlanError
-from bootstrap.inventory.fields import looks_like_credential
+from bootstrap.inventory.envvars import looks_like_credential
 
 
 @dataclass(frozen=True)

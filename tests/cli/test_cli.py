@@ -97,7 +97,7 @@ VLLM_IMAGE = re.compile(r"vllm-openai[\w.-]*:v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 def test_no_example_or_snippet_names_a_vllm_image_older_than_the_sandboxs():
-    from bootstrap.sandbox.images import VLLM_VERSION
+    from bootstrap.sandbox.recipes import VLLM_VERSION
 
     floor = tuple(int(x) for x in VLLM_VERSION.split("."))
     files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "inventory").glob("*")),
@@ -128,7 +128,7 @@ def test_every_malformed_inventory_is_one_line_exit_2_through_the_cli(source, tm
     path = tmp_path / source.name
     raw = source.read_bytes()
     path.write_bytes(raw.replace(b"@KEY_0644@", str(key).encode()))
-    from bootstrap.inventory.fields import looks_like_credential
+    from bootstrap.inventory.envvars import looks_like_credential
 
     expect = raw.split(b"\n")[0][len(b"# expect: "):].decode()
     third = raw.split(b"\n")[2]

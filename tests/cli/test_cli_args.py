@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from bootstrap.errors import ServePlanError
-from bootstrap.inventory.fields import looks_like_credential
+from bootstrap.inventory.envvars import looks_like_credential
 from bootstrap.serve import run as V
 from bootstrap.serve.argv import native_serve_argvs, ray_serve_argv
 from bootstrap.serve.flags import check_model_ref

@@ -561,7 +561,7 @@ def test_a_pass_through_spelling_is_refused_in_one_line_or_an_allowed_option_and
     """Every spelling vLLM would read as a credential, listener, file or plan-set option is refused in one
     line before anything is contacted; an allowed one goes on (to the probe); no output shows a
     credential-shaped value, nor the password."""
-    from bootstrap.inventory.fields import looks_like_credential
+    from bootstrap.inventory.envvars import looks_like_credential
     from bootstrap.serve import passthrough as PT
 
     args, word, opt = case

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from bootstrap.cli import main, render
 from bootstrap.errors import UsageError
-from bootstrap.inventory.fields import looks_like_credential
+from bootstrap.inventory.envvars import looks_like_credential
 
 PASSWORD = "Hunter2pw"
 

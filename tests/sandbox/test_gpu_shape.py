@@ -169,7 +169,8 @@ def test_a_cpu_node_has_no_gpu_files_and_shapes_are_checked(tmp_path):
 def test_a_gpu_shaped_sandbox_writes_a_gpu_inventory_that_plans_gpu_containers(tmp_path):
     from bootstrap.cluster.plan import container_spec
     from bootstrap.inventory import load_inventory
-    from bootstrap.sandbox.cluster import SandboxInfo, SandboxNode, _write_inventory, gpu_inventory_path
+    from bootstrap.sandbox.layout import SandboxInfo, SandboxNode, gpu_inventory_path
+    from bootstrap.sandbox.state import _write_inventory
 
     nodes = tuple(SandboxNode(f"node{i}", f"172.31.240.{10 + i}", f"bootstrap-sandbox-node{i}") for i in (1, 2))
     info = SandboxInfo(workdir=tmp_path, network="n", subnet="172.31.240.0/24", registry="172.31.240.2:5000",

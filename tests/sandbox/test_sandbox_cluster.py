@@ -154,7 +154,8 @@ def registry_sent() -> int:
 def compressed_size(image: str) -> int:
     """The image's layers and config as the registry stores them (its manifest's sizes)."""
     from bootstrap.cluster.imagedist.plan import split_image
-    from bootstrap.sandbox.cluster import _registry_request, registry_host_port
+    from bootstrap.sandbox.layout import registry_host_port
+    from bootstrap.sandbox.registry import _registry_request
 
     ref = split_image(image)
     status, _, body = _registry_request(registry_host_port(), f"{ref.path}/manifests/{ref.tag}")

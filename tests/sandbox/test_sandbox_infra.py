@@ -344,7 +344,7 @@ def test_up_on_the_gpu_shaped_nodes_checks_the_gpus_and_refuses_what_rdma_would_
     pass, and the preflight refuses before any container starts, on every node: these nodes' Docker
     cannot give a container the unlimited locked memory RDMA needs (dockerd's limit is 8 MiB and it
     lacks CAP_SYS_RESOURCE), which would otherwise fail at `docker run` with "error setting rlimit type 8"."""
-    from bootstrap.sandbox.cluster import gpu_inventory_path
+    from bootstrap.sandbox.layout import gpu_inventory_path
     from tests.support.sandbox import cli, on_node
 
     r = cli("up", "-i", str(gpu_inventory_path(sandbox.workdir)))
@@ -359,7 +359,7 @@ def test_up_on_the_gpu_shaped_nodes_checks_the_gpus_and_refuses_what_rdma_would_
 def _gpu_inventory_without_env(sandbox, tmp_path) -> str:
     """The sandbox's GPU inventory without its NCCL/GLOO_SOCKET_IFNAME: what each node's own facts
     give them shows in the plan."""
-    from bootstrap.sandbox.cluster import gpu_inventory_path
+    from bootstrap.sandbox.layout import gpu_inventory_path
     from tests.support.sandbox import write_inventory
 
     return write_inventory(gpu_inventory_path(sandbox.workdir), tmp_path / "gpu.yaml",

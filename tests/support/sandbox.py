@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from bootstrap.sandbox.cluster import NETWORK
+from bootstrap.sandbox.layout import NETWORK
 
 ROOT = Path(__file__).resolve().parents[2]
 
