@@ -99,12 +99,8 @@ def test_corpus(source: pathlib.Path, tmp_path: pathlib.Path):
 # --------------------------------------------------------------------------------------------
 # The example inventories
 
-EXAMPLE_CLUSTER_ENV = (
-    ("GLOO_SOCKET_IFNAME", "ens5"),
-    ("NCCL_DEBUG", "WARN"),
-    ("NCCL_IB_HCA", "mlx5"),
-    ("NCCL_SOCKET_IFNAME", "ens5"),
-)
+#: The examples set no interface or HCA (`up` derives them per node: issue 51.5), only NCCL's log level.
+EXAMPLE_CLUSTER_ENV = (("NCCL_DEBUG", "WARN"),)
 
 
 def test_native_example():
@@ -142,20 +138,15 @@ def test_native_example():
                 ssh=SSHTarget(
                     address="gpu-a.rack1.example.com", user="ubuntu", port=22, key=KEY, jump=None
                 ),
-                ip="10.10.0.11",
+                ip="198.51.100.11",
                 role="head",
                 gpus=8,
-                env=(
-                    ("GLOO_SOCKET_IFNAME", "ens5"),
-                    ("NCCL_DEBUG", "WARN"),
-                    ("NCCL_IB_HCA", "mlx5_0,mlx5_1"),
-                    ("NCCL_SOCKET_IFNAME", "ens5"),
-                ),
+                env=(("NCCL_DEBUG", "INFO"),),
             ),
             Host(
                 name="gpu-b",
-                ssh=SSHTarget(address="10.0.0.12", user="admin", port=22, key=KEY, jump=None),
-                ip="10.10.0.12",
+                ssh=SSHTarget(address="192.0.2.12", user="admin", port=22, key=KEY, jump=None),
+                ip="198.51.100.12",
                 role="worker",
                 gpus=8,
                 env=EXAMPLE_CLUSTER_ENV,
@@ -171,7 +162,7 @@ def test_native_example():
 
 def test_ansible_example():
     inv = load_inventory(ANSIBLE_EXAMPLE, ENVIRON, check_files=False)
-    env = (("GLOO_SOCKET_IFNAME", "ens5"), ("NCCL_SOCKET_IFNAME", "ens5"))
+    env = (("NCCL_DEBUG", "WARN"),)
     assert inv == Inventory(
         path=str(ANSIBLE_EXAMPLE),
         cluster=Cluster(
@@ -185,19 +176,19 @@ def test_ansible_example():
         hosts=(
             Host(
                 name="gpu-a",
-                ssh=SSHTarget(address="10.0.0.11", user="ubuntu", port=None, key=KEY),
-                ip="10.10.0.11",
+                ssh=SSHTarget(address="192.0.2.11", user="ubuntu", port=None, key=KEY),
+                ip="198.51.100.11",
                 role="head",
                 gpus=8,
                 env=env,
             ),
             Host(
                 name="gpu-b",
-                ssh=SSHTarget(address="10.0.0.12", user="ubuntu", port=2222, key=KEY),
-                ip="10.10.0.12",
+                ssh=SSHTarget(address="192.0.2.12", user="ubuntu", port=2222, key=KEY),
+                ip="198.51.100.12",
                 role="worker",
                 gpus=8,
-                env=(("GLOO_SOCKET_IFNAME", "ens5"), ("NCCL_SOCKET_IFNAME", "ens6")),
+                env=(("NCCL_DEBUG", "INFO"),),
             ),
         ),
     )
@@ -230,7 +221,7 @@ def test_native_example_needs_its_listed_secret_when_applying(tmp_path):
     with pytest.raises(InventoryError) as info:
         load_inventory(inv_file, {}, check_files=True)
     assert "cluster.secrets: HF_TOKEN is not set in your environment" in str(info.value)
-    assert info.value.line == 25
+    assert info.value.line == 24
 
 
 def test_offline_plan_shows_a_listed_secret_by_name_only():
@@ -256,22 +247,21 @@ def test_native_and_ansible_describe_the_same_hosts(tmp_path):
           gpus_per_node: 8
           hf_cache: /data/huggingface
           env:
-            NCCL_SOCKET_IFNAME: ens5
-            GLOO_SOCKET_IFNAME: ens5
+            NCCL_DEBUG: WARN
           ssh:
             user: ubuntu
             key: ~/.ssh/id_ed25519
         hosts:
           - name: gpu-a
-            address: 10.0.0.11
-            ip: 10.10.0.11
+            address: 192.0.2.11
+            ip: 198.51.100.11
             role: head
           - name: gpu-b
-            address: 10.0.0.12
+            address: 192.0.2.12
             port: 2222
-            ip: 10.10.0.12
+            ip: 198.51.100.12
             env:
-              NCCL_SOCKET_IFNAME: ens6
+              NCCL_DEBUG: INFO
         """,
         ENVIRON,
     )
