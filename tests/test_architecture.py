@@ -45,8 +45,8 @@ UI_LIBS = ("click", "rich")
 RUN_ALLOWED = {("fleet", "cluster")}
 #: Layers run one way: what a module under each key must never reach. The capabilities built on the
 #: cluster (and the CLI and the sandbox, on top of everything) sit above cluster/; cluster/ above remote/.
-_ABOVE_CLUSTER = (*(f"bootstrap.{c}" for c in CAPABILITIES if c != "cluster"), "bootstrap.signatures", "bootstrap.cli",
-                  "bootstrap.sandbox")
+_ABOVE_CLUSTER = (*(f"bootstrap.{c}" for c in CAPABILITIES if c != "cluster"), "bootstrap.signatures",
+                  "bootstrap.face", "bootstrap.cli", "bootstrap.sandbox")
 #: What of bootstrap.remote a pure module may import: the pure `docker run/create` builder (it imports
 #: nothing but the standard library: tests/remote/test_argv.py) and its package (an __init__ without imports).
 PURE_REMOTE = ("bootstrap.remote", "bootstrap.remote.argv")
@@ -63,6 +63,7 @@ FLOORS = (
     ("fleet",),  # replicas behind a router
     ("monitor",),  # Prometheus and `top` over the fleet
     ("doctor", "sandbox"),  # doctor and logs over every capability; the local testbed
+    ("face",),  # the library face: load, route one cluster vs a fleet, result objects (what the CLI calls)
     ("cli",),  # the only code that prints
     ("__main__",),
 )
@@ -227,7 +228,8 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
         for dep in graph[mod]:
             parts = dep.split(".")
             if len(parts) == 3 and parts[0] == "bootstrap" and parts[1] in CAPABILITIES and parts[2] == "run" \
-                    and parts[1] != cap and (cap, parts[1]) not in RUN_ALLOWED and not _under(mod, "bootstrap.cli"):
+                    and parts[1] != cap and (cap, parts[1]) not in RUN_ALLOWED and not _under(mod, "bootstrap.cli") \
+                    and not _under(mod, "bootstrap.face"):
                 found.append(f"{mod} imports {dep}: another capability's run.py")
     return found
 
