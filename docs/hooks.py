@@ -113,7 +113,7 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     if MARK_TROUBLE in markdown:
         markdown = markdown.replace(MARK_TROUBLE, troubleshooting())
     if MARK_RACK in markdown:
-        from bootstrap.cluster.rack import CHECKS
+        from bootstrap.cluster.preflight.checks import CHECKS
         markdown = markdown.replace(MARK_RACK, "\n".join(f"- `{k}`: {v}" for k, v in CHECKS.items()))
     if MARK_FENCE in markdown:
         from bootstrap.cluster.guard.fencedoc import markdown as fence_reference

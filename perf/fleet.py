@@ -21,8 +21,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bootstrap.fleet import plan as FP
-from bootstrap.fleet import run as FL
+from bootstrap.fleet import names as FN
+from bootstrap.fleet import routers as FRT
+from bootstrap.fleet import status as FS
+from bootstrap.fleet import steps as FST
 from bootstrap.inventory import load_inventory
 from bootstrap.remote.session import Session
 from bootstrap.serve import bench as B
@@ -54,25 +56,25 @@ def main(argv: list[str]) -> int:
     if inv.cluster.replicas < 2:
         print("perf/fleet.py needs cluster.replicas >= 2 in the inventory", file=sys.stderr)
         return 2
-    router = FP.router_url(inv)
-    direct = FP.replica_url(inv, 0)
-    others = [FP.replica_url(inv, k) for k in range(1, inv.cluster.replicas)]
+    router = FN.router_url(inv)
+    direct = FN.replica_url(inv, 0)
+    others = [FN.replica_url(inv, k) for k in range(1, inv.cluster.replicas)]
     global KEY
-    KEY = FP.api_key(inv)
+    KEY = FRT.api_key(inv)
     model = B.discover_model(router, api_key=KEY)
     rows = []
 
     with Session(inv) as sess:
         sess.connect()
-        before = FL.fleet_state(sess)
+        before = FS.fleet_state(sess)
         if not all(r.health == "healthy" for r in before.replicas):
             print(f"not every replica is healthy: {[r.health for r in before.replicas]}", file=sys.stderr)
             return 1
         full = load(router, a.requests, a.concurrency, a.max_tokens, model)
-        after = FL.fleet_state(sess)
-        spread = FL.spread(before, after)
+        after = FS.fleet_state(sess)
+        spread = FS.spread(before, after)
         for url in others:
-            FL._router_call(sess, inv, "remove", url)
+            FST._router_call(sess, inv, "remove", url)
         try:
             one = load(router, a.requests, a.concurrency, a.max_tokens, model)
             # overhead: the same replica, alone in the router, asked through it and directly, in turns
@@ -84,7 +86,7 @@ def main(argv: list[str]) -> int:
             via, straight = merge(via), merge(straight)
         finally:
             for url in others:
-                FL._router_call(sess, inv, "add", url)
+                FST._router_call(sess, inv, "add", url)
 
     def ttft(r: BS.BenchResult, q: str) -> float:
         return getattr(r.ttft, q) * 1000 if r.ttft else float("nan")

@@ -32,7 +32,8 @@ import threading
 import time
 import urllib.request
 
-from bootstrap.fleet import plan as FP
+from bootstrap.fleet import names as FN
+from bootstrap.fleet import routers as FRT
 from bootstrap.inventory import load_inventory
 from bootstrap.remote.session import Session
 from bootstrap.serve import bench as B
@@ -113,13 +114,13 @@ def standby_ready(sess: Session, host: str, name: str, wait: float) -> bool:
 def one_run(inv, sess: Session, k: int, member: int, key: str | None, model: str | None, deadline: float) -> dict:
     group = inv.replicas[k]
     victim = group[member].name
-    url = FP.replica_url(inv, k).removesuffix("/v1")
-    name = FP.serve_name(inv)
+    url = FN.replica_url(inv, k).removesuffix("/v1")
+    name = FN.serve_name(inv)
     marks: dict[str, float] = {}
     # the steady state the kill meets: the victim's standby has vLLM imported (a kill soon after the
     # one before meets a standby still importing; cluster.standby false: none)
-    ready = standby_ready(sess, victim, FP.standby_name(inv), 180) if inv.cluster.standby else None
-    with Load(FP.router_url(inv) + "/v1", model, key) as load:
+    ready = standby_ready(sess, victim, FN.standby_name(inv), 180) if inv.cluster.standby else None
+    with Load(FN.router_url(inv) + "/v1", model, key) as load:
         time.sleep(3)
         sess.ssh[victim].run(("docker", "kill", name), timeout=60)
         t0 = time.time()
@@ -138,7 +139,7 @@ def one_run(inv, sess: Session, k: int, member: int, key: str | None, model: str
                     marks["rotation"] = now
             time.sleep(0.2)
         time.sleep(2)
-    keeper = log_lines(sess, victim, FP.keeper_name(inv), t0 - 1, f"{name} was Exited")
+    keeper = log_lines(sess, victim, FN.keeper_name(inv), t0 - 1, f"{name} was Exited")
     starts = [log_lines(sess, h.name, name, t0, "[bootstrap-member] starting") for h in group]
     failed = [t for t, ok in load.samples if not ok]
     how = ("took over" if "standby took over" in keeper[0][1] else "started") if keeper else "-"
@@ -163,8 +164,8 @@ def main(argv: list[str]) -> int:
         print("perf/heal.py needs cluster.replicas >= 2 in the inventory", file=sys.stderr)
         return 2
     k = inv.cluster.replicas - 1
-    key = FP.api_key(inv)
-    model = B.discover_model(FP.router_url(inv), api_key=key)
+    key = FRT.api_key(inv)
+    model = B.discover_model(FN.router_url(inv), api_key=key)
     rows = []
     with Session(inv) as sess:
         sess.connect()

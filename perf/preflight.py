@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 
-from bootstrap.cluster.rack import CHECKS
+from bootstrap.cluster.preflight.checks import CHECKS
 from perf import verdict as V
 from perf.bringup import ROOT, bootstrap_cmd, render
 

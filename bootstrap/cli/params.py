@@ -11,10 +11,10 @@ from pathlib import Path
 import click
 
 from bootstrap import face
-from bootstrap.errors import FleetError, UsageError
+from bootstrap.errors import FleetError, ServePlanError, UsageError
 from bootstrap.face import DEFAULT_PARALLEL
 from bootstrap.face import mode as M
-from bootstrap.face import serve_plan as P
+from bootstrap.face import serve_flags as P
 
 
 def read_inventory(path: str | None, check_files: bool = True, require_secrets: bool = True):
@@ -401,12 +401,12 @@ def check_serve_args(ctx: click.Context, model: str | None, extra: tuple[str, ..
         raise click.UsageError(f"no such option: {model} (vLLM's flags go after MODEL and --)")
     try:
         P.check_model_ref(model)
-    except P.ServePlanError as exc:
+    except ServePlanError as exc:
         raise click.BadParameter(str(exc), ctx, param_hint="MODEL") from None
     check_not_bootstrap_options(ctx, extra)
     try:
         P.check_extra(extra)
-    except P.ServePlanError as exc:
+    except ServePlanError as exc:
         raise click.UsageError(str(exc)) from None
     check_own_words(ctx, 1, "bootstrap serve MODEL -- --max-model-len 4096")
 
@@ -452,11 +452,11 @@ def check_rollout_args(model: str | None, extra: tuple[str, ...], keep_flags: bo
     if model is not None:
         try:
             P.check_model_ref(model)
-        except P.ServePlanError as exc:
+        except ServePlanError as exc:
             raise click.BadParameter(str(exc), param_hint="--model") from None
     try:
         P.check_extra(extra)
-    except P.ServePlanError as exc:
+    except ServePlanError as exc:
         raise click.UsageError(str(exc)) from None
 
 

@@ -151,7 +151,7 @@ def bench(res, spread, png: str | None, as_json: bool) -> None:
     if as_json:
         _json(D.bench_doc(res, spread))
         return
-    out.print(_escape(face.bench_load.format_result(res), lines=True))
+    out.print(_escape(face.bench_stats.format_result(res), lines=True))
     if spread is not None:
         out.print(_escape(spread.describe()))
     if png:

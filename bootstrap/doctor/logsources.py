@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Collection, Mapping, Sequence
 
 from bootstrap.errors import UsageError
-from bootstrap.fleet import plan as FP
+from bootstrap.fleet import names as FN
 from bootstrap.model import Inventory
 from bootstrap.monitor import plan as MP
 
@@ -70,12 +70,12 @@ def candidates(inv: Inventory, hosts: Sequence[str] = (), sources: Collection[st
     for host in chosen:
         here: list[LogSource] = [LogSource(host, "node", name)]
         if fleet:
-            here.append(LogSource(host, "vllm", FP.serve_name(inv)))
-            here.append(LogSource(host, "keeper", FP.keeper_name(inv)))
-            if host in {h.name for h in FP.router_hosts(inv)}:
-                here.append(LogSource(host, "router", FP.router_name(inv)))
+            here.append(LogSource(host, "vllm", FN.serve_name(inv)))
+            here.append(LogSource(host, "keeper", FN.keeper_name(inv)))
+            if host in {h.name for h in FN.router_hosts(inv)}:
+                here.append(LogSource(host, "router", FN.router_name(inv)))
                 if inv.cluster.router.vip is not None:
-                    here.append(LogSource(host, "keepalived", FP.vip_name(inv)))
+                    here.append(LogSource(host, "keepalived", FN.vip_name(inv)))
         else:
             here.append(LogSource(host, "vllm", name, SERVE_LOG))
         if MP.monitor_host(inv).name == host:

@@ -44,28 +44,27 @@ from bootstrap.face.sandbox import sandbox_down, sandbox_up
 from bootstrap.face.serving import bench, rollout, serve
 from bootstrap.fleet import plan as fleet_plan  # check_pd_flags: the vLLM flags a fleet's plan sets
 from bootstrap.fleet.plan import FleetPlan
-from bootstrap.inventory.fields import (
-    _CREDENTIAL_VALUE,  # the one definition of a credential's form
-    image_problem,
-)
+from bootstrap.inventory.envvars import _CREDENTIAL_VALUE  # the one definition of a credential's form
+from bootstrap.inventory.values import image_problem
 from bootstrap.nccl.parse import bandwidth_note, format_bandwidth
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
-from bootstrap.serve import bench as bench_load  # split_url, MAX_TOKENS, format_result
+from bootstrap.serve import benchload as bench_load  # split_url
+from bootstrap.serve import benchstats as bench_stats  # format_result
 from bootstrap.serve import experts as experts
+from bootstrap.serve import flags as serve_flags  # the checks of the user's model and vLLM flags
 from bootstrap.serve import mode as mode  # the serving modes: the split rules the options are checked with
-from bootstrap.serve import plan as serve_plan  # the split rules the options are checked with
-from bootstrap.serve.bench import MAX_TOKENS as MAX_BENCH_TOKENS
+from bootstrap.serve.benchload import MAX_TOKENS as MAX_BENCH_TOKENS
 from bootstrap.serve.passthrough import CREDENTIAL_FLAGS
-from bootstrap.serve.plan import split_label
+from bootstrap.serve.split import split_label
 
 __all__ = [
     "BenchResult", "CREDENTIAL_FLAGS", "DEFAULT_PARALLEL", "DoctorResult", "DownResult", "ExecResult",
     "ExposureResult", "FleetPlan", "FleetPlanResult", "FleetStatusResult", "KvCheckResult", "LogsResult",
     "MAX_BENCH_TOKENS", "MonitorResult", "NcclResult", "OptionError", "PlanResult", "Prometheus", "RACK_CHECKS",
-    "RUNTIME_UNDECIDED", "RolloutResult", "SOURCES", "SandboxResult", "ServeOutcome", "StatusResult",
-    "TopView", "UpResult", "_CREDENTIAL_VALUE", "bandwidth_note", "bench", "bench_load", "check_kv", "check_nccl",
+    "RUNTIME_UNDECIDED", "RolloutResult", "SOURCES", "SandboxResult", "ServeOutcome", "StatusResult", "TopView",
+    "UpResult", "_CREDENTIAL_VALUE", "bandwidth_note", "bench", "bench_load", "bench_stats", "check_kv", "check_nccl",
     "docs", "doctor", "down", "exec_all", "experts", "fence", "fleet_plan", "format_bandwidth", "image_problem",
     "inventory", "load_inventory", "logs", "mode", "monitor_down", "monitor_status", "monitor_up", "plan", "rollout",
-    "sandbox_down", "sandbox_up", "serve", "serve_plan", "split_label", "ssh_tunnel_argv", "status", "top", "up",
+    "sandbox_down", "sandbox_up", "serve", "serve_flags", "split_label", "ssh_tunnel_argv", "status", "top", "up",
     "validate",
 ]

@@ -52,14 +52,16 @@ def plan(inv) -> R.PlanResult | R.FleetPlanResult:
     if not fleet(inv):
         rt = inv.cluster.runtime
         return R.PlanResult(PL.plan_offline(inv), rt, f"cluster.runtime: {rt}" if rt else PL.UNDECIDED_NOTE)
+    from bootstrap.fleet import names as FN
     from bootstrap.fleet import plan as FP
+    from bootstrap.fleet import routers as FRT
 
     n = inv.cluster.replicas
-    urls = [FP.replica_url(inv, k) for k in range(n)]
+    urls = [FN.replica_url(inv, k) for k in range(n)]
     groups = [PL.plan_offline(FP.replica_inventory(inv, k)) for k in range(n)]
-    ifaces = {h.name: f"<the interface of {h.ip}>" for h in FP.router_hosts(inv)}
-    return R.FleetPlanResult(list(zip(urls, groups)), FP.plan_routers(inv, urls, ifaces=ifaces), FP.router_url(inv),
-                             FP.keeper_create_argv(inv), FP.standby_name(inv) if inv.cluster.standby else None)
+    ifaces = {h.name: f"<the interface of {h.ip}>" for h in FN.router_hosts(inv)}
+    return R.FleetPlanResult(list(zip(urls, groups)), FRT.plan_routers(inv, urls, ifaces=ifaces), FN.router_url(inv),
+                             FRT.keeper_create_argv(inv), FN.standby_name(inv) if inv.cluster.standby else None)
 
 
 def up(inv, *, reporter=None, on_replica=None, on_result=None, dry_run: bool = False, **opts) -> list[R.UpResult]:

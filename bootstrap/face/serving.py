@@ -79,14 +79,14 @@ def rollout(inv, *, before=None, on_failed=None, **opts) -> R.RolloutResult:
     before(inv): the caller's own checks of its options against the fleet, after the face's and before
     any host is contacted; on_failed(exc) when a replica fails, before the error is raised."""
     from bootstrap.errors import RolloutFailed
-    from bootstrap.fleet import run as FL
+    from bootstrap.fleet import rollout as FRO
 
     inv = inventory(inv)
     check_rollout(inv)
     if before is not None:
         before(inv)
     try:
-        return R.RolloutResult(FL.rollout(inv, **opts))
+        return R.RolloutResult(FRO.rollout(inv, **opts))
     except RolloutFailed as exc:
         if on_failed is not None:
             on_failed(exc)
@@ -106,17 +106,18 @@ def bench(url: str | None, load=None, *, png: str | None = None, prompt: str | N
         inv = inventory(load(False))
         target = "http://" + PL.hostport(inv.head.ip, inv.cluster.ports.vllm)
         if fleet(inv):
-            from bootstrap.fleet import plan as FP
-            target, fleet_inv = FP.router_url(inv), inventory(load(True))
+            from bootstrap.fleet import names as FN
+            from bootstrap.fleet import routers as FRT
+            target, fleet_inv = FN.router_url(inv), inventory(load(True))
     kw = {"prompt": prompt} if prompt else {}
     if fleet_inv is not None:
-        kw["api_key"] = FP.api_key(fleet_inv)
+        kw["api_key"] = FRT.api_key(fleet_inv)
     config = B.BenchConfig(url=target, **cfg, **kw)
     if fleet_inv is not None:
-        from bootstrap.fleet import run as FL
-        before = FL.status(fleet_inv)
+        from bootstrap.fleet import status as FS
+        before = FS.status(fleet_inv)
     res = B.run_bench(config)
-    spread = FL.spread(before, FL.status(fleet_inv)) if fleet_inv is not None else None
+    spread = FS.spread(before, FS.status(fleet_inv)) if fleet_inv is not None else None
     if png:
         B.write_png(res, png)
     return R.BenchResult(res, spread, png)

@@ -16,9 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from bootstrap.fleet import names as FN
 from bootstrap.model import Host, Inventory
-
-from . import plan as FP
 
 #: The buffer each pair moves: 16 MiB in 64 blocks (a few KV blocks' worth), read 3 times after the
 #: first read (which includes UCX's connection set-up).
@@ -98,10 +97,10 @@ def pairs(inv: Inventory) -> list[Pair]:
     sends a request's prefill to any prefill replica and its decode to any decode replica, and each
     decode worker reads the KV of the prefill workers that hold its heads: with replicas of more than
     one node, or of different sizes, nodes other than the heads read too)."""
-    if not FP.is_pd(inv):
+    if not FN.is_pd(inv):
         return []
-    prefill = [k for k in range(len(inv.replicas)) if FP.role(inv, k) == "prefill"]
-    decode = [k for k in range(len(inv.replicas)) if FP.role(inv, k) == "decode"]
+    prefill = [k for k in range(len(inv.replicas)) if FN.role(inv, k) == "prefill"]
+    decode = [k for k in range(len(inv.replicas)) if FN.role(inv, k) == "decode"]
     return [Pair(src, rdr, p, d) for p in prefill for d in decode
             for src in inv.replicas[p] for rdr in inv.replicas[d]]
 

@@ -23,8 +23,10 @@ from typing import Callable
 
 from bootstrap.cluster import run as CR
 from bootstrap.errors import BootstrapError, GroupError, UsageError
+from bootstrap.fleet import names as FN
 from bootstrap.fleet import plan as FP
-from bootstrap.fleet import run as FL
+from bootstrap.fleet import status as FS
+from bootstrap.fleet import steps as FST
 from bootstrap.model import Host, Inventory
 from bootstrap.remote import node as N
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
@@ -42,7 +44,7 @@ def fleet_containers(inv: Inventory) -> tuple[str, ...]:
     serve or router container again that stopped behind its back), then the router and the serve
     containers, the standbys and those kept for a rollback included. keepalived (a floating address) before the
     router: it is stopped first (fleet.run.stop_vip) so that it gives the address up and removes its forwarding."""
-    return (FP.keeper_name(inv), FP.vip_name(inv), FP.router_name(inv), *FP.serve_names(inv))
+    return (FN.keeper_name(inv), FN.vip_name(inv), FN.router_name(inv), *FN.serve_names(inv))
 
 
 # -- up -------------------------------------------------------------------------------------------
@@ -97,7 +99,7 @@ class FleetStatus:
     #: per replica group: its nodes and its Ray cluster (cluster.run.cluster_status)
     groups: list[CR.ClusterStatus]
     #: the serve containers, the router and each replica as the router sees it
-    fleet: FL.FleetState
+    fleet: FS.FleetState
 
     @property
     def ok(self) -> bool:
@@ -115,7 +117,7 @@ def fleet_status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
     _fleet_only(inv, "fleet_status", "cluster_status")
     groups = [CR.cluster_status(FP.replica_inventory(inv, k), parallel=parallel, reporter=reporter)
               for k in range(inv.cluster.replicas)]
-    return FleetStatus(groups, FL.status(inv, parallel=parallel, reporter=reporter))
+    return FleetStatus(groups, FS.status(inv, parallel=parallel, reporter=reporter))
 
 
 # -- down -----------------------------------------------------------------------------------------
@@ -155,8 +157,8 @@ def down_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
         # the keeper first: with it gone nothing starts the others again while they are removed
         kept = sess.stage("stop-keeper", reachable, lambda h: _remove(sess, h, keeper), strict=False)
         if inv.cluster.router.vip is not None:
-            vips = [h for h in FP.router_hosts(inv) if h in reachable]
-            sess.stage("stop-vip", vips, lambda h: FL.stop_vip(sess, h), strict=False)
+            vips = [h for h in FN.router_hosts(inv) if h in reachable]
+            sess.stage("stop-vip", vips, lambda h: FST.stop_vip(sess, h), strict=False)
         gone = sess.stage("stop", reachable, lambda h: _remove(sess, h, rest), strict=False)
     failed: dict[str, BaseException] = {**conn.failed, **kept.failed}
     for name, exc in gone.failed.items():

@@ -19,59 +19,27 @@ from typing import Mapping, Sequence
 from bootstrap.cluster import plan as PL
 from bootstrap.cluster.guard import secretstore as SS
 from bootstrap.errors import FleetError
-
-# moved to fleet/names.py and fleet/routers.py (re-floor): the CLI, doctor, tests and fleet/ read them here
-from bootstrap.fleet.names import (  # noqa: F401
-    _MEMBER_DIR,
-    API_KEY_ENV,
+from bootstrap.fleet.names import (
     COORD_PORT,
-    EXITED_PATH,
-    KEEPER_PATH,
     LABEL_KEEP,
     LABEL_REPLICA,
     LABEL_SERVE,
     MASTER_PORT,
     MEMBER_PATH,
-    ROLE_PATH,
-    STARTS_PATH,
     STOP_GRACE,
-    http_url,
-    is_fleet,
     is_pd,
-    keeper_name,
-    old_name,
     replica_url,
     role,
     router_host,
     router_hosts,
-    router_name,
     router_url,
     serve_name,
-    serve_names,
-    spent_name,
     standby_name,
-    standby_old_name,
-    vip_name,
 )
-from bootstrap.fleet.routers import (  # noqa: F401
-    ADVERT_V2,
-    ADVERT_V3,
-    CB_TIMEOUT,
-    CHECK_INTERVAL,
-    CHECK_TRY,
-    VIP_CONF_PATH,
-    VIP_ENTRY_PATH,
-    VIP_RUN,
+from bootstrap.fleet.routers import (
     RouterLaunch,
-    _workers_argv,
-    api_key,
     keeper_create_argv,
     plan_routers,
-    router_run_argv,
-    vip_config,
-    vip_create_argv,
-    vip_network_problem,
-    vrid,
 )
 from bootstrap.model import (
     CPU_KV_LEASE,

@@ -18,7 +18,9 @@ from bootstrap.errors import (
     RolloutFailed,
     UsageError,
 )
+from bootstrap.fleet import names as FN
 from bootstrap.fleet import plan as FP
+from bootstrap.fleet import routers as FRT
 from bootstrap.fleet.status import FleetState, ReplicaState, fleet_state
 from bootstrap.fleet.steps import (
     _gate,
@@ -80,7 +82,7 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
                          served_name if served_name is not None else base.served_name,
                          base.dp if dp is False else dp)
         todo = FP.rollout_order(current, target)
-        if todo and FP.is_pd(inv):
+        if todo and FN.is_pd(inv):
             raise UsageError("rollout replaces replicas one at a time behind the router, which is not built for a "
                              "disaggregated fleet (cluster.router.prefill) yet: `bootstrap serve` with the new model "
                              "or flags restarts every replica")
@@ -125,7 +127,7 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
                 raise RolloutFailed(f"replica {k} ({', '.join(h.name for h in inv.replicas[k])}) did not serve "
                                     f"{target.describe()}: {getattr(err, 'cause', err)}; replica {k} is {states[k]}, "
                                     "the other replicas keep serving", states, getattr(err, "log_tail", ""))
-        return RolloutResult(FP.router_url(inv) + "/v1", target, todo,
+        return RolloutResult(FN.router_url(inv) + "/v1", target, todo,
                              [k for k in range(len(inv.replicas)) if k not in todo], time.monotonic() - t0, steps)
 
 
@@ -135,7 +137,7 @@ def _others_serving(sess: Session, inv: Inventory, batch: Sequence[int],
     the rotation, the router's circuit for them closed). A replica whose circuit is open (it failed
     requests, say it was restarted a moment ago) is waited for, up to the breaker's timeout: taking
     the batch out before that leaves the router no replica to send a request to."""
-    deadline = time.monotonic() + FP.CB_TIMEOUT + 3 * inv.cluster.router.health_interval + 10
+    deadline = time.monotonic() + FRT.CB_TIMEOUT + 3 * inv.cluster.router.health_interval + 10
     said = False
     while True:
         reps: list[ReplicaState] = [r for r in fleet_state(sess).replicas if r.index not in batch]
@@ -146,7 +148,7 @@ def _others_serving(sess: Session, inv: Inventory, batch: Sequence[int],
             return ready
         if not said:
             step(batch[0], f"waiting: the router holds replica {', '.join(map(str, held))} out (circuit open after "
-                           f"failed requests, or its health checks); it tries again within {FP.CB_TIMEOUT}s")
+                           f"failed requests, or its health checks); it tries again within {FRT.CB_TIMEOUT}s")
             said = True
         time.sleep(1.0)
 
@@ -182,15 +184,15 @@ def _replace(sess: Session, inv: Inventory, rp: FP.ReplicaPlan, drain: float, wa
     if not out.get("ok"):
         raise RolloutFailed(f"the router did not take replica {k} out: {out}", {})
     step(k, "draining")
-    d = _probe(sess, hosts[0], FP.serve_name(inv), ["drain", rp.url, str(drain)], timeout=drain + 60)
+    d = _probe(sess, hosts[0], FN.serve_name(inv), ["drain", rp.url, str(drain)], timeout=drain + 60)
     timing["drain"] = time.monotonic() - t
     step(k, f"drained ({d.get('why', '?')})")
     t = time.monotonic()
-    sname, oname = FP.serve_name(inv), FP.old_name(inv)
+    sname, oname = FN.serve_name(inv), FN.old_name(inv)
     # Renamed first: the keeper restarts only containers under the serving name. The head (the API
     # server) is stopped first and alone: its vLLM finishes what is still in flight (member.py's
     # --shutdown-timeout) while the other members, whose GPUs those requests need, are still there.
-    sb, sbold = FP.standby_name(inv), FP.standby_old_name(inv)
+    sb, sbold = FN.standby_name(inv), FN.standby_old_name(inv)
     # the standbys too: they serve the old spec (the keeper would not take over with them anyway)
     sess.stage(f"retire-r{k}", hosts, lambda h: (DK.rm(sess.ssh[h.name], oname, sbold),
                                                 DK.rename(sess.ssh[h.name], sname, oname),
@@ -218,14 +220,14 @@ def _replace(sess: Session, inv: Inventory, rp: FP.ReplicaPlan, drain: float, wa
 def _roll_back(sess: Session, inv: Inventory, k: int, wait: float, step: Callable[[int, str], None]) -> str:
     """Put replica k's old containers back (kept stopped under the old name) and into the router."""
     hosts = list(inv.replicas[k])
-    sname, oname = FP.serve_name(inv), FP.old_name(inv)
+    sname, oname = FN.serve_name(inv), FN.old_name(inv)
     if not all(_inspect(sess, h, oname) for h in hosts):
         if not all(_inspect(sess, h, sname) for h in hosts):
             return "down: nothing to roll back to"
-        back = _router_call(sess, inv, "add", FP.replica_url(inv, k))  # it may have left the router already
+        back = _router_call(sess, inv, "add", FN.replica_url(inv, k))  # it may have left the router already
         return "old (left as it was)" if back.get("ok") else "old (left as it was, not in the router)"
     step(k, "rolling back")
-    sb, sbold = FP.standby_name(inv), FP.standby_old_name(inv)
+    sb, sbold = FN.standby_name(inv), FN.standby_old_name(inv)
     sess.stage(f"rollback-r{k}", hosts, lambda h: (DK.rm(sess.ssh[h.name], sname, sb),
                                                   DK.rename(sess.ssh[h.name], oname, sname),
                                                   DK.rename_if_present(sess.ssh[h.name], sbold, sb),
@@ -233,6 +235,6 @@ def _roll_back(sess: Session, inv: Inventory, k: int, wait: float, step: Callabl
     ready = _gate(sess, inv, k, wait)
     if not ready.get("ready"):
         return f"down: the old spec did not serve again ({ready.get('error')})"
-    back = _router_call(sess, inv, "add", FP.replica_url(inv, k))
+    back = _router_call(sess, inv, "add", FN.replica_url(inv, k))
     step(k, "rolled back, serving the old spec")
     return "old (rolled back)" if back.get("ok") else "old (rolled back, not in the router)"

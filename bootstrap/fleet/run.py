@@ -14,25 +14,13 @@ from bootstrap.cluster import probe
 from bootstrap.cluster.guard import run as GD
 from bootstrap.errors import (
     FleetError,
-    RolloutFailed,  # noqa: F401 (the CLI reads it here)
     ServeFailed,
 )
 from bootstrap.fleet import kvcheck as KV
+from bootstrap.fleet import names as FN
 from bootstrap.fleet import plan as FP
-
-# moved to fleet/status.py, fleet/rollout.py, fleet/steps.py (re-floor): the CLI, perf/ and lifecycle.py read them here
-from bootstrap.fleet.rollout import RolloutResult, rollout  # noqa: F401
-from bootstrap.fleet.status import (  # noqa: F401
-    LATENCY_KEYS,
-    FleetState,
-    ReplicaState,
-    RouterView,
-    Spread,
-    fleet_state,
-    spread,
-    status,
-)
-from bootstrap.fleet.steps import (  # noqa: F401
+from bootstrap.fleet import routers as FRT
+from bootstrap.fleet.steps import (
     _check_vip_image,
     _create_with,
     _ensure_keeper,
@@ -44,11 +32,9 @@ from bootstrap.fleet.steps import (  # noqa: F401
     _replica_failure,
     _rm,
     _rm_routers,
-    _router_call,
     _split,
     _start_replica,
     _start_standbys,
-    stop_vip,
 )
 from bootstrap.model import Inventory
 from bootstrap.remote import docker as DK
@@ -107,7 +93,7 @@ def check_kv(inv: Inventory, *, port: int | None = None, parallel: int = DEFAULT
     """`check-kv`: the KV transfer check of a disaggregated fleet on its own, after `up` (the
     cluster containers run it) and before or beside `serve` (with another port while the fleet's
     members hold cluster.ports.kv_transfer)."""
-    if not FP.is_pd(inv):
+    if not FN.is_pd(inv):
         raise FleetError("check-kv checks the KV path between prefill and decode replicas: the inventory has "
                          "none (set cluster.replicas > 1 and cluster.router.prefill)")
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
@@ -143,7 +129,7 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
             return plan
         sess.stage("stop-old", inv.hosts, lambda h: stop_serving(sess, h))  # what a single `serve` started
         _rm_routers(sess, inv, "remove-old-router")
-        _rm(sess, inv.hosts, *FP.serve_names(inv), stage="remove-old")
+        _rm(sess, inv.hosts, *FN.serve_names(inv), stage="remove-old")
         kv = _kv_check(sess, inv, facts["ucx"])
         notes.extend(w for w in (r.warning(inv.cluster.infiniband) for r in kv) if w)
         GD.put_secrets(sess, inv.hosts, prune=False)
@@ -161,27 +147,27 @@ def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | 
             failed = ServeFailed(f"replica {k} ({', '.join(plan.replicas[k].hosts)}) did not serve: {cause}{others}",
                                  tail)
             # a removal that fails is attached to the error, not raised in its place (Session.cleanup)
-            names = (*FP.serve_names(inv), FP.router_name(inv), FP.vip_name(inv))
+            names = (*FN.serve_names(inv), FN.router_name(inv), FN.vip_name(inv))
             sess.cleanup("stop-failed", inv.hosts, lambda h: DK.rm(sess.ssh[h.name], *names, timeout=120), failed)
             raise failed
         launches = {r.host: r for r in plan.routers}
-        rhosts = list(FP.router_hosts(inv))
+        rhosts = list(FN.router_hosts(inv))
         sess.stage("router", rhosts, lambda h: sess.ssh[h.name].run(launches[h.name].run, timeout=120))
-        throughs = fan_out(rhosts, lambda h: _probe(sess, h, FP.router_name(inv),
-                                                    ["ready", FP.router_url(inv, h), "120"], timeout=240),
+        throughs = fan_out(rhosts, lambda h: _probe(sess, h, FN.router_name(inv),
+                                                    ["ready", FN.router_url(inv, h), "120"], timeout=240),
                            key=lambda h: h.name, parallel=len(rhosts))
         for h in rhosts:
             through = throughs.succeeded.get(h.name) or {"error": str(throughs.failed.get(h.name))}
             if not through.get("ready"):
-                tail = _logs(sess, h, FP.router_name(inv), 30)
+                tail = _logs(sess, h, FN.router_name(inv), 30)
                 raise ServeFailed(f"the router on {h.name} did not answer a completion: {through.get('error')}", tail)
         if plan.vip is not None:
-            sess.stage("vip", rhosts, lambda h: _create_with(sess, h, launches[h.name].vip_create, FP.vip_name(inv), {
-                FP.VIP_ENTRY_PATH: check_script("vip_entry.sh"),
-                FP.VIP_CONF_PATH: launches[h.name].vip_config.encode()}))
-            through = _probe(sess, rhosts[0], FP.router_name(inv), ["ready", FP.router_url(inv), "60"], timeout=120)
+            sess.stage("vip", rhosts, lambda h: _create_with(sess, h, launches[h.name].vip_create, FN.vip_name(inv), {
+                FRT.VIP_ENTRY_PATH: check_script("vip_entry.sh"),
+                FRT.VIP_CONF_PATH: launches[h.name].vip_config.encode()}))
+            through = _probe(sess, rhosts[0], FN.router_name(inv), ["ready", FN.router_url(inv), "60"], timeout=120)
             if not through.get("ready"):
-                tails = "\n".join(f"{h.name}: {_logs(sess, h, FP.vip_name(inv), 15)}" for h in rhosts)
+                tails = "\n".join(f"{h.name}: {_logs(sess, h, FN.vip_name(inv), 15)}" for h in rhosts)
                 raise ServeFailed(f"the floating address {plan.vip} did not answer a completion: "
                                   f"{through.get('error')}", tails)
         _start_standbys(sess, inv, plan.replicas)
@@ -193,7 +179,7 @@ def stop_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
     """Remove the serve containers, the router and the keepers (the node containers stay)."""
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         sess.connect()
-        _rm(sess, inv.hosts, FP.keeper_name(inv), stage="stop-keeper")
+        _rm(sess, inv.hosts, FN.keeper_name(inv), stage="stop-keeper")
         _rm_routers(sess, inv, "stop-router")
-        _rm(sess, inv.hosts, *FP.serve_names(inv), stage="stop")
+        _rm(sess, inv.hosts, *FN.serve_names(inv), stage="stop")
     return [h.name for h in inv.hosts]

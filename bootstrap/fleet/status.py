@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from bootstrap.fleet import names as FN
 from bootstrap.fleet import plan as FP
 from bootstrap.fleet.steps import _inspect, _probe
 from bootstrap.model import Host, Inventory
@@ -110,12 +111,12 @@ class FleetState:
 
 def fleet_state(sess: Session) -> FleetState:
     inv = sess.inv
-    sname = FP.serve_name(inv)
-    twin = FP.standby_name(inv) if inv.cluster.standby else ""
+    sname = FN.serve_name(inv)
+    twin = FN.standby_name(inv) if inv.cluster.standby else ""
     looked = sess.stage("inspect-serve", inv.hosts, lambda h: (_inspect(sess, h, sname), DK.supervised_restarts(
-                            sess.ssh[h.name], sname, FP.STARTS_PATH, twin)), strict=False)
+                            sess.ssh[h.name], sname, FN.STARTS_PATH, twin)), strict=False)
     inspected, not_inspected = looked.succeeded, looked.failed
-    urls = [FP.replica_url(inv, k) for k in range(inv.cluster.replicas)]
+    urls = [FN.replica_url(inv, k) for k in range(inv.cluster.replicas)]
     routers, views = _router_views(sess, inv, urls)
     # the replicas as the router that holds the address sees them (else the first that answered)
     first = next((r for r in routers if r.holds_vip), None) or next((r for r in routers if r.host in views), None)
@@ -145,7 +146,7 @@ def fleet_state(sess: Session) -> FleetState:
             if standby is not None:
                 standbys[h.name] = standby
             if st and h is group[0]:
-                spec = FP.Spec.from_label(st.labels.get(FP.LABEL_SERVE))
+                spec = FP.Spec.from_label(st.labels.get(FN.LABEL_SERVE))
         row = (view.get("replicas") or {}).get(urls[k]) or {}
         if row.get("health") == 200:
             health = "healthy"
@@ -162,13 +163,13 @@ def fleet_state(sess: Session) -> FleetState:
                                      row.get("running"), row.get("waiting"), row.get("succeeded"),
                                      healthy.get(urls[k]) if isinstance(healthy, dict) else None,
                                      closed.get(urls[k]) if isinstance(closed, dict) else None,
-                                     FP.role(inv, k), row.get("kv_transfers"), row.get("kv_failed"),
+                                     FN.role(inv, k), row.get("kv_transfers"), row.get("kv_failed"),
                                      {n: float(row[n]) for n in LATENCY_KEYS if isinstance(row.get(n), (int, float))},
                                      engine_counts(row.get("engines")), standbys or None))
     shown = first or routers[0]
     holder = next((r.host for r in routers if r.holds_vip), None)
     vip = inv.cluster.router.vip
-    return FleetState(FP.router_url(inv) + "/v1", shown.host, shown.state, workers, replicas, routers,
+    return FleetState(FN.router_url(inv) + "/v1", shown.host, shown.state, workers, replicas, routers,
                       vip.address if vip else None, holder)
 
 
@@ -178,21 +179,21 @@ def _router_views(sess: Session, inv: Inventory, urls: Sequence[str]) -> tuple[l
     vip = inv.cluster.router.vip
 
     def look(h: Host) -> tuple[RouterView, dict | None]:
-        router = _inspect(sess, h, FP.router_name(inv))
-        kad = _inspect(sess, h, FP.vip_name(inv)) if vip is not None else None
+        router = _inspect(sess, h, FN.router_name(inv))
+        kad = _inspect(sess, h, FN.vip_name(inv)) if vip is not None else None
         rv = RouterView(h.name, router.status if router else "absent",
                         vip_state=(kad.status if kad else "absent") if vip is not None else None)
         if router is None or not router.running:
             return rv, None
-        metrics = FP.http_url(h.ip, inv.cluster.router.metrics_port) + "/metrics"
-        doc = _probe(sess, h, FP.router_name(inv), ["status", FP.router_url(inv, h), metrics, *urls], timeout=60)
+        metrics = FN.http_url(h.ip, inv.cluster.router.metrics_port) + "/metrics"
+        doc = _probe(sess, h, FN.router_name(inv), ["status", FN.router_url(inv, h), metrics, *urls], timeout=60)
         rdoc = doc.get("router")
         rv.workers = rdoc.get("workers") if isinstance(rdoc, dict) and "workers" in rdoc else None
         if vip is not None:
-            rv.holds_vip = bool(_probe(sess, h, FP.router_name(inv), ["holds", vip.address], timeout=30).get("holds"))
+            rv.holds_vip = bool(_probe(sess, h, FN.router_name(inv), ["holds", vip.address], timeout=30).get("holds"))
         return rv, doc
 
-    hosts = FP.router_hosts(inv)
+    hosts = FN.router_hosts(inv)
     got = sess.stage("inspect-router", hosts, look, strict=False)
     routers, views = [], {}
     for h in hosts:

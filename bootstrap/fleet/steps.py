@@ -14,7 +14,9 @@ from bootstrap.cluster import probe
 from bootstrap.errors import (
     PreflightFailed,
 )
+from bootstrap.fleet import names as FN
 from bootstrap.fleet import plan as FP
+from bootstrap.fleet import routers as FRT
 from bootstrap.model import Host, Inventory
 from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import fan_out
@@ -67,7 +69,7 @@ def _rm(sess: Session, hosts: Sequence[Host], *names: str, stage: str = "remove"
 
 def _stop(sess: Session, host: Host, name: str) -> None:
     """Stop on purpose: SIGTERM (vLLM finishes in-flight work), kill after the grace."""
-    DK.stop(sess.ssh[host.name], name, FP.STOP_GRACE + 10, timeout=FP.STOP_GRACE + 60)
+    DK.stop(sess.ssh[host.name], name, FN.STOP_GRACE + 10, timeout=FN.STOP_GRACE + 60)
 
 
 def _router_call(sess: Session, inv: Inventory, verb: str, url: str) -> dict:
@@ -75,12 +77,12 @@ def _router_call(sess: Session, inv: Inventory, verb: str, url: str) -> dict:
     requests (its own health view healthy, its circuit breaker closed): taking the next replica out
     before that leaves a router none. {"ok": every router did, HOST: each one's answer}."""
     def one(h: Host) -> dict:
-        args = [verb, FP.router_url(inv, h), url]
+        args = [verb, FN.router_url(inv, h), url]
         if verb == "add":
             wait = max(30, 4 * inv.cluster.router.health_interval + 10)
-            args += [FP.http_url(h.ip, inv.cluster.router.metrics_port) + "/metrics", str(wait)]
-        return _probe(sess, h, FP.router_name(inv), args, timeout=120)
-    hosts = FP.router_hosts(inv)
+            args += [FN.http_url(h.ip, inv.cluster.router.metrics_port) + "/metrics", str(wait)]
+        return _probe(sess, h, FN.router_name(inv), args, timeout=120)
+    hosts = FN.router_hosts(inv)
     res = fan_out(hosts, one, key=lambda h: h.name, parallel=len(hosts))
     out: dict = {h: (r if isinstance(r, dict) else {"ok": False, "error": str(r)})
                  for h, r in {**res.succeeded, **res.failed}.items()}
@@ -90,15 +92,15 @@ def _router_call(sess: Session, inv: Inventory, verb: str, url: str) -> dict:
 def stop_vip(sess: Session, host: Host) -> None:
     """Stop keepalived (SIGTERM, 10 s): it gives the floating address up and its entry removes the
     forwarding; `docker rm -f` alone would leave both on the host."""
-    DK.stop(sess.ssh[host.name], FP.vip_name(sess.inv), 10, timeout=60)
+    DK.stop(sess.ssh[host.name], FN.vip_name(sess.inv), 10, timeout=60)
 
 
 def _rm_routers(sess: Session, inv: Inventory, stage: str) -> None:
     """Remove the routers and keepalived: keepalived stopped first, so that it gives the floating
     address up and its entry removes the forwarding (a kill would leave both on the host)."""
     if inv.cluster.router.vip is not None:
-        sess.stage(f"{stage}-vip", list(FP.router_hosts(inv)), lambda h: stop_vip(sess, h))
-    _rm(sess, inv.hosts, FP.router_name(inv), FP.vip_name(inv), stage=stage)
+        sess.stage(f"{stage}-vip", list(FN.router_hosts(inv)), lambda h: stop_vip(sess, h))
+    _rm(sess, inv.hosts, FN.router_name(inv), FN.vip_name(inv), stage=stage)
 
 
 def _check_vip_image(sess: Session, inv: Inventory, image: str) -> None:
@@ -107,7 +109,7 @@ def _check_vip_image(sess: Session, inv: Inventory, image: str) -> None:
     if vip is None:
         return
     img = vip.image or image
-    h = FP.router_hosts(inv)[0]
+    h = FN.router_hosts(inv)[0]
     r = sess.ssh[h.name].run(("docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", img, "-c",
                               "for t in keepalived iptables curl; do command -v $t >/dev/null || echo $t; done"),
                              timeout=300, check=False)
@@ -163,23 +165,23 @@ def _node_facts(sess: Session, inv: Inventory) -> dict:
     return {"nofile": {h.name: PL.nofile_for(inv, facts.get(h.name)) for h in inv.hosts},
             "derived": {h.name: PL.derived_env(inv, h, facts.get(h.name)) for h in inv.hosts},
             "ucx": {h.name: PL.ucx_env(inv, h, facts.get(h.name)) for h in inv.hosts},
-            "ifaces": {h.name: PL.interface_of(h, facts.get(h.name)) for h in FP.router_hosts(inv)},
-            "nets": {h.name: PL.network_of(h, facts.get(h.name)) for h in FP.router_hosts(inv)},
+            "ifaces": {h.name: PL.interface_of(h, facts.get(h.name)) for h in FN.router_hosts(inv)},
+            "nets": {h.name: PL.network_of(h, facts.get(h.name)) for h in FN.router_hosts(inv)},
             "cpus": {h.name: f.rack.cpus for h in inv.hosts
                      if (f := facts.get(h.name)) is not None and f.rack is not None}}
 
 
 def _ensure_keeper(sess: Session, inv: Inventory) -> None:
-    argv = FP.keeper_create_argv(inv)
-    sess.stage("keeper", inv.hosts, lambda h: _create_started(sess, h, argv, FP.keeper_name(inv),
-                                                              FP.KEEPER_PATH, "keeper.py"))
+    argv = FRT.keeper_create_argv(inv)
+    sess.stage("keeper", inv.hosts, lambda h: _create_started(sess, h, argv, FN.keeper_name(inv),
+                                                              FN.KEEPER_PATH, "keeper.py"))
 
 
 def _start_replica(sess: Session, inv: Inventory, rp: FP.ReplicaPlan, stage: str = "start") -> None:
     hosts = [inv.host(m.host) for m in rp.members]
     by_host = {m.host: m for m in rp.members}
-    sess.stage(stage, hosts, lambda h: _create_started(sess, h, by_host[h.name].create, FP.serve_name(inv),
-                                                       FP.MEMBER_PATH, "member.py"))
+    sess.stage(stage, hosts, lambda h: _create_started(sess, h, by_host[h.name].create, FN.serve_name(inv),
+                                                       FN.MEMBER_PATH, "member.py"))
 
 
 def _start_standbys(sess: Session, inv: Inventory, rps: Sequence[FP.ReplicaPlan], stage: str = "standby") -> None:
@@ -190,20 +192,20 @@ def _start_standbys(sess: Session, inv: Inventory, rps: Sequence[FP.ReplicaPlan]
     if not members:
         return
     by_host = {m.host: m for m in members}
-    files = {FP.MEMBER_PATH: check_script("member.py"), FP.ROLE_PATH: b"standby\n"}
+    files = {FN.MEMBER_PATH: check_script("member.py"), FN.ROLE_PATH: b"standby\n"}
     sess.stage(stage, [inv.host(h) for h in by_host],
-               lambda h: _create_with(sess, h, by_host[h.name].standby, FP.standby_name(inv), files))
+               lambda h: _create_with(sess, h, by_host[h.name].standby, FN.standby_name(inv), files))
 
 
 def _gate(sess: Session, inv: Inventory, k: int, wait: float) -> dict:
     head = inv.replicas[k][0]
-    return _probe(sess, head, FP.serve_name(inv), ["ready", FP.replica_url(inv, k), str(wait), FP.EXITED_PATH],
+    return _probe(sess, head, FN.serve_name(inv), ["ready", FN.replica_url(inv, k), str(wait), FN.EXITED_PATH],
                   timeout=wait + 120)
 
 
 def _replica_failure(sess: Session, inv: Inventory, k: int, ready: dict) -> tuple[str, str]:
     """Why replica k did not serve: vLLM's own root cause from its members' logs, and the tail."""
-    tails = {h.name: _logs(sess, h, FP.serve_name(inv)) for h in inv.replicas[k]}
+    tails = {h.name: _logs(sess, h, FN.serve_name(inv)) for h in inv.replicas[k]}
     root = D.root_cause_of(tails)
     findings = D.scan_logs(tails, infiniband=inv.cluster.infiniband)
     cause = root or (findings[0].title if findings else ready.get("error") or "no answer")

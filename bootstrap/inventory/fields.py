@@ -15,9 +15,7 @@ from typing import Any, Mapping
 
 from bootstrap.inventory import secretrules as SR
 from bootstrap.inventory.addresses import _dashboard_host, _fence_allow, _jump
-from bootstrap.inventory.envvars import _CREDENTIAL_VALUE as _CREDENTIAL_VALUE  # moved to envvars.py (re-floor)
 from bootstrap.inventory.envvars import _env, _env_name
-from bootstrap.inventory.envvars import looks_like_credential as looks_like_credential  # moved to envvars.py (re-floor)
 from bootstrap.inventory.monitorfields import _monitor
 from bootstrap.inventory.portfields import _ports
 from bootstrap.inventory.routerfields import _router
@@ -43,7 +41,6 @@ from bootstrap.inventory.values import (
     _string,
     _user,
 )
-from bootstrap.inventory.values import image_problem as image_problem  # moved to values.py (re-floor)
 from bootstrap.inventory.yamlfile import _MAX_HOSTS, _Loc
 from bootstrap.model import HF_CACHE_IN_CONTAINER, MAX_GPUS_PER_HOST, Cluster, Router, Secret, SSHSettings
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import yaml
 
 from bootstrap.cluster import plan as PL
-from bootstrap.fleet import plan as FP
+from bootstrap.fleet import names as FN
 from bootstrap.model import Host, Inventory
 from bootstrap.remote import argv as RA
 
@@ -48,7 +48,7 @@ def monitor_host(inv: Inventory) -> Host:
 
 
 def prometheus_url(inv: Inventory) -> str:
-    return FP.http_url(monitor_host(inv).ip, inv.cluster.monitor.port)
+    return FN.http_url(monitor_host(inv).ip, inv.cluster.monitor.port)
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class ScrapeTarget:
 def scrape_targets(inv: Inventory) -> list[ScrapeTarget]:
     """Everything Prometheus scrapes, in a stable order; labels name the host and the replica."""
     c = inv.cluster
-    fleet = FP.is_fleet(inv)
+    fleet = FN.is_fleet(inv)
     replica_of = {h.name: k for k, group in enumerate(inv.replicas) for h in group} if fleet else {}
 
     def labels(h: Host, **more: str) -> tuple[tuple[str, str], ...]:
@@ -73,7 +73,7 @@ def scrape_targets(inv: Inventory) -> list[ScrapeTarget]:
     for h in heads:
         out.append(ScrapeTarget("vllm", PL.hostport(h.ip, c.ports.vllm), labels(h)))
     if fleet:
-        for r in FP.router_hosts(inv):
+        for r in FN.router_hosts(inv):
             out.append(ScrapeTarget("vllm-router", PL.hostport(r.ip, c.router.metrics_port), labels(r)))
     if c.runtime == "ray":
         for h in inv.hosts:

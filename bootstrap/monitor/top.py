@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from bootstrap.fleet import plan as FP
+from bootstrap.fleet import names as FN
 from bootstrap.model import Host, Inventory
 from bootstrap.monitor import metrics as M
 from bootstrap.remote import node as N
@@ -33,13 +33,13 @@ class Target:
 
 def targets(inv: Inventory) -> list[Target]:
     """Every host once; the head of each replica also reads its vLLM's /metrics."""
-    if FP.is_fleet(inv):
+    if FN.is_fleet(inv):
         heads = {group[0].name: k for k, group in enumerate(inv.replicas)}
         replica_of = {h.name: k for k, group in enumerate(inv.replicas) for h in group}
-        return [Target(h, FP.serve_name(inv), replica_of[h.name],
-                       FP.replica_url(inv, heads[h.name]) + "/metrics" if h.name in heads else None)
+        return [Target(h, FN.serve_name(inv), replica_of[h.name],
+                       FN.replica_url(inv, heads[h.name]) + "/metrics" if h.name in heads else None)
                 for h in inv.hosts]
-    url = FP.http_url(inv.head.ip, inv.cluster.ports.vllm) + "/metrics"
+    url = FN.http_url(inv.head.ip, inv.cluster.ports.vllm) + "/metrics"
     return [Target(h, inv.cluster.container_name, None, url if h.name == inv.head.name else None)
             for h in inv.hosts]
 
@@ -110,7 +110,7 @@ class Watcher:
 
     def groups(self) -> list[tuple[str, int | None, list[str]]]:
         """(row name, replica, hosts with the head first) of each serving group."""
-        if FP.is_fleet(self.inv):
+        if FN.is_fleet(self.inv):
             return [(f"replica {k}", k, [h.name for h in g]) for k, g in enumerate(self.inv.replicas)]
         hosts = [self.inv.head.name] + [h.name for h in self.inv.hosts if h.name != self.inv.head.name]
         return [("vllm", None, hosts)]

@@ -66,8 +66,6 @@ from .nodes import (
 )
 from .recipes import SandboxImages
 from .registry import _ensure_network, _ensure_registry, _labelled, _push_image, mirror_tag
-from .registry import _registry_request as _registry_request  # moved to registry.py (re-floor): tests read it here
-from .registry import registry_has as registry_has  # moved to registry.py (re-floor): tests read it here
 from .state import _read_state, _state_path, _write_inventory, _write_state
 
 

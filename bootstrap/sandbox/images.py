@@ -71,9 +71,6 @@ from .recipes import (
     registry_stage,
     vllm_stages,
 )
-from .recipes import CPU_PLATFORM as CPU_PLATFORM  # moved to recipes.py (re-floor): tests read it here
-from .recipes import STD_PATH as STD_PATH  # moved to recipes.py (re-floor): tests read it here
-from .recipes import VLLM_FORK_SCRIPT as VLLM_FORK_SCRIPT  # moved to recipes.py (re-floor): tests read it here
 
 # --- building --------------------------------------------------------------------------------------
 

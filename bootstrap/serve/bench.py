@@ -24,7 +24,6 @@ from typing import Callable
 from bootstrap.errors import BenchError
 from bootstrap.serve.benchload import (
     ERROR_BODY_CHARS,
-    MAX_TOKENS,  # noqa: F401 - moved to serve/benchload.py (re-floor)
     BenchConfig,
     StreamTimer,
     request_body,
@@ -33,7 +32,6 @@ from bootstrap.serve.benchload import (
 from bootstrap.serve.benchstats import (
     BenchResult,
     Sample,
-    format_result,  # noqa: F401 - moved to serve/benchstats.py (re-floor)
     summarize,
 )
 

@@ -12,7 +12,6 @@ from typing import Mapping, Sequence
 
 from bootstrap.errors import ModelSplitError, ServePlanError
 from bootstrap.serve import passthrough as PT
-from bootstrap.serve.passthrough import NUMBER as _NUMBER  # noqa: F401 (tests read it here)
 from bootstrap.serve.passthrough import VllmOptions
 from bootstrap.serve.split import Parallelism
 

@@ -107,9 +107,6 @@ def is_path(model: str) -> bool:
     return model.startswith("/")
 
 
-DP_WHY, EP_WHY = M.DP_WHY, M.EP_WHY  # moved to serve/mode.py (re-floor)
-
-
 def choose_backend(accelerator: str, runtime: str | None, requested: str | None) -> tuple[str, str]:
     """(backend, why) from the cluster's facts; an impossible request is refused (exit 2) before
     anything starts. vLLM's Ray executor needs GPUs ("current platform cpu does not support ray").

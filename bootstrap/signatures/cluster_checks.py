@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from bootstrap.cluster.facts import parse_ip_addrs
-from bootstrap.cluster.rack import select_interfaces
+from bootstrap.cluster.preflight.rules import select_interfaces
 from bootstrap.signatures.engine import Finding, sort_findings
 from bootstrap.signatures.engine import one_line as _one_line
 

@@ -177,9 +177,9 @@ def test_runtime_none_holds_the_node_without_ray():
 
 
 def _rack(ip, iface, ib=()):
-    from bootstrap.cluster import rack as RK
+    from bootstrap.cluster import facts as F
 
-    return RK.RackFacts(addrs=(("lo", "127.0.0.1"), (iface, ip)), ib=tuple(RK.parse_ib_port(p) for p in ib))
+    return F.RackFacts(addrs=(("lo", "127.0.0.1"), (iface, ip)), ib=tuple(F.parse_ib_port(p) for p in ib))
 
 
 def test_each_nodes_nccl_variables_come_from_its_own_facts_where_the_inventory_leaves_them_unset():

@@ -3,7 +3,10 @@ refusing what breaks a multi-node vLLM, naming the host and the fix; a healthy r
 sandbox runs it for real on every `up` (a healthy sandbox passes: tests/sandbox)."""
 import pytest
 
-from bootstrap.cluster import rack as RK
+from bootstrap.cluster import facts as F
+from bootstrap.cluster.preflight import checks as CK
+from bootstrap.cluster.preflight import registry as PR
+from bootstrap.cluster.preflight import rules as PRU
 from bootstrap.cluster.preflight.run import rack_refusals
 
 # `ip -o link` / `ip -o addr` as a GPU host with a ConnectX RoCE port prints them
@@ -27,28 +30,28 @@ def output(ip="10.10.0.11", mtu=9000, clock="1764108000.250000000", shm="tmpfs 6
 
 def node(name="a", ip="10.10.0.11", env=None, driver="580.159.04", nofile=1048576, sent=1764108000.0,
          received=1764108000.5, image_id=None, **kw):
-    facts = RK.parse_rack(output(ip=ip, **kw), sent=sent, received=received)
-    return RK.RackNode(name, ip, facts, env or {}, driver, nofile, image_id)
+    facts = F.parse_rack(output(ip=ip, **kw), sent=sent, received=received)
+    return PR.RackNode(name, ip, facts, env or {}, driver, nofile, image_id)
 
 
 def test_the_facts_command_output_is_parsed():
-    f = RK.parse_rack(output(), sent=1764108000.0, received=1764108000.5)
+    f = F.parse_rack(output(), sent=1764108000.0, received=1764108000.5)
     assert f.clock_offset == pytest.approx(0.0)
     assert [(lk.name, lk.up, lk.mtu) for lk in f.links] == [("lo", True, 65536), ("ens5", True, 9000),
                                                            ("docker0", False, 1500)]
     assert ("ens5", "10.10.0.11") in f.addrs and f.shm_bytes == 64 << 30
-    assert f.ib == (RK.IBPort("mlx5_0", 1, "Ethernet", True, "ACTIVE"),
-                    RK.IBPort("mlx5_1", 1, "Ethernet", True, "ACTIVE"))
-    assert RK.parse_rack(output(ib=None)).ib is None  # no /sys/class/infiniband
-    assert RK.parse_rack(output(ib=())).ib == ()  # the class is there, no port
-    assert RK.parse_rack("").links == () and RK.parse_rack("").clock_offset is None
-    assert RK.parse_rack(output()).cpus == 224
-    assert RK.parse_rack(output(cpus="")).cpus is None and RK.parse_rack(output(cpus="0")).cpus is None
-    assert RK.parse_rack("").cpus is None
+    assert f.ib == (F.IBPort("mlx5_0", 1, "Ethernet", True, "ACTIVE"),
+                    F.IBPort("mlx5_1", 1, "Ethernet", True, "ACTIVE"))
+    assert F.parse_rack(output(ib=None)).ib is None  # no /sys/class/infiniband
+    assert F.parse_rack(output(ib=())).ib == ()  # the class is there, no port
+    assert F.parse_rack("").links == () and F.parse_rack("").clock_offset is None
+    assert F.parse_rack(output()).cpus == 224
+    assert F.parse_rack(output(cpus="")).cpus is None and F.parse_rack(output(cpus="0")).cpus is None
+    assert F.parse_rack("").cpus is None
 
 
 def test_the_script_reads_the_kernels_files():
-    script = RK.RACK_FACTS[2]
+    script = F.RACK_FACTS[2]
     for part in ("ip -o link show", "ip -o addr show", "/dev/shm", "/sys/class/infiniband", "gid_attrs/types",
                  "link_layer", "state", "date +%s.%N"):
         assert part in script
@@ -56,7 +59,7 @@ def test_the_script_reads_the_kernels_files():
 
 def test_a_healthy_rack_passes():
     nodes = [node("a", "10.10.0.11"), node("b", "10.10.0.12")]
-    assert RK.check_rack(nodes, infiniband=True, ipc_host=True) == []
+    assert CK.check_rack(nodes, infiniband=True, ipc_host=True) == []
 
 
 def checks(found):
@@ -66,56 +69,56 @@ def checks(found):
 def test_a_port_down_another_link_layer_and_no_rocev2_gid_are_refused():
     nodes = [node("a"), node("b", "10.10.0.12", ib=("mlx5_0 1 Ethernet 1 1: DOWN", "mlx5_1 1 Ethernet 0 4: ACTIVE")),
              node("c", "10.10.0.13", ib=("mlx5_0 1 InfiniBand 0 4: ACTIVE", "mlx5_1 1 InfiniBand 0 4: ACTIVE"))]
-    found = RK.check_rack(nodes, infiniband=True)
+    found = CK.check_rack(nodes, infiniband=True)
     assert checks(found) == [("ib-port", "b"), ("roce-gid", "b"), ("ib-link-layer", "c")]
     assert "mlx5_0 port 1 is DOWN, not ACTIVE" in found[0].what and "ibstat mlx5_0" in found[0].fix
     assert "InfiniBand, the other nodes Ethernet" in found[2].what
     # without infiniband: true, none of this is looked at
-    assert RK.check_rack(nodes, infiniband=False) == []
+    assert CK.check_rack(nodes, infiniband=False) == []
 
 
 def test_nccl_ib_hca_naming_an_hca_the_node_lacks_is_refused_and_only_its_ports_count():
     env = {"NCCL_IB_HCA": "mlx5_0:1,mlx5_3"}
-    found = RK.check_rack([node("a", env=env, ib=("mlx5_0 1 Ethernet 1 4: ACTIVE", "mlx5_1 1 Ethernet 1 1: DOWN"))],
+    found = CK.check_rack([node("a", env=env, ib=("mlx5_0 1 Ethernet 1 4: ACTIVE", "mlx5_1 1 Ethernet 1 1: DOWN"))],
                           infiniband=True)
     assert checks(found) == [("ib-hca", "a")] and "mlx5_3" in found[0].what  # mlx5_1 is DOWN but unused
-    assert RK.ib_hcas("^mlx5_2") == (True, ["mlx5_2"]) and RK.ib_hcas("=mlx5_0:1") == (False, ["mlx5_0"])
-    excluded = RK.check_rack([node("a", env={"NCCL_IB_HCA": "^mlx5_1"},
+    assert PRU.ib_hcas("^mlx5_2") == (True, ["mlx5_2"]) and PRU.ib_hcas("=mlx5_0:1") == (False, ["mlx5_0"])
+    excluded = CK.check_rack([node("a", env={"NCCL_IB_HCA": "^mlx5_1"},
                                    ib=("mlx5_0 1 Ethernet 1 4: ACTIVE", "mlx5_1 1 Ethernet 1 1: DOWN"))],
                              infiniband=True)
     assert excluded == []
 
 
 def test_the_data_interface_missing_or_down_and_mtus_that_differ_are_refused():
-    found = RK.check_rack([node("a"), node("b", "10.10.0.12", mtu=1500), node("c", "10.10.0.13")])
+    found = CK.check_rack([node("a"), node("b", "10.10.0.12", mtu=1500), node("c", "10.10.0.13")])
     assert checks(found) == [("mtu", "b")] and "1500, the other nodes 9000" in found[0].what
-    wrong_ip = RK.RackNode("d", "10.10.0.99", RK.parse_rack(output(ip="10.10.0.14")), {}, None, None)
-    assert checks(RK.check_rack([wrong_ip])) == [("data-interface", "d")]
-    down = RK.parse_rack(output().replace("<BROADCAST,MULTICAST,UP,LOWER_UP> mtu 9000",
+    wrong_ip = PR.RackNode("d", "10.10.0.99", F.parse_rack(output(ip="10.10.0.14")), {}, None, None)
+    assert checks(CK.check_rack([wrong_ip])) == [("data-interface", "d")]
+    down = F.parse_rack(output().replace("<BROADCAST,MULTICAST,UP,LOWER_UP> mtu 9000",
                                           "<NO-CARRIER,BROADCAST,MULTICAST,UP> mtu 9000"))
-    found = RK.check_rack([RK.RackNode("e", "10.10.0.11", down, {}, None, None)])
+    found = CK.check_rack([PR.RackNode("e", "10.10.0.11", down, {}, None, None)])
     assert checks(found) == [("data-interface", "e")] and "ens5, which holds 10.10.0.11, is down" in found[0].what
 
 
 def test_socket_ifname_that_selects_nothing_is_refused_with_the_interface_to_use():
-    found = RK.check_rack([node("a", env={"NCCL_SOCKET_IFNAME": "eth", "GLOO_SOCKET_IFNAME": "ens5"})])
+    found = CK.check_rack([node("a", env={"NCCL_SOCKET_IFNAME": "eth", "GLOO_SOCKET_IFNAME": "ens5"})])
     assert checks(found) == [("socket-ifname", "a")]
     assert "NCCL_SOCKET_IFNAME=eth selects no interface" in found[0].what and "=ens5" in found[0].fix
-    assert RK.check_rack([node("a", env={"NCCL_SOCKET_IFNAME": "^docker,lo"})]) == []
-    assert RK.select_interfaces("GLOO_SOCKET_IFNAME", "^eth0", ["eth0"]) is None
+    assert CK.check_rack([node("a", env={"NCCL_SOCKET_IFNAME": "^docker,lo"})]) == []
+    assert PRU.select_interfaces("GLOO_SOCKET_IFNAME", "^eth0", ["eth0"]) is None
 
 
 def test_drivers_clocks_shm_and_nofile():
     nodes = [node("a"), node("b", "10.10.0.12", driver="570.86.15", clock="1764108003.5",
                               shm="tmpfs 67108864 0 67108864 0% /dev/shm", nofile=4096), node("c", "10.10.0.13")]
-    found = RK.check_rack(nodes, ipc_host=True)
+    found = CK.check_rack(nodes, ipc_host=True)
     assert checks(found) == [("clock", "b"), ("gpu-driver", "b"), ("nofile", "b"), ("shm", "b")]
     assert "+3.2 s from a's" in found[0].what and "64 MiB" in found[3].what
     # two nodes, two drivers: no majority, both named
-    both = RK.check_rack([node("a"), node("b", "10.10.0.12", driver="570.86.15")])
+    both = CK.check_rack([node("a"), node("b", "10.10.0.12", driver="570.86.15")])
     assert checks(both) == [("gpu-driver", "a"), ("gpu-driver", "b")] and "the nodes differ" in both[0].what
     # a container of its own /dev/shm (ipc_host false) does not use the host's
-    assert ("shm", "b") not in checks(RK.check_rack(nodes, ipc_host=False))
+    assert ("shm", "b") not in checks(CK.check_rack(nodes, ipc_host=False))
 
 
 def test_a_node_whose_tag_names_another_build_of_the_image_is_refused():
@@ -124,10 +127,10 @@ def test_a_node_whose_tag_names_another_build_of_the_image_is_refused():
     new, old = "sha256:" + "ab" * 32, "sha256:" + "cd" * 32
     nodes = [node("a", image_id=new), node("b", "10.10.0.12", image_id=old), node("c", "10.10.0.13", image_id=new),
              node("d", "10.10.0.14")]
-    found = RK.check_rack(nodes)
+    found = CK.check_rack(nodes)
     assert checks(found) == [("image", "b")]
     assert found[0].what == "the image's ID: cdcdcdcdcdcd, the other nodes abababababab" and "up --pull" in found[0].fix
-    assert RK.check_rack(nodes[:1] + nodes[2:]) == []
+    assert CK.check_rack(nodes[:1] + nodes[2:]) == []
 
 
 def test_a_docker_that_cannot_raise_memlock_is_refused_where_rdma_needs_it():
@@ -138,23 +141,23 @@ def test_a_docker_that_cannot_raise_memlock_is_refused_where_rdma_needs_it():
     root = (mib8, "CapEff:\t000001ffffffffff")
     unlimited = ("Max locked memory         unlimited            unlimited            bytes",
                  "CapEff:\t0000000000000000")
-    assert RK.parse_dockerd(confined) == (8388608, False) and RK.parse_dockerd(root) == (8388608, True)
-    assert RK.parse_dockerd(unlimited) == (-1, False) and RK.parse_dockerd([]) == (None, None)
+    assert F.parse_dockerd(confined) == (8388608, False) and F.parse_dockerd(root) == (8388608, True)
+    assert F.parse_dockerd(unlimited) == (-1, False) and F.parse_dockerd([]) == (None, None)
 
     def with_dockerd(lines, name="a"):
         n = node(name)
-        facts = RK.parse_rack(output() + "== dockerd\n" + "\n".join(lines) + "\n")
-        return RK.RackNode(n.host, n.ip, facts, n.env, n.driver, n.nofile_hard)
-    found = RK.check_rack([with_dockerd(confined)], infiniband=True)
+        facts = F.parse_rack(output() + "== dockerd\n" + "\n".join(lines) + "\n")
+        return PR.RackNode(n.host, n.ip, facts, n.env, n.driver, n.nofile_hard)
+    found = CK.check_rack([with_dockerd(confined)], infiniband=True)
     assert checks(found) == [("memlock", "a")] and "8 MiB" in found[0].what and "LimitMEMLOCK" in found[0].fix
-    assert RK.check_rack([with_dockerd(confined)], infiniband=False) == []  # memlock=-1 is asked for IB only
-    assert RK.check_rack([with_dockerd(root), with_dockerd(unlimited, "b")], infiniband=True) == []
+    assert CK.check_rack([with_dockerd(confined)], infiniband=False) == []  # memlock=-1 is asked for IB only
+    assert CK.check_rack([with_dockerd(root), with_dockerd(unlimited, "b")], infiniband=True) == []
 
 
 def test_a_named_check_can_be_skipped():
     nodes = [node("a"), node("b", "10.10.0.12", mtu=1500)]
-    assert RK.check_rack(nodes, skip=frozenset({"mtu"})) == []
-    assert set(RK.CHECKS) >= {"gpu-driver", "data-interface", "socket-ifname", "mtu", "ib-port", "ib-link-layer",
+    assert CK.check_rack(nodes, skip=frozenset({"mtu"})) == []
+    assert set(CK.CHECKS) >= {"gpu-driver", "data-interface", "socket-ifname", "mtu", "ib-port", "ib-link-layer",
                               "roce-gid", "ib-hca", "clock", "shm", "nofile", "image", "memlock"}
 
 
@@ -165,9 +168,9 @@ def test_up_turns_the_findings_into_one_refusal_per_host():
     inv = gpu_inventory(infiniband=True)
     a, b = inv.hosts
     facts = {a.name: HostFacts("26.1", gpus=(GPU("H100", 81559, "580.159.04"),), nofile_hard=1048576,
-                               rack=RK.parse_rack(output(ip=a.ip))),
+                               rack=F.parse_rack(output(ip=a.ip))),
              b.name: HostFacts("26.1", gpus=(GPU("H100", 81559, "580.159.04"),), nofile_hard=1048576,
-                               rack=RK.parse_rack(output(ip=b.ip, mtu=1500, ib=("mlx5_0 1 Ethernet 1 1: DOWN",))
+                               rack=F.parse_rack(output(ip=b.ip, mtu=1500, ib=("mlx5_0 1 Ethernet 1 1: DOWN",))
                                                   .replace("ens5", "ens6")))}  # its NCCL_SOCKET_IFNAME
     got = rack_refusals(inv, facts, inv.hosts)
     text = str(got[b.name])
@@ -209,29 +212,29 @@ def test_the_images_cuda_comes_from_its_environment_in_the_inspect_output():
     out = json.dumps(container) + "\n" + json.dumps(image) + "\n"
     assert parse_image_cuda(out) == H200_IMAGE
     assert parse_image_cuda(json.dumps(container)) == {}  # the image is not on the host
-    assert RK.image_cuda_need(H200_IMAGE) == "13.0"
-    assert RK.image_cuda_need({"NVIDIA_REQUIRE_CUDA": "cuda>=12.8 brand=tesla,driver>=535,driver<536"}) == "12.8"
-    assert RK.image_cuda_need({}) is None
+    assert PRU.image_cuda_need(H200_IMAGE) == "13.0"
+    assert PRU.image_cuda_need({"NVIDIA_REQUIRE_CUDA": "cuda>=12.8 brand=tesla,driver>=535,driver<536"}) == "12.8"
+    assert PRU.image_cuda_need({}) is None
 
 
 def _gpu_node(name, driver, driver_cuda, image=H200_IMAGE):
-    return RK.RackNode(name, "10.10.0.11", RK.RackFacts(), {}, driver, None, "sha256:ab", driver_cuda, image)
+    return PR.RackNode(name, "10.10.0.11", F.RackFacts(), {}, driver, None, "sha256:ab", driver_cuda, image)
 
 
 def test_a_driver_older_than_the_images_cuda_is_refused_unless_the_image_serves_it_forward_compatibly():
-    assert RK.check_rack([_gpu_node("a", "580.159.04", "13.0")]) == []  # the H200 as recorded
-    (f,) = RK.check_rack([_gpu_node("a", "580.159.04", "13.0"), _gpu_node("b", "560.35.03", "12.6")],
+    assert CK.check_rack([_gpu_node("a", "580.159.04", "13.0")]) == []  # the H200 as recorded
+    (f,) = CK.check_rack([_gpu_node("a", "580.159.04", "13.0"), _gpu_node("b", "560.35.03", "12.6")],
                          skip=frozenset({"gpu-driver"}))
     assert (f.check, f.host) == ("cuda-driver", "b")
     assert f.what == "its NVIDIA driver 560.35.03 runs CUDA up to 12.6, the image is built for CUDA 13.0"
     assert "install a driver for CUDA 13.0 or newer on b" in f.fix
     # 535 is one of the branches the image's compat libraries name (brand=tesla,driver>=535,driver<536)
-    assert RK.check_rack([_gpu_node("a", "535.104.05", "12.2")]) == []
-    assert not RK.forward_compatible(H200_IMAGE["NVIDIA_REQUIRE_CUDA"], "536.1")
+    assert CK.check_rack([_gpu_node("a", "535.104.05", "12.2")]) == []
+    assert not PRU.forward_compatible(H200_IMAGE["NVIDIA_REQUIRE_CUDA"], "536.1")
     # an image that names no forward-compatible branch
-    assert [f.check for f in RK.check_rack([_gpu_node("a", "535.104.05", "12.2", {"CUDA_VERSION": "12.8.1"})])] \
+    assert [f.check for f in CK.check_rack([_gpu_node("a", "535.104.05", "12.2", {"CUDA_VERSION": "12.8.1"})])] \
         == ["cuda-driver"]
     # unknown on either side: not checked; skippable by name
-    assert RK.check_rack([_gpu_node("a", "535.104.05", None)]) == []
-    assert RK.check_rack([_gpu_node("a", "560.35.03", "12.6", {})]) == []
-    assert RK.check_rack([_gpu_node("b", "560.35.03", "12.6")], skip=frozenset({"cuda-driver"})) == []
+    assert CK.check_rack([_gpu_node("a", "535.104.05", None)]) == []
+    assert CK.check_rack([_gpu_node("a", "560.35.03", "12.6", {})]) == []
+    assert CK.check_rack([_gpu_node("b", "560.35.03", "12.6")], skip=frozenset({"cuda-driver"})) == []

@@ -128,6 +128,7 @@ def inv(tmp_path):
 
 def test_no_container_argv_carries_a_value_and_each_mounts_only_its_own_secrets(inv):
     from bootstrap.fleet import plan as FP
+    from bootstrap.fleet import routers as FRT
 
     assert SS.values(inv) == {"HF_TOKEN": VALUE, "FLEET_KEY": KEY, "VLLM_API_KEY": KEY}
     # FLEET_KEY (the API key's secret) reaches the containers as VLLM_API_KEY only, and no node container
@@ -136,7 +137,7 @@ def test_no_container_argv_carries_a_value_and_each_mounts_only_its_own_secrets(
     node = PL.container_spec(FP.replica_inventory(inv, 0), inv.host("a"), 1024).run_argv()
     member = FP.member_create_argv(inv, inv.host("a"), 1024, replica=0, rank=0, nodes=1, vllm=["--x"],
                                    spec=FP.Spec("m"))
-    router = FP.router_run_argv(inv, ["http://10.0.0.1:8000"])
+    router = FRT.router_run_argv(inv, ["http://10.0.0.1:8000"])
     for argv, names, which in ((node, ["HF_TOKEN"], "node"),
                                (member, ["HF_TOKEN", "VLLM_API_KEY"], "serve"),
                                (router, ["VLLM_API_KEY"], "router")):

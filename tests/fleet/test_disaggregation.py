@@ -9,10 +9,10 @@ import json
 import pytest
 
 from bootstrap.cluster import plan as PL
-from bootstrap.cluster.facts import HostFacts
+from bootstrap.cluster.facts import HostFacts, IBPort, RackFacts
 from bootstrap.cluster.preflight import ports as RC
-from bootstrap.cluster.rack import IBPort, RackFacts
 from bootstrap.errors import FleetError
+from bootstrap.fleet import names as FN
 from bootstrap.fleet import plan as FP
 from bootstrap.serve.split import Parallelism, SplitChoice
 from tests.support.fleet_inventories import check, error, fleet_yaml, load
@@ -26,8 +26,8 @@ router:
 
 def test_the_first_replica_prefills_and_the_other_decodes(tmp_path):
     inv = load(tmp_path, fleet_yaml(2, 2, cluster=PD))
-    assert inv.cluster.router.prefill == (0,) and FP.is_pd(inv)
-    assert [FP.role(inv, k) for k in range(2)] == ["prefill", "decode"]
+    assert inv.cluster.router.prefill == (0,) and FN.is_pd(inv)
+    assert [FN.role(inv, k) for k in range(2)] == ["prefill", "decode"]
     plan = FP.plan_fleet(inv, FP.Spec("/m", ("--max-model-len", "256")), SPLIT, nofile={})
     assert [r.role for r in plan.replicas] == ["prefill", "decode"]
     for r, kv_role in zip(plan.replicas, ("kv_producer", "kv_consumer")):
@@ -110,7 +110,7 @@ def test_a_kv_lease_without_disaggregation_is_refused_rather_than_ignored(tmp_pa
 
 def test_without_prefill_nothing_changes(tmp_path):
     inv = load(tmp_path, fleet_yaml(2, 2))
-    assert not FP.is_pd(inv) and FP.role(inv, 0) is None
+    assert not FN.is_pd(inv) and FN.role(inv, 0) is None
     plan = FP.plan_fleet(inv, FP.Spec("/m"), SPLIT, nofile={})
     assert all("--kv-transfer-config" not in m.vllm and not any("NIXL" in a for a in m.create)
                for r in plan.replicas for m in r.members)
@@ -214,7 +214,7 @@ def test_pipeline_parallel_replicas_are_refused_on_a_disaggregated_fleet_only(tm
 
 
 def test_bench_reports_each_roles_own_latency_from_the_engines_histograms():
-    from bootstrap.fleet.run import FleetState, ReplicaState, spread
+    from bootstrap.fleet.status import FleetState, ReplicaState, spread
 
     def state(succeeded, lat):
         return FleetState("e", "h0", "running", [], [

@@ -6,6 +6,8 @@ import pytest
 
 from bootstrap.errors import GroupError
 from bootstrap.fleet import run as FL
+from bootstrap.fleet import status as FS
+from bootstrap.fleet import steps as FST
 from tests.support.fake_hosts import DOCKER_DOWN, FakeHost, fake_session
 from tests.support.fleet_inventories import fleet_yaml, load
 
@@ -17,7 +19,7 @@ def test_fleet_status_says_unknown_for_a_host_it_could_not_inspect(tmp_path):
     absent = [("container inspect", ABSENT), ("RestartCount", (1, "", "Error: No such object: x"))]
     sess = fake_session(inv, {"h0": FakeHost("h0", absent), "h1": FakeHost("h1", absent),
                               "h2": FakeHost("h2", [("docker", DOCKER_DOWN)]), "h3": FakeHost("h3", absent)})
-    st = FL.fleet_state(sess)
+    st = FS.fleet_state(sess)
     r0, r1 = st.replicas
     assert r0.health == "not serving" and r0.containers == {"h0": "absent", "h1": "absent"}
     assert r1.containers["h2"] == "unknown" and r1.health.startswith("unknown (h2: ")
@@ -39,7 +41,7 @@ def test_a_router_host_that_does_not_answer_is_shown_unknown_and_no_holder_is_ma
     absent = [("container inspect", ABSENT), ("RestartCount", (1, "", "Error: No such object: x"))]
     sess = fake_session(inv, {"h0": FakeHost("h0", [("docker", DOCKER_DOWN)]), "h1": FakeHost("h1", absent),
                               "h2": FakeHost("h2", absent), "h3": FakeHost("h3", absent)})
-    st = FL.fleet_state(sess)
+    st = FS.fleet_state(sess)
     assert [(r.host, r.state.split(" ")[0]) for r in st.routers] == [("h0", "unknown"), ("h2", "absent")]
     assert st.routers[1].vip_state == "absent" and st.routers[1].holds_vip is None
     assert st.vip == "10.0.0.100" and st.vip_holder is None
@@ -55,7 +57,7 @@ def test_a_rollout_step_changes_the_workers_of_every_router_each_on_its_own_url(
     ok, refused = (0, '{"ok": true}\n', ""), (0, '{"ok": false, "error": "503"}\n', "")
     hosts = {n: FakeHost(n, [("docker exec", ok if n != "h2" else refused)]) for n in ("h0", "h1", "h2", "h3")}
     sess = fake_session(inv, hosts)
-    out = FL._router_call(sess, inv, "remove", "http://10.0.0.3:8000")
+    out = FST._router_call(sess, inv, "remove", "http://10.0.0.3:8000")
     assert out["ok"] is False and out["h0"]["ok"] is True and out["h2"]["error"] == "503"
     asked = {n: [c for c in h.commands if "docker exec" in c] for n, h in hosts.items()}
     assert "remove http://10.0.0.1:30000 http://10.0.0.3:8000" in asked["h0"][0]

@@ -14,8 +14,8 @@ from bootstrap.cli import main
 from bootstrap.cluster import run as A
 from bootstrap.errors import ExitStatus, GroupError, HostUnreachable, LockBusy, UsageError
 from bootstrap.fleet import lifecycle as FLC
-from bootstrap.fleet import plan as FP
-from bootstrap.fleet import run as FL
+from bootstrap.fleet import names as FN
+from bootstrap.fleet import status as FS
 from bootstrap.remote.session import Session, Timings
 from tests.support.fake_hosts import GUARD_ANSWERS, FakeHost, fake_session
 from tests.support.fleet_inventories import ENVIRON, fleet_yaml, hosts_yaml, load, write
@@ -62,9 +62,9 @@ def test_the_fleet_containers_follow_the_container_name_keeper_first(tmp_path):
     inv = load(tmp_path, fleet_yaml(4, 2, cluster="container_name: llm"))
     assert FLC.fleet_containers(inv) == ("llm-keeper", "llm-vip", "llm-router", "llm-serve", "llm-serve-standby",
                                          "llm-serve-spent", "llm-serve-old", "llm-serve-standby-old")
-    assert FLC.fleet_containers(inv) == (FP.keeper_name(inv), FP.vip_name(inv), FP.router_name(inv),
-                                         FP.serve_name(inv), FP.standby_name(inv), FP.spent_name(inv),
-                                         FP.old_name(inv), FP.standby_old_name(inv))
+    assert FLC.fleet_containers(inv) == (FN.keeper_name(inv), FN.vip_name(inv), FN.router_name(inv),
+                                         FN.serve_name(inv), FN.standby_name(inv), FN.spent_name(inv),
+                                         FN.old_name(inv), FN.standby_old_name(inv))
 
 
 # -- down -----------------------------------------------------------------------------------------
@@ -238,10 +238,10 @@ def test_status_reads_each_group_then_the_fleet(fleet, monkeypatch):
         asked.append(([h.name for h in inv.hosts], sorted(kw)))
         return ClusterStatus([NodeStatus(h.name, h.ip, h.role, True, "running", True, 0.0) for h in inv.hosts],
                              None, None, "none")
-    replica = FL.ReplicaState(0, ["h0", "h1"], "http://10.0.0.1:8000", {}, 0, None, "healthy", True)
-    state = FL.FleetState("http://10.0.0.1:30000/v1", "h0", "running", [], [replica])
+    replica = FS.ReplicaState(0, ["h0", "h1"], "http://10.0.0.1:8000", {}, 0, None, "healthy", True)
+    state = FS.FleetState("http://10.0.0.1:30000/v1", "h0", "running", [], [replica])
     monkeypatch.setattr(A, "cluster_status", cluster_status)
-    monkeypatch.setattr(FL, "status", lambda inv, **kw: state)
+    monkeypatch.setattr(FS, "status", lambda inv, **kw: state)
     st = FLC.fleet_status(fleet, parallel=2)
     assert [a[0] for a in asked] == [["h0", "h1"], ["h2", "h3"]]
     assert all("serving" not in a[1] for a in asked)  # the fleet serves through its own containers
@@ -296,9 +296,9 @@ def test_cli_status_on_a_fleet_exits_1_unless_every_replica_serves(tmp_path, mon
     from bootstrap.cluster.run import ClusterStatus
 
     path = write(tmp_path, fleet_yaml(4, 2))
-    replica = FL.ReplicaState(0, ["h0", "h1"], "http://10.0.0.1:8000", {}, 0, None, "healthy", True)
+    replica = FS.ReplicaState(0, ["h0", "h1"], "http://10.0.0.1:8000", {}, 0, None, "healthy", True)
     groups = [ClusterStatus([], None, None, "none")] * 2
-    st = FLC.FleetStatus(groups, FL.FleetState("http://10.0.0.1:30000/v1", "h0", "running", [], [replica]))
+    st = FLC.FleetStatus(groups, FS.FleetState("http://10.0.0.1:30000/v1", "h0", "running", [], [replica]))
     monkeypatch.setattr(FLC, "fleet_status", lambda inv, **kw: st)
     monkeypatch.setattr("bootstrap.monitor.run.running_url", lambda inv: None)
     r = invoke("status", "-i", str(path), "--json")
@@ -340,10 +340,10 @@ def test_cli_status_shows_each_router_and_which_host_holds_the_address(tmp_path,
 
     path = write(tmp_path, fleet_yaml(4, 2, cluster="router: {vip: {address: 10.0.0.100}}"))
     urls = ["http://10.0.0.1:8000", "http://10.0.0.3:8000"]
-    replicas = [FL.ReplicaState(k, [], u, {}, 0, None, "healthy", True) for k, u in enumerate(urls)]
-    routers = [FL.RouterView("h0", "unknown (h0: no route to host)"),
-               FL.RouterView("h2", "running", urls, "running", True)]
-    fs = FL.FleetState("http://10.0.0.100:30000/v1", "h2", "running", urls, replicas, routers, "10.0.0.100", "h2")
+    replicas = [FS.ReplicaState(k, [], u, {}, 0, None, "healthy", True) for k, u in enumerate(urls)]
+    routers = [FS.RouterView("h0", "unknown (h0: no route to host)"),
+               FS.RouterView("h2", "running", urls, "running", True)]
+    fs = FS.FleetState("http://10.0.0.100:30000/v1", "h2", "running", urls, replicas, routers, "10.0.0.100", "h2")
     st = FLC.FleetStatus([ClusterStatus([], None, None, "none")] * 2, fs)
     monkeypatch.setattr(FLC, "fleet_status", lambda inv, **kw: st)
     monkeypatch.setattr("bootstrap.monitor.run.running_url", lambda inv: None)

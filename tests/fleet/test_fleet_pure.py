@@ -10,7 +10,9 @@ from click.testing import CliRunner
 
 from bootstrap.cli import main
 from bootstrap.errors import InventoryError, UsageError
+from bootstrap.fleet import names as FN
 from bootstrap.fleet import plan as FP
+from bootstrap.fleet import routers as FRT
 from bootstrap.inventory import load_inventory
 from bootstrap.model import Inventory, Router
 from bootstrap.serve.split import Parallelism, SplitChoice
@@ -314,15 +316,15 @@ def test_replica_inventory_puts_a_later_head_first(tmp_path):
 
 
 def test_router_host_default_and_given(fleet, tmp_path):
-    assert FP.router_host(fleet).name == "h0"
-    assert FP.router_url(fleet) == "http://10.0.0.1:30000"
-    assert [FP.replica_url(fleet, k) for k in (0, 1)] == ["http://10.0.0.1:8000", "http://10.0.0.3:8000"]
+    assert FN.router_host(fleet).name == "h0"
+    assert FN.router_url(fleet) == "http://10.0.0.1:30000"
+    assert [FN.replica_url(fleet, k) for k in (0, 1)] == ["http://10.0.0.1:8000", "http://10.0.0.3:8000"]
     inv = load(tmp_path, fleet_yaml(cluster="router: {host: h3, port: 31000}"))
-    assert FP.router_host(inv).name == "h3"
-    assert FP.router_url(inv) == "http://10.0.0.4:31000"
+    assert FN.router_host(inv).name == "h3"
+    assert FN.router_url(inv) == "http://10.0.0.4:31000"
     # the default is replica 0's head even when that is not the first host
     inv = load(tmp_path, fleet_yaml(extra={1: "role: head"}))
-    assert FP.router_host(inv).name == "h1"
+    assert FN.router_host(inv).name == "h1"
 
 
 def test_urls_of_ipv6_hosts_are_bracketed(tmp_path):
@@ -332,8 +334,8 @@ def test_urls_of_ipv6_hosts_are_bracketed(tmp_path):
           - {name: a, address: 'fd00::1'}
           - {name: b, address: 'fd00::2'}
         """)
-    assert FP.replica_url(inv, 1) == "http://[fd00::2]:8000"
-    assert FP.router_url(inv) == "http://[fd00::1]:30000"
+    assert FN.replica_url(inv, 1) == "http://[fd00::2]:8000"
+    assert FN.router_url(inv) == "http://[fd00::1]:30000"
 
 
 def test_spec_label_round_trip():
@@ -372,16 +374,16 @@ def test_plan_fleet_members(fleet):
             assert "bootstrap.keep=demo" in labels
             # the image, its entry exporting the secrets (HF_TOKEN), then the supervisor and its arguments
             assert c[c.index("--entrypoint") + 1:c.index("--entrypoint") + 3] == ["sh", spec.image]
-            i = c.index(FP.MEMBER_PATH)
+            i = c.index(FN.MEMBER_PATH)
             assert c[i - 2:i] == ["--", "python3"]
-            assert c[i + 1:i + 5] == [str(m.rank), "2", heads[r.index], str(FP.COORD_PORT)]
+            assert c[i + 1:i + 5] == [str(m.rank), "2", heads[r.index], str(FN.COORD_PORT)]
             assert c[i + 5] == "--"
             vllm = c[i + 6:]
             assert vllm == list(m.vllm)
             assert vllm[:3] == ["vllm", "serve", "org/model"]
             assert vllm[vllm.index("--node-rank") + 1] == str(m.rank)
             assert vllm[vllm.index("--master-addr") + 1] == heads[r.index]
-            assert vllm[vllm.index("--master-port") + 1] == str(FP.MASTER_PORT)
+            assert vllm[vllm.index("--master-port") + 1] == str(FN.MASTER_PORT)
             assert vllm[vllm.index("--nnodes") + 1] == "2"
             assert vllm[vllm.index("--tensor-parallel-size") + 1] == "2"
             assert vllm[-2:] == ["--max-model-len", "4096"]
@@ -425,7 +427,7 @@ def test_plan_fleet_router_and_keeper(fleet):
     assert k[k.index("--cap-drop") + 1] == "ALL"
     assert k[k.index("--restart") + 1] == "unless-stopped"
     # the serving name with its standby's (cluster.standby, on by default), and the router's
-    assert FP.KEEPER_PATH in k
+    assert FN.KEEPER_PATH in k
     assert k[-2:] == ["bootstrap-vllm-serve=bootstrap-vllm-serve-standby", "bootstrap-vllm-router"]
     doc = plan.to_dict()
     assert json.loads(json.dumps(doc)) == doc
@@ -436,7 +438,7 @@ def test_router_on_a_named_host_binds_its_ip(tmp_path):
     inv = load(tmp_path, fleet_yaml(cluster="""
         router: {host: h3, port: 31000, metrics_port: 31001, health_interval: 7}
         """))
-    r = list(FP.router_run_argv(inv, ["http://u1", "http://u2"]))
+    r = list(FRT.router_run_argv(inv, ["http://u1", "http://u2"]))
     assert r[r.index("--host") + 1] == "10.0.0.4"
     assert r[r.index("--prometheus-host") + 1] == "10.0.0.4"
     assert r[r.index("--port") + 1] == "31000" and r[r.index("--prometheus-port") + 1] == "31001"
@@ -445,10 +447,10 @@ def test_router_on_a_named_host_binds_its_ip(tmp_path):
     # a slow /health is not a dead replica (5 s, 3 in a row); a replica that failed requests is
     # tried again after CB_TIMEOUT, not vllm-router's 60 s
     assert r[r.index("--health-check-timeout-secs") + 1] == "5" and r[r.index("--health-failure-threshold") + 1] == "3"
-    assert r[r.index("--cb-timeout-duration-secs") + 1] == str(FP.CB_TIMEOUT)
+    assert r[r.index("--cb-timeout-duration-secs") + 1] == str(FRT.CB_TIMEOUT)
     assert inv.cluster.image in r  # no image given: the cluster's
-    k = list(FP.keeper_create_argv(inv))
-    assert k[k.index(FP.KEEPER_PATH) + 2] == "5"  # the keeper's interval is capped at 5 seconds
+    k = list(FRT.keeper_create_argv(inv))
+    assert k[k.index(FN.KEEPER_PATH) + 2] == "5"  # the keeper's interval is capped at 5 seconds
 
 
 def mounted(argv):
@@ -492,7 +494,7 @@ def test_api_key_reaches_replicas_and_router_probe_through_files_only(tmp_path):
         secrets: [FLEET_KEY]
         router: {api_key: FLEET_KEY}
         """), {"FLEET_KEY": KEY, "HF_TOKEN": TOKEN})
-    assert inv.cluster.router.api_key == "FLEET_KEY" and FP.api_key(inv) == KEY
+    assert inv.cluster.router.api_key == "FLEET_KEY" and FRT.api_key(inv) == KEY
     plan = FP.plan_fleet(inv, FP.Spec("org/model"), CPU_SPLIT, nofile={})
     for m in (m for r in plan.replicas for m in r.members):
         assert mounted(m.create) == ["VLLM_API_KEY"]  # the key under vLLM's name only, not FLEET_KEY too
@@ -515,7 +517,7 @@ def test_api_key_named_vllm_api_key_is_not_written_twice(tmp_path):
 
 def test_without_api_key_the_router_gets_no_secret(fleet):
     plan = FP.plan_fleet(fleet, FP.Spec("org/model"), CPU_SPLIT, nofile={})
-    assert mounted(plan.router) == [] and FP.api_key(fleet) is None
+    assert mounted(plan.router) == [] and FRT.api_key(fleet) is None
     assert plan.router[plan.router.index("--entrypoint") + 1] == "vllm-router"
 
 
@@ -539,15 +541,15 @@ def test_member_image_defaults_to_the_clusters(fleet):
     c = FP.member_create_argv(fleet, fleet.hosts[3], None, replica=1, rank=1, nodes=2, vllm=("vllm",),
                               spec=FP.Spec("m"))
     assert c[c.index("--entrypoint") + 2] == fleet.cluster.image
-    i = c.index(FP.MEMBER_PATH)
+    i = c.index(FN.MEMBER_PATH)
     assert c[i + 1:i + 4] == ("1", "2", "10.0.0.3")
 
 
 def test_names_follow_the_container_name(tmp_path):
     inv = load(tmp_path, fleet_yaml(cluster="container_name: mine"))
-    assert (FP.serve_name(inv), FP.old_name(inv), FP.router_name(inv), FP.keeper_name(inv)) == (
+    assert (FN.serve_name(inv), FN.old_name(inv), FN.router_name(inv), FN.keeper_name(inv)) == (
         "mine-serve", "mine-serve-old", "mine-router", "mine-keeper")
-    assert FP.is_fleet(inv) and not FP.is_fleet(FP.replica_inventory(inv, 0))
+    assert FN.is_fleet(inv) and not FN.is_fleet(FP.replica_inventory(inv, 0))
 
 
 # --------------------------------------------------------------------------------------------
@@ -633,7 +635,7 @@ def test_cli_validate_accepts_a_fleet(tmp_path, no_hosts):
 
 def test_cli_rollout_needs_replicas(tmp_path, monkeypatch, no_hosts):
     called = []
-    monkeypatch.setattr("bootstrap.fleet.run.rollout", lambda *a, **kw: called.append((a, kw)))
+    monkeypatch.setattr("bootstrap.fleet.rollout.rollout", lambda *a, **kw: called.append((a, kw)))
     path = write(tmp_path, "cluster: {accelerator: none}\n" + hosts_yaml(2))
     r = invoke("rollout", "-i", str(path), "--", "--max-model-len", "4096")
     assert r.exit_code == 2, r.output
@@ -723,7 +725,7 @@ def _rollout_calls(tmp_path, monkeypatch, *args):
     def fake(inv, **kw):
         called.append(kw)
         raise UsageError("stopped here by the test")
-    monkeypatch.setattr("bootstrap.fleet.run.rollout", fake)
+    monkeypatch.setattr("bootstrap.fleet.rollout.rollout", fake)
     path = write(tmp_path, fleet_yaml())
     return invoke("rollout", "-i", str(path), *args), called
 
@@ -754,14 +756,14 @@ def test_cli_rollout_refuses_a_data_parallel_shape_the_replicas_cannot_take(tmp_
 
 def test_fleet_status_shows_each_engines_requests_and_the_data_parallel_shape(fleet, capsys):
     from bootstrap.cli import render
-    from bootstrap.fleet import run as FR
+    from bootstrap.fleet import status as FS
 
     spec = FP.Spec("/m", ("--enforce-eager",), "img", None, 2)
-    reps = [FR.ReplicaState(k, [h.name for h in g], f"http://r{k}", {h.name: "running" for h in g}, 0, spec,
+    reps = [FS.ReplicaState(k, [h.name for h in g], f"http://r{k}", {h.name: "running" for h in g}, 0, spec,
                             "healthy", True, 0, 0, 18.0 + k, engines={"0": 11.0, "1": 7.0 + k})
             for k, g in enumerate(fleet.replicas)]
-    fs = FR.FleetState("http://x/v1", fleet.replicas[0][0].name, "running", [r.url for r in reps], reps,
-                       [FR.RouterView(fleet.replicas[0][0].name, "running")])
+    fs = FS.FleetState("http://x/v1", fleet.replicas[0][0].name, "running", [r.url for r in reps], reps,
+                       [FS.RouterView(fleet.replicas[0][0].name, "running")])
     render.fleet_status(fleet, [], fs, True)
     doc = json.loads(capsys.readouterr().out)
     rows = doc["fleet"]["replicas"] if "fleet" in doc else doc["replicas"]
@@ -781,7 +783,7 @@ def test_each_member_has_a_standby_twin_that_the_keeper_knows_unless_the_invento
         for m in rp.members:
             c, s = list(m.create), list(m.standby)
             assert c[c.index("--name") + 1] == "bootstrap-vllm-serve"
-            assert s[s.index("--name") + 1] == FP.standby_name(fleet) == "bootstrap-vllm-serve-standby"
+            assert s[s.index("--name") + 1] == FN.standby_name(fleet) == "bootstrap-vllm-serve-standby"
             i = c.index("--name")
             assert s[:i + 1] + s[i + 2:] == c[:i + 1] + c[i + 2:]
     assert "bootstrap-vllm-serve=bootstrap-vllm-serve-standby" in plan.keeper

@@ -14,8 +14,10 @@ import pytest
 
 from bootstrap.cluster.guard import fence as FN
 from bootstrap.cluster.guard import secretstore as SS
+from bootstrap.fleet import names as FN_
 from bootstrap.fleet import plan as FP
-from bootstrap.fleet.run import RouterView
+from bootstrap.fleet import routers as FRT
+from bootstrap.fleet.status import RouterView
 from bootstrap.remote.session import check_script
 from tests.support.fleet_inventories import error, fleet_yaml, line_of, load, write
 
@@ -24,9 +26,9 @@ VIP = "router: {vip: {address: 10.0.0.100}}"
 
 def test_a_floating_address_puts_routers_on_the_first_two_replica_heads(tmp_path):
     inv = load(tmp_path, fleet_yaml(6, 3, cluster=VIP))
-    assert [h.name for h in FP.router_hosts(inv)] == ["h0", "h2"]
-    assert FP.router_url(inv) == "http://10.0.0.100:30000"  # the endpoint is the floating address
-    assert FP.router_url(inv, inv.host("h2")) == "http://10.0.0.3:30000"  # each router on its own IP
+    assert [h.name for h in FN_.router_hosts(inv)] == ["h0", "h2"]
+    assert FN_.router_url(inv) == "http://10.0.0.100:30000"  # the endpoint is the floating address
+    assert FN_.router_url(inv, inv.host("h2")) == "http://10.0.0.3:30000"  # each router on its own IP
     assert FP.one_host_note(inv) is None
     # every router host's port is the endpoint in the fence; the others' is not
     assert [FN.endpoint_ports(inv, h) for h in inv.hosts] == [(30000,), (), (30000,), (), (), ()]
@@ -34,13 +36,13 @@ def test_a_floating_address_puts_routers_on_the_first_two_replica_heads(tmp_path
     assert FN.endpoint_ports(one, one.host("h2")) == (30000,)
     # hosts named: those
     inv = load(tmp_path, fleet_yaml(6, 3, cluster="router: {hosts: [h4, h1, h0], vip: {address: 10.0.0.100/24}}"))
-    assert [h.name for h in FP.router_hosts(inv)] == ["h4", "h1", "h0"]
+    assert [h.name for h in FN_.router_hosts(inv)] == ["h4", "h1", "h0"]
     assert inv.cluster.router.vip.prefix == 24
 
 
 def test_without_a_floating_address_the_plan_says_the_endpoint_is_one_host(tmp_path):
     inv = load(tmp_path, fleet_yaml(4, 2))
-    assert [h.name for h in FP.router_hosts(inv)] == ["h0"]
+    assert [h.name for h in FN_.router_hosts(inv)] == ["h0"]
     note = FP.one_host_note(inv)
     assert note.startswith("the endpoint is one host (h0)") and "cluster.router.vip" in note
     plan = FP.plan_fleet(inv, FP.Spec("/m"), _split(), nofile={})
@@ -137,7 +139,7 @@ def test_keepalived_gets_unicast_peers_a_check_of_its_own_router_and_no_preempti
     assert sorted(caps) == ["NET_ADMIN", "NET_BROADCAST", "NET_RAW", "SETGID", "SETUID"]
     assert argv[argv.index("--cap-drop") + 1] == "ALL"
     assert "--privileged" not in argv and "-v" not in argv  # no secret set without a password
-    assert FP.vip_name(inv) in plan.keeper  # the keeper restarts keepalived too
+    assert FN_.vip_name(inv) in plan.keeper  # the keeper restarts keepalived too
     # an interface the facts do not know: refused, naming the host
     with pytest.raises(Exception) as info:
         FP.plan_fleet(inv, FP.Spec("/m"), _split(), nofile={}, ifaces={"h0": "eth0", "h2": None, "h4": "eth0"})
@@ -146,8 +148,7 @@ def test_keepalived_gets_unicast_peers_a_check_of_its_own_router_and_no_preempti
 
 def test_a_floating_address_outside_a_router_hosts_network_from_its_facts_is_refused_before_anything_starts(tmp_path):
     from bootstrap.cluster import plan as PL
-    from bootstrap.cluster.facts import HostFacts
-    from bootstrap.cluster.rack import parse_rack
+    from bootstrap.cluster.facts import HostFacts, parse_rack
     from bootstrap.errors import FleetError
 
     inv = load(tmp_path, fleet_yaml(4, 2, cluster=VIP))
@@ -177,7 +178,7 @@ def test_a_vrrp_password_comes_from_a_secret_file_never_the_configuration(tmp_pa
     inv = load(tmp_path, text, environ={"VRRP_PASS": "s3cr3tpw"})
     plan = FP.plan_fleet(inv, FP.Spec("/m"), _split(), nofile={}, ifaces={"h0": "eth0", "h2": "eth0"})
     conf = plan.routers[0].vip_config
-    assert "version 2" in conf and "advert_int 1\n" in conf and f"include {FP.VIP_RUN}/auth.conf" in conf
+    assert "version 2" in conf and "advert_int 1\n" in conf and f"include {FRT.VIP_RUN}/auth.conf" in conf
     assert "s3cr3tpw" not in conf and "s3cr3tpw" not in " ".join(plan.routers[0].vip_create)
     assert SS.vip_names(inv) == ("VRRP_PASS",)
     assert SS.files(inv)["vip/VRRP_PASS"] == "s3cr3tpw"
@@ -193,7 +194,7 @@ def test_keepalived_itself_accepts_the_configuration(tmp_path, secret):
     extra = "secrets: [VRRP_PASS]\n" if secret else ""
     vip = "{address: 10.0.0.100, secret: VRRP_PASS}" if secret else "{address: 10.0.0.100}"
     inv = load(tmp_path, fleet_yaml(4, 2, cluster=f"{extra}router: {{vip: {vip}}}"), environ={"VRRP_PASS": "pw"})
-    conf = FP.vip_config(inv, inv.host("h0"), "eth0").replace(f"{FP.VIP_RUN}/auth.conf", str(tmp_path / "auth.conf"))
+    conf = FRT.vip_config(inv, inv.host("h0"), "eth0").replace(f"{FRT.VIP_RUN}/auth.conf", str(tmp_path / "auth.conf"))
     (tmp_path / "auth.conf").write_text("authentication {\n    auth_type PASS\n    auth_pass pw\n}\n")
     path = write(tmp_path, conf, "keepalived.conf")
     r = subprocess.run(["keepalived", "-t", "-l", "-f", str(path)], capture_output=True, text=True, timeout=60)

