@@ -30,12 +30,14 @@ PKG = Path(__file__).resolve().parent.parent / "bootstrap"
 PURE = ("bootstrap.errors", "bootstrap.model", "bootstrap.exposure", "bootstrap.inventory", "bootstrap.containers",
         "bootstrap.cluster.plan", "bootstrap.cluster.guard.allow", "bootstrap.cluster.guard.fencedoc",
         "bootstrap.cluster.guard.fence", "bootstrap.cluster.guard.secretstore",
-        "bootstrap.cluster.imagedist.plan", "bootstrap.cluster.facts", "bootstrap.cluster.rack",
+        "bootstrap.cluster.imagedist.plan", "bootstrap.cluster.facts", "bootstrap.cluster.preflight.registry",
+        "bootstrap.cluster.preflight.checks", "bootstrap.cluster.preflight.rules", "bootstrap.cluster.preflight.ports",
         "bootstrap.inventory.reference", "bootstrap.doctor.logsources",
         "bootstrap.nccl.parse", "bootstrap.signatures",
-        "bootstrap.serve.plan", "bootstrap.serve.split", "bootstrap.serve.flags", "bootstrap.serve.argv",
+        "bootstrap.serve.split", "bootstrap.serve.flags", "bootstrap.serve.argv",
         "bootstrap.serve.sizing", "bootstrap.serve.manifest", "bootstrap.serve.kvlog", "bootstrap.serve.experts",
-        "bootstrap.serve.passthrough", "bootstrap.serve.mode", "bootstrap.fleet.plan", "bootstrap.fleet.names",
+        "bootstrap.serve.passthrough", "bootstrap.serve.mode", "bootstrap.serve.benchload",
+        "bootstrap.serve.benchstats", "bootstrap.fleet.plan", "bootstrap.fleet.names",
         "bootstrap.fleet.routers", "bootstrap.monitor.plan",
         "bootstrap.monitor.metrics")
 CAPABILITIES = ("cluster", "nccl", "doctor", "serve", "fleet", "monitor")
@@ -265,7 +267,7 @@ def test_no_circle_inside_a_folder():
     ("bootstrap.nccl.network", "bootstrap.fleet.plan", "bootstrap.nccl.network imports bootstrap.fleet.plan"),
     ("bootstrap.fleet.plan", "bootstrap.monitor.plan", "bootstrap.fleet.plan imports bootstrap.monitor.plan"),
     # one floor: neither imports the other
-    ("bootstrap.serve.plan", "bootstrap.nccl.parse", "bootstrap.serve.plan imports bootstrap.nccl.parse"),
+    ("bootstrap.serve.split", "bootstrap.nccl.parse", "bootstrap.serve.split imports bootstrap.nccl.parse"),
     ("bootstrap.cluster.guard.fence", "bootstrap.inventory.fields",
      "bootstrap.cluster.guard.fence imports bootstrap.inventory.fields"),
     ("bootstrap.model", "bootstrap.errors", "bootstrap.model imports bootstrap.errors"),
@@ -309,7 +311,7 @@ def test_the_pure_list_names_real_modules():
 
 
 @pytest.mark.parametrize("mod, extra, want", [
-    ("bootstrap.serve.plan", "bootstrap.remote.ssh", "pure bootstrap.serve.plan reaches bootstrap.remote.ssh"),
+    ("bootstrap.serve.split", "bootstrap.remote.ssh", "pure bootstrap.serve.split reaches bootstrap.remote.ssh"),
     ("bootstrap.nccl.parse", "bootstrap.cluster.probe", "pure bootstrap.nccl.parse reaches bootstrap.remote"),
     ("bootstrap.cluster.run", "click", "bootstrap.cluster.run imports click"),
     ("bootstrap.fleet.run", "bootstrap.serve.run", "another capability's run.py"),
