@@ -28,14 +28,14 @@ class ContainerState:
         return self.status == "running"
 
 
-#: Where a container finds the secrets bootstrap mounts into it (cluster/secretstore.py), and a shell
+#: Where a container finds the secrets bootstrap mounts into it (cluster/guard/secretstore.py), and a shell
 #: line exporting each (none: nothing): `docker exec` gets the container's configured environment,
 #: not what its entrypoint exported, so what bootstrap runs there reads them the same way first.
 SECRETS_IN_CONTAINER = "/run/bootstrap/secrets"
 LOAD_SECRETS = f'for f in {SECRETS_IN_CONTAINER}/*; do [ -f "$f" ] && export "${{f##*/}}=$(cat "$f")"; done; :'
 
 #: `$0` of the entrypoint that exports a container's secrets before it execs the real command
-#: (`sh -c ENTRY bootstrap-secrets NAME... -- PATH ARGS...`, cluster/secretstore.py).
+#: (`sh -c ENTRY bootstrap-secrets NAME... -- PATH ARGS...`, cluster/guard/secretstore.py).
 SECRETS_ENTRY = "bootstrap-secrets"
 
 

@@ -103,7 +103,7 @@ _MASKS = (
     (re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)(?!\*\*\*@)[^/\s@]+@"), r"\1***@"),
     (re.compile(r"""((?:^|(?<=[\s'"=(\[,]))[A-Za-z0-9._%+-]+:)(?!\*\*\*@)[^\s/@:'"]+@(?!sha\d+:)(?=[A-Za-z0-9\[])"""),
      r"\1***@"),
-    # a value that is a credential by its form (inventory/fields.py's, as a word of its own)
+    # a value that is a credential by its form (inventory/envvars.py's, as a word of its own)
     (re.compile(r"(?<![A-Za-z0-9])(?:" + face._CREDENTIAL_VALUE.pattern + ")"),
      lambda m: m[0] if m[0].endswith(":***@") else "***"),  # a URL whose password is masked already
 )

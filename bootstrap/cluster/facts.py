@@ -139,7 +139,7 @@ def parse_inspect_both(out: str, container: str, image: str) -> tuple[ContainerS
     return cstate, image_id
 
 
-#: The image variables the CUDA check reads (bootstrap.cluster.rack, check cuda-driver).
+#: The image variables the CUDA check reads (bootstrap.cluster.preflight.checks, check cuda-driver).
 IMAGE_CUDA_VARS = ("CUDA_VERSION", "NVIDIA_REQUIRE_CUDA")
 
 

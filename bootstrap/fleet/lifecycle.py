@@ -13,7 +13,7 @@ names these functions: the cluster layer cannot call the fleet above it.
 What the fleet leaves nowhere: no named volume (the keeper bind-mounts the Docker socket, the serve
 containers the inventory's own mounts), no network (every container runs with `--network host` or
 `none`), and no secret in Docker's records: they are files on the hosts' /run (a tmpfs), which
-`down` removes (cluster/secretstore.py).
+`down` removes (cluster/guard/secretstore.py).
 """
 from __future__ import annotations
 

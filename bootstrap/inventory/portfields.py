@@ -57,7 +57,7 @@ def _check_unprivileged(port: int, loc: _Loc, who: str) -> None:
                  "could not listen there; pick a port of 1024 or above")
 
 
-#: cluster.ports that containers without capabilities listen on (cluster/imagecopy.py, cluster/mirror.py).
+#: cluster.ports that containers without capabilities listen on (cluster/imagedist/: the image copy and the mirror).
 _UNPRIVILEGED_PORTS = {"image_copy": "the image copy's and the registry mirror's containers"}
 
 

@@ -4,7 +4,7 @@ fields._router call them where each secret is named, and say where (file:line, f
 A secret plays a role (role): VRRP's password (cluster.router.vip.secret: sent in clear in every
 VRRPv2 advert), the API key (cluster.router.api_key, or VLLM_API_KEY itself: held by every client,
 printed in `serve`'s curl hint) or the workload's (the rest of cluster.secrets, HF_TOKEN among them:
-the serving containers' processes). cluster/secretstore.py gives each kind of container the roles it
+the serving containers' processes). cluster/guard/secretstore.py gives each kind of container the roles it
 uses; one secret in two roles would reach where the wider one goes, so it is refused, by name and,
 where the values are known, by value (never shown).
 """
@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 from bootstrap.inventory.yamlfile import _Loc
 from bootstrap.model import PLAN_DEFAULT_ENV, PLAN_ENV, Router, Secret
 
-#: The variable vLLM reads its API key from (cluster/secretstore.py's API_KEY_ENV).
+#: The variable vLLM reads its API key from (cluster/guard/secretstore.py's API_KEY_ENV).
 API_KEY_ENV = "VLLM_API_KEY"
 WORKLOAD, API_KEY, VRRP = "workload", "api-key", "vrrp"
 

@@ -1,8 +1,8 @@
 """`bootstrap serve`: run `vllm serve` across the running cluster, wait for it, report the endpoint.
 
-Pure decisions (parallelism, argv, fit, manifests, KV capacity) live in `bootstrap.serve.plan`;
-what serve leaves on the head and how it is read back in `bootstrap.serve.state`; this module does
-the I/O on the node containers.
+Pure decisions (parallelism, argv, fit, manifests, KV capacity) live in `bootstrap.serve.mode` and its
+split, flags, argv, sizing, manifest and kvlog modules; what serve leaves on the head and how it is
+read back in `bootstrap.serve.state`; this module does the I/O on the node containers.
 """
 from __future__ import annotations
 

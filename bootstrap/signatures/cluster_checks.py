@@ -63,7 +63,7 @@ def parse_ip_addr(text: str) -> tuple[Interface, ...]:
 
 
 def _select_interfaces(var: str, value: str, ifaces: Sequence[Interface]) -> list[Interface] | None:
-    """The interfaces with an address that `value` selects (bootstrap.cluster.rack.select_interfaces:
+    """The interfaces with an address that `value` selects (bootstrap.cluster.preflight.rules.select_interfaces:
     the variables' syntax); None when the value is not valid syntax for `var`."""
     usable = [i for i in ifaces if i.addresses]
     names = select_interfaces(var, value, [i.name for i in usable])

@@ -34,7 +34,7 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         id="secret-gone",
         severity="error",
-        # cluster/secretstore.py's entrypoint, when a secret's file is not on the host's tmpfs
+        # cluster/guard/secretstore.py's entrypoint, when a secret's file is not on the host's tmpfs
         patterns=(_p(r"bootstrap: the secret \S+ is not on this host", needle="bootstrap: the secret"),),
         title="A container of ours was (re)started without a secret it needs: the host's /run, where "
               "bootstrap keeps the secrets in memory, was emptied (a reboot) or the files were removed",

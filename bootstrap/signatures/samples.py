@@ -221,7 +221,7 @@ SAMPLES: dict[str, tuple[str, ...]] = {
         "keeper: bootstrap-vllm-serve was Exited (137) 3 seconds ago: started (204)",
     ),
     "secret-gone": (
-        # secret-gone__sandbox_reboot.log (cluster/secretstore.py's entrypoint)
+        # secret-gone__sandbox_reboot.log (cluster/guard/secretstore.py's entrypoint)
         "bootstrap: the secret HF_TOKEN is not on this host (/run/bootstrap is on a tmpfs: a reboot empties it): "
         "run bootstrap up (and bootstrap serve) again to put it back",
     ),
