@@ -19,6 +19,7 @@ from bootstrap.cluster.preflight import run as PR
 from bootstrap.containers import LOAD_SECRETS, SECRETS_IN_CONTAINER
 from bootstrap.inventory import load_inventory
 from bootstrap.remote import docker as DK
+from bootstrap.serve import split as SP
 
 VALUE = "hf_" + "x" * 20 + "=tail ends in two spaces  "
 KEY = "sk-" + uuid.uuid4().hex
@@ -253,7 +254,7 @@ def test_each_kind_of_container_holds_exactly_the_secrets_it_uses(tmp_path):
             "standby": ["HF_TOKEN", "WANDB_API_KEY", "VLLM_API_KEY"], "router": ["VLLM_API_KEY"],
             "keepalived": ["VRRP_PASS"], "mirror": [], "keeper": []}
     assert {k: list(SS.kind_names(inv, k)) for k in want} == want
-    split = FP.P.SplitChoice(FP.P.Parallelism(tp=1, pp=1, world=1), "TP=1", True)
+    split = SP.SplitChoice(SP.Parallelism(tp=1, pp=1, world=1), "TP=1", True)
     plan = FP.plan_fleet(inv, FP.Spec("m"), split, nofile={}, ifaces={"a": "eth0", "b": "eth0"})
     member = plan.replicas[0].members[0]
     argvs = {"node": PL.container_spec(FP.replica_inventory(inv, 0), inv.host("a"), 1024).run_argv(),
