@@ -16,6 +16,7 @@ from bootstrap.cli.params import (
     check_hosts,
     check_kv_port,
     check_sizes,
+    host_options,
     inventory_option,
     json_option,
     parallel_option,
@@ -26,9 +27,7 @@ from bootstrap.cli.render import LineReporter
 
 # -- check-nccl ----------------------------------------------------------------------------------
 @main.command("check-nccl")
-@inventory_option
-@accept_keys_option
-@parallel_option
+@host_options
 @click.option("--deadline", type=SECONDS, default=180.0, show_default=True,
               help="Seconds for the whole check; a node that does not answer in time is named.")
 @click.option("--sizes", default=None, callback=check_sizes,
@@ -57,9 +56,7 @@ def check_nccl(inventory, parallel, deadline, sizes, iters, backend, as_json):
 
 # -- check-kv ------------------------------------------------------------------------------------
 @main.command("check-kv")
-@inventory_option
-@accept_keys_option
-@parallel_option
+@host_options
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
               help="The side channel's TCP port on the prefill heads (default: cluster.ports.kv_transfer; "
                    "give another while a disaggregated fleet serves, since its members hold that one).")
@@ -86,9 +83,7 @@ def check_kv(inventory, parallel, port, as_json):
 
 # -- doctor --------------------------------------------------------------------------------------
 @main.command()
-@inventory_option
-@accept_keys_option
-@parallel_option
+@host_options
 @json_option
 def doctor(inventory, parallel, as_json):
     """Find out why the cluster misbehaves: preflight, cluster and log checks, each with a fix.

@@ -10,9 +10,9 @@ from bootstrap.cli.app import _run, exit_on, main
 from bootstrap.cli.params import (
     SECONDS,
     Seconds,
-    accept_keys_option,
     check_command_words,
     check_host_names,
+    host_options,
     inventory_option,
     json_option,
     lock_wait_option,
@@ -99,9 +99,7 @@ def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_key
 
 # -- status --------------------------------------------------------------------------------------
 @main.command()
-@inventory_option
-@accept_keys_option
-@parallel_option
+@host_options
 @json_option
 @click.option("--exposure", is_flag=True,
               help="Instead: every port of the cluster's listening on every host, how it is bound, whether it asks "
@@ -161,9 +159,7 @@ def exec_(inventory, container, only, parallel, timeout, accept_new_host_keys, a
 
 # -- down ----------------------------------------------------------------------------------------
 @main.command()
-@inventory_option
-@accept_keys_option
-@parallel_option
+@host_options
 @lock_wait_option
 @json_option
 def down(inventory, parallel, lock_wait, as_json):

@@ -13,9 +13,9 @@ from bootstrap.cli.params import (
     SECONDS,
     Seconds,
     accept_keys_option,
+    host_options,
     inventory_option,
     json_option,
-    parallel_option,
     read_inventory,
 )
 from bootstrap.cli.render import LineReporter
@@ -67,9 +67,7 @@ def monitor():
 
 
 @monitor.command("up")
-@inventory_option
-@accept_keys_option
-@parallel_option
+@host_options
 @click.option("--wait", type=SECONDS, default=120.0, show_default=True,
               help="Seconds to wait for every target to be up.")
 @json_option
@@ -89,9 +87,7 @@ def monitor_up(inventory, parallel, wait, as_json):
 
 
 @monitor.command("status")
-@inventory_option
-@accept_keys_option
-@parallel_option
+@host_options
 @json_option
 def monitor_status(inventory, parallel, as_json):
     """List every scrape target up or down, as Prometheus sees it (exit 1 if one is down).
@@ -106,9 +102,7 @@ def monitor_status(inventory, parallel, as_json):
 
 
 @monitor.command("down")
-@inventory_option
-@accept_keys_option
-@parallel_option
+@host_options
 @click.option("--purge", is_flag=True, help="Also delete Prometheus' stored samples (its data volume).")
 @json_option
 def monitor_down(inventory, parallel, purge, as_json):

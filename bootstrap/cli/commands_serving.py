@@ -21,9 +21,9 @@ from bootstrap.cli.params import (
     check_rollout_args,
     check_serve_args,
     check_url,
+    host_options,
     inventory_option,
     json_option,
-    parallel_option,
     read_inventory,
 )
 from bootstrap.cli.render import LineReporter
@@ -31,9 +31,7 @@ from bootstrap.cli.render import LineReporter
 
 # -- serve ---------------------------------------------------------------------------------------
 @main.command(cls=PassThrough, context_settings={"ignore_unknown_options": True})
-@inventory_option
-@accept_keys_option
-@parallel_option
+@host_options
 @click.argument("model", required=False)
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 @click.option("--tp", type=click.IntRange(1), default=None,
@@ -98,9 +96,7 @@ def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, s
 
 # -- rollout -------------------------------------------------------------------------------------
 @main.command(cls=PassThrough, context_settings={"ignore_unknown_options": True})
-@inventory_option
-@accept_keys_option
-@parallel_option
+@host_options
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 @click.option("--model", default=None, help="The model to change to (default: the one served).")
 @click.option("--image", default=None, help="The image to change to (default: the one served).")

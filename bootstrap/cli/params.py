@@ -194,6 +194,12 @@ def _accept_new_keys(ctx, param, value):
 accept_keys_option = click.option(
     "--accept-new-host-keys", is_flag=True, expose_value=False, callback=_accept_new_keys,
     help="Trust and record SSH host keys not yet known (changed keys are still refused).")
+def host_options(f):
+    """-i/--inventory, --accept-new-host-keys and --parallel, in that order: what every command that
+    contacts the hosts takes."""
+    return inventory_option(accept_keys_option(parallel_option(f)))
+
+
 lock_wait_option = click.option(
     "--lock-wait", type=Seconds(0, 86400), default=0.0, show_default=True,
     help="Seconds to wait for another `up`/`down` on this cluster to finish (0: refuse at once, exit 5).")
