@@ -200,7 +200,7 @@ SETTINGS: dict[str, tuple[str, ...]] = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd")
     st = sub.add_parser("stub")
@@ -219,62 +219,80 @@ def main(argv: list[str] | None = None) -> int:
                     help="two servers already listening on 127.0.0.1 (e.g. vllm serve) instead of the stubs")
     ap.add_argument("--model", default="stub", help="the model name the requests carry (with --workers)")
     ap.add_argument("--tokens", type=int, default=CHUNKS, help="tokens per answer (with --workers)")
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def start(a: argparse.Namespace, procs: list[subprocess.Popen]) -> tuple[list[int], list[Arm]]:
+    """The workers (two stubs, or the ports given) and one router per setting, each answering."""
+    if a.workers:
+        set_body(a.model, a.tokens)
+    stubs = [int(x) for x in a.workers] if a.workers else [free_port(), free_port()]  # power_of_two needs 2
+    for stub_port in () if a.workers else stubs:
+        stub_cmd = [sys.executable, "-m", "perf.router_cost", "stub", str(stub_port)]
+        stub_cmd += ["--itl-ms", str(a.itl_ms)] + (["--no-nodelay"] if a.stub_no_nodelay else [])
+        procs.append(subprocess.Popen(stub_cmd, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    for stub_port in stubs:
+        wait_ready(stub_port)
+    arms = [Arm("worker alone" if a.workers else "stub alone", stubs[0])]
+    for name in a.settings.split(","):
+        port = free_port()
+        argv_ = router_argv(a.router, port, stubs, SETTINGS[name])
+        procs.append(subprocess.Popen(argv_, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        arms.append(Arm(name, port, argv_))
+    for arm in arms[1:]:
+        wait_ready(arm.port)
+    return stubs, arms
+
+
+def measure(a: argparse.Namespace, arms: list[Arm]) -> float:
+    """Warm every arm alike, then a.requests per arm in blocks of a.block, arm after arm; the seconds it took."""
+    def conn(arm: Arm) -> http.client.HTTPConnection | None:
+        return http.client.HTTPConnection("127.0.0.1", arm.port, timeout=10) if a.keepalive else None
+
+    conns = {arm.name: conn(arm) for arm in arms}
+    for arm in arms:
+        for _ in range(20):
+            one(arm.port, conns[arm.name])
+    t0 = time.monotonic()
+    while len(arms[-1].total) + arms[-1].failed < a.requests:
+        for arm in arms:
+            for _ in range(min(a.block, a.requests - len(arm.total) - arm.failed)):
+                try:
+                    f, t = one(arm.port, conns[arm.name])
+                    arm.ttft.append(f)
+                    arm.total.append(t)
+                except (OSError, RuntimeError, http.client.HTTPException):
+                    arm.failed += 1
+                    conns[arm.name] = conn(arm)
+    return time.monotonic() - t0
+
+
+def report(a: argparse.Namespace, stubs: list[int], arms: list[Arm], wall: float) -> None:
+    mode = "one kept-alive connection per arm" if a.keepalive else "a new connection per request"
+    print(f"{a.requests} requests per arm, concurrency 1, {mode}, interleaved in blocks of {a.block}; "
+          + (f"workers :{stubs[0]} :{stubs[1]}, {a.tokens} tokens; " if a.workers
+             else f"stub: {CHUNKS} tokens {a.itl_ms:g} ms apart; ")
+          + f"{wall:.0f} s; {os.cpu_count()} cores; router {a.router}")
+    print(table(arms, "ttft"))
+    print()
+    print(table(arms, "total"))
+    print(f"\nmedian of the stub alone: {statistics.median(arms[0].total) * 1e3:.2f} ms")
+    for s in () if a.workers else stubs:
+        with urllib.request.urlopen(f"http://127.0.0.1:{s}/stub_counts", timeout=5) as r:
+            seen = json.loads(r.read())
+        print(f"stub :{s} was asked, besides completions, by {len(arms) - 1} router(s) in {wall:.0f} s: "
+              + (", ".join(f"{k} x{v}" for k, v in sorted(seen.items())) or "nothing"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(argv)
     if a.cmd == "stub":
         stub_main(a.port, not a.no_nodelay, a.itl_ms / 1e3)
         return 0
     procs: list[subprocess.Popen] = []
     try:
-        if a.workers:
-            set_body(a.model, a.tokens)
-        stubs = [int(x) for x in a.workers] if a.workers else [free_port(), free_port()]  # power_of_two needs 2
-        for stub_port in () if a.workers else stubs:
-            stub_cmd = [sys.executable, "-m", "perf.router_cost", "stub", str(stub_port)]
-            stub_cmd += ["--itl-ms", str(a.itl_ms)] + (["--no-nodelay"] if a.stub_no_nodelay else [])
-            procs.append(subprocess.Popen(stub_cmd,
-                                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-        for stub_port in stubs:
-            wait_ready(stub_port)
-        arms = [Arm("worker alone" if a.workers else "stub alone", stubs[0])]
-        for name in a.settings.split(","):
-            port = free_port()
-            argv_ = router_argv(a.router, port, stubs, SETTINGS[name])
-            procs.append(subprocess.Popen(argv_, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            arms.append(Arm(name, port, argv_))
-        for arm in arms[1:]:
-            wait_ready(arm.port)
-        conns = {arm.name: (http.client.HTTPConnection("127.0.0.1", arm.port, timeout=10) if a.keepalive else None)
-                 for arm in arms}
-        for arm in arms:  # warm each path the same way
-            for _ in range(20):
-                one(arm.port, conns[arm.name])
-        t0 = time.monotonic()
-        while len(arms[-1].total) + arms[-1].failed < a.requests:
-            for arm in arms:
-                for _ in range(min(a.block, a.requests - len(arm.total) - arm.failed)):
-                    try:
-                        f, t = one(arm.port, conns[arm.name])
-                        arm.ttft.append(f)
-                        arm.total.append(t)
-                    except (OSError, RuntimeError, http.client.HTTPException):
-                        arm.failed += 1
-                        if conns[arm.name] is not None:
-                            conns[arm.name] = http.client.HTTPConnection("127.0.0.1", arm.port, timeout=10)
-        wall = time.monotonic() - t0
-        mode = "one kept-alive connection per arm" if a.keepalive else "a new connection per request"
-        print(f"{a.requests} requests per arm, concurrency 1, {mode}, interleaved in blocks of {a.block}; "
-              + (f"workers :{stubs[0]} :{stubs[1]}, {a.tokens} tokens; " if a.workers
-                 else f"stub: {CHUNKS} tokens {a.itl_ms:g} ms apart; ")
-              + f"{wall:.0f} s; {os.cpu_count()} cores; router {a.router}")
-        print(table(arms, "ttft"))
-        print()
-        print(table(arms, "total"))
-        print(f"\nmedian of the stub alone: {statistics.median(arms[0].total) * 1e3:.2f} ms")
-        for s in () if a.workers else stubs:
-            with urllib.request.urlopen(f"http://127.0.0.1:{s}/stub_counts", timeout=5) as r:
-                seen = json.loads(r.read())
-            print(f"stub :{s} was asked, besides completions, by {len(arms) - 1} router(s) in {wall:.0f} s: "
-                  + (", ".join(f"{k} x{v}" for k, v in sorted(seen.items())) or "nothing"))
+        stubs, arms = start(a, procs)
+        report(a, stubs, arms, measure(a, arms))
         return 0
     finally:
         for p in procs:
