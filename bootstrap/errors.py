@@ -40,6 +40,10 @@ class UsageError(BootstrapError):
     exit_status = ExitStatus.BAD_INPUT
 
 
+class Declined(BootstrapError):
+    """The user answered no to a confirmation (`down`): nothing was changed, exit 1."""
+
+
 class ServePlanError(UsageError):
     """Bad input for a serve plan (sizes, flags, manifests). One line, nothing touched."""
 

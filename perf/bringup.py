@@ -149,7 +149,7 @@ def up(inv: Path) -> Run:
 
 
 def down(inv: Path) -> Run:
-    return timed(bootstrap_cmd("down", "-i", str(inv)))
+    return timed(bootstrap_cmd("down", "--yes", "-i", str(inv)))
 
 
 def docker_time(stamp: str) -> float | None:

@@ -155,11 +155,11 @@ def main(argv=None) -> int:
                 for mode in MODES:
                     t = time.monotonic()
                     rounds.append(run_round(invs[mode], mode, k + 1, args))
-                    bootstrap("down", "-i", invs[mode])
+                    bootstrap("down", "--yes", "-i", invs[mode])
                     print(f"# {mode} round {k + 1}: {time.monotonic() - t:.0f}s {rounds[-1].error}", file=sys.stderr,
                           flush=True)
         finally:
-            bootstrap("down", "-i", invs[MODES[-1]])
+            bootstrap("down", "--yes", "-i", invs[MODES[-1]])
     print(f"1P1D on the first two hosts, {args.requests} requests of {args.max_tokens} tokens one at a time through "
           f"the router after each serve, model {args.model}")
     for line in table(rounds):

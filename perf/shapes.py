@@ -127,7 +127,7 @@ def main(argv=None) -> int:
             try:
                 rows.append(run_row(name, inv, args))
             finally:
-                bootstrap("down", "-i", inv)
+                bootstrap("down", "--yes", "-i", inv)
             print(f"# {name}: {time.monotonic() - t:.0f}s {rows[-1].error}", file=sys.stderr, flush=True)
     base = next((r for r in rows if r.rps), None)
     print(f"load: {args.requests} requests, concurrency {args.concurrency}, {args.max_tokens} tokens each "

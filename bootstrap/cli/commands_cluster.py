@@ -12,12 +12,14 @@ from bootstrap.cli.params import (
     Seconds,
     check_command_words,
     check_host_names,
+    confirm,
     host_options,
     inventory_option,
     json_option,
     lock_wait_option,
     parallel_option,
     read_inventory,
+    yes_option,
 )
 from bootstrap.cli.render import LineReporter
 
@@ -161,17 +163,20 @@ def exec_(inventory, container, only, parallel, timeout, accept_new_host_keys, a
 @main.command()
 @host_options
 @lock_wait_option
+@yes_option
 @json_option
-def down(inventory, parallel, lock_wait, as_json):
+def down(inventory, parallel, lock_wait, yes, as_json):
     """Stop Ray and remove the container on every host (workers first). A second run is a no-op.
 
     With replicas (cluster.replicas > 1) first the keepers, the router and the serve containers, then
-    each replica's node containers: nothing of the fleet stays on a host that answers.
+    each replica's node containers: nothing of the fleet stays on a host that answers. It says what it
+    removes and asks [y/N] first; where no terminal can answer (a script, CI) pass --yes.
 
     Example: bootstrap down -i hosts.yaml
     """
     def go():
-        res = face.down(read_inventory(inventory), parallel=parallel, reporter=LineReporter(quiet=as_json),
-                        lock_wait=lock_wait)
+        inv = read_inventory(inventory)
+        confirm(face.down_preview(inv), yes)
+        res = face.down(inv, parallel=parallel, reporter=LineReporter(quiet=as_json), lock_wait=lock_wait)
         render.down_result(res.groups, as_json, fleet=res.fleet)
     _run(go)

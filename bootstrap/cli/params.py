@@ -6,12 +6,13 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from pathlib import Path
 
 import click
 
 from bootstrap import face
-from bootstrap.errors import FleetError, ServePlanError, UsageError
+from bootstrap.errors import Declined, FleetError, ServePlanError, UsageError
 from bootstrap.face import DEFAULT_PARALLEL
 from bootstrap.face import mode as M
 from bootstrap.face import serve_flags as P
@@ -198,6 +199,22 @@ def host_options(f):
     """-i/--inventory, --accept-new-host-keys and --parallel, in that order: what every command that
     contacts the hosts takes."""
     return inventory_option(accept_keys_option(parallel_option(f)))
+
+
+yes_option = click.option(
+    "-y", "--yes", is_flag=True,
+    help="Do not ask before removing: needed where no terminal can answer (a script, CI).")
+
+
+def confirm(what: str, yes: bool) -> None:
+    """Ask before a command removes what `what` says: [y/N] on a terminal; without one, --yes or a
+    refusal (exit 2) before any host is contacted. A "no" leaves everything as it was (exit 1)."""
+    if yes:
+        return
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise UsageError(f"{what}. No terminal to ask: pass --yes to go on")
+    if not click.confirm(f"{what}. Go on?", default=False, err=True):
+        raise Declined("not confirmed: nothing was removed")
 
 
 lock_wait_option = click.option(

@@ -137,6 +137,18 @@ def exec_all(inv, command, *, hosts=None, echo=None, **opts) -> R.ExecResult:
                                    **opts))
 
 
+def down_preview(inv) -> str:
+    """What `down` removes, in one sentence from the inventory alone (no host contacted): what the
+    confirmation shows, so that a stale -i or $BOOTSTRAP_INVENTORY is seen before anything goes."""
+    inv = inventory(inv)
+    c = inv.cluster
+    hosts = ", ".join(h.name if h.ssh.address == h.name else f"{h.name} ({h.ssh.address})" for h in inv.hosts[:6])
+    more = f" and {len(inv.hosts) - 6} more" if len(inv.hosts) > 6 else ""
+    what = (f"the fleet {c.name!r} ({c.replicas} replicas, the router and whatever they serve)" if fleet(inv)
+            else f"the cluster {c.name!r} (its containers and whatever they serve)")
+    return f"down removes {what} from {len(inv.hosts)} host(s): {hosts}{more}; inventory {inv.path}"
+
+
 def down(inv, *, parallel: int = DEFAULT_PARALLEL, reporter=None, lock_wait: float = 0.0) -> R.DownResult:
     """`down`: Ray and the container off every host; with replicas first the fleet's own containers."""
     inv = inventory(inv)

@@ -133,7 +133,7 @@ def test_good_values_of_the_checked_options_reach_the_hosts(subst):
     tried (and only on the host selected)."""
     r, took = cli(*subst(["exec", "-i", "@INV@", "--hosts", "node2,", "--timeout", "0.1", "--", "true"]))
     assert r.returncode == 1 and "unreachable: node2" in r.stderr and "node1" not in r.stderr, r.stderr
-    r, took = cli(*subst(["down", "-i", "@INV@", "--lock-wait", "0"]))
+    r, took = cli(*subst(["down", "-i", "@INV@", "--lock-wait", "0", "--yes"]))
     assert r.returncode == 3 and "cannot connect over SSH" in r.stderr, r.stderr
 
 

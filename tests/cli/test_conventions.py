@@ -19,7 +19,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("command", [["up"], ["down"], ["up", "--json"]])
+@pytest.mark.parametrize("command", [["up"], ["down", "--yes"], ["up", "--json"]])
 def test_one_connection_failure_is_printed_as_it_happens_and_in_the_error_line_not_again(tmp_path, command):
     """Before: three times (the progress line, the `error:` line, the FAILED table). The `error:` line
     always carries the reason (the line a user acts on and a script reads); the table names the host

@@ -22,7 +22,7 @@ def cluster(sandbox3):
     r = cli("up", "-i", inv)
     assert r.returncode == 0, r.stderr
     yield sandbox3
-    cli("down", "-i", inv)
+    cli("down", "--yes", "-i", inv)
 
 
 #: a mixture-of-experts model's config.json alone (a dry run reads nothing else): 8 experts, 4 heads

@@ -32,9 +32,9 @@ pytestmark = pytest.mark.sandbox
 @pytest.fixture(scope="module")
 def cluster(sandbox3):
     inv = str(sandbox3.inventory)
-    cli("down", "-i", inv)
+    cli("down", "--yes", "-i", inv)
     yield sandbox3
-    cli("down", "-i", inv)
+    cli("down", "--yes", "-i", inv)
 
 
 # A sender that flips one byte early in the stream (inside the first layer), in the image's own
@@ -114,7 +114,7 @@ def test_a_corrupted_stream_is_refused_and_load_image_sends_the_image_once_for_t
     assert "refused by docker load" in str(refused.value) and "diffID" in str(refused.value), refused.value
     assert _image_id(n2, small) is None  # nothing is left under the image's name
 
-    assert cli("down", "-i", str(cluster.inventory)).returncode == 0
+    assert cli("down", "--yes", "-i", str(cluster.inventory)).returncode == 0
     node_image = subprocess.run(["docker", "inspect", "--format", "{{.Config.Image}}", n1.container],
                                 capture_output=True, text=True, check=True).stdout.strip()
     want = _local_image_id(node_image)
@@ -135,7 +135,7 @@ def test_a_corrupted_stream_is_refused_and_load_image_sends_the_image_once_for_t
         n1.name: "this machine", n2.name: n1.name, n3.name: n1.name}
     assert {"load-image", "copy-image"} <= set(doc["stages"]) and "pull" not in doc["stages"]
     assert [_image_id(n, node_image) for n in cluster.nodes] == [want] * 3
-    assert cli("down", "-i", peers).returncode == 0
+    assert cli("down", "--yes", "-i", peers).returncode == 0
     for n in cluster.nodes:
         on_node(n, "docker", "rmi", node_image)
 
@@ -349,20 +349,20 @@ def test_down_names_an_unreachable_host_and_still_tears_down_the_others(cluster)
     n1, n2, n3 = cluster.nodes
     subprocess.run(["docker", "pause", n3.container], check=True)
     try:
-        r = cli("down", "-i", str(cluster.inventory))
+        r = cli("down", "--yes", "-i", str(cluster.inventory))
     finally:
         subprocess.run(["docker", "unpause", n3.container], check=True)
     assert r.returncode == 3, r.stderr
     assert n3.name in r.stderr and "cannot connect" in r.stderr
     assert container_id(n1) is None and container_id(n2) is None
     assert container_id(n3) is not None  # it was unreachable: left as it was
-    r = cli("down", "-i", str(cluster.inventory))
+    r = cli("down", "--yes", "-i", str(cluster.inventory))
     assert r.returncode == 0, r.stderr
     assert all(container_id(n) is None for n in cluster.nodes)
     left = [on_node(n, "docker", "ps", "-aq", "--filter", "label=bootstrap.cluster").stdout.strip()
             for n in cluster.nodes]
     assert left == ["", "", ""]
-    again = cli("down", "-i", str(cluster.inventory))
+    again = cli("down", "--yes", "-i", str(cluster.inventory))
     assert again.returncode == 0 and "nothing to remove on 3 host(s)" in again.stdout
     # the fence and the token went with the containers: every other rule is as it was before `up`
     for n in cluster.nodes:

@@ -30,17 +30,17 @@ pytestmark = pytest.mark.sandbox
 @pytest.fixture(scope="module")
 def cluster(sandbox3):
     inv = str(sandbox3.inventory)
-    cli("down", "-i", inv)
+    cli("down", "--yes", "-i", inv)
     yield sandbox3
     for n in sandbox3.nodes:
         subprocess.run(["docker", "unpause", n.container], capture_output=True)
-    cli("down", "-i", inv)
+    cli("down", "--yes", "-i", inv)
 
 
 @pytest.fixture
 def clean(cluster):
     """Each test starts with no cluster container on any node."""
-    r = cli("down", "-i", str(cluster.inventory))
+    r = cli("down", "--yes", "-i", str(cluster.inventory))
     assert r.returncode == 0, r.stderr
     return cluster
 
@@ -311,7 +311,7 @@ def test_concurrent_up_is_refused_and_down_queues_behind_it(clean):
             raise AssertionError(f"the second up was not refused:\n{b.stderr}\n-- the first up:\n{a_err}")
         assert "held by" in b.stderr and "`bootstrap up`" in b.stderr and "--lock-wait" in b.stderr
         assert len([ln for ln in b.stderr.splitlines() if ln.startswith("error:")]) == 1
-        c = popen_cli("down", "-i", inv, "--lock-wait", "300")
+        c = popen_cli("down", "--yes", "-i", inv, "--lock-wait", "300")
         a_out, a_err = a.communicate(timeout=300)
         t_a = time.monotonic()
         c_out, c_err = c.communicate(timeout=300)

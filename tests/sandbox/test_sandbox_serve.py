@@ -270,7 +270,7 @@ def test_an_image_without_ray_serves_natively_with_a_secret_kept_off_argv_and_lo
     sb, three_nodes, inv2 = two
     nodes = sb.nodes[:2]
     cli("serve", "-i", inv2, "--stop")
-    assert cli("down", "-i", three_nodes).returncode == 0  # the Ray image's cluster makes way
+    assert cli("down", "--yes", "-i", three_nodes).returncode == 0  # the Ray image's cluster makes way
     name = "bootstrap-noray"
     image = push_ray_less(sb.workdir, log=lambda m: print(f"sandbox: {m}", flush=True))
 
@@ -434,4 +434,4 @@ def test_an_image_without_ray_serves_natively_with_a_secret_kept_off_argv_and_lo
         assert r.stderr.index("set cluster.runtime: none") < r.stderr.index("pip install 'ray[default]'"), r.stderr
         assert [on_node(n, "docker", "inspect", "-f", "{{.Id}}", name).stdout for n in nodes] == before
     finally:
-        assert run("down", "-i", inv).returncode == 0
+        assert run("down", "--yes", "-i", inv).returncode == 0

@@ -66,7 +66,7 @@ def vipfleet(_sandbox_session, tmp_path_factory):
     yield sb, inv, served, vip
     for n in sb.nodes:  # a node killed by a failed test comes back for `down` and the modules after
         subprocess.run(["docker", "start", n.container], capture_output=True, timeout=120)
-    r = cli("down", "-i", inv)
+    r = cli("down", "--yes", "-i", inv)
     assert r.returncode == 0, r.stderr[-2000:]
     for n in sb.nodes:  # keepalived gave the address up and its forwarding is gone with it
         assert not holds(n, vip), n.name

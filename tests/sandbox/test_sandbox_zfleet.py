@@ -71,7 +71,7 @@ def fleet(_sandbox_session, tmp_path_factory):
     r = cli("serve", "-i", inv, MODEL, "--", *FLAGS)
     assert r.returncode == 0, r.stderr[-3000:]
     yield sb, inv, r
-    r = cli("down", "-i", inv)
+    r = cli("down", "--yes", "-i", inv)
     assert r.returncode == 0, r.stderr[-2000:]
     for n in sb.nodes:  # down leaves nothing of the fleet behind
         left = on_node(n, "docker", "ps", "-a", "--format", "{{.Names}}").stdout.split()
@@ -400,7 +400,7 @@ def test_down_leaves_nothing_of_the_fleet_on_any_node(fleet):
     volume, network or secret of ours on any node: nothing that was not there before the
     fleet came up, nothing named after the cluster's container_name or carrying its label."""
     sb, inv, served = fleet
-    r = cli("down", "-i", inv)
+    r = cli("down", "--yes", "-i", inv)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = r.stdout.splitlines()
     assert lines[0] == "removed the serve containers, the router and the keepers of 2 replicas", r.stdout
@@ -416,7 +416,7 @@ def test_down_leaves_nothing_of_the_fleet_on_any_node(fleet):
         assert set(now["volumes"]) <= set(before["volumes"]), (n.name, before, now)
         assert set(now["networks"]) <= set(before["networks"]), (n.name, before, now)
         assert now["secrets"] == [], (n.name, now)
-    r = cli("down", "-i", inv)  # a second run finds nothing to remove
+    r = cli("down", "--yes", "-i", inv)  # a second run finds nothing to remove
     assert r.returncode == 0, r.stderr[-2000:]
     assert "removed the container on" not in r.stdout, r.stdout
 
@@ -555,5 +555,5 @@ def test_a_one_node_prefill_and_a_two_node_decode_replica_serve_through_the_rout
         text = cli("status", "-i", inv).stdout
         assert "prefill/decode disaggregated" in text and "KV pulled (failed)" in text, text
     finally:
-        d = cli("down", "-i", inv)
+        d = cli("down", "--yes", "-i", inv)
     assert d.returncode == 0, d.stderr[-2000:]

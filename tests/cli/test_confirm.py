@@ -1,0 +1,91 @@
+"""`down` says what it removes and asks first (issue 51.1): [y/N] on a terminal, --yes where none can
+answer; a "no", or no terminal without --yes, leaves every host as it was (no host is contacted)."""
+from __future__ import annotations
+
+import os
+import pty
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def inv(tmp_path) -> Path:
+    """Two hosts on loopback ports nothing listens on: contacting them fails at once (exit 3)."""
+    (tmp_path / "known_hosts").write_text("")
+    p = tmp_path / "hosts.yaml"
+    p.write_text(f"cluster: {{name: prod-chat, accelerator: none, ssh: {{port: {free_port()}, known_hosts: "
+                 f"{tmp_path}/known_hosts, connect_retries: 0, connect_timeout: 2}}}}\n"
+                 "hosts: [{name: a, address: 127.0.0.1, ip: 192.0.2.10},\n"
+                 "        {name: b, address: 127.0.0.2, ip: 192.0.2.11}]\n")
+    return p
+
+
+def on_a_terminal(argv: list[str], answer: bytes | None, timeout: float = 60) -> tuple[str, int]:
+    """Run the CLI with a pseudo-terminal as stdin/stdout/stderr; type `answer` at the [y/N] prompt."""
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.chdir(ROOT)
+        os.execvp(sys.executable, [sys.executable, "-m", "bootstrap", *argv])
+    out, end, answered = b"", time.monotonic() + timeout, False
+    while time.monotonic() < end:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+        if answer is not None and not answered and b"[y/N]" in out:
+            os.write(fd, answer)
+            answered = True
+    _, status = os.waitpid(pid, 0)
+    return out.decode(errors="replace").replace("\r\n", "\n"), os.waitstatus_to_exitcode(status)
+
+
+def test_without_a_terminal_down_refuses_unless_yes_and_names_what_it_would_remove(inv):
+    t = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "bootstrap", "down", "-i", str(inv)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and r.stdout == "", r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "down removes the cluster 'prod-chat'" in lines[0] and "2 host(s): a (127.0.0.1), b (127.0.0.2)" in lines[0]
+    assert str(inv) in lines[0] and "pass --yes" in lines[0]
+    assert "cannot connect" not in r.stderr and time.monotonic() - t < 30  # no host was tried
+
+
+def test_yes_goes_on_without_asking(inv):
+    r = subprocess.run([sys.executable, "-m", "bootstrap", "down", "-i", str(inv), "--yes"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == 3 and "cannot connect over SSH" in r.stderr, r.stderr  # it tried the hosts
+    assert "[y/N]" not in r.stderr
+
+
+def test_no_at_the_prompt_leaves_every_host_as_it_was(inv):
+    out, rc = on_a_terminal(["down", "-i", str(inv)], b"n\n")
+    assert rc == 1, out
+    assert "down removes the cluster 'prod-chat'" in out and "Go on? [y/N]" in out
+    assert "not confirmed: nothing was removed" in out and "cannot connect" not in out
+
+
+def test_enter_at_the_prompt_is_no(inv):
+    out, rc = on_a_terminal(["down", "-i", str(inv)], b"\n")
+    assert rc == 1 and "nothing was removed" in out, out
+
+
+def test_yes_at_the_prompt_goes_on(inv):
+    out, rc = on_a_terminal(["down", "-i", str(inv)], b"y\n", timeout=120)
+    assert rc == 3 and "cannot connect over SSH" in out, out
