@@ -16,6 +16,7 @@ from bootstrap.errors import (
 )
 from bootstrap.fleet import plan as FP
 from bootstrap.model import Host, Inventory
+from bootstrap.remote import argv as RA
 from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import fan_out
 from bootstrap.remote.session import Session, check_script, last_json_or_error
@@ -108,9 +109,8 @@ def _check_vip_image(sess: Session, inv: Inventory, image: str) -> None:
         return
     img = vip.image or image
     h = FP.router_hosts(inv)[0]
-    r = sess.ssh[h.name].run(("docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", img, "-c",
-                              "for t in keepalived iptables curl; do command -v $t >/dev/null || echo $t; done"),
-                             timeout=300, check=False)
+    r = sess.ssh[h.name].run(RA.sh_in_image_argv(img, "for t in keepalived iptables curl; do command -v $t "
+                                                      ">/dev/null || echo $t; done"), timeout=300, check=False)
     if not r.ok:
         raise PreflightFailed(h.name, f"could not run the floating address's image {img}: "
                               f"{(r.stderr or r.stdout).strip()[-300:]}")
