@@ -18,8 +18,9 @@ from bootstrap.fleet import plan as FP
 from bootstrap.model import Host, Inventory
 from bootstrap.remote import argv as RA
 from bootstrap.remote import docker as DK
+from bootstrap.remote import node as N
 from bootstrap.remote.fanout import fan_out
-from bootstrap.remote.session import Session, check_script, last_json_or_error
+from bootstrap.remote.session import Session, check_script
 from bootstrap.serve import experts as EX
 from bootstrap.serve import flags as FG
 from bootstrap.serve import mode as M
@@ -45,9 +46,8 @@ def _create_with(sess: Session, host: Host, create: Sequence[str], name: str, fi
 
 
 def _probe(sess: Session, host: Host, container: str, args: Sequence[str], timeout: float) -> dict:
-    r = sess.ssh[host.name].run_with_input(DK.exec_python_argv(container, list(args)),
-                                           [check_script("fleet_probe.py")], timeout=timeout, check=False)
-    doc = last_json_or_error(r.stdout)
+    reply = N.of(sess, host, container).ask("fleet_probe.py", *args, timeout=timeout)
+    r, doc = reply.result, reply.answer_or_error()
     if doc.get("ready") is False and "error" in doc and not r.stdout.strip():
         doc["error"] = (r.stderr or "no answer").strip()[-300:]
     return doc

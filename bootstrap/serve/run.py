@@ -22,8 +22,9 @@ from bootstrap.containers import LOAD_SECRETS
 from bootstrap.errors import PreflightFailed, ServeFailed, ServePlanError, UsageError
 from bootstrap.model import Host, Inventory
 from bootstrap.remote import docker as DK
+from bootstrap.remote import node as N
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
-from bootstrap.remote.session import Reporter, Session, check_script, last_json_or_error
+from bootstrap.remote.session import Reporter, Session
 from bootstrap.serve import argv as AV
 from bootstrap.serve import experts as EX
 from bootstrap.serve import flags as FG
@@ -299,10 +300,8 @@ def _wait(sess: Session, got: _Gathered, plan: ServePlan, wait: float) -> ServeR
     inv, order = got.inv, got.order
     name, url_in = inv.cluster.container_name, plan.url_in
     t0 = time.monotonic()
-    r = sess.ssh[inv.head.name].run_with_input(
-        DK.exec_python_argv(name, [url_in, str(wait), PIDFILE]), [check_script("serve_probe.py")],
-        timeout=wait + 60, check=False)
-    ready = last_json_or_error(r.stdout)
+    ready = N.of(sess, inv.head, name).payload_or_error("serve_probe.py", url_in, str(wait), PIDFILE,
+                                                         timeout=wait + 60)
     elapsed = time.monotonic() - t0
     # not checked: the log only adds detail (KV capacity, the failure's tail); the probe's answer decides
     log = sess.ssh[inv.head.name].run(DK.exec_argv(name, "cat", LOG), timeout=60, check=False).stdout
