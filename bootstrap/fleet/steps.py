@@ -54,11 +54,11 @@ def _probe(sess: Session, host: Host, container: str, args: Sequence[str], timeo
 
 
 def _inspect(sess: Session, host: Host, name: str) -> F.ContainerState | None:
-    return DK.inspect(sess.ssh[host.name], name)
+    return N.of(sess, host, name).inspect()
 
 
 def _logs(sess: Session, host: Host, name: str, tail: int = 200) -> str:
-    return DK.logs(sess.ssh[host.name], name, tail)
+    return N.of(sess, host, name).logs(tail)
 
 
 def _rm(sess: Session, hosts: Sequence[Host], *names: str, stage: str = "remove") -> None:

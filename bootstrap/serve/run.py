@@ -182,7 +182,7 @@ def _gather(sess: Session, inv: Inventory, model: str, host_bind: str, sync_mode
     name = inv.cluster.container_name
     order = [inv.head, *inv.workers]
     notes = [w for w in probe.exposure_warnings(sess, vllm_listen=host_bind) if "vLLM" in w]
-    states = sess.stage("inspect", order, lambda h: DK.inspect(sess.ssh[h.name], name))
+    states = sess.stage("inspect", order, lambda h: N.of(sess, h, name).inspect())
     down = [h.name for h in order if not (states.get(h.name) and states[h.name].running)]
     if down:
         raise PreflightFailed(", ".join(down), "the cluster container is not running", "run `bootstrap up` first")
@@ -304,7 +304,7 @@ def _wait(sess: Session, got: _Gathered, plan: ServePlan, wait: float) -> ServeR
                                                          timeout=wait + 60)
     elapsed = time.monotonic() - t0
     # not checked: the log only adds detail (KV capacity, the failure's tail); the probe's answer decides
-    log = sess.ssh[inv.head.name].run(DK.exec_argv(name, "cat", LOG), timeout=60, check=False).stdout
+    log = N.of(sess, inv.head, name).run_in("cat", LOG, timeout=60, check=False).stdout
     if not ready.get("ready"):
         failed = _failure(sess, got, plan, ready, log, f"after {elapsed:.0f}s", wait)
         # a stop that fails is attached to the error, not raised in its place (Session.cleanup)
@@ -326,7 +326,7 @@ def _failure(sess: Session, got: _Gathered, plan: ServePlan, ready: dict, log: s
     tails = {inv.head.name: log}
     if plan.backend == "native":
         for h in inv.workers:
-            tails[h.name] = sess.ssh[h.name].run(DK.exec_argv(name, "cat", LOG), timeout=60, check=False).stdout
+            tails[h.name] = N.of(sess, h, name).run_in("cat", LOG, timeout=60, check=False).stdout
     findings = D.scan_logs(tails, infiniband=c.infiniband)
     what = ("vLLM exited" if ready.get("exited") else f"vLLM was not ready within {wait:g}s")
     root = D.root_cause_of(tails)
