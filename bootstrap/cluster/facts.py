@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from bootstrap.containers import ContainerState, parse_container_inspect
+from bootstrap.remote import argv as RA
 
 # The container inspect and its parser live in the neutral pure bootstrap/containers.py, which
 # remote/docker.py reads too (remote never imports cluster); re-exported here for the facts' readers.
@@ -56,17 +57,17 @@ NVIDIA_SMI = ("nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--f
 NVIDIA_SMI_VERSION = ("nvidia-smi", "--version")
 NOFILE_HARD = ("sh", "-c", "ulimit -Hn")
 #: The server version and the runtimes in one Docker CLI start (each start costs ~40 ms of a host's CPU).
-DOCKER_INFO = ("docker", "info", "--format", "{{.ServerVersion}} {{json .Runtimes}}")
+DOCKER_INFO = RA.info_argv("{{.ServerVersion}} {{json .Runtimes}}")
 
 
 def inspect_both_cmd(container: str, image: str) -> tuple[str, ...]:
     """The container and the image in one `docker inspect`: one JSON object per line for each
     argument that names something, in argument order (exit 1 when one does not)."""
-    return ("docker", "inspect", "--format", "{{json .}}", container, image)
+    return RA.inspect_argv(container, image, fmt="{{json .}}")
 
 
 def image_id_cmd(image: str) -> tuple[str, ...]:
-    return ("docker", "image", "inspect", "--format", "{{.Id}}", image)
+    return RA.image_inspect_argv(image, "{{.Id}}")
 
 
 #: ray_in_image_cmd's exit status when the image has no `ray` (0: it has, and `ray --version` ran).
@@ -76,8 +77,8 @@ NO_RAY_EXIT = 3
 def ray_in_image_cmd(image: str) -> tuple[str, ...]:
     """`ray --version` in a throwaway container of the image: exit 0 with Ray, NO_RAY_EXIT without;
     anything else is Docker or the image failing (125: docker run, 126/127: no sh)."""
-    return ("docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", image, "-c",
-            f"if command -v ray >/dev/null; then ray --version; else echo 'ray: not found'; exit {NO_RAY_EXIT}; fi")
+    return RA.sh_in_image_argv(image, "if command -v ray >/dev/null; then ray --version; "
+                                      f"else echo 'ray: not found'; exit {NO_RAY_EXIT}; fi")
 
 
 #: Where `up` remembers, per host, the image IDs checked for `ray` (with it: ray-ok-, without: ray-none-).

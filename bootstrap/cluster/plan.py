@@ -19,6 +19,7 @@ from bootstrap.cluster.guard import fence as FN
 from bootstrap.cluster.guard import secretstore as SS
 from bootstrap.exposure import RAY_DASHBOARD_DEFAULT, dashboard_address
 from bootstrap.model import HF_CACHE_IN_CONTAINER, NOFILE_MAX, VLLM_HOST_IP_ENV, Host, Inventory
+from bootstrap.remote import argv as RA
 
 #: nofile limit used when neither the inventory nor the host says otherwise.
 NOFILE_CAP = NOFILE_MAX
@@ -85,13 +86,11 @@ class ContainerSpec:
                 (LABEL_SPEC, self.spec_hash))
 
     def run_argv(self) -> tuple[str, ...]:
-        argv = ["docker", "run", "-d", "--name", self.name, *self.options,
-                *SS.mounts(self.cluster, self.secret_names, self.secret_set)]
-        for k, v in self.labels:
-            argv += ["--label", f"{k}={v}"]
         entrypoint, command = SS.entry_argv(self.secret_names, self.entrypoint, self.command)
-        argv += ["--entrypoint", entrypoint, self.image, *command]
-        return tuple(argv)
+        return RA.docker_argv(RA.RunSpec(self.image, self.name, detach=True,
+                                         options=(*self.options, *SS.mounts(self.cluster, self.secret_names,
+                                                                            self.secret_set), *RA.labels(self.labels)),
+                                         entrypoint=entrypoint, command=tuple(command)))
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from bootstrap.cluster.ray import HEAD_GRACE, RAY_WAIT_TAG
 from bootstrap.errors import BootstrapError, CommandFailed, GroupError, Interrupted, UsageError
 from bootstrap.model import Host, Inventory
 from bootstrap.remote import docker as DK
+from bootstrap.remote import node as N
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, GroupResult
 from bootstrap.remote.session import Reporter, Session, Timings
 
@@ -336,10 +337,10 @@ def interrupted(sess: Session, command: str) -> Interrupted:
 def _running(sess: Session, h: Host) -> None:
     """runtime none: the node container must be (and stay) running."""
     name = sess.inv.cluster.container_name
-    st = DK.inspect(sess.ssh[h.name], name, check=True)
+    st = N.of(sess, h, name).inspect(check=True)
     if not st or not st.running:
         raise CommandFailed(h.name, f"docker run {name}", None if not st else 1,
-                            DK.logs(sess.ssh[h.name], name, 5, timeout=30),
+                            N.of(sess, h, name).logs(5, timeout=30),
                             f"container is {st.status if st else 'absent'}")
 
 
@@ -400,7 +401,7 @@ def cluster_status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter
         conn = sess.connect(strict=False)
         unreachable = conn.failed
         ok_hosts = [h for h in inv.hosts if h.name not in unreachable]
-        states = sess.stage("inspect", ok_hosts, lambda h: DK.inspect(sess.ssh[h.name], name, timeout=20),
+        states = sess.stage("inspect", ok_hosts, lambda h: N.of(sess, h, name).inspect(timeout=20),
                             strict=False)
         inv = RT.from_containers(inv, states)  # runtime unset: what the containers run
         view = None

@@ -49,6 +49,7 @@ from bootstrap.model import (
     Host,
     Inventory,
 )
+from bootstrap.remote import argv as RA
 from bootstrap.serve import argv as AV
 from bootstrap.serve import passthrough as PT
 from bootstrap.serve import split as SP
@@ -319,20 +320,18 @@ def member_create_argv(inv: Inventory, host: Host, nofile: int | None, *, replic
     keeper and a rollout read, and the member supervisor as its command."""
     node = PL.container_spec(replica_inventory(inv, replica), host, nofile, derived)
     head = inv.replicas[replica][0]
-    argv = ["docker", "create", "--name", name or serve_name(inv), *node.options,
-            "--restart", "unless-stopped", "--stop-timeout", str(STOP_GRACE + 10),
-            "-e", f"{STOP_GRACE_ENV}={STOP_GRACE}"]
-    for k, v in kv_env(inv, host, ucx).items():
-        argv += ["-e", f"{k}={v}"]
     names = SS.kind_names(inv, "standby" if name == standby_name(inv) else "serve")
-    argv += SS.mounts(inv.cluster.name, names, SS.SERVE)
-    for k, v in ((PL.LABEL_CLUSTER, inv.cluster.name), (PL.LABEL_HOST, host.name), (LABEL_KEEP, inv.cluster.name),
-                 (LABEL_REPLICA, str(replica)), (LABEL_SERVE, spec.to_label())):
-        argv += ["--label", f"{k}={v}"]
     entrypoint, command = SS.entry_argv(names, "python3", (MEMBER_PATH, str(rank), str(nodes), head.ip,
                                                           str(COORD_PORT), "--", *vllm))
-    argv += ["--entrypoint", entrypoint, spec.image or inv.cluster.image, *command]
-    return tuple(argv)
+    c = inv.cluster
+    return RA.docker_argv(RA.RunSpec(
+        spec.image or c.image, name or serve_name(inv), create=True,
+        options=(*node.options, "--restart", "unless-stopped", "--stop-timeout", str(STOP_GRACE + 10),
+                 *RA.env([(STOP_GRACE_ENV, str(STOP_GRACE))]), *RA.env(kv_env(inv, host, ucx)),
+                 *SS.mounts(c.name, names, SS.SERVE),
+                 *RA.labels(((PL.LABEL_CLUSTER, c.name), (PL.LABEL_HOST, host.name), (LABEL_KEEP, c.name),
+                             (LABEL_REPLICA, str(replica)), (LABEL_SERVE, spec.to_label())))),
+        entrypoint=entrypoint, command=tuple(command)))
 
 
 def plan_fleet(inv: Inventory, spec: Spec, split: SP.SplitChoice | Mapping[int, SP.SplitChoice], *,

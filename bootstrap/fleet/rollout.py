@@ -38,6 +38,7 @@ from bootstrap.fleet.steps import (
 )
 from bootstrap.model import Inventory
 from bootstrap.remote import docker as DK
+from bootstrap.remote import node as N
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, GroupResult, fan_out
 from bootstrap.remote.session import Reporter, Session
 
@@ -231,7 +232,7 @@ def _roll_back(sess: Session, inv: Inventory, k: int, wait: float, step: Callabl
     sess.stage(f"rollback-r{k}", hosts, lambda h: (DK.rm(sess.ssh[h.name], sname, sb),
                                                   DK.rename(sess.ssh[h.name], oname, sname),
                                                   DK.rename_if_present(sess.ssh[h.name], sbold, sb),
-                                                  DK.start(sess.ssh[h.name], sname)))
+                                                  N.of(sess, h, sname).start()))
     ready = _gate(sess, inv, k, wait)
     if not ready.get("ready"):
         return f"down: the old spec did not serve again ({ready.get('error')})"

@@ -30,6 +30,7 @@ from bootstrap.model import (
     Host,
     Inventory,
 )
+from bootstrap.remote import argv as RA
 
 #: seconds the router's circuit breaker keeps a replica that failed requests out before it tries it
 #: again (vllm-router's default is 60 s: a healed replica would sit out that long, and a rollout
@@ -56,19 +57,20 @@ def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = Non
     h = host or router_host(inv)
     names = SS.router_names(inv)
     entrypoint, prefix = SS.entry_argv(names, "vllm-router", ())
-    return ("docker", "run", "-d", "--name", router_name(inv), "--network", "host",
-            "--restart", "unless-stopped", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-            *SS.mounts(inv.cluster.name, names, SS.ROUTER),
-            "--label", f"{PL.LABEL_CLUSTER}={inv.cluster.name}", "--label", f"{LABEL_KEEP}={inv.cluster.name}",
-            "--entrypoint", entrypoint, image or inv.cluster.image, *prefix,
-            "--host", h.ip, "--port", str(r.port), "--policy", r.policy,
-            *_workers_argv(inv, urls),
-            "--health-check-interval-secs", str(r.health_interval), "--health-check-timeout-secs", "5",
-            "--health-failure-threshold", "3", "--health-success-threshold", "1",
-            "--health-check-endpoint", "/health",
-            "--cb-timeout-duration-secs", str(CB_TIMEOUT),
-            "--worker-startup-timeout-secs", "30",
-            "--prometheus-host", h.ip, "--prometheus-port", str(r.metrics_port))
+    c = inv.cluster
+    return RA.docker_argv(RA.RunSpec(
+        image or c.image, router_name(inv), detach=True,
+        options=("--network", "host", "--restart", "unless-stopped", *RA.hardened(),
+                 *SS.mounts(c.name, names, SS.ROUTER), *RA.labels(((PL.LABEL_CLUSTER, c.name), (LABEL_KEEP, c.name)))),
+        entrypoint=entrypoint,
+        command=(*prefix, "--host", h.ip, "--port", str(r.port), "--policy", r.policy,
+                 *_workers_argv(inv, urls),
+                 "--health-check-interval-secs", str(r.health_interval), "--health-check-timeout-secs", "5",
+                 "--health-failure-threshold", "3", "--health-success-threshold", "1",
+                 "--health-check-endpoint", "/health",
+                 "--cb-timeout-duration-secs", str(CB_TIMEOUT),
+                 "--worker-startup-timeout-secs", "30",
+                 "--prometheus-host", h.ip, "--prometheus-port", str(r.metrics_port))))
 
 
 def _workers_argv(inv: Inventory, urls: Sequence[str]) -> tuple[str, ...]:
@@ -168,14 +170,13 @@ def vip_create_argv(inv: Inventory, host: Host) -> tuple[str, ...]:
     names = SS.vip_names(inv)
     entrypoint, command = SS.entry_argv(names, "sh", (VIP_ENTRY_PATH, vip.address, str(c.router.port), host.ip,
                                                      vip.secret or "", VIP_CONF_PATH, VIP_RUN))
-    return ("docker", "create", "--name", vip_name(inv), "--network", "host", "--restart", "unless-stopped",
-            "--cap-drop", "ALL", "--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW", "--cap-add", "NET_BROADCAST",
-            "--cap-add", "SETUID", "--cap-add", "SETGID",
-            "--security-opt", "no-new-privileges", "--tmpfs", f"{VIP_RUN}:mode=700",
-            "--stop-timeout", "10",
-            *SS.mounts(c.name, names, SS.VIP),
-            "--label", f"{PL.LABEL_CLUSTER}={c.name}", "--label", f"{LABEL_KEEP}={c.name}",
-            "--entrypoint", entrypoint, vip.image or c.image, *command)
+    return RA.docker_argv(RA.RunSpec(
+        vip.image or c.image, vip_name(inv), create=True,
+        options=("--network", "host", "--restart", "unless-stopped",
+                 *RA.hardened("NET_ADMIN", "NET_RAW", "NET_BROADCAST", "SETUID", "SETGID"),
+                 "--tmpfs", f"{VIP_RUN}:mode=700", "--stop-timeout", "10",
+                 *SS.mounts(c.name, names, SS.VIP), *RA.labels(((PL.LABEL_CLUSTER, c.name), (LABEL_KEEP, c.name)))),
+        entrypoint=entrypoint, command=tuple(command)))
 
 
 @dataclass(frozen=True)
@@ -192,13 +193,14 @@ def keeper_create_argv(inv: Inventory) -> tuple[str, ...]:
     """The keeper: no network, no capabilities, read-only root; only the Docker socket."""
     c = inv.cluster
     interval = max(1, min(c.router.health_interval, 5))
-    return ("docker", "create", "--name", keeper_name(inv), "--restart", "unless-stopped",
-            "--network", "none", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-            "-v", "/var/run/docker.sock:/var/run/docker.sock",
-            "--label", f"{PL.LABEL_CLUSTER}={c.name}",
-            "--entrypoint", "python3", c.image, KEEPER_PATH, c.name, str(interval),
-            f"{serve_name(inv)}={standby_name(inv)}" if c.standby else serve_name(inv), router_name(inv),
-            *((vip_name(inv),) if c.router.vip is not None else ()))
+    return RA.docker_argv(RA.RunSpec(
+        c.image, keeper_name(inv), create=True,
+        options=("--restart", "unless-stopped", "--network", "none", *RA.hardened(),
+                 *RA.volumes("/var/run/docker.sock:/var/run/docker.sock"), *RA.labels({PL.LABEL_CLUSTER: c.name})),
+        entrypoint="python3",
+        command=(KEEPER_PATH, c.name, str(interval),
+                 f"{serve_name(inv)}={standby_name(inv)}" if c.standby else serve_name(inv),
+                 router_name(inv), *((vip_name(inv),) if c.router.vip is not None else ()))))
 
 
 def vip_network_problem(inv: Inventory, host: Host, network: str) -> str | None:

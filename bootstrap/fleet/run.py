@@ -38,6 +38,7 @@ from bootstrap.fleet.steps import (
 )
 from bootstrap.model import Inventory
 from bootstrap.remote import docker as DK
+from bootstrap.remote import node as N
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out
 from bootstrap.remote.session import Reporter, Session, check_script
 
@@ -74,9 +75,8 @@ def _kv_check(sess: Session, inv: Inventory, ucx: dict, *, port: int | None = No
     for pair in KV.pairs(inv):
         argv = {pair.source.name: KV.source_args(inv, pair, ucx.get(pair.source.name) or {}, port),
                 pair.reader.name: KV.reader_args(inv, pair, ucx.get(pair.reader.name) or {}, port)}
-        outs = sess.stage("kv-check", [pair.source, pair.reader], lambda h, argv=argv: sess.ssh[h.name].run_with_input(
-            DK.exec_python_argv(name, argv[h.name]), [check_script("kv_check.py")],
-            timeout=KV.TIMEOUT_S + 60, check=False))
+        outs = sess.stage("kv-check", [pair.source, pair.reader], lambda h, argv=argv: N.of(sess, h, name).ask(
+            "kv_check.py", *argv[h.name], timeout=KV.TIMEOUT_S + 60).result)
         src, rdr = outs[pair.source.name], outs[pair.reader.name]
         res = KV.parse(pair, src.stdout, src.exit_code, rdr.stdout, rdr.exit_code, rdr.stderr)
         results.append(res)

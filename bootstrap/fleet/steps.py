@@ -18,9 +18,11 @@ from bootstrap.fleet import names as FN
 from bootstrap.fleet import plan as FP
 from bootstrap.fleet import routers as FRT
 from bootstrap.model import Host, Inventory
+from bootstrap.remote import argv as RA
 from bootstrap.remote import docker as DK
+from bootstrap.remote import node as N
 from bootstrap.remote.fanout import fan_out
-from bootstrap.remote.session import Session, check_script, last_json_or_error
+from bootstrap.remote.session import Session, check_script
 from bootstrap.serve import experts as EX
 from bootstrap.serve import flags as FG
 from bootstrap.serve import mode as M
@@ -46,20 +48,19 @@ def _create_with(sess: Session, host: Host, create: Sequence[str], name: str, fi
 
 
 def _probe(sess: Session, host: Host, container: str, args: Sequence[str], timeout: float) -> dict:
-    r = sess.ssh[host.name].run_with_input(DK.exec_python_argv(container, list(args)),
-                                           [check_script("fleet_probe.py")], timeout=timeout, check=False)
-    doc = last_json_or_error(r.stdout)
+    reply = N.of(sess, host, container).ask("fleet_probe.py", *args, timeout=timeout)
+    r, doc = reply.result, reply.answer_or_error()
     if doc.get("ready") is False and "error" in doc and not r.stdout.strip():
         doc["error"] = (r.stderr or "no answer").strip()[-300:]
     return doc
 
 
 def _inspect(sess: Session, host: Host, name: str) -> F.ContainerState | None:
-    return DK.inspect(sess.ssh[host.name], name)
+    return N.of(sess, host, name).inspect()
 
 
 def _logs(sess: Session, host: Host, name: str, tail: int = 200) -> str:
-    return DK.logs(sess.ssh[host.name], name, tail)
+    return N.of(sess, host, name).logs(tail)
 
 
 def _rm(sess: Session, hosts: Sequence[Host], *names: str, stage: str = "remove") -> None:
@@ -110,9 +111,8 @@ def _check_vip_image(sess: Session, inv: Inventory, image: str) -> None:
         return
     img = vip.image or image
     h = FN.router_hosts(inv)[0]
-    r = sess.ssh[h.name].run(("docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", img, "-c",
-                              "for t in keepalived iptables curl; do command -v $t >/dev/null || echo $t; done"),
-                             timeout=300, check=False)
+    r = sess.ssh[h.name].run(RA.sh_in_image_argv(img, "for t in keepalived iptables curl; do command -v $t "
+                                                      ">/dev/null || echo $t; done"), timeout=300, check=False)
     if not r.ok:
         raise PreflightFailed(h.name, f"could not run the floating address's image {img}: "
                               f"{(r.stderr or r.stdout).strip()[-300:]}")

@@ -15,6 +15,7 @@ from bootstrap.model import Host, Inventory
 from bootstrap.nccl import network as NET
 from bootstrap.nccl import parse as N
 from bootstrap.remote import docker as DK
+from bootstrap.remote import node as RN
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, GroupResult, fan_out
 from bootstrap.remote.session import Reporter, Session, check_script, last_json
 from bootstrap.signatures import rules as DR
@@ -164,8 +165,8 @@ def _cuda_short(sess: Session, order: list[Host], findings: list[D.Finding], bac
     gpus = inv.gpus_per_node if inv.cluster.accelerator == "gpu" else 0
     if not gpus or backend == "gloo":
         return None
-    seen = sess.stage("cuda", order, lambda h: parse_cuda_probe(sess.ssh[h.name].run_with_input(
-        DK.exec_python_argv(name, []), [check_script("cuda_probe.py")], timeout=60, check=False).stdout))
+    seen = sess.stage("cuda", order, lambda h: parse_cuda_probe(
+        RN.of(sess, h, name).ask("cuda_probe.py", timeout=60).result.stdout))
     short = cuda_findings(seen, gpus)
     if not short:
         return None

@@ -87,3 +87,34 @@ def sh_in_image_argv(image: str, script: str) -> tuple[str, ...]:
 def container_inspect_cmd(name: str) -> tuple[str, ...]:
     """`docker container inspect NAME` (parsed by containers.parse_container_inspect)."""
     return ("docker", "container", "inspect", name)
+
+
+def info_argv(fmt: str) -> tuple[str, ...]:
+    """`docker info --format FMT` (one field or a JSON of the daemon's settings)."""
+    return ("docker", "info", "--format", fmt)
+
+
+def inspect_argv(*names: str, fmt: str) -> tuple[str, ...]:
+    """`docker inspect --format FMT NAMES...` (containers or images, one line per name it finds)."""
+    return ("docker", "inspect", "--format", fmt, *names)
+
+
+def image_inspect_argv(image: str, fmt: str) -> tuple[str, ...]:
+    """`docker image inspect --format FMT IMAGE`."""
+    return ("docker", "image", "inspect", "--format", fmt, image)
+
+
+def pull_argv(ref: str) -> tuple[str, ...]:
+    """`docker pull --quiet REF` (only the image's ID on stdout)."""
+    return ("docker", "pull", "--quiet", ref)
+
+
+def load_argv() -> tuple[str, ...]:
+    """`docker load --quiet`: an image archive from stdin."""
+    return ("docker", "load", "--quiet")
+
+
+def image_rm_argv(image: str) -> tuple[str, ...]:
+    """`docker image rm IMAGE`."""
+    return ("docker", "image", "rm", image)
+

@@ -57,11 +57,9 @@ class Reply:
         return self.doc
 
     def answer_or_error(self) -> dict:
-        """answer, or the failure as an answer (PayloadFailed.as_answer) instead of raising."""
-        try:
-            return self.answer()
-        except PayloadFailed as exc:
-            return exc.as_answer()
+        """answer, or the failure as an answer (PayloadFailed.as_answer) instead of raising: always
+        session.last_json_or_error of the output (an empty object too gives the failure)."""
+        return self.doc or last_json_or_error(self.result.stdout)
 
 
 def reply(host: str, command: str, result) -> Reply:

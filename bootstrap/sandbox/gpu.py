@@ -22,6 +22,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from bootstrap.remote import docker as DK
+
 #: ../shared/gpu/h100-nvidia-smi-query.csv and h100-nvidia-smi.txt
 GPU_NAME = "NVIDIA H100 80GB HBM3"
 GPU_MEMORY_MIB = 81559
@@ -180,8 +182,8 @@ def set_load(workdir: Path, name: str, node_container: str, *, utilization: int,
 
     set_gpus(workdir, name, utilization=utilization, memory_used=memory_used)
     loop = ('for c in $(docker ps -q); do docker exec "$c" python3 -c "$0" "$1" "$2" 2>/dev/null; done')
-    r = subprocess.run(["docker", "exec", node_container, "sh", "-c", loop, _LOAD_CODE, str(utilization),
-                        str(memory_used)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(list(DK.exec_argv(node_container, "sh", "-c", loop, _LOAD_CODE, str(utilization),
+                                         str(memory_used))), capture_output=True, text=True, timeout=120)
     return r.stdout.split().count("loaded")
 
 

@@ -22,8 +22,9 @@ from bootstrap.containers import LOAD_SECRETS
 from bootstrap.errors import PreflightFailed, ServeFailed, ServePlanError, UsageError
 from bootstrap.model import Host, Inventory
 from bootstrap.remote import docker as DK
+from bootstrap.remote import node as N
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
-from bootstrap.remote.session import Reporter, Session, check_script, last_json_or_error
+from bootstrap.remote.session import Reporter, Session
 from bootstrap.serve import argv as AV
 from bootstrap.serve import experts as EX
 from bootstrap.serve import flags as FG
@@ -178,7 +179,7 @@ def _gather(sess: Session, inv: Inventory, model: str, host_bind: str, sync_mode
     name = inv.cluster.container_name
     order = [inv.head, *inv.workers]
     notes = [w for w in probe.exposure_warnings(sess, vllm_listen=host_bind) if "vLLM" in w]
-    states = sess.stage("inspect", order, lambda h: DK.inspect(sess.ssh[h.name], name))
+    states = sess.stage("inspect", order, lambda h: N.of(sess, h, name).inspect())
     down = [h.name for h in order if not (states.get(h.name) and states[h.name].running)]
     if down:
         raise PreflightFailed(", ".join(down), "the cluster container is not running", "run `bootstrap up` first")
@@ -296,13 +297,11 @@ def _wait(sess: Session, got: _Gathered, plan: ServePlan, wait: float) -> ServeR
     inv, order = got.inv, got.order
     name, url_in = inv.cluster.container_name, plan.url_in
     t0 = time.monotonic()
-    r = sess.ssh[inv.head.name].run_with_input(
-        DK.exec_python_argv(name, [url_in, str(wait), PIDFILE]), [check_script("serve_probe.py")],
-        timeout=wait + 60, check=False)
-    ready = last_json_or_error(r.stdout)
+    ready = N.of(sess, inv.head, name).payload_or_error("serve_probe.py", url_in, str(wait), PIDFILE,
+                                                         timeout=wait + 60)
     elapsed = time.monotonic() - t0
     # not checked: the log only adds detail (KV capacity, the failure's tail); the probe's answer decides
-    log = sess.ssh[inv.head.name].run(DK.exec_argv(name, "cat", LOG), timeout=60, check=False).stdout
+    log = N.of(sess, inv.head, name).run_in("cat", LOG, timeout=60, check=False).stdout
     if not ready.get("ready"):
         failed = _failure(sess, got, plan, ready, log, f"after {elapsed:.0f}s", wait)
         # a stop that fails is attached to the error, not raised in its place (Session.cleanup)
@@ -324,7 +323,7 @@ def _failure(sess: Session, got: _Gathered, plan: ServePlan, ready: dict, log: s
     tails = {inv.head.name: log}
     if plan.backend == "native":
         for h in inv.workers:
-            tails[h.name] = sess.ssh[h.name].run(DK.exec_argv(name, "cat", LOG), timeout=60, check=False).stdout
+            tails[h.name] = N.of(sess, h, name).run_in("cat", LOG, timeout=60, check=False).stdout
     findings = D.scan_logs(tails, infiniband=c.infiniband)
     what = ("vLLM exited" if ready.get("exited") else f"vLLM was not ready within {wait:g}s")
     root = D.root_cause_of(tails)

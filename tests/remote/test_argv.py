@@ -38,3 +38,12 @@ def test_it_is_pure_it_imports_nothing_but_the_standard_librarys_typing():
     assert imported <= {"__future__", "dataclasses", "typing"}
     package_init = Path(RA.__file__).with_name("__init__.py")
     assert not [n for n in ast.walk(ast.parse(package_init.read_text())) if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
+def test_the_other_docker_commands_are_written_word_for_word():
+    assert RA.info_argv("{{.ServerVersion}}") == ("docker", "info", "--format", "{{.ServerVersion}}")
+    assert RA.inspect_argv("c", "img", fmt="{{json .}}") == ("docker", "inspect", "--format", "{{json .}}", "c", "img")
+    assert RA.image_inspect_argv("img", "{{.Id}}") == ("docker", "image", "inspect", "--format", "{{.Id}}", "img")
+    assert RA.pull_argv("r/i:1") == ("docker", "pull", "--quiet", "r/i:1")
+    assert RA.load_argv() == ("docker", "load", "--quiet")
+    assert RA.image_rm_argv("img") == ("docker", "image", "rm", "img")

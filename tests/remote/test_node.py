@@ -103,3 +103,10 @@ def test_logs_and_inspect_of_the_default_or_another_container():
     assert n.inspect(container="x") is None
     assert [c[1] for c in ssh.calls] == [("docker", "logs", "--tail", "5", "node"),
                                          ("docker", "container", "inspect", "x")]
+
+
+def test_the_error_as_an_answer_is_always_last_json_or_error_of_the_output():
+    """What the probes judged before the runner (session.last_json_or_error): an empty object too."""
+    from bootstrap.remote.session import last_json_or_error
+    for out in ("{}", '{"ready": true}', "boom", ""):
+        assert N.Node(FakeRunner(_Result(0, out)), "node").payload_or_error("serve_probe.py") == last_json_or_error(out)

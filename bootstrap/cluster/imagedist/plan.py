@@ -28,6 +28,7 @@ from typing import Mapping, Sequence
 
 from bootstrap.cluster import plan as PL
 from bootstrap.model import Host
+from bootstrap.remote import argv as RA
 
 # -- which hosts get the image, and which send it ---------------------------------------------------
 
@@ -195,7 +196,7 @@ def mirror_ref(image: str, port: int) -> str | None:
 
 def registry_config_cmd() -> tuple[str, ...]:
     """`docker info`'s registry settings on the head (which registries it talks plain HTTP to)."""
-    return ("docker", "info", "--format", "{{json .RegistryConfig}}")
+    return RA.info_argv("{{json .RegistryConfig}}")
 
 
 def plain_http(registry: str, registry_config: str) -> bool:
@@ -271,22 +272,26 @@ def nginx_conf(registry: str, https: bool, bind_ip: str, port: int, allow: Seque
 def prepare_argv(mirror_image: str) -> tuple[str, ...]:
     """On the head: a fresh cache volume, owned by the user nginx runs as (nobody), and no mirror
     left by an interrupted `up`."""
+    run = RA.docker_argv(RA.RunSpec('"$1"', rm=True, options=("--pull", "never", "--network", "none", *RA.caps("CHOWN"),
+                                                             *RA.volumes(f"{VOLUME}:/cache")),
+                                    entrypoint="chown", command=("65534:65534", "/cache")))
     sh = (f"docker rm -f {CONTAINER} >/dev/null 2>&1; docker volume rm -f {VOLUME} >/dev/null 2>&1; "
-          f"docker volume create --label bootstrap.role=image-mirror {VOLUME} >/dev/null && "
-          f'docker run --rm --pull never --network none --cap-drop ALL --cap-add CHOWN -v {VOLUME}:/cache '
-          f'--entrypoint chown "$1" 65534:65534 /cache')
+          f"docker volume create --label bootstrap.role=image-mirror {VOLUME} >/dev/null && " + " ".join(run))
     return ("sh", "-c", sh, "sh", mirror_image)
 
 
 def run_argv(mirror_image: str, conf: str) -> tuple[str, ...]:
     """On the head: nginx in a container on the host network (to bind the data-plane IP), as nobody,
     with no capabilities and a read-only root; the configuration written into its /tmp at start."""
-    sh = (f'docker run -d --name {CONTAINER} --label bootstrap.role=image-mirror --pull never --network host '
-          f'--cap-drop ALL --security-opt no-new-privileges --read-only --tmpfs /tmp:size=64m '
-          f'--user 65534:65534 -v {VOLUME}:/cache -e BOOTSTRAP_MIRROR_CONF="$2" --entrypoint sh "$1" '
-          """-c 'printf "%s" "$BOOTSTRAP_MIRROR_CONF" >/tmp/nginx.conf && exec nginx -e stderr """
-          """-c /tmp/nginx.conf -g "daemon off;"' >/dev/null""")
-    return ("sh", "-c", sh, "sh", mirror_image, conf)
+    run = RA.docker_argv(RA.RunSpec(
+        '"$1"', CONTAINER, detach=True,
+        options=(*RA.labels({"bootstrap.role": "image-mirror"}), "--pull", "never", "--network", "host", *RA.hardened(),
+                 "--read-only", "--tmpfs", "/tmp:size=64m", "--user", "65534:65534", *RA.volumes(f"{VOLUME}:/cache"),
+                 *RA.env({"BOOTSTRAP_MIRROR_CONF": '"$2"'})),
+        entrypoint="sh",
+        command=("-c", """'printf "%s" "$BOOTSTRAP_MIRROR_CONF" >/tmp/nginx.conf && exec nginx -e stderr """
+                       """-c /tmp/nginx.conf -g "daemon off;"'""")))
+    return ("sh", "-c", " ".join(run) + " >/dev/null", "sh", mirror_image, conf)
 
 
 def remove_argv() -> tuple[str, ...]:
@@ -320,9 +325,8 @@ def pull_argv(ref: str, head_ip: str | None, port: int, src_ip: str, script: str
     """On a node: `docker pull REF` through the mirror (on the head: its own 127.0.0.1; elsewhere
     checks/mirror_forward.py forwards 127.0.0.1:PORT to the head while the pull runs)."""
     if head_ip is None:
-        return ("docker", "pull", "--quiet", ref)
-    return ("python3", "-c", script, str(port), head_ip.strip("[]"), src_ip.strip("[]"),
-            "docker", "pull", "--quiet", ref)
+        return RA.pull_argv(ref)
+    return ("python3", "-c", script, str(port), head_ip.strip("[]"), src_ip.strip("[]"), *RA.pull_argv(ref))
 
 
 def retag_argv(ref: str, image: str) -> tuple[str, ...]:

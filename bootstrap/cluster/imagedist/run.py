@@ -15,6 +15,8 @@ from bootstrap.cluster import plan as PL
 from bootstrap.cluster.imagedist import plan as DP
 from bootstrap.errors import BootstrapError, CommandFailed, GroupError, PreflightFailed, add_note
 from bootstrap.model import Host
+from bootstrap.remote import argv as RA
+from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import GroupResult
 from bootstrap.remote.session import Session, check_script, last_json
 from bootstrap.remote.ssh import SSHHost
@@ -34,7 +36,7 @@ def local_image_id(image: str) -> str | None:
 
 def pull_image(ssh: SSHHost, image: str) -> None:
     try:
-        ssh.run(("docker", "pull", "--quiet", image), timeout=ssh.settings.command_timeout, hangup=True)
+        ssh.run(RA.pull_argv(image), timeout=ssh.settings.command_timeout, hangup=True)
     except CommandFailed as exc:
         low = exc.output_tail.lower()
         if "no space left" in low:
@@ -148,7 +150,7 @@ def _stream_to(sess: Session, group: list[Host], image: str, queue_chunks: int) 
 
     def load(h: Host) -> None:
         try:
-            sess.ssh[h.name].run_with_input(("docker", "load", "--quiet"), fan.chunks(h.name))
+            sess.ssh[h.name].run_with_input(RA.load_argv(), fan.chunks(h.name))
         finally:
             fan.done(h.name)
 
@@ -296,7 +298,7 @@ def _mirror_start(sess: Session, head: Host, reg: str, https: bool) -> str:
     status = DP.probe_status(out)
     if status == 200:
         return ""
-    logs = ssh.run(("docker", "logs", "--tail", "3", DP.CONTAINER), timeout=30, check=False)
+    logs = ssh.run(DK.logs_argv(DP.CONTAINER, 3), timeout=30, check=False)
     tail = (logs.stderr or logs.stdout).strip().splitlines()[-1:]
     seen = f" ({tail[0][:200]})" if tail else ""
     return f"the mirror on {head.name} cannot serve {reg}: {DP.probe_why(status)}{seen}"
@@ -329,7 +331,7 @@ def _mirrored(sess: Session, head: Host, todo: Sequence[Host], image: str,
         if h.name not in ids.succeeded:
             continue
         if ids.succeeded[h.name] != want:  # never: one manifest, checked by each Docker; refused if so
-            sess.ssh[h.name].run(("docker", "image", "rm", image), timeout=60, check=False)
+            sess.ssh[h.name].run(RA.image_rm_argv(image), timeout=60, check=False)
             sess.reporter.event(h.name, "pull-mirror", "warning", f"got {ids.succeeded[h.name][:19]}, not "
                                 f"{(want or '')[:19]}: removed")
             continue
@@ -378,7 +380,7 @@ def receive_image(ssh: SSHHost, image: str, want_id: str, src_name: str, src_ip:
         refused = PreflightFailed(ssh.name, f"the image from {src_name} loaded as {got[:19] or 'nothing'}, not "
                                             f"{want_id[:19]}: refused")
         if got:
-            rm = ssh.run(("docker", "image", "rm", image), timeout=60, check=False)
+            rm = ssh.run(RA.image_rm_argv(image), timeout=60, check=False)
             if not rm.ok:  # the wrong image stays under the inventory's name: say so beside the refusal
                 add_note(refused, f"{ssh.name}: could not remove the wrong image {image} "
                                   f"({(rm.stderr or rm.stdout).strip()[-200:] or f'exit {rm.exit_code}'}): "
