@@ -265,7 +265,7 @@ def test_cli_down_on_a_fleet_calls_down_fleet_and_prints_each_group(tmp_path, mo
         got.append((inv.cluster.replicas, sorted(kw)))
         return FLC.FleetDownResult({}, (A.DownResult(("h1", "h0"), ()), A.DownResult((), ("h3", "h2"))))
     monkeypatch.setattr(FLC, "down_fleet", down_fleet)
-    r = invoke("down", "-i", str(path))
+    r = invoke("down", "-i", str(path), "--yes")
     assert r.exit_code == 0, r.output
     assert got == [(2, ["lock_wait", "parallel", "reporter"])]
     assert r.stdout.splitlines() == ["removed the serve containers, the router and the keepers of 2 replicas",
