@@ -80,6 +80,18 @@ class InventoryError(BootstrapError):
         return f"{where}: {self.message}"
 
 
+class InventoryErrors(BootstrapError):
+    """Every field error of an inventory at once (`validate`, a linter's run), in the order of the file.
+    Its text is the first error's line and how many more there are; `errors` holds each."""
+
+    exit_status = ExitStatus.BAD_INPUT
+
+    def __init__(self, errors: list[InventoryError]) -> None:
+        self.errors = errors
+        more = f" (and {len(errors) - 1} more: `bootstrap validate` lists them)" if len(errors) > 1 else ""
+        super().__init__(f"{errors[0]}{more}")
+
+
 @dataclass
 class CommandFailed(BootstrapError):
     """A remote command exited non-zero (or timed out)."""

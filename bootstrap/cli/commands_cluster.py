@@ -15,6 +15,7 @@ from bootstrap.cli.params import (
     confirm,
     host_options,
     inventory_option,
+    inventory_path,
     json_option,
     lock_wait_option,
     parallel_option,
@@ -27,12 +28,20 @@ from bootstrap.cli.render import LineReporter
 # -- validate ------------------------------------------------------------------------------------
 @main.command()
 @inventory_option
-def validate(inventory):
-    """Check an inventory (and its key files) without contacting any host.
+@click.option("--offline", is_flag=True,
+              help="Check the file alone, not the key files nor the secrets' values: what a CI job can run.")
+@json_option
+def validate(inventory, offline, as_json):
+    """Check an inventory (and its key files) without contacting any host: every mistake at once, one
+    line each, in the order of the file (exit 2 when there is one).
 
-    Example: bootstrap validate -i hosts.yaml
+    Example: bootstrap validate -i hosts.yaml; in a CI job: bootstrap validate --offline --json -i hosts.yaml
     """
-    _run(lambda: render.validated(face.validate(read_inventory(inventory))))
+    def go():
+        res = face.validate(inventory_path(inventory), offline=offline)
+        render.validated(res, as_json)
+        exit_on(res)
+    _run(go)
 
 
 # -- plan ----------------------------------------------------------------------------------------

@@ -21,6 +21,16 @@ from bootstrap.face import serve_flags as P
 def read_inventory(path: str | None, check_files: bool = True, require_secrets: bool = True):
     """The inventory that --inventory names, else $BOOTSTRAP_INVENTORY, else ./hosts.yaml, loaded
     (face.load_inventory)."""
+    path = inventory_path(path)
+    ctx = click.get_current_context(silent=True)
+    return face.load_inventory(path, check_files=check_files, require_secrets=require_secrets,
+                               # --accept-new-host-keys on this command
+                               accept_new_host_keys=bool(ctx is not None and ctx.meta.get(ACCEPT_NEW_KEYS)))
+
+
+def inventory_path(path: str | None) -> str:
+    """The path of the inventory that --inventory names, else $BOOTSTRAP_INVENTORY, else ./hosts.yaml;
+    one the user named that cannot be an inventory file is a bad argument."""
     given = "--inventory"
     if path is None:
         path, given = os.environ.get("BOOTSTRAP_INVENTORY"), "$BOOTSTRAP_INVENTORY"
@@ -33,10 +43,7 @@ def read_inventory(path: str | None, check_files: bool = True, require_secrets: 
                else "is a directory, not an inventory file" if os.path.isdir(path) else None)
         if why is not None:
             raise click.BadParameter(f"{path if path.strip() else repr(path)}: {why}", param_hint=given)
-    ctx = click.get_current_context(silent=True)
-    return face.load_inventory(path, check_files=check_files, require_secrets=require_secrets,
-                               # --accept-new-host-keys on this command
-                               accept_new_host_keys=bool(ctx is not None and ctx.meta.get(ACCEPT_NEW_KEYS)))
+    return path
 
 
 def quote(value: str, limit: int = 60) -> str:

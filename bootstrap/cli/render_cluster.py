@@ -13,9 +13,19 @@ from bootstrap.face import docs as D
 
 
 # -- validate ------------------------------------------------------------------------------------
-def validated(inv) -> None:
+def validated(res, as_json: bool = False) -> None:
+    """`validate`: the ok line, or every error (one `error:` line each, in the order of the file)."""
+    if as_json:
+        _json(res.to_doc())
+        return
+    for e in res.errors:
+        err.print(f"[red]error:[/] {_escape(str(e))}")
+    inv = res.inventory
+    if inv is None:
+        return
     gpus = f", {inv.gpus_per_node} GPU(s) per node" if inv.cluster.accelerator == "gpu" else ""
-    out.print(_escape(f"{inv.path}: ok: {len(inv.hosts)} host(s), head {inv.head.name} ({inv.head.ip}){gpus}"))
+    offline = " (offline: the key files and the secrets' values not checked)" if res.offline else ""
+    out.print(_escape(f"{inv.path}: ok: {len(inv.hosts)} host(s), head {inv.head.name} ({inv.head.ip}){gpus}{offline}"))
 
 
 # -- plan ----------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from bootstrap.cluster import plan as PL
 from bootstrap.cluster import run as A
-from bootstrap.errors import BootstrapError, UsageError
+from bootstrap.errors import BootstrapError, InventoryError, InventoryErrors, UsageError
 from bootstrap.face import results as R
 from bootstrap.inventory import Inventory
 from bootstrap.inventory import load_inventory as _load
@@ -19,10 +19,10 @@ from bootstrap.remote.fanout import DEFAULT_PARALLEL
 
 
 def load_inventory(path, *, check_files: bool = True, require_secrets: bool = True,
-                   accept_new_host_keys: bool = False) -> Inventory:
+                   accept_new_host_keys: bool = False, collect: bool = False) -> Inventory:
     """The inventory at `path`, loaded and validated (inventory.load_inventory); accept_new_host_keys:
-    its SSH settings trust host keys not yet known."""
-    inv = _load(path, check_files=check_files, require_secrets=require_secrets)
+    its SSH settings trust host keys not yet known; collect: every field error at once (InventoryErrors)."""
+    inv = _load(path, check_files=check_files, require_secrets=require_secrets, collect=collect)
     if accept_new_host_keys:
         inv = replace(inv, cluster=replace(inv.cluster, ssh=replace(inv.cluster.ssh, accept_new_host_keys=True)))
     return inv
@@ -40,9 +40,16 @@ def fleet(inv) -> bool:
     return inv.cluster.replicas > 1
 
 
-def validate(inv) -> Inventory:
-    """`validate`: the inventory loaded with its key files checked, no host contacted."""
-    return inventory(inv)
+def validate(path, *, offline: bool = False) -> R.ValidateResult:
+    """`validate`, a linter's run: every field error of the file at once, no host contacted; offline:
+    the file alone (not the key files nor the secrets' values, which live on the machine that runs `up`)."""
+    try:
+        inv = load_inventory(path, check_files=not offline, require_secrets=not offline, collect=True)
+    except InventoryErrors as exc:
+        return R.ValidateResult(str(path), None, exc.errors, offline)
+    except InventoryError as exc:
+        return R.ValidateResult(str(path), None, [exc], offline)
+    return R.ValidateResult(str(path), inv, [], offline)
 
 
 def plan(inv) -> R.PlanResult | R.FleetPlanResult:

@@ -267,3 +267,26 @@ class MonitorResult:
 class SandboxResult:
     """`sandbox up` (info: sandbox.SandboxInfo) or `sandbox down` (info None)."""
     info: Any = None
+
+
+@dataclass
+class ValidateResult:
+    """`validate`: the inventory (None when it has errors), every error found, and what was not checked."""
+    path: str
+    inventory: object
+    errors: list
+    offline: bool = False
+
+    @property
+    def exit_status(self) -> ExitStatus:
+        return ExitStatus.OK if not self.errors else ExitStatus.BAD_INPUT
+
+    def to_doc(self):
+        doc = {"path": self.path, "ok": not self.errors,
+               "checked": {"key_files": not self.offline, "secrets": not self.offline},
+               "errors": [{"line": e.line, "column": e.column, "field": e.field, "message": e.message, "text": str(e)}
+                          for e in self.errors]}
+        inv = self.inventory
+        if inv is not None:
+            doc.update(hosts=len(inv.hosts), head=inv.head.name, replicas=inv.cluster.replicas)
+        return doc

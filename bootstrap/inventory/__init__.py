@@ -28,6 +28,8 @@ import shlex
 import stat
 from typing import Any, Mapping
 
+from bootstrap.errors import InventoryError, InventoryErrors
+from bootstrap.inventory import values as V
 from bootstrap.inventory.addresses import _IP, _canonical_ip, _ip, _not_one_host, _parse_ip
 from bootstrap.inventory.ansible import _ansible
 from bootstrap.inventory.fields import _SECRET_IN_ENV, _Offline, _SSHDefaults
@@ -47,14 +49,34 @@ def load_inventory(
     *,
     check_files: bool = True,
     require_secrets: bool = True,
+    collect: bool = False,
 ) -> Inventory:
     """Read and validate an inventory.
 
     environ supplies the values of `cluster.secrets` (default: os.environ). check_files=False skips
     the checks of local files (ssh keys, known_hosts), e.g. for `bootstrap plan` on a laptop, and
     with it or require_secrets=False, listed secrets may be unset (nothing will receive them).
-    Raises InventoryError for every problem.
+    Raises InventoryError for every problem; with collect=True (`validate`) every key of every table is
+    checked and all their errors come at once as InventoryErrors, in the order of the file (the rules
+    across fields run only when every field is right: judged on a field left out, they would mislead).
     """
+    if not collect:
+        return _load(path, environ, check_files, require_secrets)
+    found: list[InventoryError] = []
+    token = V.FOUND.set(found)
+    try:
+        return _load(path, environ, check_files, require_secrets)
+    except Exception:  # noqa: BLE001 -- after a field error, what fails next may follow from it
+        if not found:
+            raise
+    finally:
+        V.FOUND.reset(token)
+        if found:
+            raise InventoryErrors(sorted(found, key=lambda e: (e.line is None, e.line or 0)))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _load(path, environ, check_files: bool, require_secrets: bool) -> Inventory:
     file = os.fsdecode(os.fspath(path))
     env = os.environ if environ is None else environ
     if not check_files or not require_secrets:

@@ -6,12 +6,14 @@ words what a validator takes (the inventory reference prints it).
 """
 from __future__ import annotations
 
+import contextvars
 import math
 import os
 import posixpath
 import re
 from typing import Any, Callable, Mapping
 
+from bootstrap.errors import InventoryError
 from bootstrap.inventory.yamlfile import _describe, _int_text, _Loc, _Map, _quote, _unknown_key
 from bootstrap.model import NOFILE_MAX
 
@@ -303,15 +305,27 @@ def _check_mapping(
     mapping = _expect_mapping(value, loc, what)
     values: dict[str, Any] = {}
     locs: dict[str, _Loc] = {}
+    found = FOUND.get()
     for key, raw in mapping.items():
-        kloc = loc.keyname(mapping, key)
-        if not isinstance(key, str):
-            kloc.fail(f"keys must be strings, got {_describe(key)}")
-        if key not in fields:
-            kloc.fail(_unknown_key(key, list(fields)))
-        locs[key] = loc.key(mapping, key)
-        values[key] = fields[key](raw, locs[key])
+        try:
+            kloc = loc.keyname(mapping, key)
+            if not isinstance(key, str):
+                kloc.fail(f"keys must be strings, got {_describe(key)}")
+            if key not in fields:
+                kloc.fail(_unknown_key(key, list(fields)))
+            locs[key] = loc.key(mapping, key)
+            values[key] = fields[key](raw, locs[key])
+        except InventoryError as exc:
+            if found is None:
+                raise
+            found.append(exc)  # validate: go on to the next key (this one is left out)
+            locs.pop(key, None)
     return values, locs
+
+
+#: `validate`'s linter run: the field errors found so far, each key of every table checked (None: the first
+#: error stops the load, as for every other command). load_inventory(collect=True) sets it.
+FOUND: contextvars.ContextVar[list[InventoryError] | None] = contextvars.ContextVar("inventory_errors", default=None)
 
 
 # What the plain validators take, in words (the inventory reference; see `accepts`).

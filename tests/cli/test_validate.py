@@ -1,0 +1,96 @@
+"""`validate` as a linter (issue 51.4): every mistake of the file at once, one line each in the order of
+the file; `--json` for a CI job; `--offline` checks the file alone, so the examples pass out of the box."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "inventory").glob("*.yaml"))
+
+BAD = """\
+cluster:
+  image: vllm/vllm-openai:v0.32.0
+  gpus_per_nod: 8
+  ports: {vllm: 99999}
+  shm_size: lots
+hosts:
+  - {name: a, address: 192.0.2.1, ip: 198.51.100.300}
+  - {name: b, address: 192.0.2.2, gpus: many}
+"""
+
+
+def validate(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "FLEET_KEY", "BOOTSTRAP_INVENTORY")}
+    return subprocess.run([sys.executable, "-m", "bootstrap", "validate", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env={**environ, **(env or {})})
+
+
+def test_every_mistake_is_listed_at_once_in_the_order_of_the_file(tmp_path):
+    p = tmp_path / "hosts.yaml"
+    p.write_text(BAD)
+    r = validate("--offline", "-i", str(p))
+    assert r.returncode == 2 and r.stdout == "", r.stderr
+    assert r.stderr.splitlines() == [
+        f"error: {p}:3: cluster: unknown key 'gpus_per_nod' (did you mean 'gpus_per_node'?)",
+        f"error: {p}:4: cluster.ports.vllm: must be between 1 and 65535, got 99999",
+        f"error: {p}:5: cluster.shm_size: 'lots' is not a size: expected e.g. '10.24g', '512m' or 1073741824",
+        f"error: {p}:7: hosts[0].ip: '198.51.100.300' is not an IPv4 or IPv6 address",
+        f"error: {p}:8: hosts[1].gpus: expected an integer, got string 'many'",
+    ]
+
+
+def test_json_is_one_document_a_ci_job_can_read(tmp_path):
+    p = tmp_path / "hosts.yaml"
+    p.write_text(BAD)
+    r = validate("--offline", "--json", "-i", str(p))
+    assert r.returncode == 2, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is False and doc["checked"] == {"key_files": False, "secrets": False}
+    assert [(e["line"], e["field"]) for e in doc["errors"]] == [
+        (3, "cluster"), (4, "cluster.ports.vllm"), (5, "cluster.shm_size"), (7, "hosts[0].ip"), (8, "hosts[1].gpus")]
+    assert all(e["text"].startswith(f"{p}:{e['line']}: ") for e in doc["errors"])
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_offline_every_example_passes_out_of_the_box(example):
+    """No HF_TOKEN, no FLEET_KEY, no ~/.ssh key: the file alone is checked, and it is right."""
+    r = validate("--offline", "-i", str(example))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"{example}: ok: ") and "offline: the key files and the secrets' values not checked" \
+        in r.stdout
+    doc = json.loads(validate("--offline", "--json", "-i", str(example)).stdout)
+    assert doc["ok"] is True and doc["errors"] == [] and doc["hosts"] >= 2
+
+
+def test_without_offline_what_up_needs_on_this_machine_is_checked_too(tmp_path):
+    p = tmp_path / "hosts.yaml"
+    p.write_text("cluster: {ssh: {key: /nonexistent/id_ed25519}}\nhosts: [{name: a, address: 192.0.2.1, gpus: 8}]\n")
+    r = validate("-i", str(p))
+    assert r.returncode == 2 and "cluster.ssh.key: /nonexistent/id_ed25519: no such file" in r.stderr, r.stderr
+    q = tmp_path / "secret.yaml"
+    q.write_text("cluster: {secrets: [HF_TOKEN]}\nhosts: [{name: a, address: 192.0.2.1, gpus: 8}]\n")
+    r = validate("-i", str(q))
+    assert r.returncode == 2 and "cluster.secrets: HF_TOKEN is not set in your environment" in r.stderr, r.stderr
+    assert validate("--offline", "-i", str(p)).returncode == 0 and validate("--offline", "-i", str(q)).returncode == 0
+
+
+def test_a_yaml_syntax_error_is_still_one_line(tmp_path):
+    p = tmp_path / "hosts.yaml"
+    p.write_text("hosts:\n  - {name: a, address: 192.0.2.1\n")
+    r = validate("--offline", "-i", str(p))
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and r.stderr.startswith(f"error: {p}:"), r.stderr
+
+
+def test_other_commands_still_stop_at_the_first_mistake(tmp_path):
+    p = tmp_path / "hosts.yaml"
+    p.write_text(BAD)
+    r = subprocess.run([sys.executable, "-m", "bootstrap", "plan", "-i", str(p)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        f"error: {p}:3: cluster: unknown key 'gpus_per_nod' (did you mean 'gpus_per_node'?)"], r.stderr
