@@ -56,9 +56,9 @@ def ray_alive_ips(head):
     IP once: a recreated worker's old registration stays listed as alive (next to the new one)
     until its heartbeats time out."""
     code = ("import json, ray; ray.init(address='auto', logging_level='ERROR'); "
-            "print(json.dumps(sorted({n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']})))")
+            "print('RAY-JSON', json.dumps(sorted({n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']})))")
     r = on_node(head, "docker", "exec", CONTAINER, "python3", "-c", code)
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return _marked_json(r.stdout)
 
 
 def ray_alive_ids(head):
@@ -66,9 +66,17 @@ def ray_alive_ids(head):
     code = ("import json, ray; ray.init(address='auto', logging_level='ERROR'); d = {}\n"
             "for n in ray.nodes():\n"
             "    if n['Alive']: d.setdefault(n['NodeManagerAddress'], []).append(n['NodeID'])\n"
-            "print(json.dumps(d))")
+            "print('RAY-JSON', json.dumps(d))")
     r = on_node(head, "docker", "exec", CONTAINER, "python3", "-c", code)
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return _marked_json(r.stdout)
+
+
+def _marked_json(stdout):
+    """The document after the RAY-JSON marker: Ray may print its own lines after it (a warning about
+    a dead node's lagging heartbeats printed at the driver's exit did, in CI)."""
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("RAY-JSON ")]
+    assert lines, stdout
+    return json.loads(lines[-1][len("RAY-JSON "):])
 
 
 def write_inventory(src, dst, mutate):
