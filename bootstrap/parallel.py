@@ -33,9 +33,11 @@ def next_outcome(done: queue.SimpleQueue) -> object:
 
 
 def outcomes(items: Iterable[T], fn: Callable[[T], object], key: Callable[[T], Hashable], threads: int,
-             name: str = "fanout") -> dict[Hashable, object]:
+             name: str = "fanout",
+             on_outcome: Callable[[Hashable, object], None] | None = None) -> dict[Hashable, object]:
     """key(item) -> fn(item) or the exception it raised, for every item, on `threads` daemon threads;
-    on an interrupt what has not started does not start."""
+    on an interrupt what has not started does not start. on_outcome(key, outcome) runs on the calling
+    thread as each one arrives."""
     items = list(items)
     todo = collections.deque(items)
     done: queue.SimpleQueue = queue.SimpleQueue()
@@ -61,6 +63,8 @@ def outcomes(items: Iterable[T], fn: Callable[[T], object], key: Callable[[T], H
         for _ in range(len(items)):
             k, outcome = next_outcome(done)
             got[k] = outcome
+            if on_outcome is not None:
+                on_outcome(k, outcome)
     finally:
         stop.set()
     return got

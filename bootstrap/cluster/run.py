@@ -103,14 +103,17 @@ def up(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter |
     with Session(inv, parallel=parallel, reporter=reporter,
                  accept_new_host_keys=accept_new_host_keys) as sess:
         try:
-            return _up(sess, dry_run=dry_run, load_image=load_image, pull=pull, wait=wait,
-                       allow_partial=allow_partial, lock_wait=lock_wait, skip_checks=skip_checks)
+            return up_in(sess, dry_run=dry_run, load_image=load_image, pull=pull, wait=wait,
+                         allow_partial=allow_partial, lock_wait=lock_wait, skip_checks=skip_checks)
         except KeyboardInterrupt:
             raise interrupted(sess, "up") from None
 
 
-def _up(sess: Session, *, dry_run: bool, load_image: bool | None, pull: bool, wait: float,
-        allow_partial: bool, lock_wait: float, skip_checks: frozenset[str] = frozenset()) -> UpResult:
+def up_in(sess: Session, *, dry_run: bool = False, load_image: bool | None = None, pull: bool = False,
+          wait: float = 180.0, allow_partial: bool = False, lock_wait: float = 0.0,
+          skip_checks: frozenset[str] = frozenset()) -> UpResult:
+    """`up` of sess.inv (one group) in a session the caller holds: fleet.lifecycle.up_fleet runs every
+    replica group's at once, each in its own session, and turns an interrupt into interrupted() of each."""
     full = sess.inv
     load = full.cluster.load_image if load_image is None else load_image
     skipped: dict[str, BaseException] = {}

@@ -72,8 +72,8 @@ def plan(inv) -> R.PlanResult | R.FleetPlanResult:
 
 
 def up(inv, *, reporter=None, on_replica=None, on_result=None, dry_run: bool = False, **opts) -> list[R.UpResult]:
-    """`up`: the cluster (cluster.run.up), or each replica group of a fleet in turn. on_replica(k, hosts)
-    before replica k starts; on_result(UpResult) as each group is done (a fleet's, as it goes)."""
+    """`up`: the cluster (cluster.run.up), or every replica group of a fleet at once. on_replica(k, hosts)
+    for each replica before any starts; on_result(UpResult) as each group is done (a fleet's, as each finishes)."""
     inv = inventory(inv)
     done: list[R.UpResult] = []
 

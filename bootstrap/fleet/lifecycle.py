@@ -17,17 +17,19 @@ containers the inventory's own mounts), no network (every container runs with `-
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 from bootstrap.cluster import run as CR
-from bootstrap.errors import BootstrapError, GroupError, UsageError
+from bootstrap.errors import BootstrapError, GroupError, Interrupted, UsageError
 from bootstrap.fleet import names as FN
 from bootstrap.fleet import plan as FP
 from bootstrap.fleet import status as FS
 from bootstrap.fleet import steps as FST
 from bootstrap.model import Host, Inventory
+from bootstrap.parallel import outcomes
 from bootstrap.remote import node as N
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
 from bootstrap.remote.session import Reporter, Session
@@ -67,28 +69,82 @@ def up_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Repo
              accept_new_host_keys: bool | None = None, allow_partial: bool = False, lock_wait: float = 0.0,
              skip_checks: frozenset[str] = frozenset(), on_replica: Callable[[int, Inventory], None] | None = None,
              on_done: Callable[[ReplicaUp], None] | None = None) -> list[ReplicaUp]:
-    """Bring every replica group's cluster up, one group after the other, each with its own head and
-    Ray cluster (cluster.run.up with the same options, on FP.replica_inventory). The fleet's own
-    containers start with `serve` (fleet.run.serve_fleet).
+    """Bring every replica group's cluster up at once, each with its own head and Ray cluster
+    (cluster.run.up_in with the same options, on FP.replica_inventory, each group in its own session
+    and lock). The fleet's own containers start with `serve` (fleet.run.serve_fleet).
 
-    on_replica(k, replica_inventory) is called before replica k starts, on_done(ReplicaUp) when it
-    is up (the CLI prints each replica's table there). A replica that fails raises its error; the
-    groups before it stay up and a re-run continues (it keeps what is up to date)."""
+    on_replica(k, replica_inventory) is called for every group before any starts, on_done(ReplicaUp)
+    as each is up, in the order they finish (the CLI prints each replica's table there). A group that
+    fails does not stop the others: when every group has finished, its error is raised (the failures of
+    several groups in one stage as one GroupError naming each host); the groups that came up stay up
+    and a re-run continues (it keeps what is up to date). Ctrl-C / SIGTERM stops every group's remote
+    work and raises one Interrupted with every host's state."""
     _fleet_only(inv, "up_fleet", "up")
-    done: list[ReplicaUp] = []
-    for k in range(inv.cluster.replicas):
-        group = FP.replica_inventory(inv, k)
-        if on_replica is not None:
-            on_replica(k, group)
-        t0, started_at = time.monotonic(), time.time()
-        res = CR.up(group, parallel=parallel, reporter=reporter, dry_run=dry_run, load_image=load_image, pull=pull,
-                    wait=wait, accept_new_host_keys=accept_new_host_keys, allow_partial=allow_partial,
-                    lock_wait=lock_wait, skip_checks=skip_checks)
-        rep = ReplicaUp(k, group, res, time.monotonic() - t0, started_at)
+    groups = [FP.replica_inventory(inv, k) for k in range(inv.cluster.replicas)]
+    opts = dict(dry_run=dry_run, load_image=load_image, pull=pull, wait=wait, allow_partial=allow_partial,
+                lock_wait=lock_wait, skip_checks=skip_checks)
+    with contextlib.ExitStack() as stack:
+        sessions = [stack.enter_context(Session(g, parallel=parallel, reporter=reporter,
+                                                accept_new_host_keys=accept_new_host_keys)) for g in groups]
+        try:
+            return _up_groups(sessions, opts, on_replica, on_done)
+        except KeyboardInterrupt:
+            raise _interrupted(sessions) from None
+
+
+def _up_groups(sessions: list[Session], opts: dict, on_replica: Callable[[int, Inventory], None] | None,
+               on_done: Callable[[ReplicaUp], None] | None) -> list[ReplicaUp]:
+    """cluster.run.up_in in every session at once; on_done as each group is up; the first error after all."""
+    if on_replica is not None:
+        for k, sess in enumerate(sessions):
+            on_replica(k, sess.inv)
+    started: dict[int, tuple[float, float]] = {}
+    done: dict[int, ReplicaUp] = {}
+
+    def one(k: int) -> CR.UpResult:
+        started[k] = (time.monotonic(), time.time())
+        return CR.up_in(sessions[k], **opts)
+
+    def arrived(k: object, outcome: object) -> None:
+        if isinstance(outcome, BaseException):
+            return
+        assert isinstance(k, int) and isinstance(outcome, CR.UpResult)
+        t0, at = started[k]
+        done[k] = ReplicaUp(k, sessions[k].inv, outcome, time.monotonic() - t0, at)
         if on_done is not None:
-            on_done(rep)
-        done.append(rep)
-    return done
+            on_done(done[k])
+    got = outcomes(range(len(sessions)), one, key=lambda k: k, threads=len(sessions), name="up-replica",
+                   on_outcome=arrived)
+    failed = {k: exc for k, exc in got.items() if isinstance(exc, BaseException)}
+    if failed:
+        raise _one_error([failed[k] for k in sorted(failed)])
+    return [done[k] for k in sorted(done)]
+
+
+def _one_error(errors: list[BaseException]) -> BaseException:
+    """The error of the first group that failed; GroupErrors of one stage merged into one that names
+    every failing host of every group (a KeyboardInterrupt inside a group, the interrupt path, first)."""
+    for exc in errors:
+        if not isinstance(exc, Exception):
+            return exc
+    first = errors[0]
+    same = [e for e in errors if isinstance(e, GroupError) and isinstance(first, GroupError) and e.stage == first.stage]
+    if len(same) > 1:
+        merged: dict[str, object] = {}
+        for e in same:
+            merged.update(e.results)
+        return GroupError(first.stage, merged)
+    return first
+
+
+def _interrupted(sessions: list[Session]) -> Interrupted:
+    """Ctrl-C / SIGTERM: every group's remote work stopped (cluster.run.interrupted of each), one
+    Interrupted with every host's state, in the stage the first unfinished group was in."""
+    parts = [CR.interrupted(sess, "up") for sess in sessions]
+    states: dict[str, str] = {}
+    for part in parts:
+        states.update(part.states)
+    return Interrupted("up", next((p.stage for p in parts if p.stage), ""), states)
 
 
 # -- status ---------------------------------------------------------------------------------------

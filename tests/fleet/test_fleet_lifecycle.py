@@ -5,6 +5,7 @@ Fake hosts and monkeypatched calls: no socket is opened."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from click.testing import CliRunner
 
 from bootstrap.cli import main
 from bootstrap.cluster import run as A
-from bootstrap.errors import ExitStatus, GroupError, HostUnreachable, LockBusy, UsageError
+from bootstrap.errors import ExitStatus, GroupError, HostUnreachable, Interrupted, LockBusy, UsageError
 from bootstrap.fleet import lifecycle as FLC
 from bootstrap.fleet import names as FN
 from bootstrap.fleet import status as FS
@@ -199,34 +200,71 @@ def _up_result(inv):
     return A.UpResult((), None, Timings(), changed=False, runtime="none")
 
 
-def test_up_brings_each_group_up_in_turn_with_the_same_options(fleet, monkeypatch):
+def test_up_brings_every_group_up_at_once_with_the_same_options(fleet, monkeypatch):
     calls, seen = [], []
+    both = threading.Barrier(2, timeout=10)  # broken (an error) unless both groups are in up_in together
 
-    def up(inv, **kw):
-        calls.append(([h.name for h in inv.hosts], inv.cluster.replicas, kw))
-        return _up_result(inv)
-    monkeypatch.setattr(A, "up", up)
+    def up_in(sess, **kw):
+        calls.append(([h.name for h in sess.inv.hosts], sess.inv.cluster.replicas, sess.parallel, kw))
+        both.wait()
+        return _up_result(sess.inv)
+    monkeypatch.setattr(A, "up_in", up_in)
     out = FLC.up_fleet(fleet, parallel=3, pull=True, wait=42.0, lock_wait=5.0, allow_partial=True,
                        on_replica=lambda k, g: seen.append(("start", k, g.head.name)),
                        on_done=lambda r: seen.append(("done", r.index, r.inv.head.name)))
-    assert [c[0] for c in calls] == [["h0", "h1"], ["h2", "h3"]] and {c[1] for c in calls} == {1}
-    kw = calls[1][2]
-    assert (kw["parallel"], kw["pull"], kw["wait"], kw["lock_wait"], kw["allow_partial"], kw["dry_run"]) == \
+    assert sorted(c[0] for c in calls) == [["h0", "h1"], ["h2", "h3"]] and {c[1] for c in calls} == {1}
+    kw = calls[1][3]
+    assert (calls[1][2], kw["pull"], kw["wait"], kw["lock_wait"], kw["allow_partial"], kw["dry_run"]) == \
         (3, True, 42.0, 5.0, True, False)
-    assert seen == [("start", 0, "h0"), ("done", 0, "h0"), ("start", 1, "h2"), ("done", 1, "h2")]
+    # every group announced before any starts; each reported as it is done
+    assert seen[:2] == [("start", 0, "h0"), ("start", 1, "h2")]
+    assert sorted(seen[2:]) == [("done", 0, "h0"), ("done", 1, "h2")]
     assert [r.index for r in out] == [0, 1] and all(r.seconds >= 0 for r in out)
 
 
-def test_up_stops_at_the_group_that_fails(fleet, monkeypatch):
-    calls = []
+def test_a_group_that_fails_does_not_stop_the_others_and_its_error_is_raised_after(fleet, monkeypatch):
+    calls, done = [], []
 
-    def up(inv, **kw):
-        calls.append(inv.head.name)
-        raise GroupError("preflight", {"h0": HostUnreachable("h0", "timed out")})
-    monkeypatch.setattr(A, "up", up)
-    with pytest.raises(GroupError):
+    def up_in(sess, **kw):
+        calls.append(sess.inv.head.name)
+        if sess.inv.head.name == "h0":
+            raise GroupError("preflight", {"h0": HostUnreachable("h0", "timed out"), "h1": None})
+        return _up_result(sess.inv)
+    monkeypatch.setattr(A, "up_in", up_in)
+    with pytest.raises(GroupError) as ei:
+        FLC.up_fleet(fleet, on_done=lambda r: done.append(r.index))
+    assert sorted(calls) == ["h0", "h2"] and done == [1]
+    assert set(ei.value.failures) == {"h0"}
+
+
+def test_groups_failing_in_one_stage_are_one_error_naming_every_host(fleet, monkeypatch):
+    def up_in(sess, **kw):
+        head = sess.inv.head.name
+        raise GroupError("preflight", {head: HostUnreachable(head, "timed out")})
+    monkeypatch.setattr(A, "up_in", up_in)
+    with pytest.raises(GroupError) as ei:
         FLC.up_fleet(fleet)
-    assert calls == ["h0"]
+    assert set(ei.value.failures) == {"h0", "h2"} and "h0, h2" in str(ei.value)
+
+
+def test_an_interrupt_stops_every_group_and_reports_every_host(fleet, monkeypatch):
+    asked = []
+
+    def up_in(sess, **kw):
+        return _up_result(sess.inv)
+
+    def interrupted(sess, command):
+        asked.append((sess.inv.head.name, command))
+        return Interrupted(command, "start-head", {h.name: "not started" for h in sess.inv.hosts})
+
+    def on_done(rep):
+        raise KeyboardInterrupt  # Ctrl-C while the first group to finish is shown
+    monkeypatch.setattr(A, "up_in", up_in)
+    monkeypatch.setattr(A, "interrupted", interrupted)
+    with pytest.raises(Interrupted) as ei:
+        FLC.up_fleet(fleet, on_done=on_done)
+    assert sorted(asked) == [("h0", "up"), ("h2", "up")]
+    assert sorted(ei.value.states) == ["h0", "h1", "h2", "h3"] and ei.value.stage == "start-head"
 
 
 def test_status_reads_each_group_then_the_fleet(fleet, monkeypatch):
@@ -275,7 +313,7 @@ def test_cli_down_on_a_fleet_calls_down_fleet_and_prints_each_group(tmp_path, mo
 
 def test_cli_up_on_a_fleet_names_each_replica_and_prints_its_table(tmp_path, monkeypatch, no_hosts):
     path = write(tmp_path, fleet_yaml(4, 2))
-    monkeypatch.setattr(A, "up", lambda inv, **kw: _up_result(inv))
+    monkeypatch.setattr(A, "up_in", lambda sess, **kw: _up_result(sess.inv))
     r = invoke("up", "-i", str(path))
     assert r.exit_code == 0, r.output
     assert [ln for ln in r.stderr.splitlines() if ln.startswith("replica ")] == ["replica 0: h0, h1",
