@@ -27,6 +27,7 @@ from bootstrap.serve import experts as EX
 from bootstrap.serve import flags as FG
 from bootstrap.serve import mode as M
 from bootstrap.serve import split as SP
+from bootstrap.serve import watch as W
 
 #: serve's processes inside the node containers (a single-replica serve) hold the vLLM port.
 from bootstrap.serve.state import check_extra_in_image, read_model_info
@@ -198,9 +199,12 @@ def _start_standbys(sess: Session, inv: Inventory, rps: Sequence[FP.ReplicaPlan]
 
 
 def _gate(sess: Session, inv: Inventory, k: int, wait: float) -> dict:
+    """Wait for replica k to serve; meanwhile say what its vLLM is doing (serve/watch.py, its head's log)."""
     head = inv.replicas[k][0]
-    return _probe(sess, head, FN.serve_name(inv), ["ready", FN.replica_url(inv, k), str(wait), FN.EXITED_PATH],
-                  timeout=wait + 120)
+    with W.watching(lambda line: sess.reporter.event(head.name, "vllm-start", "waiting", line),
+                    lambda: _logs(sess, head, FN.serve_name(inv), tail=100)):
+        return _probe(sess, head, FN.serve_name(inv), ["ready", FN.replica_url(inv, k), str(wait), FN.EXITED_PATH],
+                      timeout=wait + 120)
 
 
 def _replica_failure(sess: Session, inv: Inventory, k: int, ready: dict) -> tuple[str, str]:

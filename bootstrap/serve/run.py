@@ -34,6 +34,7 @@ from bootstrap.serve import mode as M
 from bootstrap.serve import modelsync as MS
 from bootstrap.serve import sizing as SZ
 from bootstrap.serve import split as SP
+from bootstrap.serve import watch as W
 from bootstrap.serve.state import LOG, PIDFILE, STATE, check_extra_in_image, read_model_info, stop_serving
 
 NON_CARRY_OVER = "/root/.config/vllm/ray_non_carry_over_env_vars.json"
@@ -297,8 +298,10 @@ def _wait(sess: Session, got: _Gathered, plan: ServePlan, wait: float) -> ServeR
     inv, order = got.inv, got.order
     name, url_in = inv.cluster.container_name, plan.url_in
     t0 = time.monotonic()
-    ready = N.of(sess, inv.head, name).payload_or_error("serve_probe.py", url_in, str(wait), PIDFILE,
-                                                         timeout=wait + 60)
+    head = N.of(sess, inv.head, name)
+    with W.watching(lambda line: sess.reporter.event(inv.head.name, "vllm-start", "waiting", line),
+                    lambda: head.run_in("tail", "-c", str(W.TAIL_BYTES), LOG, timeout=10, check=False).stdout):
+        ready = head.payload_or_error("serve_probe.py", url_in, str(wait), PIDFILE, timeout=wait + 60)
     elapsed = time.monotonic() - t0
     # not checked: the log only adds detail (KV capacity, the failure's tail); the probe's answer decides
     log = N.of(sess, inv.head, name).run_in("cat", LOG, timeout=60, check=False).stdout

@@ -64,6 +64,12 @@ def test_serve_with_no_flags_on_three_nodes_plans_from_the_model_and_answers(thr
         i for i, ln in enumerate(lines) if ln.startswith("serving "))
     endpoint = f"http://{sb.nodes[0].ip}:8000/v1"
     assert f"serving {MODEL} on {endpoint} (backend native, TP=1, PP=3)" in r.stdout
+    # not silent while vLLM starts: its steps, read from its own log, each on a line of its own (stderr)
+    said = [ln.split(" waiting ", 1)[1] for ln in r.stderr.splitlines() if " vllm-start " in ln]
+    print("while vLLM started:", said)
+    assert said and said[0] == "vLLM starting (no output yet: importing vLLM and torch)", r.stderr[-3000:]
+    assert any(x.startswith(("connecting the 3 ranks", "loading ", "weights loaded", "KV cache: ", "engine ready"))
+               for x in said[1:]), said
     assert len(complete(endpoint, MODEL)) > 0
     for n in sb.nodes:
         assert vllm_procs(n), f"{n.name} runs its pipeline stage"
