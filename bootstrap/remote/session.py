@@ -96,9 +96,10 @@ class Session:
         return sub
 
     def stage(self, stage: str, hosts: Iterable[Host], fn: Callable[[Host], object], *,
-              strict: bool = True) -> GroupResult:
+              strict: bool = True, said: Callable[[object, float], str] | None = None) -> GroupResult:
         """Run fn on every host (events and timing under `stage`): host name -> result. strict: one
-        GroupError when any host failed; else the failures are in the result (`.failed`)."""
+        GroupError when any host failed; else the failures are in the result (`.failed`). said(result,
+        seconds): what the host's `done` line adds after its time (a pull's bytes and rate)."""
         hosts = list(hosts)
         t0 = self.clock()
         self.current_stage = stage
@@ -118,7 +119,9 @@ class Session:
                 elif self.reporter.event(h.name, stage, "failed", str(exc)):
                     mark_shown(exc)  # printed once, as it happened: a summary names the host only
                 raise
-            self.reporter.event(h.name, stage, "done", f"{self.clock() - t:.1f}s")
+            secs = self.clock() - t
+            extra = said(r, secs) if said is not None else ""
+            self.reporter.event(h.name, stage, "done", f"{secs:.1f}s" + (f": {extra}" if extra else ""))
             return r
 
         try:

@@ -173,7 +173,8 @@ def _mirror_cluster(tmp_path, head_answers=(), node_answers=None, n=3):
     node_answers = node_answers or {}
     fakes = {}
     for h in inv.hosts:
-        common = [("docker tag", (0, "", "")), ("'{{.Id}}' " + IMAGE, (0, "sha256:abc\n", ""))]
+        common = [("docker tag", (0, "", "")), ("'{{.Id}}' " + IMAGE, (0, "sha256:abc\n", "")),
+                  ("'{{.Size}}' " + IMAGE, (0, "2147483648\n", ""))]
         if h.is_head:
             answers = [*head_answers, ("'{{.Id}}' reg/nginx:1", (0, "sha256:ngx\n", "")),
                        ("RegistryConfig", (0, REGISTRY_CONFIG, "")),
@@ -210,6 +211,9 @@ def test_a_cold_cluster_pulls_through_the_heads_mirror_at_once_and_the_mirror_is
     assert ("h0", "image-mirror", "done", "10.0.0.1:8476 caching http://10.0.0.9:5000 in 0.0s") in [
         (h, s, st, d.replace(d.split(" in ")[-1], "0.0s") if s == "image-mirror" else d) for h, s, st, d in ev.seen]
     assert not [e for e in ev.seen if e[2] == "warning"]
+    # each pull's done line says how much it brought, and how fast (the image's size in the host's Docker)
+    dones = [d for h, s, st, d in ev.seen if s == "pull-mirror" and st == "done"]
+    assert len(dones) == 3 and all(d.endswith("s: 2.1 GB unpacked") or "2.1 GB unpacked (" in d for d in dones), dones
 
 
 @pytest.mark.parametrize("answer, why", [
@@ -248,3 +252,11 @@ def test_the_head_failing_through_its_mirror_falls_back_for_everyone_and_a_diges
     assert IM._through_mirror(sess, inv.head, list(inv.hosts), IMAGE) == ({}, "")
     assert any("h0's pull through its mirror failed" in d and "manifest unknown" in d for _, _, _, d in ev.seen)
     assert IM._through_mirror(sess, inv.head, list(inv.hosts), "ghcr.io/x/y@sha256:" + "a" * 64) == ({}, "")
+
+
+def test_a_pulls_done_line_gives_the_images_size_and_rate_and_nothing_it_does_not_know():
+    from bootstrap.cluster.imagedist import run as IM
+
+    assert IM.pulled(2_000_000_000, 100.0) == "2.0 GB unpacked (20.0 MB/s)"
+    assert IM.pulled(2_000_000_000, 0.0) == "2.0 GB unpacked"
+    assert IM.pulled(None, 5.0) == "" and IM.pulled(0, 5.0) == ""

@@ -34,7 +34,8 @@ def local_image_id(image: str) -> str | None:
                                            f"{LD.explain(exc)}") from None
 
 
-def pull_image(ssh: SSHHost, image: str) -> None:
+def pull_image(ssh: SSHHost, image: str) -> int | None:
+    """`docker pull IMAGE` on the host; the image's size there afterwards (bytes unpacked; None unknown)."""
     try:
         ssh.run(RA.pull_argv(image), timeout=ssh.settings.command_timeout, hangup=True)
     except CommandFailed as exc:
@@ -46,6 +47,22 @@ def pull_image(ssh: SSHHost, image: str) -> None:
         elif "connection refused" in low or "no such host" in low or "timeout" in low:
             exc.hint = "the host cannot reach the registry: use --load-image to stream it from here"
         raise
+    return image_size(ssh, image)
+
+
+def image_size(ssh: SSHHost, image: str) -> int | None:
+    """The image's size in the host's Docker (bytes, unpacked), None when Docker does not say."""
+    r = ssh.run(RA.image_inspect_argv(image, "{{.Size}}"), timeout=30, check=False)
+    out = r.stdout.strip() if r.ok else ""
+    return int(out) if out.isdigit() else None
+
+
+def pulled(size: object, seconds: float) -> str:
+    """What a pull's `done` line adds: the image's size (unpacked, as `docker images` shows it) and the rate."""
+    if not isinstance(size, int) or size <= 0:
+        return ""
+    rate = f" ({DP.human_bytes(size / seconds)}/s)" if seconds > 0.05 else ""
+    return f"{DP.human_bytes(size)} unpacked{rate}"
 
 
 def load_image(sess: Session, hosts: Sequence[Host], image: str, *, queue_chunks: int = 8) -> None:
@@ -187,7 +204,7 @@ def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, l
         origin = "registry"
 
         def source(hosts: list[Host]) -> object:
-            return sess.stage("pull", hosts, lambda h: pull_image(sess.ssh[h.name], image))
+            return sess.stage("pull", hosts, lambda h: pull_image(sess.ssh[h.name], image), said=pulled)
     todo = DP.lacking(inv.hosts, ids, want_id, pull=pull)
     if not todo:
         return {}
@@ -252,7 +269,7 @@ def _through_mirror(sess: Session, head: Host, todo: Sequence[Host], image: str)
                             f"{PL.hostport(head.ip, port)} caching {scheme}://{reg} in {sess.clock() - t0:.1f}s")
         script = check_script("mirror_forward.py").decode()
         res = sess.stage("pull-mirror", todo, lambda h: _pull_through(sess, h, head, ref, image, script),
-                         strict=False)
+                         strict=False, said=pulled)
     finally:
         if started:
             ssh.run(DP.remove_argv(), timeout=120, check=False)
@@ -304,11 +321,10 @@ def _mirror_start(sess: Session, head: Host, reg: str, https: bool) -> str:
     return f"the mirror on {head.name} cannot serve {reg}: {DP.probe_why(status)}{seen}"
 
 
-def _pull_through(sess: Session, h: Host, head: Host, ref: str, image: str, script: str) -> str:
-    """``h`` pulls ``ref`` through the head's mirror and tags it under ``image``; how long it took."""
+def _pull_through(sess: Session, h: Host, head: Host, ref: str, image: str, script: str) -> int | None:
+    """``h`` pulls ``ref`` through the head's mirror and tags it under ``image``; its size there (image_size)."""
     s = sess.ssh[h.name]
     port = sess.inv.cluster.ports.image_copy
-    t = time.monotonic()
     argv = DP.pull_argv(ref, None if h is head else head.ip, port, h.ip, script)
     r = s.run(argv, timeout=s.settings.command_timeout, check=False, hangup=True,
               display=f"docker pull {ref}" + ("" if h is head else f" (via {head.name})"))
@@ -316,7 +332,7 @@ def _pull_through(sess: Session, h: Host, head: Host, ref: str, image: str, scri
         tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.exit_code}"]
         raise PreflightFailed(h.name, f"the pull through {head.name}'s mirror failed: {tail[0][:300]}")
     s.run(DP.retag_argv(ref, image), timeout=60)
-    return f"{time.monotonic() - t:.1f}s"
+    return image_size(s, image)
 
 
 def _mirrored(sess: Session, head: Host, todo: Sequence[Host], image: str,
