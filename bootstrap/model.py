@@ -11,7 +11,9 @@ Role = Literal["head", "worker"]
 Accelerator = Literal["gpu", "none"]
 
 DEFAULT_CONTAINER_NAME = "bootstrap-vllm"
-DEFAULT_IMAGE = "vllm/vllm-openai:latest"
+#: cluster.image left out: the stock image of the vLLM release bootstrap is tested with, pinned (not :latest,
+#: which moves: nodes that pull at different times would run different vLLMs). A new release: a new default here.
+DEFAULT_IMAGE = "vllm/vllm-openai:v0.32.0"
 HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 #: The kernel's default ceiling on open files per process (fs.nr_open): docker cannot give a
 #: container a nofile limit above the host's.

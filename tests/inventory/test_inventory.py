@@ -1461,3 +1461,9 @@ def test_ansible_become_settings_bootstrap_does_not_honour_are_refused(tmp_path,
     for yes in ("yes", "'True'", "on"):  # Ansible's words for true, as YAML 1.2 reads them (text)
         assert load(tmp_path, ok.replace("ansible_become: true", f"ansible_become: {yes}")).hosts[0].ip == "10.0.0.1"
     assert load(tmp_path, ok.replace("ansible_become_user: root", "ansible_sudo_user: root")).hosts[0].ip
+
+
+def test_an_inventory_without_an_image_gets_the_tested_release_pinned_never_a_moving_tag(tmp_path):
+    image = load(tmp_path, one_cpu_host()).cluster.image
+    assert image == "vllm/vllm-openai:v0.32.0"
+    assert ":" in image and not image.endswith(":latest")
