@@ -12,9 +12,15 @@ vllm/config/parallel.py, which changes between versions), which all-to-all kerne
 image can import (looked up, not imported) and whether vLLM's KV connector factory registers
 NixlConnector.
 
+A hub lookup that fails says what kind of failure it was ("kind"): "missing" (the hub has no such
+repository, revision or config.json, or the hub is off (HF_HUB_OFFLINE) and the cache lacks it),
+"denied" (a gated repository, or 401/403), "unreachable" (no answer from the hub and not in the
+cache), "other"; "elsewhere" names what makes vLLM look somewhere else than the HF hub
+(VLLM_USE_MODELSCOPE), in which case this lookup does not decide.
+
 Args: MODEL
 Output: {"config": {...}|null, "index": {...}|null, "source": "path"|"hf-cache"|"hub"|null,
-         "error": str|null,
+         "error": str|null, "kind": "missing"|"denied"|"unreachable"|"other"|null, "elsewhere": str|null,
          "engine": {"version": str|null, "all2all": [str]|null, "modules": [str], "nixl_connector": bool|null}}
 """
 import ast
@@ -46,8 +52,26 @@ def from_path(model):
     return out
 
 
+MISSING = ("RepositoryNotFoundError", "RevisionNotFoundError", "RemoteEntryNotFoundError", "DisabledRepoError")
+UNREACHABLE = ("LocalEntryNotFoundError", "OfflineModeIsEnabled", "ConnectionError", "Timeout", "TimeoutError",
+               "ConnectTimeout", "ReadTimeout")
+
+
+def kind_of(exc):
+    """What a failed hub lookup means for vLLM, which will make the same lookup: see the module's doc."""
+    names = [c.__name__ for c in type(exc).__mro__]
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if "GatedRepoError" in names or status in (401, 403):
+        return "denied"
+    if any(n in names for n in MISSING):
+        return "missing"
+    if any(n in names for n in UNREACHABLE):
+        return "unreachable"
+    return "other"
+
+
 def from_hub(model):
-    out = {"config": None, "index": None, "source": None, "error": None}
+    out = {"config": None, "index": None, "source": None, "error": None, "kind": None}
     try:
         from huggingface_hub import hf_hub_download, try_to_load_from_cache
     except ImportError:
@@ -62,6 +86,7 @@ def from_hub(model):
         out["source"] = "hf-cache"
     elif os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
         out["error"] = "not in the HF cache and HF_HUB_OFFLINE is set"
+        out["kind"] = "missing"
         return out
     else:
         socket.setdefaulttimeout(15)
@@ -71,6 +96,7 @@ def from_hub(model):
             except Exception as exc:  # noqa: BLE001 - a missing index is normal; the config's error is reported
                 if name == FILES[0]:
                     out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                    out["kind"] = kind_of(exc)
                     return out
         out["source"] = "hub"
     out["config"] = read_json(found[FILES[0]])
@@ -147,6 +173,9 @@ def main(argv):
         out = from_path(model) if model.startswith("/") else from_hub(model)
     except (OSError, ValueError) as exc:
         out = {"config": None, "index": None, "source": None, "error": f"{type(exc).__name__}: {exc}"}
+    out.setdefault("kind", None)
+    use_modelscope = os.environ.get("VLLM_USE_MODELSCOPE", "").lower() in ("1", "true", "yes")
+    out["elsewhere"] = "VLLM_USE_MODELSCOPE" if use_modelscope and not model.startswith("/") else None
     out["engine"] = engine()
     print(json.dumps(out), flush=True)
     return 0

@@ -64,8 +64,9 @@ from bootstrap.cli.render import LineReporter
               help="The model name clients send in requests (vLLM's --served-model-name; default: the MODEL argument).")
 @click.option("--stop", is_flag=True, help="Stop serving; the Ray cluster keeps running.")
 @click.option("--dry-run", is_flag=True,
-              help="Read the model's config.json, print the plan (backend, TP/PP and why, each node's command) "
-                   "and stop; secrets need not be set.")
+              help="Connect to the hosts, read the model's config.json in the head's container (a model the hub "
+                   "does not have is refused here too), print the plan (backend, TP/PP and why, each node's command) "
+                   "and stop: nothing is started; secrets need not be set. `bootstrap plan` contacts no host.")
 @json_option
 def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, sync_model, wait, listen,
           served_model_name, stop, dry_run, as_json):

@@ -26,6 +26,7 @@ from bootstrap.remote.session import Session, check_script
 from bootstrap.serve import experts as EX
 from bootstrap.serve import flags as FG
 from bootstrap.serve import mode as M
+from bootstrap.serve import modelref as MR
 from bootstrap.serve import split as SP
 from bootstrap.serve import watch as W
 
@@ -142,6 +143,9 @@ def _split(sess: Session, inv: Inventory, model: str, tp: int | None, pp: int | 
     hosts = M.Hosts.of(inv)
     mode = M.check(hosts, M.Options(tp, pp, dp))  # serve/mode.py: the split rules, before the model is read
     info = read_model_info(sess, inv.replicas[0][0], model)
+    refused = MR.refusal(model, info, inv.replicas[0][0].name)
+    if refused is not None:
+        raise refused
     config = info.get("config") if isinstance(info.get("config"), dict) else None
     shape = SP.model_shape(config) if config else None
     splits = {n: ch.split for n, ch in M.plan_groups(mode, hosts, M.Model(shape, config)).items()}

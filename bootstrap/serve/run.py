@@ -31,6 +31,7 @@ from bootstrap.serve import flags as FG
 from bootstrap.serve import kvlog as KL
 from bootstrap.serve import manifest as MF
 from bootstrap.serve import mode as M
+from bootstrap.serve import modelref as MR
 from bootstrap.serve import modelsync as MS
 from bootstrap.serve import sizing as SZ
 from bootstrap.serve import split as SP
@@ -188,6 +189,9 @@ def _gather(sess: Session, inv: Inventory, model: str, host_bind: str, sync_mode
         inv = sess.inv = RT.from_containers(inv, states)
     # What the model allows: its config.json, read where vLLM will read it (the head container).
     info = read_model_info(sess, inv.head, model)
+    refused = MR.refusal(model, info, inv.head.name)
+    if refused is not None:
+        raise refused
     config = info.get("config") if isinstance(info.get("config"), dict) else None
     shape = SP.model_shape(config) if config else None
     if config is None:

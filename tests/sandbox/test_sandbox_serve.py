@@ -214,6 +214,15 @@ def test_a_model_missing_on_a_node_is_refused_before_launch(two):
     assert r.returncode == 3, r.stderr
     assert "node2" in r.stderr and "missing" in r.stderr
     assert vllm_procs(n1) == [] and vllm_procs(n2) == []
+    # a hub model the head's container can neither find in its HF cache nor fetch (the sandbox reaches no hub):
+    # vLLM would fail the same way after every node started, so it is refused first, in one line
+    r = cli("serve", "-i", inv2, "someorg/no-such-model", "--backend", "native", *VLLM_ARGS)
+    assert r.returncode == 3, r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(
+        "error: node1: someorg/no-such-model is not in the container's HF cache and the Hugging Face hub does not "
+        "answer ("), r.stderr
+    assert " launch " not in r.stderr and vllm_procs(n1) == [] and vllm_procs(n2) == []
 
 
 def test_worker_cut_off_during_serve_is_named_and_nothing_is_left_running(two):

@@ -115,8 +115,9 @@ def test_model_info_payload_reads_a_path(tmp_path):
     script = Path(__file__).resolve().parents[2] / "checks" / "model_info.py"
     got = json.loads(subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
                                     timeout=30).stdout)
-    assert {k: v for k, v in got.items() if k != "engine"} == {"config": {"num_attention_heads": 4}, "index": None,
-                                                               "source": "path", "error": None}
+    shown = {k: v for k, v in got.items() if k not in ("engine", "kind", "elsewhere")}
+    assert shown == {"config": {"num_attention_heads": 4}, "index": None, "source": "path", "error": None}
+    assert got["kind"] is None and got["elsewhere"] is None
     assert set(got["engine"]) == {"version", "all2all", "modules", "nixl_connector"}
     missing = json.loads(subprocess.run([sys.executable, str(script), str(tmp_path / "nope")], capture_output=True,
                                         text=True, timeout=30).stdout)
