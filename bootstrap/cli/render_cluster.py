@@ -10,6 +10,7 @@ from rich.table import Table
 from bootstrap import face
 from bootstrap.cli.show import _argv, _escape, _json, err, out
 from bootstrap.face import docs as D
+from bootstrap.face import planview as PV
 
 
 # -- validate ------------------------------------------------------------------------------------
@@ -29,22 +30,41 @@ def validated(res, as_json: bool = False) -> None:
 
 
 # -- plan ----------------------------------------------------------------------------------------
-def plan_rows(actions, as_json: bool, live: bool, runtime: str | None = "", why: str = "") -> None:
-    """Each host's container (`plan`; `up --dry-run` with live=True: and what would change).
-    runtime None: not decided yet (cluster.runtime unset, the image not looked at): then why says
-    so, and the rows show the containers with Ray."""
+def plan_rows(actions, as_json: bool, live: bool, runtime: str | None = "", why: str = "",
+              wrapper: bool = True) -> None:
+    """Each host's container (`plan`; `up --dry-run` with live=True: and what would change): a row per
+    host, the secrets' wrapper once, the head's `docker run` whole and the others' as what differs
+    (face/planview.py). runtime None: not decided yet (cluster.runtime unset, the image not looked
+    at): then why says so, and the rows show the containers with Ray. wrapper: say what the wrapper
+    is (a fleet says it once, before its first replica)."""
     if as_json:
         _json(D.plan_doc(actions, runtime))
         return
     if why and not why.startswith("cluster.runtime:"):
         out.print(_escape(f"runtime: {runtime or face.RUNTIME_UNDECIDED}: {why}"))
-    for a in actions:
-        head = f"[bold]{_escape(a.host)}[/] ({_escape(a.spec.role)})"
-        if live:
-            color = {"keep": "green", "create": "cyan", "recreate": "yellow"}[a.action]
-            head += f"  [{color}]{a.action}[/]: {_escape(a.reason)}"
-        out.print(head)
-        out.print("  " + _escape(_argv(a.spec.run_argv())), soft_wrap=True)
+    rows = PV.views(actions)
+    t = Table(box=None, pad_edge=False, show_edge=False)
+    for col in ("host", "ip", "role", *(("action", "why") if live else ()), "runs"):
+        t.add_column(col)
+    for v in rows:
+        color = {"keep": "green", "create": "cyan", "recreate": "yellow"}.get(v.action, "white")
+        t.add_row(_escape(v.host), _escape(v.ip), _escape(v.role),
+                  *((f"[{color}]{v.action}[/]", _escape(v.reason)) if live else ()), _escape(_argv(v.runs)))
+    out.print(t)
+    if wrapper and PV.has_wrapper(actions):
+        out.print(_escape(f"{PV.WRAPPER} (the container's entrypoint: exports each secret named after it from "
+                          "its file on the host's tmpfs, then execs the command after --):"))
+        out.print("  " + _escape(PV.wrapper_script()), soft_wrap=True)
+    for v in rows:
+        if v.argv is not None:
+            out.print(f"[bold]{_escape(v.host)}[/] ({_escape(v.role)})")
+            out.print("  " + _escape(_argv(v.argv)), soft_wrap=True)
+            continue
+        base, own, gone, runs = v.differs
+        said = [_argv(it) for it in own] + [f"(no {_argv(it)})" for it in gone]
+        out.print(f"[bold]{_escape(v.host)}[/] ({_escape(v.role)}): as {_escape(base)}'s, but "
+                  + (_escape(" ".join(said)) if said else "no option differs")
+                  + (f"; runs {_escape(_argv(runs))}" if runs else ""), soft_wrap=True)
 
 
 def fleet_plan(replicas, routers, router_url: str, keeper_argv, as_json: bool, standby: str | None = None) -> None:
@@ -56,11 +76,11 @@ def fleet_plan(replicas, routers, router_url: str, keeper_argv, as_json: bool, s
         return
     for k, (url, acts) in enumerate(replicas):
         out.print(f"[bold]replica {k}[/] -> {_escape(url)}")
-        plan_rows(acts, False, live=False)
+        plan_rows(acts, False, live=False, wrapper=k == 0)
     for r in routers:
         out.print(f"[bold]router[/] on {_escape(r.host)} -> {_escape(router_url)}/v1 "
                   "(worker URLs as `bootstrap serve` starts them)")
-        out.print("  " + _escape(_argv(r.run)), soft_wrap=True)
+        out.print("  " + _escape(_argv(PV.shown(r.run))), soft_wrap=True)
         if r.vip_create:
             out.print(f"[bold]keepalived[/] on {_escape(r.host)} (the floating address)")
             out.print("  " + _escape(_argv(r.vip_create)), soft_wrap=True)

@@ -68,7 +68,8 @@ def plan(inv) -> R.PlanResult | R.FleetPlanResult:
     groups = [PL.plan_offline(FP.replica_inventory(inv, k)) for k in range(n)]
     ifaces = {h.name: f"<the interface of {h.ip}>" for h in FN.router_hosts(inv)}
     return R.FleetPlanResult(list(zip(urls, groups)), FRT.plan_routers(inv, urls, ifaces=ifaces), FN.router_url(inv),
-                             FRT.keeper_create_argv(inv), FN.standby_name(inv) if inv.cluster.standby else None)
+                             FRT.keeper_create_argv(inv), FN.standby_name(inv) if inv.cluster.standby else None,
+                             inv.cluster.runtime)
 
 
 def up(inv, *, reporter=None, on_replica=None, on_result=None, dry_run: bool = False, **opts) -> list[R.UpResult]:

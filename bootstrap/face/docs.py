@@ -11,19 +11,26 @@ from bootstrap.cluster.runtime import UNDECIDED as RUNTIME_UNDECIDED
 from bootstrap.nccl import parse as N
 
 
-def plan_doc(actions, runtime: str | None = "") -> list[dict]:
-    """Each host's container (`plan`, `up --dry-run`); runtime None: not decided yet."""
-    return [{"host": a.host, "role": a.spec.role, "action": a.action, "reason": a.reason,
-             "runtime": runtime if runtime is not None else RUNTIME_UNDECIDED,
-             "spec_hash": a.spec.spec_hash, "argv": list(a.spec.run_argv())} for a in actions]
+def _host_doc(a, runtime: str | None) -> dict:
+    return {"host": a.host, "role": a.spec.role, "action": a.action, "reason": a.reason,
+            "runtime": runtime if runtime is not None else RUNTIME_UNDECIDED,
+            "spec_hash": a.spec.spec_hash, "argv": list(a.spec.run_argv())}
 
 
-def fleet_plan_doc(replicas, routers, router_url: str, keeper_argv, standby: str | None = None) -> dict:
+def plan_doc(actions, runtime: str | None = "") -> dict:
+    """`plan` and `up --dry-run` of one cluster: the shape of a fleet's (fleet_plan_doc) with one group,
+    replica null, and no router; runtime None: not decided yet."""
+    return {"kind": "cluster", "replicas": [{"replica": None, "url": None,
+                                             "hosts": [_host_doc(a, runtime) for a in actions]}],
+            "router": None, "routers": [], "keeper": None, "standby": None}
+
+
+def fleet_plan_doc(replicas, routers, router_url: str, keeper_argv, standby: str | None = None,
+                   runtime: str | None = "") -> dict:
     """`plan` with replicas: [(url, actions)] per replica, the routers, the keeper, the standby's name."""
     return {
-        "replicas": [{"replica": k, "url": url,
-                      "hosts": [{"host": a.host, "role": a.spec.role, "spec_hash": a.spec.spec_hash,
-                                 "argv": list(a.spec.run_argv())} for a in acts]}
+        "kind": "fleet",
+        "replicas": [{"replica": k, "url": url, "hosts": [_host_doc(a, runtime) for a in acts]}
                      for k, (url, acts) in enumerate(replicas)],
         "router": {"host": routers[0].host, "endpoint": router_url + "/v1", "argv": list(routers[0].run)},
         "routers": [{"host": r.host, "argv": list(r.run), "vip_argv": list(r.vip_create),

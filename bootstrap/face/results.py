@@ -52,9 +52,12 @@ class FleetPlanResult:
     router_url: str
     keeper_argv: tuple
     standby: str | None = None
+    #: cluster.runtime, None when unset (decided from the image by `up`)
+    runtime: str | None = ""
 
     def to_doc(self):
-        return D.fleet_plan_doc(self.replicas, self.routers, self.router_url, self.keeper_argv, self.standby)
+        return D.fleet_plan_doc(self.replicas, self.routers, self.router_url, self.keeper_argv, self.standby,
+                                self.runtime)
 
 
 @dataclass

@@ -207,8 +207,10 @@ def test_markup_and_escapes_in_a_valid_inventory_and_its_path_are_printed_litera
                   "-e 'E=esc \\x1b[31m red'", "-e 'F=:smile: [link=http://x]y[/link]'", "-e 'G=[/bold]'",
                   "-e 'H=two\\nlines'", "'--x=[/]'"):
         assert shown in r.stdout, shown
-    # the runtime line (cluster.runtime unset), a head line and a command per host
-    assert "\x1b" not in r.stdout and len(r.stdout.splitlines()) == 5
+    # the runtime line (cluster.runtime unset), the table (its header and a row per host), the head's line
+    # and its whole command, the worker's line (what differs from the head's) (issue 51.8: was a line and a
+    # whole command per host)
+    assert "\x1b" not in r.stdout and len(r.stdout.splitlines()) == 7
     r = run("plan", "-i", str(inv), "--json")
     assert r.returncode == 0 and "A=[bold]x[/]" in r.stdout and "H=two\\nlines" in r.stdout
 

@@ -607,13 +607,18 @@ def test_cli_plan_shows_every_replica_and_the_router(tmp_path, no_hosts):
     assert TOKEN not in r.stdout
 
 
-def test_cli_plan_with_one_replica_is_unchanged(tmp_path, no_hosts):
+def test_cli_plan_with_one_replica_has_the_fleets_shape_with_one_group_and_no_router(tmp_path, no_hosts):
+    """One --json shape for `plan` (issue 51.8: it was a list for one cluster and a dict for a fleet)."""
     path = write(tmp_path, "cluster: {accelerator: none}\n" + hosts_yaml(2))
     r = invoke("plan", "-i", str(path), "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert isinstance(doc, list) and [a["host"] for a in doc] == ["h0", "h1"]
-    assert "router" not in r.stdout
+    fleet = json.loads(invoke("plan", "-i", str(write(tmp_path, fleet_yaml(4, 2), "fleet.yaml")), "--json").stdout)
+    assert set(doc) == set(fleet) and doc["kind"] == "cluster" and fleet["kind"] == "fleet"
+    assert [g["replica"] for g in doc["replicas"]] == [None]
+    assert [a["host"] for a in doc["replicas"][0]["hosts"]] == ["h0", "h1"]
+    assert set(doc["replicas"][0]["hosts"][0]) == set(fleet["replicas"][0]["hosts"][0])
+    assert doc["router"] is None and doc["routers"] == [] and doc["keeper"] is None
 
 
 def test_cli_validate_refuses_replicas_that_do_not_divide(tmp_path, no_hosts):

@@ -150,7 +150,7 @@ def test_worker_cut_off_from_the_data_network(cluster):
 def test_doctor_names_a_wrong_vllm_host_ip(cluster):
     n2 = cluster.nodes[1]
     plan = json.loads(cli("plan", "-i", str(cluster.inventory), "--json").stdout)
-    argv = next(p["argv"] for p in plan if p["host"] == n2.name)
+    argv = next(p["argv"] for p in plan["replicas"][0]["hosts"] if p["host"] == n2.name)
     i = argv.index(f"VLLM_HOST_IP={n2.ip}")
     argv[i] = "VLLM_HOST_IP=172.31.240.99"  # what a hand-made container with a stale IP looks like
     argv = [a for j, a in enumerate(argv) if not (a == "--label" or (j and argv[j - 1] == "--label"))]

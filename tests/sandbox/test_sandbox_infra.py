@@ -393,7 +393,7 @@ def test_the_gpu_plan_takes_each_nodes_own_facts_and_a_fault_in_one_node_is_refu
     def healthy_plan(*extra: str) -> dict[str, dict[str, str]]:
         r = cli("up", "-i", inv, "--dry-run", "--json", *skip, *extra)
         assert r.returncode == 0, r.stderr[-2000:]
-        return {a["host"]: a for a in json.loads(r.stdout)}
+        return {a["host"]: a for a in json.loads(r.stdout)["replicas"][0]["hosts"]}
 
     plan = healthy_plan()
     for n in (n1, n2):
