@@ -84,7 +84,12 @@ def load(url):
             "ttft_sum": metric(text, "vllm:time_to_first_token_seconds_sum"),
             "ttft_count": metric(text, "vllm:time_to_first_token_seconds_count"),
             "itl_sum": metric(text, "vllm:inter_token_latency_seconds_sum"),
-            "itl_count": metric(text, "vllm:inter_token_latency_seconds_count")}
+            "itl_count": metric(text, "vllm:inter_token_latency_seconds_count"),
+            # the wait in the engine's queue, and the prefix cache's token queries and hits
+            "queue_sum": metric(text, "vllm:request_queue_time_seconds_sum"),
+            "queue_count": metric(text, "vllm:request_queue_time_seconds_count"),
+            "prefix_queries": metric(text, "vllm:prefix_cache_queries_total"),
+            "prefix_hits": metric(text, "vllm:prefix_cache_hits_total")}
 
 
 def exited_since(path, since):

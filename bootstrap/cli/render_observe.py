@@ -43,12 +43,13 @@ def _top_table(inv, frame) -> Table:
     t = Table(title=_escape(f"{inv.cluster.name} at {stamp}, every {frame.interval:g}s from {src}; "
                             f"latency over the last {frame.window:.0f}s"), title_justify="left")
     for col in ("replica", "running", "waiting", "req/s", "tok/s", "TTFT p50/p95 ms", "ITL p50/p95 ms",
-                "KV %", "hosts / why down"):
+                "queue p50 ms", "prefix hit %", "KV %", "hosts / why down"):
         t.add_column(col, justify="left" if col in ("replica", "hosts / why down") else "right")
     for r in (r for r in frame.rows if r.kind == "replica"):
         style = None if r.up else "red"
         t.add_row(_escape(r.name), f(r.running, "{:.0f}"), f(r.waiting, "{:.0f}"), f(r.req_s, "{:.2f}"),
-                  f(r.tok_s), f"{ms(r.ttft_p50)}/{ms(r.ttft_p95)}", f"{ms(r.itl_p50)}/{ms(r.itl_p95)}", f(r.kv),
+                  f(r.tok_s), f"{ms(r.ttft_p50)}/{ms(r.ttft_p95)}", f"{ms(r.itl_p50)}/{ms(r.itl_p95)}",
+                  ms(r.queue_p50), f(r.prefix_hit, "{:.0f}"), f(r.kv),
                   _escape(", ".join(r.hosts) if r.up else f"DOWN: {r.error}"), style=style)
     n = Table(title_justify="left")
     for col in ("node", "replica", "CPU %", "mem %", "GPU %", "GPU mem %", "why down"):

@@ -67,7 +67,18 @@ class ReplicaState:
                 "succeeded": self.succeeded, "router_healthy": self.router_healthy,
                 "router_circuit_closed": self.router_circuit_closed, "role": self.role,
                 "kv_transfers": self.kv_transfers, "kv_failed": self.kv_failed, "latency": self.latency,
-                "dp": self.spec.dp if self.spec else None, "engines": self.engines, "standbys": self.standbys}
+                "dp": self.spec.dp if self.spec else None, "engines": self.engines, "standbys": self.standbys,
+                "means": self.means()}
+
+    def means(self) -> dict[str, float | None]:
+        """What the engine measured since it started: the mean time to first token, inter-token latency
+        and queue wait (ms), and the prefix cache's hit rate (% of the tokens queried); None: not exported
+        or nothing measured yet. Between two samples: spread() and `top`."""
+        got = {f"{n}_ms": _mean_ms(None, self.latency, n) for n in ("ttft", "itl", "queue")}
+        lat = self.latency or {}
+        q, h = lat.get("prefix_queries"), lat.get("prefix_hits")
+        got["prefix_hit_pct"] = 100 * h / q if q and h is not None else None
+        return got
 
 
 @dataclass
@@ -214,7 +225,8 @@ def status(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
 
 
 #: the histogram sums and counts fleet_probe.py reads from each replica's /metrics
-LATENCY_KEYS = ("ttft_sum", "ttft_count", "itl_sum", "itl_count")
+LATENCY_KEYS = ("ttft_sum", "ttft_count", "itl_sum", "itl_count", "queue_sum", "queue_count", "prefix_queries",
+                "prefix_hits")
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,9 @@ GEN_TOKENS = "vllm:generation_tokens"
 TTFT = "vllm:time_to_first_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
 ITL_OLD = "vllm:time_per_output_token_seconds"  # before vLLM 0.11
+QUEUE = "vllm:request_queue_time_seconds"
+PREFIX_QUERIES = "vllm:prefix_cache_queries"
+PREFIX_HITS = "vllm:prefix_cache_hits"
 KV = "vllm:kv_cache_usage_perc"
 KV_OLD = "vllm:gpu_cache_usage_perc"
 
@@ -40,6 +43,11 @@ class VllmSample:
     kv: float | None = None
     ttft: Buckets = ()
     itl: Buckets = ()
+    #: time in the engine's queue before the first step (vllm:request_queue_time_seconds)
+    queue: Buckets = ()
+    #: the prefix cache's token queries and hits (counters)
+    prefix_queries: float | None = None
+    prefix_hits: float | None = None
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,8 @@ def parse_vllm(text: str) -> VllmSample:
 
     kv = sums.get(KV, sums.get(KV_OLD))
     return VllmSample(running=sums.get(RUNNING), waiting=sums.get(WAITING), success=counter(SUCCESS),
-                      gen_tokens=counter(GEN_TOKENS), kv=kv, ttft=hist(TTFT), itl=hist(ITL, ITL_OLD))
+                      gen_tokens=counter(GEN_TOKENS), kv=kv, ttft=hist(TTFT), itl=hist(ITL, ITL_OLD),
+                      queue=hist(QUEUE), prefix_queries=counter(PREFIX_QUERIES), prefix_hits=counter(PREFIX_HITS))
 
 
 def parse_cpu(line: str) -> tuple[float, float] | None:
@@ -191,6 +200,10 @@ class Row:
     itl_p50: float | None = None
     itl_p95: float | None = None
     kv: float | None = None  # %
+    #: the median wait in the engine's queue (seconds) and the prefix cache's hit rate (% of the tokens
+    #: queried), over the window
+    queue_p50: float | None = None
+    prefix_hit: float | None = None
     cpu: float | None = None  # %
     mem: float | None = None  # %
     gpu_util: float | None = None  # % (mean over the node's GPUs)
@@ -229,13 +242,26 @@ def replica_row(name: str, replica: int | None, hosts: Sequence[str], history: S
     v = latest.vllm
     pv, ov = (prev.vllm if prev else None), (oldest.vllm if oldest else None)
     dt = latest.t - prev.t if prev else 0.0
-    base_ttft, base_itl = (ov.ttft, ov.itl) if ov else ((), ())
+    base_ttft, base_itl, base_queue = (ov.ttft, ov.itl, ov.queue) if ov else ((), (), ())
     return Row(
         "replica", name, replica, True, None, v.running, v.waiting,
         _rate(pv.success if pv else None, v.success, dt), _rate(pv.gen_tokens if pv else None, v.gen_tokens, dt),
         histogram_quantile(0.5, base_ttft, v.ttft), histogram_quantile(0.95, base_ttft, v.ttft),
         histogram_quantile(0.5, base_itl, v.itl), histogram_quantile(0.95, base_itl, v.itl),
-        None if v.kv is None else v.kv * 100, hosts=tuple(hosts))
+        None if v.kv is None else v.kv * 100, histogram_quantile(0.5, base_queue, v.queue),
+        hit_rate(ov.prefix_queries if ov else None, ov.prefix_hits if ov else None, v.prefix_queries, v.prefix_hits),
+        hosts=tuple(hosts))
+
+
+def hit_rate(q0: float | None, h0: float | None, q1: float | None, h1: float | None) -> float | None:
+    """The prefix cache's hits over its queries between two samples, in % (since the start when there is
+    no earlier sample or the counters restarted); None: not exported or nothing queried."""
+    if q1 is None or h1 is None:
+        return None
+    if q0 is None or h0 is None or q1 < q0 or h1 < h0:
+        q0 = h0 = 0.0
+    dq = q1 - q0
+    return 100 * (h1 - h0) / dq if dq > 0 else None
 
 
 def node_row(name: str, replica: int | None, history: Sequence[HostSample]) -> Row:
@@ -270,6 +296,9 @@ PROMQL = {
     "itl_p50": "histogram_quantile(0.5, sum by (host, le) (rate(vllm:inter_token_latency_seconds_bucket[1m])))",
     "itl_p95": "histogram_quantile(0.95, sum by (host, le) (rate(vllm:inter_token_latency_seconds_bucket[1m])))",
     "kv": "100 * max by (host) (vllm:kv_cache_usage_perc)",
+    "queue_p50": "histogram_quantile(0.5, sum by (host, le) (rate(vllm:request_queue_time_seconds_bucket[1m])))",
+    "prefix_hit": "100 * sum by (host) (rate(vllm:prefix_cache_hits_total[1m])) / sum by (host) "
+                  "(rate(vllm:prefix_cache_queries_total[1m]))",
     "up_node": 'max by (host) (up{job="node"})',
     "cpu": '100 * (1 - avg by (host) (rate(node_cpu_seconds_total{mode="idle"}[1m])))',
     "mem": "100 * (1 - max by (host) (node_memory_MemAvailable_bytes) / max by (host) (node_memory_MemTotal_bytes))",
@@ -308,7 +337,8 @@ def rows_from_prometheus(values: Mapping[str, Mapping[str, float]],
             why = "no vLLM target in Prometheus" if up is None else "Prometheus cannot scrape vLLM (up == 0)"
             rows.append(Row("replica", name, replica, False, why, hosts=tuple(hosts)))
             continue
-        cols = ("running", "waiting", "req_s", "tok_s", "ttft_p50", "ttft_p95", "itl_p50", "itl_p95", "kv")
+        cols = ("running", "waiting", "req_s", "tok_s", "ttft_p50", "ttft_p95", "itl_p50", "itl_p95", "kv",
+                "queue_p50", "prefix_hit")
         rows.append(Row("replica", name, replica, True, None, hosts=tuple(hosts), **{c: get(c, head) for c in cols}))
     for host, replica in replica_of.items():
         up = get("up_node", host)

@@ -396,3 +396,13 @@ def test_cli_status_shows_each_router_and_which_host_holds_the_address(tmp_path,
     fs.vip_holder = None  # nobody holds it: said, not hidden, and status exits 1
     r = CliRunner().invoke(main, ["status", "-i", str(path)], env={**ENVIRON, "COLUMNS": "200"})
     assert "held by no router host" in r.stdout and r.exit_code == 1
+
+
+def test_status_gives_each_replicas_engine_means_since_it_started():
+    lat = {"ttft_sum": 3.0, "ttft_count": 6.0, "itl_sum": 0.5, "itl_count": 50.0, "queue_sum": 0.012,
+           "queue_count": 6.0, "prefix_queries": 400.0, "prefix_hits": 100.0}
+    r = FS.ReplicaState(0, ["h0"], "http://10.0.0.1:8000", {}, 0, None, "healthy", True, latency=lat)
+    m = r.to_dict()["means"]
+    assert m == pytest.approx({"ttft_ms": 500.0, "itl_ms": 10.0, "queue_ms": 2.0, "prefix_hit_pct": 25.0})
+    none = FS.ReplicaState(1, ["h2"], "u", {}, 0, None, "starting", None).to_dict()["means"]
+    assert none == {"ttft_ms": None, "itl_ms": None, "queue_ms": None, "prefix_hit_pct": None}

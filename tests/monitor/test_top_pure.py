@@ -164,3 +164,20 @@ def test_rows_from_prometheus():
 def test_every_promql_column_is_a_row_field():
     fields = set(M.Row.__dataclass_fields__) | {"up_vllm", "up_node"}
     assert set(M.PROMQL) <= fields
+
+
+def test_the_queue_wait_and_the_prefix_caches_hits_are_read_and_taken_over_the_window():
+    v = M.parse_vllm(VLLM_METRICS)  # the real capture: vLLM 0.32 exports both
+    assert v.queue and math.isinf(v.queue[-1][0]) and v.prefix_queries is not None and v.prefix_hits is not None
+    B = ((0.01, 0.0), (0.1, 0.0), (float("inf"), 0.0))
+    Q = ((0.01, 4.0), (0.1, 4.0), (float("inf"), 4.0))  # 4 requests queued under 10 ms
+
+    def s(t, q, h, queue):
+        return M.HostSample(t=t, vllm=M.VllmSample(running=1.0, waiting=0.0, success=0.0, gen_tokens=0.0, kv=0.1,
+                                                    queue=queue, prefix_queries=q, prefix_hits=h))
+    r = M.replica_row("replica 0", 0, ["a"], [s(0, 100.0, 10.0, B), s(2, 300.0, 160.0, Q)])
+    assert r.prefix_hit == pytest.approx(75.0)  # 150 hits of 200 tokens queried in the window, not 160/300
+    assert r.queue_p50 is not None and r.queue_p50 <= 0.01
+    assert M.hit_rate(None, None, 300.0, 160.0) == pytest.approx(160 / 3)  # one sample: since the start
+    assert M.hit_rate(300.0, 160.0, 50.0, 5.0) == pytest.approx(10.0)  # counters restarted: since the restart
+    assert M.hit_rate(300.0, 160.0, 300.0, 160.0) is None and M.hit_rate(None, None, None, None) is None

@@ -183,6 +183,11 @@ def test_top_shows_every_replica_and_node_under_load_and_in_a_terminal(fleet):
     assert all(r["running"] is not None and r["waiting"] is not None and r["kv"] is not None for r in reps.values())
     assert sum(r["running"] + r["waiting"] for r in reps.values()) >= 1
     assert sum(r["tok_s"] or 0 for r in reps.values()) > 0
+    # what vllm-router does not tell, from the engines' own metrics: the queue wait and the prefix cache's hits
+    assert any(r["queue_p50"] is not None for r in reps.values()), reps
+    assert any(r["prefix_hit"] is not None and 0 <= r["prefix_hit"] <= 100 for r in reps.values()), reps
+    means = [r["means"] for r in status(inv)["replicas"]]
+    assert all(m["ttft_ms"] > 0 and m["itl_ms"] > 0 and m["queue_ms"] is not None for m in means), means
     assert [n["name"] for n in doc["nodes"]] == [n.name for n in sb.nodes]
     assert all(n["up"] and n["cpu"] is not None and 0 < n["mem"] < 100 for n in doc["nodes"])
     lines = pane.splitlines()
