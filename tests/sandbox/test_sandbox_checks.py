@@ -215,9 +215,11 @@ def test_the_same_nodes_as_a_gpu_cluster_run_the_gpu_paths_and_check_nccl_will_n
     gpu_inv = str(cluster.gpu_inventory)
     n1, n2, n3 = cluster.nodes
     try:
-        r = cli("plan", "-i", gpu_inv)  # offline: from the inventory alone
-        assert r.returncode == 0 and r.stdout.count("--gpus all") == 3 and r.stdout.count("--num-gpus=2") == 3, \
-            r.stdout
+        r = cli("plan", "-i", gpu_inv, "--json")  # offline: from the inventory alone; each host's argv whole
+        assert r.returncode == 0, r.stderr
+        argvs = [" ".join(h["argv"]) for h in json.loads(r.stdout)["replicas"][0]["hosts"]]
+        assert [a.count("--gpus all") for a in argvs] == [1, 1, 1] and [a.count("--num-gpus=2") for a in argvs] == \
+            [1, 1, 1], argvs
         r = cli("up", "-i", gpu_inv)
         assert r.returncode == 0, r.stderr[-2000:]
         assert "Ray cluster ready: 3 node(s), 6 GPU(s)" in r.stdout, r.stdout[-1500:]
