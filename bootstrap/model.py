@@ -4,6 +4,7 @@ Everything here is immutable and does no I/O. Secrets are a type that never prin
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -301,11 +302,76 @@ class Cluster:
     fence_endpoint: tuple[str, int] | None = None
 
 
+# A Hugging Face repo id: `name` or `org/name`; letters, digits, '-', '_', '.'; no '--' or '..'
+# (huggingface_hub's validate_repo_id), at most 96 characters a part.
+_HF_ID = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
+                    r"(?:/[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?)?")
+
+
+def model_ref_problem(model: str) -> str | None:
+    """Why vLLM could not load `model` the same way on every node, or None.
+
+    Accepted: a Hugging Face id (`org/name`, or a bare `name`), fetched through the HF cache, or
+    an absolute path inside the containers. A path may contain spaces: it travels as one argv
+    element. A relative path (`./my model`, `~/m`) is refused: it would be resolved against each
+    container's working directory, not this machine's. Used by serve's MODEL and models[].source.
+    """
+    if not isinstance(model, str) or not model.strip():
+        return ("no model given to serve: give a Hugging Face id (org/name) "
+                "or an absolute path inside the containers")
+    if any(ord(c) < 32 or ord(c) == 127 for c in model):
+        return f"{model!r} contains a control character"
+    if model.startswith("/"):
+        return None
+    if model.startswith(("./", "../", "~")) or model in (".", ".."):
+        return (f"{model!r} is a relative path; a model path is an absolute path inside the "
+                "containers (e.g. /models/llama, mounted with cluster.mounts), or give a "
+                "Hugging Face id (org/name)")
+    if not _HF_ID.fullmatch(model) or "--" in model or ".." in model:
+        return (f"{model!r} is neither a Hugging Face id (org/name) nor an absolute path "
+                "inside the containers (e.g. /models/llama)")
+    return None
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """One model the pool serves (the inventory's models: section): its replicas take hosts of the
+    pool (bootstrap.inventory.modelfields places them), and one router routes by its name."""
+
+    #: the name clients send as the OpenAI `model` field (vLLM's --served-model-name)
+    name: str
+    #: what vLLM loads: a Hugging Face id (org/name) or an absolute path in the containers; default: name
+    source: str
+    #: how many replicas serve it (with hosts: one per group listed)
+    replicas: int = 1
+    #: hosts in each replica (its TP x PP spans them); with hosts: each group's own size
+    nodes: int = 1
+    #: pinned host groups, one per replica (names of hosts); empty: placed in the order of hosts:
+    hosts: tuple[tuple[str, ...], ...] = ()
+    #: tensor / pipeline parallel sizes of each replica (None: chosen from the model, as serve does)
+    tp: int | None = None
+    pp: int | None = None
+    #: vLLM's own flags for this model (what `serve MODEL -- ...` takes after --)
+    args: tuple[str, ...] = ()
+    #: vllm-router's policy for this model's replicas (None: cluster.router.policy)
+    policy: str | None = None
+    #: where it is written (FILE:LINE: models[i]), for errors found after loading (serve's checks)
+    where: str = ""
+
+
 @dataclass(frozen=True)
 class Inventory:
     path: str
     cluster: Cluster
     hosts: tuple[Host, ...]
+    #: the models: section (empty: one model, named by `serve MODEL`)
+    models: tuple[ServedModel, ...] = ()
+    #: with models: the model (its index in models) each replica group serves
+    placement: tuple[int, ...] = ()
+
+    def model_of(self, k: int) -> ServedModel | None:
+        """The model replica group k serves (None without models:)."""
+        return self.models[self.placement[k]] if self.models else None
 
     @property
     def head(self) -> Host:

@@ -3,7 +3,8 @@
 Runs INSIDE a container on the data plane (the replica's head, or the router's host), fed on stdin,
 with nothing but the standard library.
 
-  ready URL DEADLINE      /health, /v1/models, then a real one-token completion (the gate)
+  ready URL DEADLINE      /health, /v1/models, then a real one-token completion (the gate; through
+                          a pool's router, one per model it lists)
   drain URL DEADLINE [QUIET]
                           wait until the replica has had no running or waiting request for
                           QUIET seconds on end (2)
@@ -103,6 +104,17 @@ def exited_since(path, since):
         return None
 
 
+def served(doc):
+    """(the models /v1/models lists, the ones to complete): vLLM's answer (OpenAI's `data`) lists the
+    served name first, then its adapters: the first is completed; vllm-router's multi-model mode (a
+    pool) answers {"models": [names]}, one per model: each is completed."""
+    if isinstance(doc.get("models"), list):
+        names = [m for m in doc["models"] if isinstance(m, str)]
+        return names, names
+    ids = [m.get("id") for m in doc.get("data", [])]
+    return ids, ids[:1]
+
+
 def ready(url, deadline, exited=None):
     """Until the API server answers a real completion, or DEADLINE s; with EXITED (the member
     supervisor's file), a vLLM that exits meanwhile ends the wait at once: the supervisor starts it
@@ -117,13 +129,16 @@ def ready(url, deadline, exited=None):
             code, _ = http("GET", url + "/health", timeout=3)
             if code == 200:
                 _, body = http("GET", url + "/v1/models")
-                models = [m.get("id") for m in json.loads(body).get("data", [])]
-                code, body = http("POST", url + "/v1/completions",
-                                  {"model": models[0], "prompt": "Hello", "max_tokens": 1, "temperature": 0},
-                                  timeout=120)
-                if code == 200 and json.loads(body).get("choices"):
+                models, each = served(json.loads(body))
+                for model in each:
+                    code, body = http("POST", url + "/v1/completions",
+                                      {"model": model, "prompt": "Hello", "max_tokens": 1, "temperature": 0},
+                                      timeout=120)
+                    if code != 200 or not json.loads(body).get("choices"):
+                        err = f"completion of {model} answered {code}: {body[:200].decode(errors='replace')}"
+                        break
+                else:
                     return {"ready": True, "models": models, "t": round(time.monotonic() - start, 2)}
-                err = f"completion answered {code}: {body[:200].decode(errors='replace')}"
             else:
                 err = f"/health answered {code}"
         except Exception as exc:  # not up yet

@@ -17,6 +17,7 @@ from bootstrap.cli.params import (
     check_name,
     check_nonempty,
     check_parallelism,
+    check_pool_serve,
     check_png,
     check_rollout_args,
     check_serve_args,
@@ -85,6 +86,10 @@ def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, s
 
     def go():
         inv = read_inventory(inventory, require_secrets=not dry_run)
+        if not stop:
+            check_pool_serve(inv, model, {"--tp": tp, "--pp": pp, "--dp": dp, "--ep": ep, "--all2all": all2all,
+                                          "--backend": backend, "--sync-model": sync_model, "--listen": listen,
+                                          "--served-model-name": served_model_name})
         check_parallelism(inv, tp, pp, dp, ep=ep or all2all is not None)
         res = face.serve(inv, model, tp=tp, pp=pp, dp=dp, ep=ep, all2all=all2all, backend=backend, extra=extra,
                          sync_model=sync_model, wait=wait, listen=listen, served_name=served_model_name,

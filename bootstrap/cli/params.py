@@ -425,8 +425,10 @@ def check_serve_args(ctx: click.Context, model: str | None, extra: tuple[str, ..
             raise click.UsageError("--dry-run plans a serve; it cannot be combined with --stop")
         return
     if model is None:
-        raise click.UsageError("missing MODEL: a Hugging Face id (org/name) or an absolute path inside the "
-                               "containers, or --stop")
+        if extra:
+            raise click.UsageError(f"vLLM's flags after -- need a MODEL (got {' '.join(extra)!r}); a pool's models "
+                                   "take theirs in models[].args")
+        return  # a pool's serve (the inventory's models:), or missing MODEL: check_pool_serve, once it is read
     if model.startswith("-"):
         raise click.UsageError(f"no such option: {model} (vLLM's flags go after MODEL and --)")
     try:
@@ -439,6 +441,23 @@ def check_serve_args(ctx: click.Context, model: str | None, extra: tuple[str, ..
     except ServePlanError as exc:
         raise click.UsageError(str(exc)) from None
     check_own_words(ctx, 1, "bootstrap serve MODEL -- --max-model-len 4096")
+
+
+def check_pool_serve(inv, model: str | None, given: dict) -> None:
+    """serve on an inventory read: MODEL for one model, none for a pool (models:), whose options are
+    each model's own (tp, pp, args in models:): `given` names serve's options that were set."""
+    if not inv.models:
+        if model is None:
+            raise click.UsageError("missing MODEL: a Hugging Face id (org/name) or an absolute path inside the "
+                                   "containers, or --stop (or list the models in the inventory's models:)")
+        return
+    names = ", ".join(m.name for m in inv.models)
+    if model is not None:
+        raise click.UsageError(f"{inv.path} serves its models: ({names}): run serve with no MODEL (change "
+                               "models: to change what is served)")
+    for opt, value in given.items():
+        if value not in (None, False, ()):
+            raise click.UsageError(f"{opt}: a pool's models take their own in models: (tp, pp, args) in {inv.path}")
 
 
 def check_parallelism(inv, tp: int | None, pp: int | None, dp: int | None = None, *, ep: bool = False) -> None:

@@ -67,19 +67,22 @@ def plan_rows(actions, as_json: bool, live: bool, runtime: str | None = "", why:
                   + (f"; runs {_escape(_argv(runs))}" if runs else ""), soft_wrap=True)
 
 
-def fleet_plan(replicas, routers, router_url: str, keeper_argv, as_json: bool, standby: str | None = None) -> None:
+def fleet_plan(replicas, routers, router_url: str, keeper_argv, as_json: bool, standby: str | None = None,
+               models: list | None = None) -> None:
     """`plan` with replicas: replicas is [(url, actions)] per replica, then the routers
     (fleet.plan.RouterLaunch) and the keeper; `standby`: the members' standby containers' name
     (cluster.standby), else None."""
     if as_json:
-        _json(D.fleet_plan_doc(replicas, routers, router_url, keeper_argv, standby))
+        _json(D.fleet_plan_doc(replicas, routers, router_url, keeper_argv, standby, models=models))
         return
     for k, (url, acts) in enumerate(replicas):
-        out.print(f"[bold]replica {k}[/] -> {_escape(url)}")
+        what = f" serves {models[k]['model']} ({models[k]['source']})" if models else ""
+        out.print(f"[bold]replica {k}[/]{_escape(what)} -> {_escape(url)}")
         plan_rows(acts, False, live=False, wrapper=k == 0)
     for r in routers:
+        by = "; routes by the request's model" if models else ""
         out.print(f"[bold]router[/] on {_escape(r.host)} -> {_escape(router_url)}/v1 "
-                  "(worker URLs as `bootstrap serve` starts them)")
+                  f"(worker URLs as `bootstrap serve` starts them{by})")
         out.print("  " + _escape(_argv(PV.shown(r.run))), soft_wrap=True)
         if r.vip_create:
             out.print(f"[bold]keepalived[/] on {_escape(r.host)} (the floating address)")
@@ -199,6 +202,7 @@ def down(res) -> None:
 def plan_result(res, as_json: bool) -> None:
     """`plan` (face.PlanResult, or with replicas face.FleetPlanResult) and `up --dry-run`'s plan."""
     if isinstance(res, face.FleetPlanResult):
-        fleet_plan(res.replicas, res.routers, res.router_url, res.keeper_argv, as_json, standby=res.standby)
+        fleet_plan(res.replicas, res.routers, res.router_url, res.keeper_argv, as_json, standby=res.standby,
+                   models=res.models)
     else:
         plan_rows(res.actions, as_json, live=res.live, runtime=res.runtime, why=res.why)

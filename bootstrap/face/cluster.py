@@ -69,7 +69,8 @@ def plan(inv) -> R.PlanResult | R.FleetPlanResult:
     ifaces = {h.name: f"<the interface of {h.ip}>" for h in FN.router_hosts(inv)}
     return R.FleetPlanResult(list(zip(urls, groups)), FRT.plan_routers(inv, urls, ifaces=ifaces), FN.router_url(inv),
                              FRT.keeper_create_argv(inv), FN.standby_name(inv) if inv.cluster.standby else None,
-                             inv.cluster.runtime)
+                             inv.cluster.runtime, [{"model": m.name, "source": m.source} for m in
+                                                   (inv.model_of(k) for k in range(n)) if m is not None])
 
 
 def up(inv, *, reporter=None, on_replica=None, on_result=None, dry_run: bool = False, **opts) -> list[R.UpResult]:

@@ -26,11 +26,13 @@ def plan_doc(actions, runtime: str | None = "") -> dict:
 
 
 def fleet_plan_doc(replicas, routers, router_url: str, keeper_argv, standby: str | None = None,
-                   runtime: str | None = "") -> dict:
-    """`plan` with replicas: [(url, actions)] per replica, the routers, the keeper, the standby's name."""
+                   runtime: str | None = "", models: list | None = None) -> dict:
+    """`plan` with replicas: [(url, actions)] per replica, the routers, the keeper, the standby's name;
+    models: a pool's model on each replica ({"model", "source"}), else empty."""
     return {
-        "kind": "fleet",
-        "replicas": [{"replica": k, "url": url, "hosts": [_host_doc(a, runtime) for a in acts]}
+        "kind": "fleet", "models": list(dict.fromkeys(m["model"] for m in models or [])),
+        "replicas": [{"replica": k, "url": url, **(models[k] if models else {}),
+                      "hosts": [_host_doc(a, runtime) for a in acts]}
                      for k, (url, acts) in enumerate(replicas)],
         "router": {"host": routers[0].host, "endpoint": router_url + "/v1", "argv": list(routers[0].run)},
         "routers": [{"host": r.host, "argv": list(r.run), "vip_argv": list(r.vip_create),

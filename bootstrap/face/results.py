@@ -5,7 +5,7 @@ them (the inventory, the label of a replica); exit_status says how a command end
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bootstrap.errors import ExitStatus, UsageError
@@ -54,10 +54,12 @@ class FleetPlanResult:
     standby: str | None = None
     #: cluster.runtime, None when unset (decided from the image by `up`)
     runtime: str | None = ""
+    #: a pool's model on each replica (models:): {"model": served name, "source": what vLLM loads}; else []
+    models: list = field(default_factory=list)
 
     def to_doc(self):
         return D.fleet_plan_doc(self.replicas, self.routers, self.router_url, self.keeper_argv, self.standby,
-                                self.runtime)
+                                self.runtime, self.models)
 
 
 @dataclass

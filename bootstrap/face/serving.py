@@ -53,6 +53,7 @@ def _serve_fleet(inv, model, *, stop, dry_run, parallel, reporter, on_plan, on_f
     if stop:
         FL.stop_fleet(inv, parallel=parallel, reporter=reporter)
         return R.ServeOutcome(inv, "stopped", True)
+    check_pool(inv)
     try:
         res = FL.serve_fleet(inv, model, parallel=parallel, dry_run=dry_run, on_plan=on_plan, reporter=reporter,
                              **opts)
@@ -65,6 +66,19 @@ def _serve_fleet(inv, model, *, stop, dry_run, parallel, reporter, on_plan, on_f
             on_failed(exc, False)
         raise
     return R.ServeOutcome(inv, "planned" if isinstance(res, FP.FleetPlan) else "served", True, res)
+
+
+def check_pool(inv) -> None:
+    """A pool's models' own vLLM flags (models[].args), judged as serve judges the words after --,
+    before any host is contacted (the image's table judges them again); OptionError naming the model."""
+    from bootstrap.errors import ServePlanError
+    from bootstrap.serve import flags as FG
+
+    for m in inv.models:
+        try:
+            FG.check_extra(m.args)
+        except ServePlanError as exc:
+            raise R.OptionError(f"{m.where}.args: {exc}") from None
 
 
 def check_rollout(inv) -> None:

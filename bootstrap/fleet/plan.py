@@ -193,6 +193,20 @@ def replica_inventory(inv: Inventory, k: int) -> Inventory:
                    hosts=tuple(replace(h, replica=0) for h in group))
 
 
+def model_inventory(inv: Inventory, mi: int) -> Inventory:
+    """A pool's model mi as a fleet of its own replica groups (its split is chosen over them, as for a
+    fleet that serves one model); its replicas renumbered from 0, no models: section."""
+    groups = [k for k in range(len(inv.replicas)) if inv.placement[k] == mi]
+    renum = {k: i for i, k in enumerate(groups)}
+    hosts = tuple(replace(h, replica=renum[h.replica]) for h in inv.hosts if h.replica in renum)
+    return replace(inv, cluster=replace(inv.cluster, replicas=len(groups)), hosts=hosts, models=(), placement=())
+
+
+def pool_specs(inv: Inventory, image: str) -> list[Spec]:
+    """What each replica group of a pool serves: its model's source, flags and served name."""
+    return [Spec(m.source, m.args, image, m.name) for m in (inv.models[mi] for mi in inv.placement)]
+
+
 def one_host_note(inv: Inventory) -> str | None:
     """What the endpoint is without a floating address (None with one)."""
     if inv.cluster.router.vip is not None:
@@ -257,6 +271,8 @@ class ReplicaPlan:
     role: str | None = None
     #: this replica's split (replicas of different sizes have their own); None: the fleet's
     split: SP.SplitChoice | None = None
+    #: what this replica serves (a pool's models: each replica its model's); None: the fleet's spec
+    spec: Spec | None = None
 
 
 @dataclass(frozen=True)
@@ -276,6 +292,14 @@ class FleetPlan:
 
     def split_of(self, r: ReplicaPlan) -> SP.SplitChoice:
         return r.split or self.split
+
+    def spec_of(self, r: ReplicaPlan) -> Spec:
+        return r.spec or self.spec
+
+    @property
+    def models(self) -> list[str]:
+        """The names clients send as `model`, each once, in the replicas' order."""
+        return list(dict.fromkeys(self.spec_of(r).served_name or self.spec_of(r).model for r in self.replicas))
 
     @property
     def uniform(self) -> bool:
@@ -298,7 +322,10 @@ class FleetPlan:
                 "vip": self.vip,
                 "routers": [{"host": r.host, "run": list(r.run), "vip_create": list(r.vip_create),
                              "vip_config": r.vip_config} for r in self.routers],
+                "models": self.models,
                 "replicas": [{"replica": r.index, "hosts": list(r.hosts), "url": r.url, "role": r.role,
+                              "model": self.spec_of(r).served_name or self.spec_of(r).model,
+                              "source": self.spec_of(r).model,
                               "tp": self.split_of(r).par.tp, "pp": self.split_of(r).par.pp,
                               "members": [{"host": m.host, "rank": m.rank, "vllm": list(m.vllm)}
                                           for m in r.members]} for r in self.replicas],
@@ -334,7 +361,8 @@ def member_create_argv(inv: Inventory, host: Host, nofile: int | None, *, replic
         entrypoint=entrypoint, command=tuple(command)))
 
 
-def plan_fleet(inv: Inventory, spec: Spec, split: SP.SplitChoice | Mapping[int, SP.SplitChoice], *,
+def plan_fleet(inv: Inventory, spec: Spec | Sequence[Spec],
+               split: SP.SplitChoice | Mapping[int, SP.SplitChoice] | Sequence[SP.SplitChoice], *,
                nofile: dict[str, int | None], notes: Sequence[str] = (),
                derived: Mapping[str, Mapping[str, str]] | None = None,
                ucx: Mapping[str, Mapping[str, str]] | None = None,
@@ -345,10 +373,16 @@ def plan_fleet(inv: Inventory, spec: Spec, split: SP.SplitChoice | Mapping[int, 
     replica, or one per replica size (number of nodes: replicas of different sizes); `derived`: each
     host's plan.derived_env; `ucx`: each host's plan.ucx_env (a disaggregated fleet's transfer);
     `ifaces`: each router host's data-plane interface and `nets` its network (a floating address);
-    `cpus`: each host's CPU count (unbound_hosts)."""
+    `cpus`: each host's CPU count (unbound_hosts). A pool of models (inv.models) gives a spec and a
+    split per replica group (sequences in the groups' order)."""
     c = inv.cluster
-    by_size = dict(split) if isinstance(split, Mapping) else {len(g): split for g in inv.replicas}
-    splits = [by_size[len(g)] for g in inv.replicas]
+    if isinstance(split, Sequence):
+        splits = list(split)
+    else:
+        by_size = dict(split) if isinstance(split, Mapping) else {len(g): split for g in inv.replicas}
+        splits = [by_size[len(g)] for g in inv.replicas]
+    specs = list(spec) if isinstance(spec, Sequence) else [spec] * len(inv.replicas)
+    spec = specs[0]
     lease_note = kv_lease(inv)[1] if is_pd(inv) else None
     one_host = one_host_note(inv)
     # each node's local ranks: its replica's ranks over its nodes
@@ -357,22 +391,22 @@ def plan_fleet(inv: Inventory, spec: Spec, split: SP.SplitChoice | Mapping[int, 
     bind_note = unbound_note(unbound, cpus or {}, ranks)
     notes = (*notes, *(n for n in (lease_note, bind_note, one_host) if n))
     replicas = []
-    for k, (group, sp) in enumerate(zip(inv.replicas, splits)):
+    for k, (group, sp, rspec) in enumerate(zip(inv.replicas, splits, specs)):
         ips = [h.ip for h in group]
-        extra = (KV_FLAG, kv_transfer_config(inv, k), *spec.extra) if is_pd(inv) else spec.extra
-        vllms = AV.native_serve_argvs(spec.model, sp.par, ips, port=c.ports.vllm, host=group[0].ip,
-                                     master_port=MASTER_PORT, served_name=spec.served_name,
+        extra = (KV_FLAG, kv_transfer_config(inv, k), *rspec.extra) if is_pd(inv) else rspec.extra
+        vllms = AV.native_serve_argvs(rspec.model, sp.par, ips, port=c.ports.vllm, host=group[0].ip,
+                                     master_port=MASTER_PORT, served_name=rspec.served_name,
                                      extra=extra)
         members = []
         for rank, h in enumerate(group):
             argvs = [member_create_argv(
-                inv, h, nofile.get(h.name), replica=k, rank=rank, nodes=len(group), vllm=vllms[rank], spec=spec,
+                inv, h, nofile.get(h.name), replica=k, rank=rank, nodes=len(group), vllm=vllms[rank], spec=rspec,
                 name=name, derived=(derived or {}).get(h.name),
                 ucx={**((ucx or {}).get(h.name) or {}), **({CPU_BIND_ENV: "nobind"} if h.name in unbound else {})})
                 for name in (None, *((standby_name(inv),) if c.standby else ()))]
             members.append(MemberLaunch(h.name, k, rank, argvs[0], vllms[rank], argvs[1] if c.standby else ()))
         replicas.append(ReplicaPlan(k, tuple(h.name for h in group), replica_url(inv, k), tuple(members), role(inv, k),
-                                    sp))
+                                    sp, rspec if rspec != spec else None))
     urls = [r.url for r in replicas]
     return FleetPlan(spec, splits[0], tuple(replicas), plan_routers(inv, urls, spec.image, ifaces, nets),
                      router_url(inv) + "/v1", keeper_create_argv(inv), tuple(notes), c.router.api_key,

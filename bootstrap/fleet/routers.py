@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import math
 import zlib
 from dataclasses import dataclass
@@ -45,6 +46,21 @@ def api_key(inv: Inventory) -> str | None:
     return SS.values(inv).get(API_KEY_ENV)
 
 
+#: Where a pool's router container finds its entry (checks/router_entry.py, copied in at create).
+ROUTER_ENTRY_PATH = "/opt/bootstrap/router_entry.py"
+
+
+def pool_workers(inv: Inventory, urls: Sequence[str]) -> list[dict]:
+    """A pool's workers as vllm-router's POST /workers takes them: each replica's URL under its model's
+    served name, with the model's policy (vllm-router keeps the policy of a model's first worker)."""
+    out = []
+    for k, url in enumerate(urls):
+        m = inv.model_of(k)
+        if m is not None:
+            out.append({"url": url, "model_id": m.name, "labels": {"policy": m.policy or inv.cluster.router.policy}})
+    return out
+
+
 def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = None,
                     host: Host | None = None) -> tuple[str, ...]:
     """vllm-router, detached with a restart policy, bound to the router host's data-plane IP.
@@ -52,14 +68,21 @@ def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = Non
     Its health checks use the router's own timeout and failure count (5 s, 3 in a row): a replica
     busy enough to answer /health slowly is still serving, and marking it unhealthy when it is the
     only one in the rotation (one replica is out during a rollout) answers every request 503. A dead
-    replica is found sooner anyway: its connections are refused, and the router retries on another."""
+    replica is found sooner anyway: its connections are refused, and the router retries on another.
+
+    A pool of models (inv.models): vllm-router's multi-model mode (--enable-igw), which routes by the
+    request's `model`; its workers are given by checks/router_entry.py, the container's command (that
+    mode drops --worker-urls), so the argv is a `docker create` and the entry is copied in."""
     r = inv.cluster.router
     h = host or router_host(inv)
     names = SS.router_names(inv)
-    entrypoint, prefix = SS.entry_argv(names, "vllm-router", ())
+    pool = bool(inv.models)
+    entrypoint, prefix = SS.entry_argv(names, "vllm-router", ()) if not pool else SS.entry_argv(
+        names, "python3", (ROUTER_ENTRY_PATH, json.dumps(pool_workers(inv, urls), separators=(",", ":")), "--",
+                           "vllm-router"))
     c = inv.cluster
     return RA.docker_argv(RA.RunSpec(
-        image or c.image, router_name(inv), detach=True,
+        image or c.image, router_name(inv), detach=not pool, create=pool,
         options=("--network", "host", "--restart", "unless-stopped", *RA.hardened(),
                  *SS.mounts(c.name, names, SS.ROUTER), *RA.labels(((PL.LABEL_CLUSTER, c.name), (LABEL_KEEP, c.name)))),
         entrypoint=entrypoint,
@@ -76,6 +99,8 @@ def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = Non
 def _workers_argv(inv: Inventory, urls: Sequence[str]) -> tuple[str, ...]:
     """The router's workers: every replica alike, or in PD mode each as a prefill or a decode worker
     (vllm-router's --vllm-pd-disaggregation; NIXL's pull-based transfer is its default connector)."""
+    if inv.models:
+        return ("--enable-igw",)
     if not is_pd(inv):
         return ("--worker-urls", *urls)
     out: tuple[str, ...] = ("--vllm-pd-disaggregation",)

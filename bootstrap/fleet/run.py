@@ -27,6 +27,7 @@ from bootstrap.fleet.steps import (
     _gate,
     _logs,
     _node_facts,
+    _pool_split,
     _preflight,
     _probe,
     _replica_failure,
@@ -104,75 +105,102 @@ def check_kv(inv: Inventory, *, port: int | None = None, parallel: int = DEFAULT
         return _kv_check(sess, inv, ucx, port=port, stop=False)
 
 
-def serve_fleet(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None = None,
+def serve_fleet(inv: Inventory, model: str | None, *, tp: int | None = None, pp: int | None = None,
                 dp: int | None = None, backend: str | None = None, extra: Sequence[str] = (), wait: float = 900.0,
                 served_name: str | None = None, parallel: int = DEFAULT_PARALLEL, dry_run: bool = False,
                 on_plan: Callable[[FP.FleetPlan], None] | None = None,
                 reporter: Reporter | None = None) -> FleetResult | FP.FleetPlan:
     """Serve the model on every replica at once, gate each on a real completion, put the router in
-    front and check a completion through it."""
+    front and check a completion through it. A pool (inv.models; model None): each replica group
+    serves its model, and the routers route by the request's model (each model checked through them)."""
     FP.check_backend(inv, backend)
     FP.check_pd_flags(inv, extra)  # before any host is contacted (the image's table checks it again)
     t0 = time.monotonic()
-    spec = FP.Spec(model, tuple(extra), inv.cluster.image, served_name, dp)
+    spec = FP.Spec(model or "", tuple(extra), inv.cluster.image, served_name, dp)
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         sess.connect()
         _preflight(sess, inv)
         GD.check_secret_store(sess, inv.hosts)
-        splits, notes = _split(sess, inv, model, tp, pp, extra, dp)
+        if inv.models:
+            specs: FP.Spec | list[FP.Spec] = FP.pool_specs(inv, inv.cluster.image)
+            splits, notes = _pool_split(sess, inv, inv.cluster.image)
+        else:
+            specs = spec
+            splits, notes = _split(sess, inv, spec.model, tp, pp, extra, dp)
         _check_vip_image(sess, inv, spec.image)
         facts = _node_facts(sess, inv)
-        plan = FP.plan_fleet(inv, spec, splits, notes=notes, **facts)
+        plan = FP.plan_fleet(inv, specs, splits, notes=notes, **facts)
         if on_plan is not None:
             on_plan(plan)
         if dry_run:
             return plan
-        sess.stage("stop-old", inv.hosts, lambda h: stop_serving(sess, h))  # what a single `serve` started
-        _rm_routers(sess, inv, "remove-old-router")
-        _rm(sess, inv.hosts, *FN.serve_names(inv), stage="remove-old")
-        kv = _kv_check(sess, inv, facts["ucx"])
-        notes.extend(w for w in (r.warning(inv.cluster.infiniband) for r in kv) if w)
-        GD.put_secrets(sess, inv.hosts, prune=False)
-        _ensure_keeper(sess, inv)
-        for rp in plan.replicas:
-            _start_replica(sess, inv, rp)
-        ready = fan_out(range(len(plan.replicas)), lambda k: _gate(sess, inv, k, wait), key=lambda k: k,
-                        parallel=len(plan.replicas))
-        bad = {**ready.failed, **{k: r for k, r in ready.succeeded.items() if not r.get("ready")}}
-        if bad:
-            k = min(bad)
-            r = bad[k]
-            cause, tail = _replica_failure(sess, inv, k, r if isinstance(r, dict) else {"error": str(r)})
-            others = f" (also replica {', '.join(map(str, sorted(set(bad) - {k})))})" if len(bad) > 1 else ""
-            failed = ServeFailed(f"replica {k} ({', '.join(plan.replicas[k].hosts)}) did not serve: {cause}{others}",
-                                 tail)
-            # a removal that fails is attached to the error, not raised in its place (Session.cleanup)
-            names = (*FN.serve_names(inv), FN.router_name(inv), FN.vip_name(inv))
-            sess.cleanup("stop-failed", inv.hosts, lambda h: DK.rm(sess.ssh[h.name], *names, timeout=120), failed)
-            raise failed
-        launches = {r.host: r for r in plan.routers}
-        rhosts = list(FN.router_hosts(inv))
-        sess.stage("router", rhosts, lambda h: sess.ssh[h.name].run(launches[h.name].run, timeout=120))
-        throughs = fan_out(rhosts, lambda h: _probe(sess, h, FN.router_name(inv),
-                                                    ["ready", FN.router_url(inv, h), "120"], timeout=240),
-                           key=lambda h: h.name, parallel=len(rhosts))
-        for h in rhosts:
-            through = throughs.succeeded.get(h.name) or {"error": str(throughs.failed.get(h.name))}
-            if not through.get("ready"):
-                tail = _logs(sess, h, FN.router_name(inv), 30)
-                raise ServeFailed(f"the router on {h.name} did not answer a completion: {through.get('error')}", tail)
-        if plan.vip is not None:
-            sess.stage("vip", rhosts, lambda h: _create_with(sess, h, launches[h.name].vip_create, FN.vip_name(inv), {
-                FRT.VIP_ENTRY_PATH: check_script("vip_entry.sh"),
-                FRT.VIP_CONF_PATH: launches[h.name].vip_config.encode()}))
-            through = _probe(sess, rhosts[0], FN.router_name(inv), ["ready", FN.router_url(inv), "60"], timeout=120)
-            if not through.get("ready"):
-                tails = "\n".join(f"{h.name}: {_logs(sess, h, FN.vip_name(inv), 15)}" for h in rhosts)
-                raise ServeFailed(f"the floating address {plan.vip} did not answer a completion: "
-                                  f"{through.get('error')}", tails)
+        ready = _launch(sess, inv, plan, facts, notes, wait)
+        through = _routers(sess, inv, plan)
         _start_standbys(sess, inv, plan.replicas)
         return FleetResult(plan.endpoint, through.get("models", []), plan,
-                           {k: float(r.get("t", 0)) for k, r in ready.items()}, time.monotonic() - t0, notes, kv)
+                           {k: float(r.get("t", 0)) for k, r in ready.items()}, time.monotonic() - t0, notes,
+                           facts.get("kv", []))
+
+
+def _launch(sess: Session, inv: Inventory, plan: FP.FleetPlan, facts: dict, notes: list[str], wait: float) -> dict:
+    """Stop what served before, check the KV path (disaggregated), start every replica and wait for
+    each to answer a completion; ServeFailed naming the first replica that did not."""
+    sess.stage("stop-old", inv.hosts, lambda h: stop_serving(sess, h))  # what a single `serve` started
+    _rm_routers(sess, inv, "remove-old-router")
+    _rm(sess, inv.hosts, *FN.serve_names(inv), stage="remove-old")
+    kv = _kv_check(sess, inv, facts["ucx"])
+    facts["kv"] = kv
+    notes.extend(w for w in (r.warning(inv.cluster.infiniband) for r in kv) if w)
+    GD.put_secrets(sess, inv.hosts, prune=False)
+    _ensure_keeper(sess, inv)
+    for rp in plan.replicas:
+        _start_replica(sess, inv, rp)
+    ready = fan_out(range(len(plan.replicas)), lambda k: _gate(sess, inv, k, wait), key=lambda k: k,
+                    parallel=len(plan.replicas))
+    bad = {**ready.failed, **{k: r for k, r in ready.succeeded.items() if not r.get("ready")}}
+    if bad:
+        k = min(bad)
+        r = bad[k]
+        cause, tail = _replica_failure(sess, inv, k, r if isinstance(r, dict) else {"error": str(r)})
+        others = f" (also replica {', '.join(map(str, sorted(set(bad) - {k})))})" if len(bad) > 1 else ""
+        what = f"{m.name} " if (m := inv.model_of(k)) is not None else ""
+        failed = ServeFailed(f"replica {k} ({what}on {', '.join(plan.replicas[k].hosts)}) did not serve: "
+                             f"{cause}{others}", tail)
+        # a removal that fails is attached to the error, not raised in its place (Session.cleanup)
+        names = (*FN.serve_names(inv), FN.router_name(inv), FN.vip_name(inv))
+        sess.cleanup("stop-failed", inv.hosts, lambda h: DK.rm(sess.ssh[h.name], *names, timeout=120), failed)
+        raise failed
+    return ready.succeeded
+
+
+def _routers(sess: Session, inv: Inventory, plan: FP.FleetPlan) -> dict:
+    """Start the routers (and keepalived with a floating address), then check a completion through
+    each (every model of a pool); the last probe's answer."""
+    launches = {r.host: r for r in plan.routers}
+    rhosts = list(FN.router_hosts(inv))
+    if inv.models:  # created, its entry copied in, started (checks/router_entry.py adds the workers)
+        sess.stage("router", rhosts, lambda h: _create_with(sess, h, launches[h.name].run, FN.router_name(inv),
+                                                            {FRT.ROUTER_ENTRY_PATH: check_script("router_entry.py")}))
+    else:
+        sess.stage("router", rhosts, lambda h: sess.ssh[h.name].run(launches[h.name].run, timeout=120))
+    throughs = fan_out(rhosts, lambda h: _probe(sess, h, FN.router_name(inv),
+                                                ["ready", FN.router_url(inv, h), "120"], timeout=240),
+                       key=lambda h: h.name, parallel=len(rhosts))
+    for h in rhosts:
+        through = throughs.succeeded.get(h.name) or {"error": str(throughs.failed.get(h.name))}
+        if not through.get("ready"):
+            tail = _logs(sess, h, FN.router_name(inv), 30)
+            raise ServeFailed(f"the router on {h.name} did not answer a completion: {through.get('error')}", tail)
+    if plan.vip is not None:
+        sess.stage("vip", rhosts, lambda h: _create_with(sess, h, launches[h.name].vip_create, FN.vip_name(inv), {
+            FRT.VIP_ENTRY_PATH: check_script("vip_entry.sh"),
+            FRT.VIP_CONF_PATH: launches[h.name].vip_config.encode()}))
+        through = _probe(sess, rhosts[0], FN.router_name(inv), ["ready", FN.router_url(inv), "60"], timeout=120)
+        if not through.get("ready"):
+            tails = "\n".join(f"{h.name}: {_logs(sess, h, FN.vip_name(inv), 15)}" for h in rhosts)
+            raise ServeFailed(f"the floating address {plan.vip} did not answer a completion: "
+                              f"{through.get('error')}", tails)
+    return through
 
 
 def stop_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None) -> list[str]:

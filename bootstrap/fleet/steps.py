@@ -12,7 +12,10 @@ from bootstrap.cluster import facts as F
 from bootstrap.cluster import plan as PL
 from bootstrap.cluster import probe
 from bootstrap.errors import (
+    FleetError,
+    ModelSplitError,
     PreflightFailed,
+    ServePlanError,
 )
 from bootstrap.fleet import names as FN
 from bootstrap.fleet import plan as FP
@@ -160,6 +163,21 @@ def _split(sess: Session, inv: Inventory, model: str, tp: int | None, pp: int | 
         notes.append(f"could not read the model's config.json ({info.get('error') or 'no answer'}): "
                      "the split is not checked against the model")
     return splits, notes
+
+
+def _pool_split(sess: Session, inv: Inventory, image: str) -> tuple[list[SP.SplitChoice], list[str]]:
+    """A pool's split for each replica group: each model's chosen over its own groups from its own
+    config (its tp/pp as serve's --tp/--pp, its args as the words after --), in the groups' order."""
+    by_model: list[dict[int, SP.SplitChoice]] = []
+    notes: list[str] = []
+    for mi, m in enumerate(inv.models):
+        try:
+            splits, more = _split(sess, FP.model_inventory(inv, mi), m.source, m.tp, m.pp, m.args, None, image)
+        except (ModelSplitError, ServePlanError, FleetError) as exc:
+            raise type(exc)(f"{m.where} ({m.name}): {exc}") from None
+        by_model.append(splits)
+        notes.extend(f"{m.name}: {n}" for n in more)
+    return [by_model[mi][len(g)] for mi, g in zip(inv.placement, inv.replicas)], notes
 
 
 def _node_facts(sess: Session, inv: Inventory) -> dict:

@@ -26,6 +26,7 @@ import os
 import re
 import shlex
 import stat
+from dataclasses import replace
 from typing import Any, Mapping
 
 from bootstrap.errors import InventoryError, InventoryErrors
@@ -34,6 +35,7 @@ from bootstrap.inventory.addresses import _IP, _canonical_ip, _ip, _not_one_host
 from bootstrap.inventory.ansible import _ansible
 from bootstrap.inventory.fields import _SECRET_IN_ENV, _Offline, _SSHDefaults
 from bootstrap.inventory.hostfields import _HostSpec
+from bootstrap.inventory.modelfields import place
 from bootstrap.inventory.native import _native
 from bootstrap.inventory.portfields import _check_ssh_port
 from bootstrap.inventory.yamlfile import _MAX_FILE_BYTES as _MAX_FILE_BYTES  # re-exported: tests read it
@@ -96,10 +98,28 @@ def _load(path, environ, check_files: bool, require_secrets: bool) -> Inventory:
             top.keyname(root, key).fail(f"keys must be strings, got {_describe(key)}")
     read = _ansible if "all" in root else _native
     (cluster, facts), ssh_defaults, specs = read(root, top, env)
+    models, model_locs, models_loc = facts["models"]
+    placement: list[int] = []
+    if models:
+        _identities(specs, ssh_defaults)
+        groups, placement = _placed(specs, models, model_locs, models_loc)
+        cluster = replace(cluster, replicas=len(groups))
+        facts["groups"] = groups
     hosts = _build_hosts(specs, (cluster, facts), ssh_defaults, check_files)
     if check_files and ssh_defaults.known_hosts_loc and cluster.ssh.known_hosts is not None:
         _check_file(cluster.ssh.known_hosts, ssh_defaults.known_hosts_loc, private=False)
-    return Inventory(path=file, cluster=cluster, hosts=hosts)
+    return Inventory(path=file, cluster=cluster, hosts=hosts, models=models, placement=tuple(placement))
+
+
+def _placed(specs: list[_HostSpec], models, model_locs, models_loc) -> tuple[list[list[_HostSpec]], list[int]]:
+    """The pool's replica groups from models: (modelfields.place); a host's own replica is refused."""
+    for s in specs:
+        if s.given("replica"):
+            s.where("replica").fail("is set by models: (each model's replicas take their hosts); remove it, or "
+                                    "pin the host in a model's hosts")
+    groups, model_of = place(models, model_locs, [s.values["name"] for s in specs], [s.loc for s in specs],
+                             models_loc)
+    return [[specs[i] for i in g] for g in groups], model_of
 
 
 # --------------------------------------------------------------------------------------------
@@ -119,8 +139,10 @@ def _build_hosts(
     check_files: bool,
 ) -> tuple[Host, ...]:
     cluster, facts = cluster_and_facts
-    _identities(specs, defaults)
-    groups = _groups(specs, cluster.replicas, facts["replicas_loc"])
+    groups = facts.get("groups")
+    if groups is None:
+        _identities(specs, defaults)
+        groups = _groups(specs, cluster.replicas, facts["replicas_loc"])
     heads = {id(_head(g, f" of replica {k}" if len(groups) > 1 else "")) for k, g in enumerate(groups)}
     group_of = {id(s): k for k, g in enumerate(groups) for s in g}
     gpus = _gpus(specs, cluster, facts)

@@ -7,6 +7,7 @@ from typing import Any, Mapping
 from bootstrap.inventory.addresses import _address
 from bootstrap.inventory.fields import _cluster
 from bootstrap.inventory.hostfields import _HOST_FIELDS, _TOO_MANY_HOSTS, _host_name, _HostSpec
+from bootstrap.inventory.modelfields import _models
 from bootstrap.inventory.values import _expect_mapping
 from bootstrap.inventory.yamlfile import _MAX_HOSTS, _describe, _join, _Loc, _quote, _unknown_key
 
@@ -26,6 +27,8 @@ _ANSIBLE_VARS: dict[str, tuple[str, ...]] = {
     "replica": ("bootstrap_replica",),
     "env": ("bootstrap_env",),
 }
+#: the pool's models (the native format's models:), read from all.vars only
+MODELS_VAR = "bootstrap_models"
 _ANSIBLE_KEYS = {logical: names[0] for logical, names in _ANSIBLE_VARS.items()}
 #: The variables of bootstrap's own: any other bootstrap_* is a typo, not a variable to ignore.
 _BOOTSTRAP_VARS = [n for names in _ANSIBLE_VARS.values() for n in names if n.startswith("bootstrap_")]
@@ -48,7 +51,11 @@ def _ansible(root: dict, top: _Loc, environ: Mapping[str, str]):  # type: ignore
     bootstrap = all_vars.get("bootstrap")
     bootstrap_loc = vars_loc.key(all_vars, "bootstrap")
     _reject_jinja(bootstrap, bootstrap_loc)
-    cluster, defaults, facts = _cluster(bootstrap, bootstrap_loc, environ)
+    models_loc = vars_loc.key(all_vars, MODELS_VAR)
+    _reject_jinja(all_vars.get(MODELS_VAR), models_loc)
+    models, model_locs = _models(all_vars.get(MODELS_VAR), models_loc)
+    cluster, defaults, facts = _cluster(bootstrap, bootstrap_loc, environ, pool=bool(models))
+    facts["models"] = (models, model_locs, models_loc)
 
     walked: list[Any] = [0]  # the number of groups visited, then the host occurrences
     _walk_group(group, all_loc, [], walked, set(), top=True)
@@ -220,6 +227,10 @@ def _check_bootstrap_vars(variables: Mapping[Any, Any], loc: _Loc, top: bool) ->
             continue
         if name == "bootstrap" and not top:
             loc.keyname(variables, name).fail("cluster settings are read only from all.vars.bootstrap")
+        if name == MODELS_VAR:
+            if not top:
+                loc.keyname(variables, name).fail(f"the models are read only from all.vars.{MODELS_VAR}")
+            continue
         if name.startswith("bootstrap_") and name not in _BOOTSTRAP_VARS:
             loc.keyname(variables, name).fail(_unknown_key(name, _BOOTSTRAP_VARS, "variable"))
 

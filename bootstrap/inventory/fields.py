@@ -155,10 +155,14 @@ def _ssh(value: Any, loc: _Loc) -> tuple[SSHSettings, _SSHDefaults]:
 
 
 def _cluster(
-    value: Any, loc: _Loc, environ: Mapping[str, str]
+    value: Any, loc: _Loc, environ: Mapping[str, str], pool: bool = False
 ) -> tuple[Cluster, _SSHDefaults, dict[str, Any]]:
-    """The Cluster, the ssh defaults for hosts, and facts the hosts need (gpus, env, secrets)."""
+    """The Cluster, the ssh defaults for hosts, and facts the hosts need (gpus, env, secrets).
+    pool: the inventory has models: (a fleet whatever cluster.replicas says: the models' replicas)."""
     values, locs = _check_mapping(value, loc, _CLUSTER_FIELDS)
+    if pool:
+        _check_pool(values, locs)
+        values["replicas"] = 2  # a fleet: its router and standby settings apply (the groups come from models:)
     kwargs = {
         k: v
         for k, v in values.items()
@@ -209,6 +213,17 @@ def _cluster(
         "monitor_host_loc": monitor_host_loc,
     }
     return cluster, defaults, facts
+
+
+def _check_pool(values: dict[str, Any], locs: dict[str, _Loc]) -> None:
+    """With models: the models say how many replicas there are, and a disaggregated pool is not planned."""
+    if "replicas" in values:
+        locs["replicas"].fail("is set by models: (each model's replicas); remove it")
+    router = values.get("router")
+    if isinstance(router, dict) and "prefill" in router:
+        locs["router"].key(router, "prefill").fail(
+            "prefill/decode (router.prefill) is not planned for a pool of models: serve one model per inventory "
+            "for it, or remove prefill")
 
 
 def _check_mounts(value: Any, values: dict[str, Any], locs: dict[str, _Loc], loc: _Loc, hf_cache: Any) -> None:

@@ -5,6 +5,7 @@ from typing import Mapping
 
 from bootstrap.inventory.fields import _cluster
 from bootstrap.inventory.hostfields import _HOST_FIELDS, _TOO_MANY_HOSTS, _HostSpec
+from bootstrap.inventory.modelfields import _models
 from bootstrap.inventory.values import _check_mapping
 from bootstrap.inventory.yamlfile import _MAX_HOSTS, _describe, _Loc, _unknown_key
 
@@ -13,9 +14,12 @@ _NATIVE_KEYS = {name: name for name in _HOST_FIELDS}
 
 def _native(root: dict, top: _Loc, environ: Mapping[str, str]):  # type: ignore[no-untyped-def]
     for key in root:
-        if key not in ("cluster", "hosts"):
-            top.keyname(root, key).fail(_unknown_key(key, ["cluster", "hosts"], "top-level key"))
-    cluster, defaults, facts = _cluster(root.get("cluster"), top.key(root, "cluster"), environ)
+        if key not in ("cluster", "hosts", "models"):
+            top.keyname(root, key).fail(_unknown_key(key, ["cluster", "hosts", "models"], "top-level key"))
+    models_loc = top.key(root, "models")
+    models, model_locs = _models(root.get("models"), models_loc)
+    cluster, defaults, facts = _cluster(root.get("cluster"), top.key(root, "cluster"), environ, pool=bool(models))
+    facts["models"] = (models, model_locs, models_loc)
     if "hosts" not in root:
         top.at(field="hosts").fail("required: list the machines under 'hosts:'")
     hosts_loc = top.key(root, "hosts")

@@ -55,6 +55,10 @@ PIP_TARGET = (
 #: backend. Disabling Triton."), and every node receives the image.
 PIP_REMOVE = ("torchvision", "torchaudio", "torchcodec", "triton")
 TINY_MODEL_DIR = "/opt/models/tiny-llama"
+#: a second tiny model of another architecture (Qwen2) and a LoRA adapter of the first: the pool of
+#: several models and adapters behind one endpoint (models: in the inventory)
+TINY_QWEN_DIR = "/opt/models/tiny-qwen"
+TINY_LORA_DIR = "/opt/models/tiny-llama-lora"
 STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 VENV_PATH = f"/opt/venv/bin:{STD_PATH}"
 
@@ -203,6 +207,17 @@ VLLM_CACHE_ROOT={MODELINFO_ROOT} python -c "{WARM_MODELINFO}"
 ls {MODELINFO_ROOT}/modelinfos/*.json
 rm -rf /root/.cache /tmp/*
 ls -la {TINY_MODEL_DIR}
+"""
+VLLM_MODELS_SCRIPT = f"""\
+cd /recipe
+python make_tiny_extra.py qwen2 {TINY_QWEN_DIR}
+python make_tiny_extra.py lora {TINY_MODEL_DIR} {TINY_LORA_DIR}
+cd /
+chmod -R a+rX /opt/models
+VLLM_CACHE_ROOT={MODELINFO_ROOT} python -c "from vllm.engine.arg_utils import EngineArgs; \
+EngineArgs(model={TINY_QWEN_DIR!r}, max_model_len=256).create_model_config()"
+rm -rf /root/.cache /tmp/*
+ls -la {TINY_QWEN_DIR} {TINY_LORA_DIR}
 """
 VLLM_ROUTER_SCRIPT = f"""\
 /opt/venv/bin/pip install --no-index --find-links /router-wheels --no-cache-dir --disable-pip-version-check -q '{ROUTER_REQ}'
@@ -480,7 +495,13 @@ def vllm_stages(wheels: Path) -> list[Stage]:
         parent=fork.ref, script=VLLM_AMX_SCRIPT,
         files=(("bootstrap_sandbox_amx.py", AMX_MODULE.encode()),),
     )
-    return [apt, torch, pip, model, router, monitor, nixl, vip, spin, fork, amx]
+    models = Stage(
+        name="vllm-models", repo=VLLM_REPO, tag_prefix="models-",
+        parent=amx.ref, script=VLLM_MODELS_SCRIPT,
+        files=tuple((f, _read(f)) for f in ("make_tiny_model.py", "make_tiny_extra.py")),
+        changes=(f"LABEL bootstrap.sandbox.models={TINY_MODEL_DIR},{TINY_QWEN_DIR},{TINY_LORA_DIR}",),
+    )
+    return [apt, torch, pip, model, router, monitor, nixl, vip, spin, fork, amx, models]
 
 
 def ray_less_stage(vllm_ref: str) -> Stage:

@@ -7,10 +7,10 @@
 """
 from __future__ import annotations
 
-import re
 from typing import Mapping, Sequence
 
 from bootstrap.errors import ModelSplitError, ServePlanError
+from bootstrap.model import model_ref_problem
 from bootstrap.serve import passthrough as PT
 from bootstrap.serve.passthrough import VllmOptions
 from bootstrap.serve.split import Parallelism
@@ -37,34 +37,12 @@ _INSTEAD = {"--tensor-parallel-size": "--tp", "-tp": "--tp", "--pipeline-paralle
             **{f: "--dp" for f in _OWNED_DP}, "--enable-expert-parallel": "--ep", "-ep": "--ep",
             "--all2all-backend": "--all2all"}
 
-# A Hugging Face repo id: `name` or `org/name`; letters, digits, '-', '_', '.'; no '--' or '..'
-# (huggingface_hub's validate_repo_id), at most 96 characters a part.
-_HF_ID = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
-                    r"(?:/[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?)?")
-
-
 def check_model_ref(model: str) -> None:
-    """Refuse a MODEL vLLM could not load the same way on every node.
-
-    Accepted: a Hugging Face id (`org/name`, or a bare `name`), fetched through the HF cache, or
-    an absolute path inside the containers. A path may contain spaces: it travels as one argv
-    element. A relative path (`./my model`, `~/m`) is refused: it would be resolved against each
-    container's working directory, not this machine's.
-    """
-    if not isinstance(model, str) or not model.strip():
-        raise ServePlanError("no model given to serve: give a Hugging Face id (org/name) "
-                             "or an absolute path inside the containers")
-    if any(ord(c) < 32 or ord(c) == 127 for c in model):
-        raise ServePlanError(f"{model!r} contains a control character")
-    if model.startswith("/"):
-        return
-    if model.startswith(("./", "../", "~")) or model in (".", ".."):
-        raise ServePlanError(f"{model!r} is a relative path; a model path is an absolute path inside the "
-                             "containers (e.g. /models/llama, mounted with cluster.mounts), or give a "
-                             "Hugging Face id (org/name)")
-    if not _HF_ID.fullmatch(model) or "--" in model or ".." in model:
-        raise ServePlanError(f"{model!r} is neither a Hugging Face id (org/name) nor an absolute path "
-                             "inside the containers (e.g. /models/llama)")
+    """Refuse a MODEL vLLM could not load the same way on every node (bootstrap.model.model_ref_problem):
+    a Hugging Face id (`org/name`, or a bare `name`) or an absolute path inside the containers."""
+    why = model_ref_problem(model)
+    if why is not None:
+        raise ServePlanError(why)
 
 
 def _owned(backend: str | None, plan_sets: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,0 +1,176 @@
+"""The models a pool serves, pure: the models: section's table, and where each model's replicas go.
+
+With `models:` the hosts are one pool: each model has replicas of `nodes` hosts (or pinned host
+groups), and `place` gives every replica group its hosts, in the order of the file: pinned groups
+first, then each model's replicas on the next free hosts in the order of `hosts:`. The groups are
+what `cluster.replicas` makes without models (each its own head, its own `up`), so everything a
+fleet does per replica (up, the fence, the keeper, status, down) works per model's replica too.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from bootstrap.inventory.hostfields import _host_name
+from bootstrap.inventory.values import Validator, _check_mapping, _choice, _described, _int, _string
+from bootstrap.inventory.yamlfile import _MAX_HOSTS, _describe, _Loc, _quote
+from bootstrap.model import MAX_GPUS_PER_HOST, ROUTER_POLICIES, ServedModel, model_ref_problem
+
+#: a served name: what clients put in the `model` field and vllm-router matches exactly
+_NAME_RX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+#: at most this many models in one pool
+MAX_MODELS = 64
+
+
+def _served_name(value: Any, loc: _Loc) -> str:
+    value = _string(value, loc)
+    if not _NAME_RX.fullmatch(value):
+        loc.fail(f"{_quote(value)} is not a served model name: letters, digits and '.', '_', ':', '/', '-', "
+                 "starting with a letter or digit, at most 128 characters (clients send it as `model`)")
+    return value
+
+
+def _source(value: Any, loc: _Loc) -> str:
+    value = _string(value, loc)
+    why = model_ref_problem(value)
+    if why is not None:
+        loc.fail(why)
+    return value
+
+
+def _groups(value: Any, loc: _Loc) -> tuple[tuple[str, ...], ...]:
+    """Pinned host groups: a list of lists of host names (a single list: one group)."""
+    if not isinstance(value, list) or not value:
+        loc.fail("a non-empty list of host groups, one per replica, e.g. [[gpu-01, gpu-02], [gpu-03, gpu-04]]")
+    if all(isinstance(v, str) for v in value):
+        value = [value]
+        locs = [loc]
+    else:
+        locs = [loc.item(value, i) for i in range(len(value))]
+    out: list[tuple[str, ...]] = []
+    for group, gloc in zip(value, locs):
+        if not isinstance(group, list) or not group:
+            gloc.fail(f"expected a non-empty list of host names (one replica's hosts), got {_describe(group)}")
+        out.append(tuple(_host_name(v, gloc.item(group, j)) for j, v in enumerate(group)))
+    return tuple(out)
+
+
+def _args(value: Any, loc: _Loc) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        loc.fail(f"expected a list of vLLM's flags and values, e.g. [--max-model-len, '4096'], got {_describe(value)}")
+    out = []
+    for i, v in enumerate(value):
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            loc.item(value, i).fail(f"expected a flag or a value, got {_describe(v)}")
+        text = str(v)
+        if not text or not text.isprintable():
+            loc.item(value, i).fail("must be a non-empty printable word")
+        out.append(text)
+    return tuple(out)
+
+
+_MODEL_FIELDS: dict[str, Validator] = {
+    "name": _described("the served name clients send as `model` (letters, digits, `._:/-`)", _served_name),
+    "source": _described("a Hugging Face id (org/name) or an absolute path in the containers (default: name)",
+                         _source),
+    "replicas": _int(1, _MAX_HOSTS),
+    "nodes": _int(1, _MAX_HOSTS),
+    "hosts": _described("a list of host groups, one per replica: [[a, b], [c]]", _groups),
+    "tp": _int(1, MAX_GPUS_PER_HOST * _MAX_HOSTS),
+    "pp": _int(1, _MAX_HOSTS),
+    "args": _described("a list of vLLM flags and values (what serve takes after --)", _args),
+    "policy": _choice(*ROUTER_POLICIES),
+}
+
+
+def _model(value: Any, loc: _Loc) -> ServedModel:
+    values, locs = _check_mapping(value, loc, _MODEL_FIELDS, "a mapping with name (and source, replicas, ...)")
+    if "name" not in values:
+        loc.fail("name is missing: the name clients send as `model`, e.g. {name: chat, source: org/model}")
+    if "hosts" in values:
+        for key in ("replicas", "nodes"):
+            if key in values:
+                locs[key].fail(f"does nothing with hosts (each group listed is a replica of its own size); "
+                               f"remove {key} or hosts")
+    groups = values.get("hosts", ())
+    line = loc.line if loc.line is not None else "?"
+    return ServedModel(
+        name=values["name"], source=values.get("source", values["name"]),
+        replicas=len(groups) or values.get("replicas", 1),
+        nodes=len(groups[0]) if groups else values.get("nodes", 1), hosts=groups,
+        tp=values.get("tp"), pp=values.get("pp"), args=values.get("args", ()), policy=values.get("policy"),
+        where=f"{loc.file}:{line}: {loc.field}")
+
+
+def _models(value: Any, loc: _Loc) -> tuple[tuple[ServedModel, ...], list[_Loc]]:
+    """The models: list, each entry checked; names are unique. Returns them and where each is."""
+    if value is None:
+        return (), []
+    if not isinstance(value, list) or not value:
+        loc.fail(f"expected a list of models, each a mapping with name (and source, replicas...), "
+                 f"got {_describe(value)}")
+    if len(value) > MAX_MODELS:
+        loc.item(value, MAX_MODELS).fail(f"at most {MAX_MODELS} models in one pool")
+    models, locs = [], []
+    seen: dict[str, str] = {}
+    for i, entry in enumerate(value):
+        mloc = loc.item(value, i)
+        if entry is None:
+            mloc.fail("expected a mapping with name (and source, replicas, ...), got null")
+        m = _model(entry, mloc)
+        if m.name in seen:
+            mloc.at(field=f"{mloc.field}.name").fail(f"{_quote(m.name)} is already the name of {seen[m.name]}: "
+                                                     "clients tell models apart by name")
+        seen[m.name] = mloc.field or m.name
+        models.append(m)
+        locs.append(mloc)
+    return tuple(models), locs
+
+
+def _need(models: tuple[ServedModel, ...]) -> str:
+    return ", ".join(f"{m.name}: {m.replicas} x {m.nodes}" for m in models if not m.hosts)
+
+
+def place(models: tuple[ServedModel, ...], locs: list[_Loc], host_names: list[str],
+          host_locs: list[_Loc], loc: _Loc) -> tuple[list[list[int]], list[int]]:
+    """Every model's replica groups: (groups of host indexes, each head first; the model index of
+    each group). Pinned groups take their hosts; the others take the next free hosts in the order
+    of hosts:. Refused, naming the numbers: a pinned host that is no host or is pinned twice (one
+    host's GPUs for two replicas), more hosts needed than free, a host no model uses."""
+    index = {n: i for i, n in enumerate(host_names)}
+    owner: dict[int, str] = {}
+    pinned: dict[tuple[int, int], list[int]] = {}
+    for mi, (m, mloc) in enumerate(zip(models, locs)):
+        for g, group in enumerate(m.hosts):
+            where = mloc.at(field=f"{mloc.field}.hosts[{g}]")
+            for name in group:
+                if name not in index:
+                    where.fail(f"{_quote(name)} is not a host of this inventory")
+                i = index[name]
+                if i in owner:
+                    where.fail(f"{name} is already in {owner[i]}: a host serves one replica of one model "
+                               "(its GPUs cannot hold two); pin another host")
+                owner[i] = f"{m.name}'s replica {g} ({mloc.field}.hosts[{g}])"
+            pinned[(mi, g)] = [index[n] for n in group]
+    free = [i for i in range(len(host_names)) if i not in owner]
+    need = sum(m.replicas * m.nodes for m in models if not m.hosts)
+    if need > len(free):
+        taken = f", {len(owner)} pinned" if owner else ""
+        loc.fail(f"the models need {need} hosts ({_need(models)}: replicas x nodes) and the pool has "
+                 f"{len(free)} free ({len(host_names)} hosts{taken}): add hosts, or fewer replicas or nodes")
+    groups: list[list[int]] = []
+    model_of: list[int] = []
+    it = iter(free)
+    for mi, m in enumerate(models):
+        for g in range(m.replicas):
+            groups.append(pinned[(mi, g)] if m.hosts else [next(it) for _ in range(m.nodes)])
+            model_of.append(mi)
+    if len(groups) == 1:
+        loc.fail(f"one replica of one model is one cluster: serve {models[0].name} with `bootstrap serve MODEL` "
+                 "and no models:, or give the pool two replicas or more")
+    idle = list(it)
+    if idle:
+        host_locs[idle[0]].fail(f"{host_names[idle[0]]} serves no model: the models take {len(host_names) - len(idle)} "
+                                f"of the {len(host_names)} hosts; give a model another replica (or nodes), or "
+                                "remove the host")
+    return groups, model_of

@@ -1,0 +1,98 @@
+"""A pool's router: run vllm-router in its multi-model mode and give it its workers, on every start.
+
+Runs INSIDE the router's container as its command, with nothing but the standard library:
+
+  router_entry.py WORKERS_JSON -- vllm-router --enable-igw --host IP --port PORT ...
+
+WORKERS_JSON: [{"url": ..., "model_id": ..., "labels": {"policy": ...}}, ...], one per replica.
+
+vllm-router 0.1.17 routes by the request's `model` only in its IGW mode (--enable-igw), and in that
+mode it drops --worker-urls (lib.rs sets worker_urls to an empty list): workers exist only once they
+are added through its API (POST /workers with a model_id). A router that restarts (its restart
+policy, the keeper) would start with none, so this entry adds them on every start, each once (the
+router counts a URL added twice twice: worker_registry.rs), then waits on vllm-router and exits
+with its status. SIGTERM and SIGINT are passed on.
+"""
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+#: how long to wait for the router's API after each start, and between tries
+DEADLINE_S = 120
+STEP_S = 0.5
+
+
+def http(method, url, body=None, timeout=5.0):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"} if data else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def option(argv, name):
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def registered(api):
+    """The router's workers as {url: model_id} (GET /workers)."""
+    code, body = http("GET", api + "/workers")
+    if code != 200:
+        raise RuntimeError(f"GET /workers answered {code}")
+    doc = json.loads(body)
+    items = doc.get("workers", []) if isinstance(doc, dict) else doc
+    return {w.get("url", "").rstrip("/"): w.get("model_id") for w in items if isinstance(w, dict)}
+
+
+def add_workers(api, workers, proc):
+    """Add each worker the router does not hold yet; True once all are in, False if vllm-router ended."""
+    start, last = time.monotonic(), None
+    while time.monotonic() - start < DEADLINE_S:
+        if proc.poll() is not None:
+            return False
+        try:
+            have = registered(api)
+            for w in workers:
+                if have.get(w["url"].rstrip("/")) == w["model_id"]:
+                    continue
+                code, body = http("POST", api + "/workers", w)
+                if code >= 300:
+                    raise RuntimeError(f"POST /workers {w['url']} answered {code}: {body[:200]!r}")
+                print(f"router_entry: added {w['url']} for {w['model_id']}", flush=True)
+            return True
+        except (OSError, RuntimeError, ValueError) as exc:
+            last = exc
+        time.sleep(STEP_S)
+    print(f"router_entry: could not add the workers in {DEADLINE_S}s: {last}", file=sys.stderr, flush=True)
+    return True
+
+
+def main(argv):
+    if "--" not in argv or len(argv) < 4:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cut = argv.index("--")
+    workers, command = json.loads(argv[1]), argv[cut + 1:]
+    host, port = option(command, "--host") or "127.0.0.1", option(command, "--port") or "30000"
+    api = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    proc = subprocess.Popen(command)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda s, _f: proc.send_signal(s))
+    add_workers(api, workers, proc)
+    return proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
