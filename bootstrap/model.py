@@ -348,8 +348,9 @@ class ServedModel:
     nodes: int = 1
     #: pinned host groups, one per replica (names of hosts); empty: placed in the order of hosts:
     hosts: tuple[tuple[str, ...], ...] = ()
-    #: tensor / pipeline parallel sizes of each replica (None: chosen from the model, as serve does)
+    #: tensor parallel size of each replica (None: chosen from the model, as serve does)
     tp: int | None = None
+    #: pipeline parallel size of each replica (None: chosen from the model, as serve does)
     pp: int | None = None
     #: vLLM's own flags for this model (what `serve MODEL -- ...` takes after --)
     args: tuple[str, ...] = ()

@@ -425,9 +425,6 @@ def check_serve_args(ctx: click.Context, model: str | None, extra: tuple[str, ..
             raise click.UsageError("--dry-run plans a serve; it cannot be combined with --stop")
         return
     if model is None:
-        if extra:
-            raise click.UsageError(f"vLLM's flags after -- need a MODEL (got {' '.join(extra)!r}); a pool's models "
-                                   "take theirs in models[].args")
         return  # a pool's serve (the inventory's models:), or missing MODEL: check_pool_serve, once it is read
     if model.startswith("-"):
         raise click.UsageError(f"no such option: {model} (vLLM's flags go after MODEL and --)")

@@ -255,8 +255,7 @@ def fleet_status(inv, groups, fs, as_json: bool) -> None:
     for r in fs.replicas:
         color = "green" if r.health == "healthy" else ("yellow" if r.health.startswith("starting") else "red")
         rot = "-" if r.in_rotation is None else ("[green]yes[/]" if r.in_rotation else "[yellow]no[/]")
-        model = (f"{r.spec.model} {' '.join(r.spec.extra)}".strip() + (f" (--dp {r.spec.dp})" if r.spec.dp else "")
-                 if r.spec else "-")
+        model = _model_cell(r.spec)
         served = num(r.succeeded)
         if r.engines and len(r.engines) > 1:  # a data parallel replica: each engine's share
             order = sorted(r.engines.items(), key=lambda x: (len(x[0]), x[0]))  # 0, 1, ..., 10
@@ -269,6 +268,7 @@ def fleet_status(inv, groups, fs, as_json: bool) -> None:
                   _escape(r.url), f"[{color}]{_escape(r.health)}[/]", rot, says, num(r.running), num(r.waiting),
                   _escape(served), str(r.restarts), _standby_cell(r.standbys), _escape(model))
     out.print(t)
+    _pool_models(fs)
     if len(fs.routers) > 1 or fs.vip:
         t = Table(title="routers" + (f": floating address {_escape(fs.vip)}" if fs.vip else ""))
         for col in ("host", "router", "workers", *(("keepalived", "holds the address") if fs.vip else ())):
@@ -291,6 +291,24 @@ def fleet_status(inv, groups, fs, as_json: bool) -> None:
             out.print(f"Ray of replica {k}: [yellow]unknown[/]: {_escape(g.ray_error)}")
         if g.dashboard:
             out.print(_dashboard_line(f"Ray dashboard of replica {k}", g.dashboard, inv.replicas[k][0]))
+
+
+def _model_cell(spec) -> str:
+    """What a replica serves: its model and flags (its served name first, a pool's)."""
+    if spec is None:
+        return "-"
+    model = f"{spec.model} {' '.join(spec.extra)}".strip() + (f" (--dp {spec.dp})" if spec.dp else "")
+    return f"{spec.served_name}: {model}" if spec.served_name else model
+
+
+def _pool_models(fs) -> None:
+    """A pool's line per model: its replicas, how many are healthy and in the router (none for one model)."""
+    for m in D.models_doc(fs):
+        n = len(m["replicas"])
+        color = "green" if m["healthy"] == n else "yellow" if m["healthy"] else "red"
+        out.print(_escape(f"model {m['model']} ({m['source']}): replica{'s' if n > 1 else ''} "
+                          f"{', '.join(map(str, m['replicas']))}; ") + f"[{color}]{m['healthy']}/{n} healthy[/]"
+                  + _escape(f", {m['in_router']}/{n} in the router"))
 
 
 def _uptime(seconds: float | None) -> str:

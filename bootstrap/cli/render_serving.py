@@ -35,12 +35,19 @@ def serve_plan(plan, dry_run: bool) -> None:
 
 def fleet_serve_plan(plan, dry_run: bool) -> None:
     """The fleet's serve plan, before anything starts: each replica's commands, the router, the endpoint."""
-    out.print(f"model:    {_escape(plan.spec.model)} (image {_escape(plan.spec.image)})")
-    if plan.uniform:
+    pool = len(plan.models) > 1
+    if pool:
+        out.print(f"models:   {_escape(', '.join(plan.models))} (image {_escape(plan.spec.image)})")
+    else:
+        out.print(f"model:    {_escape(plan.spec.model)} (image {_escape(plan.spec.image)})")
+    if plan.uniform and not pool:
         out.print(f"split:    {_escape(plan.split.reason)} on each replica (backend native)")
     for r in plan.replicas:
-        out.print(_escape(f"replica {r.index}{f' ({r.role})' if r.role else ''}: {', '.join(r.hosts)} -> {r.url}"))
-        if not plan.uniform:
+        spec = plan.spec_of(r)
+        serves = f" serves {spec.served_name} ({spec.model})" if pool else ""
+        out.print(_escape(f"replica {r.index}{f' ({r.role})' if r.role else ''}{serves}: {', '.join(r.hosts)} "
+                          f"-> {r.url}"))
+        if not plan.uniform or pool:
             out.print(f"  split: {_escape(plan.split_of(r).reason)} (backend native)")
         for m in r.members:
             out.print(_escape(f"  {m.host} rank {m.rank}: {_argv(m.vllm)}"))
@@ -108,7 +115,8 @@ def fleet_served(inv, res, as_json: bool) -> None:
     shape = (f"{len(plan.replicas)} replicas x {split_label(plan.split.par)}" if plan.uniform else
              "replicas " + ", ".join(f"{r.index}{f' ({r.role})' if r.role else ''} {split_label(plan.split_of(r).par)}"
                                      for r in plan.replicas))
-    out.print(_escape(f"serving {res.served[0] if res.served else res.plan.spec.model} on {res.endpoint} "
+    what = ", ".join(plan.models) if len(plan.models) > 1 else res.served[0] if res.served else plan.spec.model
+    out.print(_escape(f"serving {what} on {res.endpoint} "
                       f"({shape}, router "
                       f"{inv.cluster.router.policy} on {', '.join(r.host for r in res.plan.routers)}"
                       f"{', floating address' if res.plan.vip else ''}); ready: {ready}; "

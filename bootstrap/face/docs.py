@@ -20,7 +20,7 @@ def _host_doc(a, runtime: str | None) -> dict:
 def plan_doc(actions, runtime: str | None = "") -> dict:
     """`plan` and `up --dry-run` of one cluster: the shape of a fleet's (fleet_plan_doc) with one group,
     replica null, and no router; runtime None: not decided yet."""
-    return {"kind": "cluster", "replicas": [{"replica": None, "url": None,
+    return {"kind": "cluster", "models": [], "replicas": [{"replica": None, "url": None,
                                              "hosts": [_host_doc(a, runtime) for a in actions]}],
             "router": None, "routers": [], "keeper": None, "standby": None}
 
@@ -80,10 +80,27 @@ def exposure_doc(inv, found) -> dict:
 
 
 def fleet_status_doc(groups, fs) -> dict:
-    """`status` with replicas: each group's nodes, the fleet as the router sees it."""
+    """`status` with replicas: each group's nodes, the fleet as the router sees it; a pool's models
+    (models_doc), an empty list for a fleet of one model."""
     return {"nodes": [{"replica": k, **r.as_dict()} for k, g in enumerate(groups) for r in g.nodes],
             "fleet": fs.to_dict(), "ray_dashboard": [g.dashboard for g in groups],
-            "ray_error": [g.ray_error or None for g in groups]}
+            "ray_error": [g.ray_error or None for g in groups], "models": models_doc(fs)}
+
+
+def models_doc(fs) -> list[dict]:
+    """What a pool serves, by model (the served name its replicas' labels carry): its source, its
+    replicas, how many are healthy and in the router's rotation. Empty when every replica serves
+    one model under no name of its own (a fleet of one model)."""
+    by: dict[str, dict] = {}
+    for r in fs.replicas:
+        if r.spec is None or not r.spec.served_name:
+            continue
+        m = by.setdefault(r.spec.served_name, {"model": r.spec.served_name, "source": r.spec.model, "replicas": [],
+                                               "healthy": 0, "in_router": 0})
+        m["replicas"].append(r.index)
+        m["healthy"] += r.health == "healthy"
+        m["in_router"] += bool(r.in_rotation)
+    return list(by.values()) if len(by) > 1 else []
 
 
 def down_doc(groups, fleet=None) -> dict:

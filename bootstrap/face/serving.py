@@ -86,6 +86,9 @@ def check_rollout(inv) -> None:
     if not fleet(inv):
         raise R.OptionError("rollout replaces replicas one by one: set cluster.replicas (2 or more) in the "
                             "inventory; with one replica use bootstrap serve")
+    if inv.models:
+        raise R.OptionError(f"{inv.path} serves a pool of models (models:): rollout of one model is not built yet; "
+                            "change models: and run bootstrap serve (it restarts every model's replicas)")
 
 
 def rollout(inv, *, before=None, on_failed=None, **opts) -> R.RolloutResult:

@@ -14,7 +14,7 @@ from typing import Any
 
 from bootstrap import model as M
 from bootstrap.inventory import fields as F
-from bootstrap.inventory import hostfields, monitorfields, portfields, routerfields
+from bootstrap.inventory import hostfields, modelfields, monitorfields, portfields, routerfields
 from bootstrap.inventory.values import accepts
 
 #: (the key's place, its validators, the dataclasses whose fields describe its keys, in order)
@@ -25,6 +25,7 @@ SECTIONS: tuple[tuple[str, dict, tuple[type, ...]], ...] = (
     ("cluster.router", routerfields._ROUTER_FIELDS, (M.Router,)),
     ("cluster.monitor", monitorfields._MONITOR_FIELDS, (M.Monitor,)),
     ("hosts[]", hostfields._HOST_FIELDS, (M.Host, M.SSHTarget)),
+    ("models[]", modelfields._MODEL_FIELDS, (M.ServedModel,)),
 )
 
 #: Defaults the dataclasses cannot state (decided when the inventory is read, or required).
@@ -49,6 +50,9 @@ DEFAULTS: dict[tuple[str, str], str] = {
     ("hosts[]", "port"): "cluster.ssh.port",
     ("hosts[]", "key"): "cluster.ssh.key",
     ("hosts[]", "jump"): "cluster.ssh.jump",
+    ("models[]", "name"): "required",
+    ("models[]", "source"): "the name",
+    ("models[]", "hosts"): "none: the replicas take the next free hosts in the order of hosts:",
 }
 #: Descriptions of keys that have no field of their own in the dataclasses.
 DESCRIPTIONS: dict[tuple[str, str], str] = {

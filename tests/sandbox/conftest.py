@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-ORDER = ("infra", "cluster", "checks", "faults", "serve", "vip", "zfleet")
+ORDER = ("infra", "cluster", "checks", "faults", "serve", "vip", "zfleet", "zpool")
 
 
 def _rank(item) -> int:

@@ -18,7 +18,16 @@ import pytest
 
 from tests.support.dashboards import DASHBOARD, dashboard_queries
 from tests.support.fleet_load import MODEL, Load, complete, status, wait_healthy
-from tests.support.sandbox import CONTAINER, ROOT, cli, on_node, stranger_post, stranger_scan, write_inventory
+from tests.support.sandbox import (
+    CONTAINER,
+    ROOT,
+    cli,
+    on_node,
+    stranger_post,
+    stranger_scan,
+    up_serve_down,
+    write_inventory,
+)
 
 pytestmark = pytest.mark.sandbox
 FLAGS = ["--enforce-eager", "--max-model-len", "256"]
@@ -66,16 +75,8 @@ def fleet(_sandbox_session, tmp_path_factory):
     os.environ["FLEET_KEY"] = KEY  # the CLI reads secrets from its environment
     inv = write_inventory(sb.inventory, tmp_path_factory.mktemp("fleet") / "fleet.yaml", mutate)
     BEFORE.update({n.name: what_is_on(n) for n in sb.nodes})
-    r = cli("up", "-i", inv)
-    assert r.returncode == 0, r.stderr[-3000:]
-    r = cli("serve", "-i", inv, MODEL, "--", *FLAGS)
-    assert r.returncode == 0, r.stderr[-3000:]
-    yield sb, inv, r
-    r = cli("down", "--yes", "-i", inv)
-    assert r.returncode == 0, r.stderr[-2000:]
-    for n in sb.nodes:  # down leaves nothing of the fleet behind
-        left = on_node(n, "docker", "ps", "-a", "--format", "{{.Names}}").stdout.split()
-        assert not [c for c in left if c.startswith("bootstrap-vllm")], (n.name, left)
+    for r in up_serve_down(sb, inv, MODEL, "--", *FLAGS):
+        yield sb, inv, r
     os.environ.pop("FLEET_KEY", None)
 
 

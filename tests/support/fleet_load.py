@@ -10,9 +10,9 @@ from tests.support.sandbox import cli
 MODEL = "/opt/models/tiny-llama"
 
 
-def complete(endpoint, prompt, key=None, max_tokens=16):
+def complete(endpoint, prompt, key=None, max_tokens=16, model=MODEL):
     # every token shown (the tiny random model's greedy tokens may be special or EOS)
-    body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
                        "ignore_eos": True, "skip_special_tokens": False})
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
     with urllib.request.urlopen(urllib.request.Request(endpoint + "/completions", body.encode(), headers),
@@ -61,12 +61,13 @@ class Load:
     without taking the two cores the replacement vLLM needs to start (closed-loop load doubled the
     start, 200 s instead of about 100 s per replica)."""
 
-    def __init__(self, endpoint, concurrency=3, max_tokens=16, pause=0.0, key=None):
+    def __init__(self, endpoint, concurrency=3, max_tokens=16, pause=0.0, key=None, model=MODEL):
         from bootstrap.serve import bench as B
         from bootstrap.serve import benchload as BL
 
         self.B = B
-        self.cfg = BL.BenchConfig(url=endpoint.removesuffix("/v1"), model=MODEL, requests=1, concurrency=1,
+        self.model = model
+        self.cfg = BL.BenchConfig(url=endpoint.removesuffix("/v1"), model=model, requests=1, concurrency=1,
                                  max_tokens=max_tokens, timeout=120, api_key=key)
         self.samples = []
         self.pause = pause
@@ -75,7 +76,7 @@ class Load:
 
     def _run(self):
         while not self.stop.is_set():
-            self.samples.append(self.B.one_request(self.cfg, MODEL, clock=time.time))
+            self.samples.append(self.B.one_request(self.cfg, self.model, clock=time.time))
             self.stop.wait(self.pause)
 
     def __enter__(self):

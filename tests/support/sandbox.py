@@ -172,3 +172,18 @@ def stranger_post(nodes, url, body, network=NETWORK):
     r = subprocess.run(["docker", "run", "--rm", "--network", network, "--entrypoint", "python3", image,
                         "-c", _POST, url, body], capture_output=True, text=True, timeout=120, check=True)
     return int(r.stdout.strip())
+
+
+def up_serve_down(sb, inv, *serve_args):
+    """A fleet or pool fixture's life: `up` and `serve` (their result yielded), then `down`, which
+    leaves no container of ours on any node."""
+    r = cli("up", "-i", inv)
+    assert r.returncode == 0, r.stderr[-3000:]
+    served = cli("serve", "-i", inv, *serve_args)
+    assert served.returncode == 0, served.stderr[-3000:]
+    yield served
+    r = cli("down", "--yes", "-i", inv)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for n in sb.nodes:  # down leaves nothing of the fleet behind
+        left = on_node(n, "docker", "ps", "-a", "--format", "{{.Names}}").stdout.split()
+        assert not [c for c in left if c.startswith("bootstrap-vllm")], (n.name, left)

@@ -1,0 +1,214 @@
+"""A pool of models (the inventory's models:): the section read and refused line by line, where each
+model's replicas go, and the plan: each replica its model's argv, one router in vllm-router's
+multi-model mode whose entry adds every replica under its model's name."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+from click.testing import CliRunner
+
+from bootstrap.cli import main
+from bootstrap.fleet import plan as FP
+from bootstrap.fleet import routers as FRT
+from tests.fleet.test_fleet_pure import CPU_SPLIT
+from tests.support.checks import load_check
+from tests.support.fleet_inventories import check, error, line_of, load, names, write
+
+MODELS = """
+models:
+  - name: chat
+    source: org/chat-model
+    replicas: 2
+    args: [--max-model-len, "4096"]
+  - name: coder
+    source: /models/coder
+    nodes: 2
+    policy: power_of_two
+"""
+
+
+def pool_yaml(n: int = 4, models: str = MODELS, cluster: str = "") -> str:
+    hosts = "\n".join(f"  - {{name: h{i}, address: 192.0.2.{i + 1}}}" for i in range(n))
+    more = textwrap.indent(textwrap.dedent(cluster).strip("\n"), "  ") + "\n" if cluster else ""
+    return f"cluster:\n  accelerator: none\n{more}{textwrap.dedent(models).strip()}\nhosts:\n{hosts}\n"
+
+
+def test_each_models_replicas_take_the_next_hosts_in_order(tmp_path):
+    inv = load(tmp_path, pool_yaml())
+    assert [names(g) for g in inv.replicas] == [["h0"], ["h1"], ["h2", "h3"]]
+    assert inv.cluster.replicas == 3 and inv.placement == (0, 0, 1)
+    assert [inv.model_of(k).name for k in range(3)] == ["chat", "chat", "coder"]
+    chat, coder = inv.models
+    assert (chat.source, chat.replicas, chat.nodes, chat.args) == ("org/chat-model", 2, 1, ("--max-model-len", "4096"))
+    assert (coder.source, coder.replicas, coder.nodes, coder.policy) == ("/models/coder", 1, 2, "power_of_two")
+    assert [h.name for h in inv.hosts if h.is_head] == ["h0", "h1", "h2"]
+
+
+def test_pinned_groups_take_their_hosts_and_the_others_fill_in(tmp_path):
+    models = """
+    models:
+      - name: chat
+        replicas: 2
+      - name: coder
+        hosts: [[h0, h3]]
+    """
+    inv = load(tmp_path, pool_yaml(models=models))
+    assert [names(g) for g in inv.replicas] == [["h1"], ["h2"], ["h0", "h3"]]
+    assert inv.models[0].source == "chat" and inv.models[1].nodes == 2
+
+
+def test_the_ansible_format_reads_bootstrap_models(tmp_path):
+    text = """
+    all:
+      vars:
+        bootstrap: {accelerator: none}
+        bootstrap_models:
+          - {name: a, replicas: 2}
+      hosts:
+        h0: {ansible_host: 192.0.2.1}
+        h1: {ansible_host: 192.0.2.2}
+    """
+    inv = load(tmp_path, text)
+    assert [m.name for m in inv.models] == ["a"] and [names(g) for g in inv.replicas] == [["h0"], ["h1"]]
+
+
+@pytest.mark.parametrize("models,needle,field,parts", [
+    ("models:\n  - {name: chat, replicas: 3}\n  - {name: coder, nodes: 2}", "- {name: chat", "models",
+     ("the models need 5 hosts (chat: 3 x 1, coder: 1 x 2: replicas x nodes)", "the pool has 4 free (4 hosts)")),
+    ("models:\n  - {name: chat, hosts: [[h0, h1]]}\n  - {name: coder, hosts: [[h1, h2, h3]]}",
+     "name: coder", "models[1].hosts[0]", ("h1 is already in chat's replica 0", "a host serves one replica")),
+    ("models:\n  - {name: chat, hosts: [[h0, h9]]}\n  - {name: coder, nodes: 3}", "name: chat",
+     "models[0].hosts[0]", ("'h9' is not a host of this inventory",)),
+    ("models:\n  - {name: chat, replicas: 2}\n  - {name: chat, nodes: 2}", "nodes: 2", "models[1].name",
+     ("'chat' is already the name of models[0]",)),
+    ("models:\n  - {name: chat, replicas: 2, hosts: [[h0], [h1]]}\n  - {name: b, nodes: 2}", "name: chat",
+     "models[0].replicas", ("does nothing with hosts",)),
+    ("models:\n  - {name: chat, source: ./here, replicas: 2}\n  - {name: b, nodes: 2}", "name: chat",
+     "models[0].source", ("is a relative path",)),
+    ("models:\n  - {name: 'has space', replicas: 4}", "has space", "models[0].name",
+     ("is not a served model name",)),
+    ("models:\n  - {source: org/x, replicas: 4}", "org/x", "models[0]", ("name is missing",)),
+    ("models:\n  - {name: chat, replicas: 4, args: [--x, [1]]}", "name: chat", "models[0].args[1]",
+     ("expected a flag or a value",)),
+    ("models:\n  - {name: chat, replicsa: 4}", "name: chat", "models[0]", ("replicsa",)),
+    ("models:\n  - {name: chat, replicas: 4, policy: fastest}", "name: chat", "models[0].policy",
+     ("expected power_of_two or round_robin",)),
+])
+def test_a_pool_it_cannot_place_or_a_bad_model_is_refused_in_one_line(tmp_path, models, needle, field, parts):
+    path = write(tmp_path, pool_yaml(models=models))
+    err = error(tmp_path, pool_yaml(models=models))
+    check(err, path, line_of(path, needle), field, *parts)
+
+
+def test_a_host_no_model_uses_is_named(tmp_path):
+    path = write(tmp_path, pool_yaml(n=5))
+    check(error(tmp_path, pool_yaml(n=5)), path, line_of(path, "name: h4"), "hosts[4]",
+          "h4 serves no model: the models take 4 of the 5 hosts")
+
+
+def test_one_replica_of_one_model_is_one_cluster(tmp_path):
+    text = pool_yaml(n=1, models="models:\n  - {name: chat}")
+    path = write(tmp_path, text)
+    check(error(tmp_path, text), path, line_of(path, "name: chat"), "models",
+          "one replica of one model is one cluster", "bootstrap serve MODEL")
+
+
+@pytest.mark.parametrize("cluster,host,field,parts", [
+    ("replicas: 2", None, "cluster.replicas", ("is set by models:",)),
+    ("router: {prefill: [0]}", None, "cluster.router.prefill", ("not planned for a pool",)),
+    ("", "replica: 1", "hosts[1].replica", ("is set by models:",)),
+])
+def test_settings_models_decide_are_refused_beside_them(tmp_path, cluster, host, field, parts):
+    text = pool_yaml(cluster=cluster)
+    if host:
+        text = text.replace("address: 192.0.2.2}", f"address: 192.0.2.2, {host}}}")
+    path = write(tmp_path, text)
+    needle = (cluster.split(":")[0] + ":") if cluster else host
+    line = line_of(path, needle) if not host else line_of(path, "name: h1")
+    err = error(tmp_path, text)
+    check(err, path, line, field, *parts)
+
+
+def pool_plan(tmp_path, cluster: str = ""):
+    inv = load(tmp_path, pool_yaml(cluster=cluster))
+    splits = [CPU_SPLIT for _ in inv.replicas]
+    return inv, FP.plan_fleet(inv, FP.pool_specs(inv, inv.cluster.image), splits, nofile={})
+
+
+def test_each_replica_serves_its_model_under_its_name(tmp_path):
+    inv, plan = pool_plan(tmp_path)
+    assert plan.models == ["chat", "coder"]
+    for r, (source, name, extra) in zip(plan.replicas, [("org/chat-model", "chat", ["--max-model-len", "4096"]),
+                                                        ("org/chat-model", "chat", ["--max-model-len", "4096"]),
+                                                        ("/models/coder", "coder", [])]):
+        head = r.members[0].vllm
+        assert head[:3] == ("vllm", "serve", source), head
+        assert head[head.index("--served-model-name") + 1] == name
+        assert list(head[len(head) - len(extra):]) == extra if extra else head[-1] != "4096"
+        label = next(a for a in r.members[0].create if a.startswith("bootstrap.serve=") or "bootstrap.serve=" in a)
+        assert FP.Spec.from_label(label.split("bootstrap.serve=", 1)[1]) == plan.spec_of(r)
+    doc = plan.to_dict()
+    assert doc["models"] == ["chat", "coder"] and [r["model"] for r in doc["replicas"]] == ["chat", "chat", "coder"]
+
+
+def test_the_router_runs_vllm_routers_multi_model_mode_and_its_entry_adds_every_replica(tmp_path):
+    inv, plan = pool_plan(tmp_path)
+    argv = plan.routers[0].run
+    assert argv[:2] == ("docker", "create") and "--worker-urls" not in argv
+    cmd = argv[argv.index("--entrypoint") + 1:]
+    assert cmd[0] == "python3" and cmd[2] == FRT.ROUTER_ENTRY_PATH
+    workers = json.loads(cmd[3])
+    assert workers == [
+        {"url": "http://192.0.2.1:8000", "model_id": "chat", "labels": {"policy": "power_of_two"}},
+        {"url": "http://192.0.2.2:8000", "model_id": "chat", "labels": {"policy": "power_of_two"}},
+        {"url": "http://192.0.2.3:8000", "model_id": "coder", "labels": {"policy": "power_of_two"}}]
+    rest = cmd[4:]
+    assert rest[:2] == ("--", "vllm-router") and "--enable-igw" in rest
+    inv, plan = pool_plan(tmp_path, cluster="router: {policy: round_robin}")
+    workers = json.loads(plan.routers[0].run[plan.routers[0].run.index("--entrypoint") + 4])
+    assert [w["labels"]["policy"] for w in workers] == ["round_robin", "round_robin", "power_of_two"]
+
+
+def test_router_entry_adds_each_worker_once_and_reads_its_options():
+    entry = load_check("router_entry")
+    argv = ["vllm-router", "--enable-igw", "--host", "192.0.2.1", "--port=30000"]
+    assert entry.option(argv, "--host") == "192.0.2.1" and entry.option(argv, "--port") == "30000"
+    calls = []
+
+    class Proc:
+        def poll(self):
+            return None
+
+    def http(method, url, body=None, timeout=5.0):
+        calls.append((method, url, body))
+        if method == "GET":
+            return 200, json.dumps({"workers": [{"url": "http://a:8000/", "model_id": "chat"}]}).encode()
+        return 200, b"{}"
+    entry.http = http
+    workers = [{"url": "http://a:8000", "model_id": "chat"}, {"url": "http://b:8000", "model_id": "coder"}]
+    assert entry.add_workers("http://r:1", workers, Proc()) is True
+    assert calls == [("GET", "http://r:1/workers", None), ("POST", "http://r:1/workers", workers[1])]
+
+
+def test_plan_and_serve_say_what_a_pool_serves_and_refuse_what_it_does_not_take(tmp_path):
+    path = write(tmp_path, pool_yaml())
+    r = CliRunner().invoke(main, ["plan", "-i", str(path)])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert "replica 0 serves chat (org/chat-model) -> http://192.0.2.1:8000" in lines
+    assert "replica 2 serves coder (/models/coder) -> http://192.0.2.3:8000" in lines
+    for args, words in ((["org/x"], "serves its models: (chat, coder): run serve with no MODEL"),
+                        (["--tp", "2"], "--tp: a pool's models take their own in models:"),
+                        (["--", "--max-model-len", "1"], "vLLM's flags go after MODEL and --")):
+        r = CliRunner().invoke(main, ["serve", "-i", str(path), *args])
+        assert r.exit_code == 2 and words in r.output, r.output
+
+
+def test_a_models_own_flags_are_judged_before_any_host_is_contacted(tmp_path):
+    text = pool_yaml().replace('args: [--max-model-len, "4096"]', "args: [--port, '9000']")
+    path = write(tmp_path, text)
+    r = CliRunner().invoke(main, ["serve", "-i", str(path)])
+    assert r.exit_code == 2, r.output
+    assert f"{path}:{line_of(path, '- name: chat')}: models[0].args: " in r.output and "--port" in r.output, r.output

@@ -1,0 +1,146 @@
+"""Several models behind one endpoint on the sandbox: the inventory's models: on 4 nodes, two tiny
+models of different architectures (a Llama as `chat` with 2 one-node replicas, a Qwen2 as `coder`
+with one two-node replica, TP=2), one vllm-router in its multi-model mode routing by the request's
+model. One pool is shared by every test here; it runs after the fleet module (4 nodes, the image
+already on every node).
+
+What a user meets is real: sshd, Docker in each node, vLLM (CPU build) in each serve container,
+vllm-router, `docker kill`.
+"""
+import json
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.support.fleet_load import Load, complete, wait_healthy
+from tests.support.sandbox import cli, on_node, up_serve_down, write_inventory
+
+pytestmark = pytest.mark.sandbox
+FLAGS = ["--enforce-eager", "--max-model-len", "256"]
+CHAT, CODER = "/opt/models/tiny-llama", "/opt/models/tiny-qwen"
+PROMPT = "The quick brown fox"
+ROUTER, SERVE = "bootstrap-vllm-router", "bootstrap-vllm-serve"
+
+
+@pytest.fixture(scope="module")
+def pool(_sandbox_session, tmp_path_factory):
+    from bootstrap import sandbox as S
+    from tests.support.sandbox import shared_shape
+
+    sb = S.sandbox_up(4, log=lambda m: print(f"sandbox: {m}", flush=True), gpu=shared_shape())
+
+    def mutate(doc):
+        doc["cluster"]["runtime"] = "none"  # vLLM's native multi-node mode: no Ray to start per group
+        doc["cluster"]["router"] = {"policy": "round_robin", "health_interval": 2}
+        doc["models"] = [{"name": "chat", "source": CHAT, "replicas": 2, "args": FLAGS},
+                         {"name": "coder", "source": CODER, "nodes": 2, "args": FLAGS, "policy": "power_of_two"}]
+    inv = write_inventory(sb.inventory, tmp_path_factory.mktemp("pool") / "pool.yaml", mutate)
+    for served in up_serve_down(sb, inv):
+        yield sb, inv, served
+
+
+def endpoint_of(serve_out):
+    line = next(ln for ln in serve_out.splitlines() if ln.startswith("serving "))
+    return line.split(" on ", 1)[1].split(" ", 1)[0]
+
+
+def post(url, body, timeout=120):
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def get(url, timeout=10):
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def test_one_endpoint_routes_each_model_to_its_own_replicas(pool):
+    sb, inv, served = pool
+    endpoint = endpoint_of(served.stdout)
+    assert any(ln.startswith(f"serving chat, coder on {endpoint} ") for ln in served.stdout.splitlines())
+    plan = json.loads(cli("plan", "-i", inv, "--json").stdout)
+    placed = [(r["model"], [h["host"] for h in r["hosts"]]) for r in plan["replicas"]]
+    assert placed == [("chat", ["node1"]), ("chat", ["node2"]), ("coder", ["node3", "node4"])]
+    assert plan["models"] == ["chat", "coder"]
+    assert sorted(get(endpoint + "/models")["models"]) == ["chat", "coder"]
+    texts = {}
+    urls = {m: [r["url"] for r in plan["replicas"] if r["model"] == m] for m in ("chat", "coder")}
+    for model, replicas in urls.items():
+        through = [complete(endpoint, PROMPT, model=model) for _ in range(4)]  # round robin: every replica
+        direct = [complete(url + "/v1", PROMPT, model=model) for url in replicas]
+        assert set(through) == set(direct) and len(set(direct)) == 1, (model, through, direct)
+        texts[model] = direct[0]
+        code, doc = post(endpoint + "/completions", {"model": model, "prompt": PROMPT, "max_tokens": 2})
+        assert code == 200 and doc["model"] == model, doc
+    assert texts["chat"] != texts["coder"], texts  # two models, not one behind two names
+    # a model the pool does not serve reaches a vLLM that refuses it: 404, never another model's text
+    code, doc = post(endpoint + "/completions", {"model": "no-such-model", "prompt": PROMPT, "max_tokens": 2})
+    assert code == 404 and "no-such-model" in json.dumps(doc), (code, doc)
+
+
+def test_status_groups_the_replicas_by_model(pool):
+    sb, inv, _ = pool
+    r = cli("status", "-i", inv, "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    models = {m["model"]: m for m in json.loads(r.stdout)["models"]}
+    assert models["chat"]["replicas"] == [0, 1] and models["chat"]["source"] == CHAT
+    assert models["coder"]["replicas"] == [2] and models["coder"]["source"] == CODER
+    assert all(m["healthy"] == m["in_router"] == len(m["replicas"]) for m in models.values()), models
+    text = cli("status", "-i", inv).stdout
+    assert "model chat (/opt/models/tiny-llama): replicas 0, 1; 2/2 healthy, 2/2 in the router" in text
+
+
+def test_a_killed_replica_of_one_model_leaves_the_other_models_requests_whole(pool):
+    sb, inv, served = pool
+    endpoint = endpoint_of(served.stdout)
+    with Load(endpoint, concurrency=2, model="coder", pause=0.2) as coder, \
+            Load(endpoint, concurrency=1, model="chat", pause=0.2) as chat:
+        time.sleep(5)
+        killed = time.time()
+        on_node(sb.nodes[0], "docker", "kill", SERVE)
+        time.sleep(20)
+    assert coder.samples and not coder.failed(), coder.failed()[:3]
+    late = [s for s in chat.samples if s.started >= killed + 10]
+    assert late and all(s.ok for s in late), [s for s in late if not s.ok][:3]  # chat's other replica serves
+    wait_healthy(inv, deadline=300)  # the keeper puts the standby (or a fresh container) in its place
+
+
+def test_a_router_killed_behind_bootstraps_back_comes_back_with_every_models_workers(pool):
+    sb, inv, served = pool
+    endpoint = endpoint_of(served.stdout)
+    on_node(sb.nodes[0], "docker", "kill", ROUTER)
+    t0 = time.monotonic()
+    models = None
+    while time.monotonic() - t0 < 120:  # the keeper starts it again; its entry adds the workers
+        try:
+            models = get(endpoint + "/models", timeout=3).get("models")
+            if sorted(models or []) == ["chat", "coder"]:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(1)
+    assert sorted(models or []) == ["chat", "coder"], models
+    for model in ("chat", "coder"):
+        code, doc = post(endpoint + "/completions", {"model": model, "prompt": PROMPT, "max_tokens": 2})
+        assert code == 200 and doc["model"] == model, (model, code, doc)
+    workers = on_node(sb.nodes[0], "docker", "logs", ROUTER, check=False)
+    added = [ln for ln in (workers.stdout + workers.stderr).splitlines() if ln.startswith("router_entry: added")]
+    assert len(added) == 6, added  # 3 at serve, 3 again after the restart, each once
+
+
+def test_serve_refuses_a_model_argument_and_rollout_a_pool(pool):
+    sb, inv, _ = pool
+    r = cli("serve", "-i", inv, CHAT)
+    assert r.returncode == 2 and "serves its models: (chat, coder): run serve with no MODEL" in r.stderr, r.stderr
+    r = cli("rollout", "-i", inv, "--", "--max-model-len", "128")
+    assert r.returncode == 2 and "rollout of one model is not built yet" in r.stderr, r.stderr
+    r = subprocess.run(["docker", "exec", sb.nodes[0].container, "docker", "ps", "--format", "{{.Names}}"],
+                       capture_output=True, text=True)
+    assert SERVE in r.stdout.split()  # nothing was stopped
