@@ -356,6 +356,14 @@ class ServedModel:
     args: tuple[str, ...] = ()
     #: vllm-router's policy for this model's replicas (None: cluster.router.policy)
     policy: str | None = None
+    #: LoRA adapters of this model, (served name, source) each: loaded with it on every replica and
+    #: served under their own names through the endpoint; `adapters:` given (even empty) turns LoRA on
+    #: and lets `bootstrap adapter` load more at runtime
+    adapters: tuple[tuple[str, str], ...] = ()
+    #: LoRA is on for this model (its adapters: key is given)
+    lora: bool = False
+    #: the largest adapter rank its replicas accept (vLLM's --max-lora-rank; None: vLLM's default, 16)
+    lora_rank: int | None = None
     #: where it is written (FILE:LINE: models[i]), for errors found after loading (serve's checks)
     where: str = ""
 

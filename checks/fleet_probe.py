@@ -16,6 +16,13 @@ with nothing but the standard library.
                           METRICS, wait until the router would send it requests (healthy in its
                           own checks, circuit breaker closed)
   remove ROUTER URL       take it out (checked)
+  adapters URL            the LoRA adapters a replica's vLLM serves (its /v1/models: id, parent, root)
+  lora-load URL NAME SOURCE
+  lora-unload URL NAME    load or unload an adapter on a replica at runtime (vLLM's API, allowed by
+                          VLLM_ALLOW_RUNTIME_LORA_UPDATING in its container)
+  route ROUTER URL POLICY NAME...
+                          a pool's router (vllm-router's multi-model mode): URL routed under exactly
+                          NAMEs (removed, then added under each)
 """
 import json
 import os
@@ -264,6 +271,38 @@ def change(router, url, add, metrics="-", deadline=30.0):
     return out
 
 
+def adapters(url):
+    """The adapters a replica serves: vLLM lists its model, then each adapter with its parent."""
+    code, body = http("GET", url + "/v1/models", timeout=10)
+    if code != 200:
+        return {"ok": False, "error": f"/v1/models answered {code}: {body[:200].decode(errors='replace')}"}
+    data = json.loads(body).get("data", [])
+    return {"ok": True, "adapters": [{"name": m.get("id"), "source": m.get("root")} for m in data
+                                     if m.get("parent")]}
+
+
+def lora(url, load, name, source=None):
+    body = {"lora_name": name, **({"lora_path": source} if load else {})}
+    code, answer = http("POST", url + ("/v1/load_lora_adapter" if load else "/v1/unload_lora_adapter"), body,
+                        timeout=120)
+    return {"ok": code == 200, "code": code, "answer": answer[:300].decode(errors="replace")}
+
+
+def route(router, url, policy, names):
+    """URL in a pool's router under exactly NAMES: vllm-router keeps one worker per URL, indexed under
+    every name it was added with, and removes a URL whole (DELETE /workers/URL)."""
+    code, answer = http("DELETE", f"{router}/workers/{urllib.parse.quote(url, safe='')}", timeout=30)
+    if code not in (200, 202, 204, 400, 404):
+        return {"ok": False, "error": f"DELETE answered {code}: {answer[:200].decode(errors='replace')}"}
+    for name in names:
+        code, answer = http("POST", router + "/workers", {"url": url, "model_id": name, "labels": {"policy": policy}},
+                            timeout=30)
+        if code >= 300:
+            return {"ok": False, "error": f"adding {url} for {name} answered {code}: "
+                                          f"{answer[:200].decode(errors='replace')}"}
+    return {"ok": True}
+
+
 def holds(address):
     """Whether this host (the probe runs in its network) holds ADDRESS: only a local address binds."""
     fam = socket.AF_INET6 if ":" in address else socket.AF_INET
@@ -288,6 +327,12 @@ def main(argv):
     elif cmd in ("add", "remove"):
         doc = change(argv[1].rstrip("/"), argv[2].rstrip("/"), cmd == "add", *argv[3:4],
                      *(float(x) for x in argv[4:5]))
+    elif cmd == "adapters":
+        doc = adapters(argv[1].rstrip("/"))
+    elif cmd in ("lora-load", "lora-unload"):
+        doc = lora(argv[1].rstrip("/"), cmd == "lora-load", *argv[2:4])
+    elif cmd == "route":
+        doc = route(argv[1].rstrip("/"), argv[2].rstrip("/"), argv[3], argv[4:])
     else:
         doc = {"error": f"unknown command {cmd}"}
     print(json.dumps(doc), flush=True)

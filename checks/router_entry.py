@@ -10,8 +10,9 @@ vllm-router 0.1.17 routes by the request's `model` only in its IGW mode (--enabl
 mode it drops --worker-urls (lib.rs sets worker_urls to an empty list): workers exist only once they
 are added through its API (POST /workers with a model_id). A router that restarts (its restart
 policy, the keeper) would start with none, so this entry adds them on every start, each once (the
-router counts a URL added twice twice: worker_registry.rs), then waits on vllm-router and exits
-with its status. SIGTERM and SIGINT are passed on.
+router counts a URL added twice under one name twice: worker_registry.rs), then waits on
+vllm-router and exits with its status. A replica serving adapters is added under each name.
+SIGTERM and SIGINT are passed on.
 """
 import json
 import signal
@@ -47,29 +48,35 @@ def option(argv, name):
 
 
 def registered(api):
-    """The router's workers as {url: model_id} (GET /workers)."""
+    """The router's workers as {(url, model_id)} (GET /workers; it shows the last name a URL was added
+    under, which is all a router that just started can have)."""
     code, body = http("GET", api + "/workers")
     if code != 200:
         raise RuntimeError(f"GET /workers answered {code}")
     doc = json.loads(body)
     items = doc.get("workers", []) if isinstance(doc, dict) else doc
-    return {w.get("url", "").rstrip("/"): w.get("model_id") for w in items if isinstance(w, dict)}
+    return {(w.get("url", "").rstrip("/"), w.get("model_id")) for w in items if isinstance(w, dict)}
 
 
 def add_workers(api, workers, proc):
-    """Add each worker the router does not hold yet; True once all are in, False if vllm-router ended."""
-    start, last = time.monotonic(), None
+    """Add each (url, name) the router does not hold yet, each once (a URL added twice under one name
+    counts twice; under several names it is one worker indexed under each); True once all are in,
+    False if vllm-router ended."""
+    start, last, done = time.monotonic(), None, None
     while time.monotonic() - start < DEADLINE_S:
         if proc.poll() is not None:
             return False
         try:
-            have = registered(api)
+            if done is None:
+                done = registered(api)
             for w in workers:
-                if have.get(w["url"].rstrip("/")) == w["model_id"]:
+                key = (w["url"].rstrip("/"), w["model_id"])
+                if key in done:
                     continue
                 code, body = http("POST", api + "/workers", w)
                 if code >= 300:
                     raise RuntimeError(f"POST /workers {w['url']} answered {code}: {body[:200]!r}")
+                done.add(key)
                 print(f"router_entry: added {w['url']} for {w['model_id']}", flush=True)
             return True
         except (OSError, RuntimeError, ValueError) as exc:

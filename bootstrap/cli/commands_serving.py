@@ -149,6 +149,67 @@ def rollout(inventory, parallel, extra, model, image, keep_flags, dp, no_dp, max
     _run(go)
 
 
+# -- adapter -------------------------------------------------------------------------------------
+@main.group()
+def adapter():
+    """A pool model's LoRA adapters at runtime: load, unload, list, on every replica of the model,
+    each router routing the adapter's name to them; no replica restarts (inventory models:).
+
+    An adapter added here lasts until its replica restarts: list it in the model's `adapters:` to
+    keep it (the next `serve` loads it with the model).
+
+    Example: bootstrap adapter add -i pool.yaml chat chat-sql /models/loras/sql
+    """
+
+
+@adapter.command("add")
+@host_options
+@click.argument("model", callback=check_name)
+@click.argument("name", callback=check_name)
+@click.argument("source", callback=check_name)
+@json_option
+def adapter_add(inventory, parallel, model, name, source, as_json):
+    """Load adapter NAME from SOURCE (a path in the containers or a Hugging Face id) on every replica
+    of MODEL, then route NAME to them. Exit 1 naming the replica when vLLM refuses it.
+
+    Example: bootstrap adapter add -i pool.yaml chat chat-sql /models/loras/sql
+    """
+    _adapter(inventory, parallel, "add", model, name, source, as_json)
+
+
+@adapter.command("remove")
+@host_options
+@click.argument("model", callback=check_name)
+@click.argument("name", callback=check_name)
+@json_option
+def adapter_remove(inventory, parallel, model, name, as_json):
+    """Stop routing NAME (each replica of MODEL in turn), then unload it from every replica.
+
+    Example: bootstrap adapter remove -i pool.yaml chat chat-sql
+    """
+    _adapter(inventory, parallel, "remove", model, name, None, as_json)
+
+
+@adapter.command("list")
+@host_options
+@click.argument("model", callback=check_name)
+@json_option
+def adapter_list(inventory, parallel, model, as_json):
+    """The adapters each replica of MODEL serves now (its vLLM's own list).
+
+    Example: bootstrap adapter list -i pool.yaml chat
+    """
+    _adapter(inventory, parallel, "list", model, None, None, as_json)
+
+
+def _adapter(inventory, parallel, action, model, name, source, as_json):
+    def go():
+        res = face.adapter(read_inventory(inventory), action, model, name, source, parallel=parallel,
+                           reporter=LineReporter(quiet=as_json))
+        render.adapter(res, as_json)
+    _run(go)
+
+
 # -- bench ---------------------------------------------------------------------------------------
 @main.command()
 @inventory_option

@@ -37,6 +37,7 @@ from bootstrap.cli.render_observe import (
     top_live,
 )
 from bootstrap.cli.render_serving import (
+    adapter,
     bench,
     dry_run,
     fleet_serve_plan,
@@ -71,8 +72,8 @@ from bootstrap.errors import BootstrapError, GroupError, Interrupted, notes_of, 
 from bootstrap.face import docs as D
 
 __all__ = [
-    "PROG", "LineReporter", "_argv", "_escape", "_json", "_log_tail", "_mask_doc", "_ssh_tunnel", "bench", "doctor",
-    "down", "down_result", "dry_run", "err", "exec_echo", "exec_results", "findings", "fleet_plan",
+    "PROG", "LineReporter", "_argv", "_escape", "_json", "_log_tail", "_mask_doc", "_ssh_tunnel", "adapter", "bench",
+    "doctor", "down", "down_result", "dry_run", "err", "exec_echo", "exec_results", "findings", "fleet_plan",
     "fleet_serve_plan", "fleet_serve_stopped", "fleet_served", "kv_check", "kv_line", "left_out", "log_echo",
     "logs_result", "mask_credentials", "monitor_down", "monitor_status", "monitor_up", "nccl", "out", "plan_result",
     "plan_rows", "rollout", "rollout_failed", "rollout_step", "sandbox_down", "sandbox_log", "sandbox_up",

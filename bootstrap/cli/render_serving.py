@@ -153,6 +153,21 @@ def rollout(res, as_json: bool) -> None:
                       f"in {res.seconds:.0f}s; serving on {res.endpoint}"))
 
 
+def adapter(res, as_json: bool) -> None:
+    """`adapter add|remove|list`: what was done, then each replica's adapters."""
+    if as_json:
+        _json(res.to_doc())
+        return
+    r = res.result
+    if r.action != "list":
+        done = "loaded on" if r.action == "add" else "unloaded from"
+        out.print(_escape(f"{r.name} {done} every replica of {r.model}; routed by "
+                          f"{', '.join(r.routers) or 'no router'}"))
+    for k, adapters in sorted(r.replicas.items()):
+        names = ", ".join(f"{a['name']} ({a['source']})" for a in adapters) or "none"
+        out.print(_escape(f"replica {k} of {r.model}: {names}"))
+
+
 # -- bench ---------------------------------------------------------------------------------------
 def bench(res, spread, png: str | None, as_json: bool) -> None:
     """bench's result: the report with its histograms, how the requests spread over the replicas."""

@@ -41,7 +41,7 @@ from bootstrap.face.results import (
     UpResult,
 )
 from bootstrap.face.sandbox import sandbox_down, sandbox_up
-from bootstrap.face.serving import bench, rollout, serve
+from bootstrap.face.serving import adapter, bench, rollout, serve
 from bootstrap.fleet import plan as fleet_plan  # check_pd_flags: the vLLM flags a fleet's plan sets
 from bootstrap.fleet.plan import FleetPlan
 from bootstrap.inventory.envvars import _CREDENTIAL_VALUE  # the one definition of a credential's form
@@ -62,7 +62,8 @@ __all__ = [
     "ExposureResult", "FleetPlan", "FleetPlanResult", "FleetStatusResult", "KvCheckResult", "LogsResult",
     "MAX_BENCH_TOKENS", "MonitorResult", "NcclResult", "OptionError", "PlanResult", "Prometheus", "RACK_CHECKS",
     "RUNTIME_UNDECIDED", "RolloutResult", "SOURCES", "SandboxResult", "ServeOutcome", "StatusResult", "TopView",
-    "UpResult", "_CREDENTIAL_VALUE", "bandwidth_note", "bench", "bench_load", "bench_stats", "check_kv", "check_nccl",
+    "UpResult", "_CREDENTIAL_VALUE", "adapter", "bandwidth_note", "bench", "bench_load", "bench_stats", "check_kv",
+    "check_nccl",
     "docs", "doctor", "down", "down_preview", "exec_all", "experts", "fence", "fleet_plan", "format_bandwidth",
     "image_problem",
     "inventory", "load_inventory", "logs", "mode", "monitor_down", "monitor_status", "monitor_up", "plan", "rollout",

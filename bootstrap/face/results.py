@@ -228,6 +228,18 @@ class ServeOutcome:
 
 
 @dataclass
+class AdapterResult:
+    """`adapter add|remove|list`: each replica of the model with the adapters it serves after it."""
+    result: Any
+
+    def to_doc(self):
+        r = self.result
+        return {"action": r.action, "model": r.model, "name": r.name,
+                "replicas": [{"replica": k, "adapters": a} for k, a in sorted(r.replicas.items())],
+                "routers": sorted(r.routers)}
+
+
+@dataclass
 class RolloutResult:
     result: Any
 

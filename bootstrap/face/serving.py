@@ -81,6 +81,20 @@ def check_pool(inv) -> None:
             raise R.OptionError(f"{m.where}.args: {exc}") from None
 
 
+def adapter(inv, action: str, model: str, name: str | None = None, source: str | None = None, *,
+            parallel: int = DEFAULT_PARALLEL, reporter=None) -> R.AdapterResult:
+    """`adapter add|remove|list`: a pool model's LoRA adapters at runtime, on every replica of the
+    model and in every router (fleet.adapters); what it refuses is an OptionError, nothing contacted."""
+    from bootstrap.fleet import adapters as FA
+
+    inv = inventory(inv)
+    try:
+        FA.check(inv, action, model, name, source)
+    except FleetError as exc:
+        raise R.OptionError(str(exc)) from None
+    return R.AdapterResult(FA.adapter(inv, action, model, name, source, parallel=parallel, reporter=reporter))
+
+
 def check_rollout(inv) -> None:
     """What rollout refuses from the inventory alone: a cluster that is no fleet."""
     if not fleet(inv):

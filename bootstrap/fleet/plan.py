@@ -48,6 +48,7 @@ from bootstrap.model import (
     STOP_GRACE_ENV,
     Host,
     Inventory,
+    ServedModel,
 )
 from bootstrap.remote import argv as RA
 from bootstrap.serve import argv as AV
@@ -202,9 +203,25 @@ def model_inventory(inv: Inventory, mi: int) -> Inventory:
     return replace(inv, cluster=replace(inv.cluster, replicas=len(groups)), hosts=hosts, models=(), placement=())
 
 
+#: vLLM's switch for loading and unloading adapters through its API (/v1/load_lora_adapter): on for
+#: the replicas of a model that declares adapters (bootstrap adapter add|remove)
+LORA_RUNTIME_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+
+
+def lora_flags(m: ServedModel) -> tuple[str, ...]:
+    """vLLM's LoRA flags for a model with adapters: on, its adapters loaded under their names, room for
+    one more at runtime in a batch (--max-loras), the rank it accepts (lora_rank; vLLM's default 16)."""
+    if not m.lora:
+        return ()
+    modules = tuple(f"{name}={source}" for name, source in m.adapters)
+    return ("--enable-lora", "--max-loras", str(max(2, len(m.adapters) + 1)),
+            *(("--max-lora-rank", str(m.lora_rank)) if m.lora_rank else ()),
+            *(("--lora-modules", *modules) if modules else ()))
+
+
 def pool_specs(inv: Inventory, image: str) -> list[Spec]:
-    """What each replica group of a pool serves: its model's source, flags and served name."""
-    return [Spec(m.source, m.args, image, m.name) for m in (inv.models[mi] for mi in inv.placement)]
+    """What each replica group of a pool serves: its model's source, flags (LoRA's first) and served name."""
+    return [Spec(m.source, (*lora_flags(m), *m.args), image, m.name) for m in (inv.models[mi] for mi in inv.placement)]
 
 
 def one_host_note(inv: Inventory) -> str | None:
@@ -355,6 +372,7 @@ def member_create_argv(inv: Inventory, host: Host, nofile: int | None, *, replic
         spec.image or c.image, name or serve_name(inv), create=True,
         options=(*node.options, "--restart", "unless-stopped", "--stop-timeout", str(STOP_GRACE + 10),
                  *RA.env([(STOP_GRACE_ENV, str(STOP_GRACE))]), *RA.env(kv_env(inv, host, ucx)),
+                 *RA.env([(LORA_RUNTIME_ENV, "True")] if "--enable-lora" in spec.extra and inv.models else []),
                  *SS.mounts(c.name, names, SS.SERVE),
                  *RA.labels(((PL.LABEL_CLUSTER, c.name), (PL.LABEL_HOST, host.name), (LABEL_KEEP, c.name),
                              (LABEL_REPLICA, str(replica)), (LABEL_SERVE, spec.to_label())))),

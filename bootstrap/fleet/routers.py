@@ -52,12 +52,14 @@ ROUTER_ENTRY_PATH = "/opt/bootstrap/router_entry.py"
 
 def pool_workers(inv: Inventory, urls: Sequence[str]) -> list[dict]:
     """A pool's workers as vllm-router's POST /workers takes them: each replica's URL under its model's
-    served name, with the model's policy (vllm-router keeps the policy of a model's first worker)."""
+    served name and under each of its adapters' names (vllm-router keeps one entry per URL and indexes it
+    under every name it was added with), with the model's policy (kept from a model's first worker)."""
     out = []
     for k, url in enumerate(urls):
         m = inv.model_of(k)
         if m is not None:
-            out.append({"url": url, "model_id": m.name, "labels": {"policy": m.policy or inv.cluster.router.policy}})
+            policy = {"policy": m.policy or inv.cluster.router.policy}
+            out += [{"url": url, "model_id": name, "labels": policy} for name in (m.name, *(a for a, _ in m.adapters))]
     return out
 
 

@@ -69,6 +69,35 @@ def _args(value: Any, loc: _Loc) -> tuple[str, ...]:
     return tuple(out)
 
 
+#: the ranks vLLM's --max-lora-rank takes (vLLM 0.32, config/lora.py MaxLoRARanks)
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def _lora_rank(value: Any, loc: _Loc) -> int:
+    if isinstance(value, bool) or value not in LORA_RANKS:
+        loc.fail(f"expected one of {', '.join(map(str, LORA_RANKS))} (vLLM's --max-lora-rank), got {_describe(value)}")
+    return value
+
+
+_ADAPTER_FIELDS: dict[str, Validator] = {
+    "name": _described("the name clients send as `model` for this adapter", _served_name),
+    "source": _described("a Hugging Face id or an absolute path in the containers (default: name)", _source),
+}
+
+
+def _adapters(value: Any, loc: _Loc) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, list):
+        loc.fail(f"expected a list of adapters, each {{name, source}}, got {_describe(value)}")
+    out: list[tuple[str, str]] = []
+    for i, entry in enumerate(value):
+        aloc = loc.item(value, i)
+        values, _ = _check_mapping(entry, aloc, _ADAPTER_FIELDS, "a mapping with name and source")
+        if "name" not in values:
+            aloc.fail("name is missing: the name clients send as `model`, e.g. {name: chat-sql, source: org/lora}")
+        out.append((values["name"], values.get("source", values["name"])))
+    return tuple(out)
+
+
 _MODEL_FIELDS: dict[str, Validator] = {
     "name": _described("the served name clients send as `model` (letters, digits, `._:/-`)", _served_name),
     "source": _described("a Hugging Face id (org/name) or an absolute path in the containers (default: name)",
@@ -80,6 +109,9 @@ _MODEL_FIELDS: dict[str, Validator] = {
     "pp": _int(1, _MAX_HOSTS),
     "args": _described("a list of vLLM flags and values (what serve takes after --)", _args),
     "policy": _choice(*ROUTER_POLICIES),
+    "adapters": _described("a list of LoRA adapters, each {name, source}; [] turns LoRA on for runtime adapters",
+                           _adapters),
+    "lora_rank": _described(f"one of {', '.join(map(str, LORA_RANKS))}", _lora_rank),
 }
 
 
@@ -87,6 +119,8 @@ def _model(value: Any, loc: _Loc) -> ServedModel:
     values, locs = _check_mapping(value, loc, _MODEL_FIELDS, "a mapping with name (and source, replicas, ...)")
     if "name" not in values:
         loc.fail("name is missing: the name clients send as `model`, e.g. {name: chat, source: org/model}")
+    if "lora_rank" in values and "adapters" not in values:
+        locs["lora_rank"].fail("does nothing without adapters (LoRA is off); add adapters: (or adapters: [])")
     if "hosts" in values:
         for key in ("replicas", "nodes"):
             if key in values:
@@ -99,6 +133,7 @@ def _model(value: Any, loc: _Loc) -> ServedModel:
         replicas=len(groups) or values.get("replicas", 1),
         nodes=len(groups[0]) if groups else values.get("nodes", 1), hosts=groups,
         tp=values.get("tp"), pp=values.get("pp"), args=values.get("args", ()), policy=values.get("policy"),
+        adapters=values.get("adapters", ()), lora="adapters" in values, lora_rank=values.get("lora_rank"),
         where=f"{loc.file}:{line}: {loc.field}")
 
 
@@ -118,10 +153,12 @@ def _models(value: Any, loc: _Loc) -> tuple[tuple[ServedModel, ...], list[_Loc]]
         if entry is None:
             mloc.fail("expected a mapping with name (and source, replicas, ...), got null")
         m = _model(entry, mloc)
-        if m.name in seen:
-            mloc.at(field=f"{mloc.field}.name").fail(f"{_quote(m.name)} is already the name of {seen[m.name]}: "
-                                                     "clients tell models apart by name")
-        seen[m.name] = mloc.field or m.name
+        for j, name in enumerate((m.name, *(a for a, _ in m.adapters))):
+            field = f"{mloc.field}.name" if j == 0 else f"{mloc.field}.adapters[{j - 1}].name"
+            if name in seen:
+                mloc.at(field=field).fail(f"{_quote(name)} is already the name of {seen[name]}: clients tell models "
+                                          "and adapters apart by name")
+            seen[name] = field.removesuffix(".name")
         models.append(m)
         locs.append(mloc)
     return tuple(models), locs

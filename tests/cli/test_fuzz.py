@@ -318,6 +318,8 @@ PLAUSIBLE = {
     "sizes": ["4", "1024,1048576", "3", "4,,8"],
     "listen": ["127.0.0.1", "::1", "fe80::1%eth0", "node1"],
     "served_model_name": ["m", "org/m"],
+    "name": ["chat-sql", "org/name"],
+    "source": ["/opt/models/tiny-llama-lora", "org/lora", "./lora"],
     "prompt": ["hi"],
     "png": ["out.png", "nosuchdir/out.png", "out/"],
     "command": ["true", "echo", "sh", "-c", "x y"],
@@ -351,8 +353,14 @@ INVENTORIES["pd"] = WORK / "pd.yaml"
 INVENTORIES["pd"].write_text(yaml.safe_dump(
     {"cluster": dict(BASE["cluster"], replicas=2, router={"prefill": [0]}),
      "hosts": [{"name": f"node{k}", "address": f"192.0.2.{k}"} for k in (1, 2)]}))
+#: a pool of models (models:): what adapter acts on; its model is a name PLAUSIBLE["model"] draws
+INVENTORIES["pool"] = WORK / "pool.yaml"
+INVENTORIES["pool"].write_text(yaml.safe_dump(
+    {"cluster": BASE["cluster"], "models": [{"name": "org/name", "replicas": 2, "adapters": []}],
+     "hosts": BASE["hosts"]}))
 #: the inventory a command's examples name so that they can be accepted (it acts on that kind only)
-OWN_INVENTORY = {"rollout": "fleet", "check-kv": "pd"}
+OWN_INVENTORY = {"rollout": "fleet", "check-kv": "pd", "adapter add": "pool", "adapter remove": "pool",
+                 "adapter list": "pool"}
 
 
 @st.composite

@@ -212,3 +212,83 @@ def test_a_models_own_flags_are_judged_before_any_host_is_contacted(tmp_path):
     r = CliRunner().invoke(main, ["serve", "-i", str(path)])
     assert r.exit_code == 2, r.output
     assert f"{path}:{line_of(path, '- name: chat')}: models[0].args: " in r.output and "--port" in r.output, r.output
+
+
+LORA_MODELS = """
+models:
+  - name: chat
+    source: org/chat-model
+    replicas: 2
+    lora_rank: 32
+    adapters:
+      - {name: chat-sql, source: /loras/sql}
+      - {name: org/chat-legal}
+  - name: coder
+    source: /models/coder
+    nodes: 2
+    adapters: []
+"""
+
+
+def test_a_models_adapters_are_loaded_with_it_and_routed_under_their_names(tmp_path):
+    inv = load(tmp_path, pool_yaml(models=LORA_MODELS))
+    chat, coder = inv.models
+    assert chat.adapters == (("chat-sql", "/loras/sql"), ("org/chat-legal", "org/chat-legal"))
+    assert chat.lora and chat.lora_rank == 32 and coder.lora and coder.adapters == ()
+    assert FP.lora_flags(chat) == ("--enable-lora", "--max-loras", "3", "--max-lora-rank", "32",
+                                   "--lora-modules", "chat-sql=/loras/sql", "org/chat-legal=org/chat-legal")
+    assert FP.lora_flags(coder) == ("--enable-lora", "--max-loras", "2")
+    plan = FP.plan_fleet(inv, FP.pool_specs(inv, inv.cluster.image), [CPU_SPLIT] * 3, nofile={})
+    head = plan.replicas[0].members[0]
+    assert head.vllm[head.vllm.index("--enable-lora"):][:4] == ("--enable-lora", "--max-loras", "3", "--max-lora-rank")
+    assert f"{FP.LORA_RUNTIME_ENV}=True" in head.create  # bootstrap adapter loads more at runtime
+    plain = load(tmp_path, pool_yaml())
+    plan = FP.plan_fleet(plain, FP.pool_specs(plain, plain.cluster.image), [CPU_SPLIT] * 3, nofile={})
+    assert not any(FP.LORA_RUNTIME_ENV in a for r in plan.replicas for m in r.members for a in m.create)
+    workers = FRT.pool_workers(inv, ["http://a:8000", "http://b:8000", "http://c:8000"])
+    assert [(w["url"], w["model_id"]) for w in workers] == [
+        ("http://a:8000", "chat"), ("http://a:8000", "chat-sql"), ("http://a:8000", "org/chat-legal"),
+        ("http://b:8000", "chat"), ("http://b:8000", "chat-sql"), ("http://b:8000", "org/chat-legal"),
+        ("http://c:8000", "coder")]
+
+
+@pytest.mark.parametrize("models,needle,field,parts", [
+    ("models:\n  - {name: chat, replicas: 2, adapters: [{name: coder}]}\n  - {name: coder, nodes: 2}",
+     "name: coder, nodes", "models[1].name", ("'coder' is already the name of models[0].adapters[0]",)),
+    ("models:\n  - {name: chat, replicas: 2, adapters: [{name: x}, {name: x}]}\n  - {name: c, nodes: 2}",
+     "name: chat", "models[0].adapters[1].name", ("'x' is already the name of models[0].adapters[0]",)),
+    ("models:\n  - {name: chat, replicas: 4, lora_rank: 12, adapters: []}", "name: chat", "models[0].lora_rank",
+     ("expected one of 1, 8, 16, 32",)),
+    ("models:\n  - {name: chat, replicas: 4, lora_rank: 16}", "name: chat", "models[0].lora_rank",
+     ("does nothing without adapters",)),
+    ("models:\n  - {name: chat, replicas: 4, adapters: [{source: /x}]}", "name: chat", "models[0].adapters[0]",
+     ("name is missing",)),
+    ("models:\n  - {name: chat, replicas: 4, adapters: [{name: a, source: ../x}]}", "name: chat",
+     "models[0].adapters[0].source", ("is a relative path",)),
+])
+def test_bad_adapters_are_refused_in_one_line(tmp_path, models, needle, field, parts):
+    path = write(tmp_path, pool_yaml(models=models))
+    check(error(tmp_path, pool_yaml(models=models)), path, line_of(path, needle), field, *parts)
+
+
+@pytest.mark.parametrize("args,words", [
+    (["add", "nope", "a", "/x"], "'nope' is not a model of"),
+    (["add", "chat", "coder", "/x"], "'coder' is already the name of model coder"),
+    (["add", "chat", "chat-sql", "/x"], "'chat-sql' is already the name of an adapter of chat"),
+    (["add", "chat", "new", "./x"], "adapter source: './x' is a relative path"),
+    (["remove", "chat", "chat-sql"], "'chat-sql' is in "),
+])
+def test_adapter_refuses_before_any_host_is_contacted(tmp_path, args, words):
+    path = write(tmp_path, pool_yaml(models=LORA_MODELS))
+    r = CliRunner().invoke(main, ["adapter", args[0], "-i", str(path), *args[1:]])
+    assert r.exit_code == 2 and words in r.output, r.output
+
+
+def test_adapter_on_a_model_without_lora_or_outside_a_pool_is_refused(tmp_path):
+    path = write(tmp_path, pool_yaml())
+    r = CliRunner().invoke(main, ["adapter", "add", "-i", str(path), "chat", "x", "/l"])
+    assert r.exit_code == 2 and "has no adapters: key, so LoRA is off" in r.output, r.output
+    one = write(tmp_path, "cluster: {accelerator: none, replicas: 2}\nhosts:\n  - {name: a, address: 192.0.2.1}\n"
+                          "  - {name: b, address: 192.0.2.2}\n", "fleet.yaml")
+    r = CliRunner().invoke(main, ["adapter", "list", "-i", str(one), "chat"])
+    assert r.exit_code == 2 and "has no models: section" in r.output, r.output

@@ -1,7 +1,7 @@
 """Several models behind one endpoint on the sandbox: the inventory's models: on 4 nodes, two tiny
-models of different architectures (a Llama as `chat` with 2 one-node replicas, a Qwen2 as `coder`
-with one two-node replica, TP=2), one vllm-router in its multi-model mode routing by the request's
-model. One pool is shared by every test here; it runs after the fleet module (4 nodes, the image
+models of different architectures (a Llama as `chat` with 2 one-node replicas and a LoRA adapter of
+it, `chat-lora`; a Qwen2 as `coder` with one two-node replica, TP=2), one vllm-router in its
+multi-model mode routing by the request's model. One pool is shared by every test here; it runs after the fleet module (4 nodes, the image
 already on every node).
 
 What a user meets is real: sshd, Docker in each node, vLLM (CPU build) in each serve container,
@@ -20,7 +20,7 @@ from tests.support.sandbox import cli, on_node, up_serve_down, write_inventory
 
 pytestmark = pytest.mark.sandbox
 FLAGS = ["--enforce-eager", "--max-model-len", "256"]
-CHAT, CODER = "/opt/models/tiny-llama", "/opt/models/tiny-qwen"
+CHAT, CODER, LORA = "/opt/models/tiny-llama", "/opt/models/tiny-qwen", "/opt/models/tiny-llama-lora"
 PROMPT = "The quick brown fox"
 ROUTER, SERVE = "bootstrap-vllm-router", "bootstrap-vllm-serve"
 
@@ -35,7 +35,8 @@ def pool(_sandbox_session, tmp_path_factory):
     def mutate(doc):
         doc["cluster"]["runtime"] = "none"  # vLLM's native multi-node mode: no Ray to start per group
         doc["cluster"]["router"] = {"policy": "round_robin", "health_interval": 2}
-        doc["models"] = [{"name": "chat", "source": CHAT, "replicas": 2, "args": FLAGS},
+        doc["models"] = [{"name": "chat", "source": CHAT, "replicas": 2, "args": FLAGS, "lora_rank": 8,
+                          "adapters": [{"name": "chat-lora", "source": LORA}]},
                          {"name": "coder", "source": CODER, "nodes": 2, "args": FLAGS, "policy": "power_of_two"}]
     inv = write_inventory(sb.inventory, tmp_path_factory.mktemp("pool") / "pool.yaml", mutate)
     for served in up_serve_down(sb, inv):
@@ -69,9 +70,10 @@ def test_one_endpoint_routes_each_model_to_its_own_replicas(pool):
     placed = [(r["model"], [h["host"] for h in r["hosts"]]) for r in plan["replicas"]]
     assert placed == [("chat", ["node1"]), ("chat", ["node2"]), ("coder", ["node3", "node4"])]
     assert plan["models"] == ["chat", "coder"]
-    assert sorted(get(endpoint + "/models")["models"]) == ["chat", "coder"]
+    assert sorted(get(endpoint + "/models")["models"]) == ["chat", "chat-lora", "coder"]
     texts = {}
     urls = {m: [r["url"] for r in plan["replicas"] if r["model"] == m] for m in ("chat", "coder")}
+    urls["chat-lora"] = urls["chat"]  # the adapter is served by its model's replicas
     for model, replicas in urls.items():
         through = [complete(endpoint, PROMPT, model=model) for _ in range(4)]  # round robin: every replica
         direct = [complete(url + "/v1", PROMPT, model=model) for url in replicas]
@@ -79,7 +81,7 @@ def test_one_endpoint_routes_each_model_to_its_own_replicas(pool):
         texts[model] = direct[0]
         code, doc = post(endpoint + "/completions", {"model": model, "prompt": PROMPT, "max_tokens": 2})
         assert code == 200 and doc["model"] == model, doc
-    assert texts["chat"] != texts["coder"], texts  # two models, not one behind two names
+    assert len(set(texts.values())) == 3, texts  # two models and an adapter, not one behind three names
     # a model the pool does not serve reaches a vLLM that refuses it: 404, never another model's text
     code, doc = post(endpoint + "/completions", {"model": "no-such-model", "prompt": PROMPT, "max_tokens": 2})
     assert code == 404 and "no-such-model" in json.dumps(doc), (code, doc)
@@ -112,6 +114,33 @@ def test_a_killed_replica_of_one_model_leaves_the_other_models_requests_whole(po
     wait_healthy(inv, deadline=300)  # the keeper puts the standby (or a fresh container) in its place
 
 
+def test_an_adapter_is_added_and_removed_at_runtime_without_a_restart_or_a_failed_request(pool):
+    sb, inv, served = pool
+    endpoint = endpoint_of(served.stdout)
+    started = {n.name: on_node(n, "docker", "inspect", "--format", "{{.State.StartedAt}}", SERVE).stdout
+               for n in sb.nodes[:2]}
+    lora_text = complete(endpoint, PROMPT, model="chat-lora")
+    with Load(endpoint, concurrency=2, model="chat", pause=0.2) as chat:
+        r = cli("adapter", "add", "-i", inv, "chat", "chat-sql", LORA)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert "chat-sql loaded on every replica of chat; routed by node1" in r.stdout, r.stdout
+        assert complete(endpoint, PROMPT, model="chat-sql") == lora_text  # the same weights, another name
+        assert sorted(get(endpoint + "/models")["models"]) == ["chat", "chat-lora", "chat-sql", "coder"]
+        listed = json.loads(cli("adapter", "list", "-i", inv, "chat", "--json").stdout)
+        assert [sorted(a["name"] for a in r["adapters"]) for r in listed["replicas"]] == [["chat-lora", "chat-sql"]] * 2
+        r = cli("adapter", "remove", "-i", inv, "chat", "chat-sql")
+        assert r.returncode == 0, r.stderr[-2000:]
+        code, doc = post(endpoint + "/completions", {"model": "chat-sql", "prompt": PROMPT, "max_tokens": 2})
+        assert code == 404, (code, doc)
+        assert sorted(get(endpoint + "/models")["models"]) == ["chat", "chat-lora", "coder"]
+        assert complete(endpoint, PROMPT, model="chat-lora") == lora_text  # the inventory's adapter stays
+    assert chat.samples and not chat.failed(), chat.failed()[:3]
+    assert {n.name: on_node(n, "docker", "inspect", "--format", "{{.State.StartedAt}}", SERVE).stdout
+            for n in sb.nodes[:2]} == started  # no replica restarted
+    r = cli("adapter", "remove", "-i", inv, "chat", "chat-lora")
+    assert r.returncode == 2 and "is in " in r.stderr and "adapters" in r.stderr, r.stderr
+
+
 def test_a_router_killed_behind_bootstraps_back_comes_back_with_every_models_workers(pool):
     sb, inv, served = pool
     endpoint = endpoint_of(served.stdout)
@@ -121,18 +150,18 @@ def test_a_router_killed_behind_bootstraps_back_comes_back_with_every_models_wor
     while time.monotonic() - t0 < 120:  # the keeper starts it again; its entry adds the workers
         try:
             models = get(endpoint + "/models", timeout=3).get("models")
-            if sorted(models or []) == ["chat", "coder"]:
+            if sorted(models or []) == ["chat", "chat-lora", "coder"]:
                 break
         except (OSError, ValueError):
             pass
         time.sleep(1)
-    assert sorted(models or []) == ["chat", "coder"], models
-    for model in ("chat", "coder"):
+    assert sorted(models or []) == ["chat", "chat-lora", "coder"], models
+    for model in ("chat", "chat-lora", "coder"):
         code, doc = post(endpoint + "/completions", {"model": model, "prompt": PROMPT, "max_tokens": 2})
         assert code == 200 and doc["model"] == model, (model, code, doc)
     workers = on_node(sb.nodes[0], "docker", "logs", ROUTER, check=False)
     added = [ln for ln in (workers.stdout + workers.stderr).splitlines() if ln.startswith("router_entry: added")]
-    assert len(added) == 6, added  # 3 at serve, 3 again after the restart, each once
+    assert len(added) == 10, added  # 5 (3 replicas, chat's 2 also as chat-lora) at serve, 5 after the restart
 
 
 def test_serve_refuses_a_model_argument_and_rollout_a_pool(pool):
