@@ -1,8 +1,8 @@
 """Several models behind one endpoint on the sandbox: the inventory's models: on 4 nodes, two tiny
 models of different architectures (a Llama as `chat` with 2 one-node replicas and a LoRA adapter of
 it, `chat-lora`; a Qwen2 as `coder` with one two-node replica, TP=2), one vllm-router in its
-multi-model mode routing by the request's model. One pool is shared by every test here; it runs after the fleet module (4 nodes, the image
-already on every node).
+multi-model mode routing by the request's model. One pool is shared by every test here; it runs
+after the fleet module (4 nodes, the image already on every node).
 
 What a user meets is real: sshd, Docker in each node, vLLM (CPU build) in each serve container,
 vllm-router, `docker kill`.
