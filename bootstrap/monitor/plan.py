@@ -59,14 +59,16 @@ class ScrapeTarget:
 
 
 def scrape_targets(inv: Inventory) -> list[ScrapeTarget]:
-    """Everything Prometheus scrapes, in a stable order; labels name the host and the replica."""
+    """Everything Prometheus scrapes, in a stable order; labels name the host and the replica (in a pool
+    of models, the model its replica serves: vLLM's own samples carry it as model_name too)."""
     c = inv.cluster
     fleet = FN.is_fleet(inv)
     replica_of = {h.name: k for k, group in enumerate(inv.replicas) for h in group} if fleet else {}
 
-    def labels(h: Host, **more: str) -> tuple[tuple[str, str], ...]:
+    def labels(h: Host, whose: bool = True, **more: str) -> tuple[tuple[str, str], ...]:
         base = {"host": h.name, **({"replica": str(replica_of[h.name])} if fleet else {})}
-        return tuple(sorted({**base, **more}.items()))
+        m = inv.model_of(replica_of[h.name]) if inv.models and whose else None
+        return tuple(sorted({**base, **({"model": m.name} if m else {}), **more}.items()))
 
     out: list[ScrapeTarget] = []
     heads = [group[0] for group in inv.replicas] if fleet else [inv.head]
@@ -74,7 +76,7 @@ def scrape_targets(inv: Inventory) -> list[ScrapeTarget]:
         out.append(ScrapeTarget("vllm", PL.hostport(h.ip, c.ports.vllm), labels(h)))
     if fleet:
         for r in FN.router_hosts(inv):
-            out.append(ScrapeTarget("vllm-router", PL.hostport(r.ip, c.router.metrics_port), labels(r)))
+            out.append(ScrapeTarget("vllm-router", PL.hostport(r.ip, c.router.metrics_port), labels(r, whose=False)))
     if c.runtime == "ray":
         for h in inv.hosts:
             out.append(ScrapeTarget("ray", PL.hostport(h.ip, c.ports.ray_metrics), labels(h)))

@@ -110,8 +110,9 @@ class Watcher:
 
     def groups(self) -> list[tuple[str, int | None, list[str]]]:
         """(row name, replica, hosts with the head first) of each serving group."""
-        if FN.is_fleet(self.inv):
-            return [(f"replica {k}", k, [h.name for h in g]) for k, g in enumerate(self.inv.replicas)]
+        if FN.is_fleet(self.inv):  # a pool's rows say the model each replica serves
+            return [(f"replica {k}" + (f" {m.name}" if (m := self.inv.model_of(k)) else ""), k, [h.name for h in g])
+                    for k, g in enumerate(self.inv.replicas)]
         hosts = [self.inv.head.name] + [h.name for h in self.inv.hosts if h.name != self.inv.head.name]
         return [("vllm", None, hosts)]
 

@@ -292,3 +292,17 @@ def test_adapter_on_a_model_without_lora_or_outside_a_pool_is_refused(tmp_path):
                           "  - {name: b, address: 192.0.2.2}\n", "fleet.yaml")
     r = CliRunner().invoke(main, ["adapter", "list", "-i", str(one), "chat"])
     assert r.exit_code == 2 and "has no models: section" in r.output, r.output
+
+
+def test_the_scrape_and_top_say_which_model_each_replica_serves(tmp_path):
+    from bootstrap.monitor import plan as MP
+    from bootstrap.monitor import top as T
+
+    inv = load(tmp_path, pool_yaml())
+    by = {(t.job, dict(t.labels)["host"]): dict(t.labels) for t in MP.scrape_targets(inv)}
+    assert by[("vllm", "h0")]["model"] == "chat" and by[("vllm", "h2")]["model"] == "coder"
+    assert by[("node", "h3")] == {"host": "h3", "replica": "2", "model": "coder"}
+    assert "model" not in by[("vllm-router", "h0")]  # the router serves every model
+    top = T.Watcher.__new__(T.Watcher)
+    top.inv = inv
+    assert [g[0] for g in top.groups()] == ["replica 0 chat", "replica 1 chat", "replica 2 coder"]
