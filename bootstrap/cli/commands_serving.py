@@ -104,7 +104,9 @@ def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, s
 @main.command(cls=PassThrough, context_settings={"ignore_unknown_options": True})
 @host_options
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
-@click.option("--model", default=None, help="The model to change to (default: the one served).")
+@click.option("--model", default=None,
+              help="The model to change to (default: the one served). With models: in the inventory, the pool's "
+                   "model to roll out, to what its entry says.")
 @click.option("--image", default=None, help="The image to change to (default: the one served).")
 @click.option("--keep-flags", is_flag=True, help="Keep the vLLM flags served now (default: the flags after --).")
 @click.option("--dp", type=click.IntRange(1), default=None,
@@ -127,7 +129,8 @@ def rollout(inventory, parallel, extra, model, image, keep_flags, dp, no_dp, max
     serving. Ctrl-C rolls back the replica in flight and lists each replica's state.
 
     Example: bootstrap rollout -i hosts.yaml -- --max-model-len 4096
-    (bootstrap rollout -i hosts.yaml --dp 2 --keep-flags: each replica becomes 2 data parallel engines)
+    (bootstrap rollout -i hosts.yaml --dp 2 --keep-flags: each replica becomes 2 data parallel engines;
+    bootstrap rollout -i pool.yaml --model chat: after editing chat's entry in models:, only its replicas)
     """
     check_rollout_args(model, extra, keep_flags, image)
     if dp is not None and no_dp:

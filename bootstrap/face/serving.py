@@ -95,14 +95,26 @@ def adapter(inv, action: str, model: str, name: str | None = None, source: str |
     return R.AdapterResult(FA.adapter(inv, action, model, name, source, parallel=parallel, reporter=reporter))
 
 
-def check_rollout(inv) -> None:
-    """What rollout refuses from the inventory alone: a cluster that is no fleet."""
+def check_rollout(inv, model: str | None = None, extra=None, dp=False) -> None:
+    """What rollout refuses from the inventory alone: a cluster that is no fleet; in a pool of models,
+    no --model naming one of them, or flags and shapes that its models: entry holds instead."""
     if not fleet(inv):
         raise R.OptionError("rollout replaces replicas one by one: set cluster.replicas (2 or more) in the "
                             "inventory; with one replica use bootstrap serve")
-    if inv.models:
-        raise R.OptionError(f"{inv.path} serves a pool of models (models:): rollout of one model is not built yet; "
-                            "change models: and run bootstrap serve (it restarts every model's replicas)")
+    if not inv.models:
+        return
+    names = ", ".join(m.name for m in inv.models)
+    if model is None:
+        raise R.OptionError(f"{inv.path} serves a pool of models ({names}): name the one to roll out with --model; "
+                            "its replicas change to what its models: entry says, one at a time")
+    found = next((m for m in inv.models if m.name == model), None)
+    if found is None:
+        raise R.OptionError(f"--model: {model!r} is not a model of {inv.path} (its models: {names})")
+    if extra:
+        raise R.OptionError(f"a pool's model takes its vLLM flags from {found.where}.args: edit them there and give "
+                            "no flags after --")
+    if dp is not False:
+        raise R.OptionError("--dp/--no-dp: a pool's models are planned from models: (tp, pp, args)")
 
 
 def rollout(inv, *, before=None, on_failed=None, **opts) -> R.RolloutResult:
@@ -113,7 +125,7 @@ def rollout(inv, *, before=None, on_failed=None, **opts) -> R.RolloutResult:
     from bootstrap.fleet import rollout as FRO
 
     inv = inventory(inv)
-    check_rollout(inv)
+    check_rollout(inv, opts.get("model"), opts.get("extra"), opts.get("dp", False))
     if before is not None:
         before(inv)
     try:

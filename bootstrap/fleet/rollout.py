@@ -24,13 +24,14 @@ from bootstrap.fleet import routers as FRT
 from bootstrap.fleet.status import FleetState, ReplicaState, fleet_state
 from bootstrap.fleet.steps import (
     _gate,
+    _in_router,
     _inspect,
     _node_facts,
+    _pool_split,
     _preflight,
     _probe,
     _replica_failure,
     _rm,
-    _router_call,
     _split,
     _start_replica,
     _start_standbys,
@@ -75,14 +76,16 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
         _preflight(sess, inv)
         state: FleetState = fleet_state(sess)
         current = [r.spec for r in state.replicas]
-        base = next((s for s in current if s is not None), None)
+        # a pool: the replicas of one model (--model), to what its models: entry says
+        among = pool_groups(inv, model) if inv.models else list(range(len(inv.replicas)))
+        base = next((current[k] for k in among if current[k] is not None), None)
         if base is None:
             raise PreflightFailed("fleet", "no replica is serving", "run `bootstrap serve MODEL` first")
-        target = FP.Spec(model or base.model, tuple(extra) if extra is not None else base.extra,
-                         image or base.image or inv.cluster.image,
-                         served_name if served_name is not None else base.served_name,
-                         base.dp if dp is False else dp)
-        todo = FP.rollout_order(current, target)
+        target = _target(inv, among, base, model, extra, image, served_name, dp)
+        todo = [k for k in FP.rollout_order(current, target) if k in among]
+        if todo and len(among) < 2:
+            raise UsageError(f"{target.served_name or target.model} has one replica: a rollout keeps one serving while "
+                             "another is replaced; give it two replicas, or run bootstrap serve (it restarts it)")
         if todo and FN.is_pd(inv):
             raise UsageError("rollout replaces replicas one at a time behind the router, which is not built for a "
                              "disaggregated fleet (cluster.router.prefill) yet: `bootstrap serve` with the new model "
@@ -91,15 +94,13 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
         if down:
             raise PreflightFailed(down[0].host, f"the router container is {down[0].state}: a rollout changes "
                                   "every router's workers", "run `bootstrap serve` to start it")
-        healthy = [r.index for r in state.replicas if r.health == "healthy"]
+        healthy = [r.index for r in state.replicas if r.health == "healthy" and r.index in among]
         if todo and not healthy:
-            raise PreflightFailed("fleet", f"no replica of {len(inv.replicas)} is healthy: a rollout needs one serving "
+            raise PreflightFailed("fleet", f"no replica of {len(among)} is healthy: a rollout needs one serving "
                                   "while another is replaced", "see `bootstrap status`; `bootstrap serve` starts over")
         # never every replica at once: one keeps serving
-        max_unavailable = min(max_unavailable, len(inv.replicas) - 1)
-        splits, _ = _split(sess, inv, target.model, None, None, target.extra, target.dp, target.image)
-        inv_t = inv if not image else _with_image(inv, target.image)
-        plan = FP.plan_fleet(inv_t, target, splits, **_node_facts(sess, inv))
+        max_unavailable = min(max_unavailable, len(among) - 1)
+        plan = _plan(sess, inv if not image else _with_image(inv, target.image), target)
         if todo:
             GD.check_secret_store(sess, inv.hosts)
             GD.put_secrets(sess, inv.hosts, prune=False)  # a secret changed since `serve`: the new replicas get it
@@ -107,7 +108,7 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
         steps: dict[int, dict[str, float]] = {}
         for i in range(0, len(todo), max_unavailable):
             batch = todo[i:i + max_unavailable]
-            others = _others_serving(sess, inv, batch, step)
+            others = _others_serving(sess, inv, batch, step, among)
             if not others:
                 raise RolloutFailed(f"no other replica is healthy and in the router's rotation: replica "
                                     f"{', '.join(map(str, batch))} stays as it is", states)
@@ -132,8 +133,35 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
                              [k for k in range(len(inv.replicas)) if k not in todo], time.monotonic() - t0, steps)
 
 
+def _target(inv: Inventory, among: Sequence[int], base: FP.Spec, model: str | None, extra: Sequence[str] | None,
+            image: str | None, served_name: str | None, dp: int | None | bool) -> FP.Spec:
+    """What the replicas change to: the options over what they serve now (`base`); a pool's model to
+    its models: entry (its source, LoRA flags and args, its name), the image given or kept."""
+    if inv.models:
+        m = inv.model_of(among[0])
+        return FP.Spec(m.source, (*FP.lora_flags(m), *m.args), image or base.image or inv.cluster.image, m.name)
+    return FP.Spec(model or base.model, tuple(extra) if extra is not None else base.extra,
+                   image or base.image or inv.cluster.image,
+                   served_name if served_name is not None else base.served_name, base.dp if dp is False else dp)
+
+
+def _plan(sess: Session, inv: Inventory, target: FP.Spec) -> FP.FleetPlan:
+    """The fleet's plan with the target spec (inv: with the target's image): every replica's launch,
+    of which the rollout starts those it replaces (a pool's: each model's own, from models:)."""
+    if inv.models:
+        splits, _ = _pool_split(sess, inv, target.image)
+        return FP.plan_fleet(inv, FP.pool_specs(inv, target.image), splits, **_node_facts(sess, inv))
+    split, _ = _split(sess, inv, target.model, None, None, target.extra, target.dp, target.image)
+    return FP.plan_fleet(inv, target, split, **_node_facts(sess, inv))
+
+
+def pool_groups(inv: Inventory, model: str | None) -> list[int]:
+    """The replica groups of a pool's model (face.check_rollout has checked the name)."""
+    return [k for k in range(len(inv.replicas)) if (m := inv.model_of(k)) is not None and m.name == model]
+
+
 def _others_serving(sess: Session, inv: Inventory, batch: Sequence[int],
-                    step: Callable[[int, str], None]) -> list[int]:
+                    step: Callable[[int, str], None], among: Sequence[int] | None = None) -> list[int]:
     """The replicas outside `batch` that serve now, as they and the router see them (healthy, in
     the rotation, the router's circuit for them closed). A replica whose circuit is open (it failed
     requests, say it was restarted a moment ago) is waited for, up to the breaker's timeout: taking
@@ -141,7 +169,8 @@ def _others_serving(sess: Session, inv: Inventory, batch: Sequence[int],
     deadline = time.monotonic() + FRT.CB_TIMEOUT + 3 * inv.cluster.router.health_interval + 10
     said = False
     while True:
-        reps: list[ReplicaState] = [r for r in fleet_state(sess).replicas if r.index not in batch]
+        reps: list[ReplicaState] = [r for r in fleet_state(sess).replicas
+                                    if r.index not in batch and (among is None or r.index in among)]
         ready = [r.index for r in reps if r.health == "healthy" and r.in_rotation is not False
                  and r.router_available is not False]
         held = [r.index for r in reps if r.health == "healthy" and r.in_rotation and r.router_available is False]
@@ -181,7 +210,7 @@ def _replace(sess: Session, inv: Inventory, rp: FP.ReplicaPlan, drain: float, wa
     steps[k] = timing
     t = time.monotonic()
     step(k, "out of the router")
-    out = _router_call(sess, inv, "remove", rp.url)
+    out = _in_router(sess, inv, k, False)
     if not out.get("ok"):
         raise RolloutFailed(f"the router did not take replica {k} out: {out}", {})
     step(k, "draining")
@@ -210,7 +239,7 @@ def _replace(sess: Session, inv: Inventory, rp: FP.ReplicaPlan, drain: float, wa
     if not ready.get("ready"):
         cause, tail = _replica_failure(sess, inv, k, ready)
         raise ReplicaFailed(cause, _roll_back(sess, inv, k, wait, step), tail)
-    back = _router_call(sess, inv, "add", rp.url)
+    back = _in_router(sess, inv, k, True)
     if not back.get("ok"):
         raise RolloutFailed(f"the router did not take replica {k} back: {back}", {})
     step(k, f"serving the new spec, back in the router ({ready.get('t', 0):.0f}s to serve)")
@@ -225,7 +254,7 @@ def _roll_back(sess: Session, inv: Inventory, k: int, wait: float, step: Callabl
     if not all(_inspect(sess, h, oname) for h in hosts):
         if not all(_inspect(sess, h, sname) for h in hosts):
             return "down: nothing to roll back to"
-        back = _router_call(sess, inv, "add", FN.replica_url(inv, k))  # it may have left the router already
+        back = _in_router(sess, inv, k, True)  # it may have left the router already
         return "old (left as it was)" if back.get("ok") else "old (left as it was, not in the router)"
     step(k, "rolling back")
     sb, sbold = FN.standby_name(inv), FN.standby_old_name(inv)
@@ -236,6 +265,6 @@ def _roll_back(sess: Session, inv: Inventory, k: int, wait: float, step: Callabl
     ready = _gate(sess, inv, k, wait)
     if not ready.get("ready"):
         return f"down: the old spec did not serve again ({ready.get('error')})"
-    back = _router_call(sess, inv, "add", FN.replica_url(inv, k))
+    back = _in_router(sess, inv, k, True)
     step(k, "rolled back, serving the old spec")
     return "old (rolled back)" if back.get("ok") else "old (rolled back, not in the router)"

@@ -95,6 +95,25 @@ def _router_call(sess: Session, inv: Inventory, verb: str, url: str) -> dict:
     return {"ok": all(v.get("ok") for v in out.values()), **out}
 
 
+def _in_router(sess: Session, inv: Inventory, k: int, add: bool) -> dict:
+    """Replica k into (add) or out of every router: _router_call; in a pool (vllm-router's multi-model
+    mode, where /add_worker would name it by its first model only) fleet_probe's `route`, under its
+    model's name and the inventory's adapters, or under none. {"ok": every router did, HOST: ...}."""
+    url = FN.replica_url(inv, k)
+    m = inv.model_of(k)
+    if m is None:
+        return _router_call(sess, inv, "add" if add else "remove", url)
+    names = [m.name, *(a for a, _ in m.adapters)] if add else []
+    policy = m.policy or inv.cluster.router.policy
+    hosts = FN.router_hosts(inv)
+    res = fan_out(hosts, lambda h: _probe(sess, h, FN.router_name(inv), ["route", FN.router_url(inv, h), url, policy,
+                                                                          *names], timeout=120),
+                  key=lambda h: h.name, parallel=len(hosts))
+    out: dict = {h: (r if isinstance(r, dict) else {"ok": False, "error": str(r)})
+                 for h, r in {**res.succeeded, **res.failed}.items()}
+    return {"ok": all(v.get("ok") for v in out.values()), **out}
+
+
 def stop_vip(sess: Session, host: Host) -> None:
     """Stop keepalived (SIGTERM, 10 s): it gives the floating address up and its entry removes the
     forwarding; `docker rm -f` alone would leave both on the host."""

@@ -306,3 +306,28 @@ def test_the_scrape_and_top_say_which_model_each_replica_serves(tmp_path):
     top = T.Watcher.__new__(T.Watcher)
     top.inv = inv
     assert [g[0] for g in top.groups()] == ["replica 0 chat", "replica 1 chat", "replica 2 coder"]
+
+
+@pytest.mark.parametrize("args,words", [
+    ([], "name the one to roll out with --model"),
+    (["--model", "nope"], "--model: 'nope' is not a model of"),
+    (["--model", "chat", "--", "--max-model-len", "1"], "takes its vLLM flags from"),
+    (["--model", "chat", "--dp", "2"], "--dp/--no-dp: a pool's models are planned from models:"),
+])
+def test_rollout_of_a_pool_names_one_model_and_takes_it_from_models(tmp_path, args, words):
+    path = write(tmp_path, pool_yaml())
+    r = CliRunner().invoke(main, ["rollout", "-i", str(path), *args])
+    assert r.exit_code == 2 and words in r.output, r.output
+
+
+def test_a_pool_models_rollout_target_is_its_entry_and_only_its_replicas_change(tmp_path):
+    from bootstrap.fleet import rollout as FRO
+
+    inv = load(tmp_path, pool_yaml(models=LORA_MODELS))
+    assert FRO.pool_groups(inv, "chat") == [0, 1] and FRO.pool_groups(inv, "coder") == [2]
+    base = FP.Spec("org/chat-model", ("--max-model-len", "1"), "img:1", "chat")
+    target = FRO._target(inv, [0, 1], base, "chat", None, None, None, False)
+    assert target == FP.Spec("org/chat-model", FP.lora_flags(inv.models[0]), "img:1", "chat")
+    assert FRO._target(inv, [0, 1], base, "chat", None, "img:2", None, False).image == "img:2"
+    current = [base, target, FP.Spec("/models/coder", (), "img:1", "coder")]
+    assert [k for k in FP.rollout_order(current, target) if k in FRO.pool_groups(inv, "chat")] == [0]

@@ -8,12 +8,13 @@ What a user meets is real: sshd, Docker in each node, vLLM (CPU build) in each s
 vllm-router, `docker kill`.
 """
 import json
-import subprocess
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support.fleet_load import Load, complete, wait_healthy
 from tests.support.sandbox import cli, on_node, up_serve_down, write_inventory
@@ -164,12 +165,30 @@ def test_a_router_killed_behind_bootstraps_back_comes_back_with_every_models_wor
     assert len(added) == 10, added  # 5 (3 replicas, chat's 2 also as chat-lora) at serve, 5 after the restart
 
 
-def test_serve_refuses_a_model_argument_and_rollout_a_pool(pool):
-    sb, inv, _ = pool
+def test_a_rollout_of_one_model_changes_only_its_replicas_and_no_request_fails(pool):
+    """The user edits one model's flags in models: and rolls that model out: its replicas change one at
+    a time behind the router; the other model's replicas are not touched and lose no request."""
+    sb, inv, served = pool
+    endpoint = endpoint_of(served.stdout)
     r = cli("serve", "-i", inv, CHAT)
     assert r.returncode == 2 and "serves its models: (chat, coder): run serve with no MODEL" in r.stderr, r.stderr
-    r = cli("rollout", "-i", inv, "--", "--max-model-len", "128")
-    assert r.returncode == 2 and "rollout of one model is not built yet" in r.stderr, r.stderr
-    r = subprocess.run(["docker", "exec", sb.nodes[0].container, "docker", "ps", "--format", "{{.Names}}"],
-                       capture_output=True, text=True)
-    assert SERVE in r.stdout.split()  # nothing was stopped
+    r = cli("rollout", "-i", inv)
+    assert r.returncode == 2 and "name the one to roll out with --model" in r.stderr, r.stderr
+    coder_started = {n.name: on_node(n, "docker", "inspect", "--format", "{{.State.StartedAt}}", SERVE).stdout
+                     for n in sb.nodes[2:]}
+    doc = yaml.safe_load(Path(inv).read_text())
+    doc["models"][0]["args"] = [*FLAGS, "--max-num-seqs", "8"]
+    Path(inv).write_text(yaml.safe_dump(doc))
+    with Load(endpoint, concurrency=2, model="coder", pause=0.2) as coder, \
+            Load(endpoint, concurrency=1, model="chat", pause=0.2) as chat:
+        r = cli("rollout", "-i", inv, "--model", "chat")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert coder.samples and not coder.failed(), coder.failed()[:3]
+    assert chat.samples and not chat.failed(), chat.failed()[:3]
+    fleet = json.loads(cli("status", "-i", inv, "--json").stdout)["fleet"]
+    extra = {r["replica"]: r["extra"] for r in fleet["replicas"]}
+    assert all("--max-num-seqs" in extra[k] for k in (0, 1)) and "--max-num-seqs" not in extra[2], extra
+    assert {n.name: on_node(n, "docker", "inspect", "--format", "{{.State.StartedAt}}", SERVE).stdout
+            for n in sb.nodes[2:]} == coder_started  # coder's replica was not touched
+    code, doc = post(endpoint + "/completions", {"model": "chat-lora", "prompt": PROMPT, "max_tokens": 2})
+    assert code == 200 and doc["model"] == "chat-lora", (code, doc)  # the adapter is routed again
