@@ -163,8 +163,8 @@ def _launch(sess: Session, inv: Inventory, plan: FP.FleetPlan, facts: dict, note
         r = bad[k]
         cause, tail = _replica_failure(sess, inv, k, r if isinstance(r, dict) else {"error": str(r)})
         others = f" (also replica {', '.join(map(str, sorted(set(bad) - {k})))})" if len(bad) > 1 else ""
-        what = f"{m.name} " if (m := inv.model_of(k)) is not None else ""
-        failed = ServeFailed(f"replica {k} ({what}on {', '.join(plan.replicas[k].hosts)}) did not serve: "
+        what = f"{m.name} on " if (m := inv.model_of(k)) is not None else ""
+        failed = ServeFailed(f"replica {k} ({what}{', '.join(plan.replicas[k].hosts)}) did not serve: "
                              f"{cause}{others}", tail)
         # a removal that fails is attached to the error, not raised in its place (Session.cleanup)
         names = (*FN.serve_names(inv), FN.router_name(inv), FN.vip_name(inv))
