@@ -5,6 +5,7 @@ fleet/plan.py, the serving mode in serve/mode.py.
 """
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 from bootstrap import signatures as D
@@ -12,6 +13,7 @@ from bootstrap.cluster import facts as F
 from bootstrap.cluster import plan as PL
 from bootstrap.cluster import probe
 from bootstrap.errors import (
+    ConnectionLost,
     FleetError,
     ModelSplitError,
     PreflightFailed,
@@ -242,10 +244,20 @@ def _start_standbys(sess: Session, inv: Inventory, rps: Sequence[FP.ReplicaPlan]
 def _gate(sess: Session, inv: Inventory, k: int, wait: float) -> dict:
     """Wait for replica k to serve; meanwhile say what its vLLM is doing (serve/watch.py, its head's log)."""
     head = inv.replicas[k][0]
+    until = time.monotonic() + wait
+
+    def ask(seconds: float) -> dict:
+        return _probe(sess, head, FN.serve_name(inv), ["ready", FN.replica_url(inv, k), f"{seconds:.0f}",
+                                                        FN.EXITED_PATH], timeout=seconds + 120)
     with W.watching(lambda line: sess.reporter.event(head.name, "vllm-start", "waiting", line),
                     lambda: _logs(sess, head, FN.serve_name(inv), tail=100)):
-        return _probe(sess, head, FN.serve_name(inv), ["ready", FN.replica_url(inv, k), str(wait), FN.EXITED_PATH],
-                      timeout=wait + 120)
+        try:
+            return ask(wait)
+        except ConnectionLost as exc:
+            # The probe only reads, so it is asked once more over a new connection for the time left
+            # (seen in CI: one SSH connection dropped under load halfway through a rollout's wait).
+            sess.reporter.event(head.name, "vllm-start", "waiting", f"asking again: {exc.reason}")
+            return ask(max(10.0, until - time.monotonic()))
 
 
 def _replica_failure(sess: Session, inv: Inventory, k: int, ready: dict) -> tuple[str, str]:

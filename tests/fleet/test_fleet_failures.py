@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bootstrap.errors import GroupError
+from bootstrap.errors import ConnectionLost, GroupError
 from bootstrap.fleet import run as FL
 from bootstrap.fleet import status as FS
 from bootstrap.fleet import steps as FST
@@ -63,3 +63,43 @@ def test_a_rollout_step_changes_the_workers_of_every_router_each_on_its_own_url(
     assert "remove http://10.0.0.1:30000 http://10.0.0.3:8000" in asked["h0"][0]
     assert "remove http://10.0.0.3:30000 http://10.0.0.3:8000" in asked["h2"][0]
     assert asked["h1"] == [] and asked["h3"] == []
+
+
+class _DropsOnce(FakeHost):
+    """Its first `fleet_probe.py ready` (the script goes on stdin; argv carries `ready URL`) loses the
+    connection; everything after answers."""
+
+    def __init__(self, name, answers):
+        super().__init__(name, answers)
+        self.dropped = False
+
+    def _answer(self, argv, check):
+        if " ready http" in " ".join(argv) and not self.dropped:
+            self.dropped = True
+            self.commands.append(" ".join(argv))
+            raise ConnectionLost(self.name, "connection lost while running `docker exec ...`: EOF")
+        return super()._answer(argv, check)
+
+
+def test_a_replica_gate_whose_ssh_connection_drops_asks_again_and_reports_it(tmp_path):
+    """The gate only reads (fleet_probe.py ready): an SSH connection that drops under it is asked once
+    more, for the time left, over a new connection, and the run says so; a second drop is an error."""
+    inv = load(tmp_path, fleet_yaml(2, 1))
+    ready = (0, '{"ready": true, "seconds": 3}\n', "")
+    logs = (0, "", "")
+    h0 = _DropsOnce("h0", [(" ready http", ready), ("docker logs", logs)])
+    sess = fake_session(inv, {"h0": h0, "h1": FakeHost("h1", [])})
+    events = []
+    sess.reporter.event = lambda host, step, state, detail="": events.append((host, step, state, detail))
+    assert FST._gate(sess, inv, 0, 60) == {"ready": True, "seconds": 3}
+    asked = [c.split(" ready ")[1] for c in h0.commands if " ready http" in c]
+    assert len(asked) == 2 and asked[0].split()[1] == "60" and asked[1].split()[1] in ("59", "60"), asked
+    assert [e for e in events if e[3].startswith("asking again: connection lost")], events
+
+    class DropsAlways(_DropsOnce):
+        def _answer(self, argv, check):
+            self.dropped = False
+            return super()._answer(argv, check)
+    sess = fake_session(inv, {"h0": DropsAlways("h0", [("docker logs", logs)]), "h1": FakeHost("h1", [])})
+    with pytest.raises(ConnectionLost):
+        FST._gate(sess, inv, 0, 60)
