@@ -107,9 +107,12 @@ def check_rollout(inv, model: str | None = None, extra=None, dp=False) -> None:
     if model is None:
         raise R.OptionError(f"{inv.path} serves a pool of models ({names}): name the one to roll out with --model; "
                             "its replicas change to what its models: entry says, one at a time")
-    found = next((m for m in inv.models if m.name == model), None)
-    if found is None:
-        raise R.OptionError(f"--model: {model!r} is not a model of {inv.path} (its models: {names})")
+    from bootstrap.fleet import plan as FP
+
+    try:
+        found, _ = FP.pool_model(inv, model)
+    except FleetError as exc:
+        raise R.OptionError(f"--model: {exc}") from None
     if extra:
         raise R.OptionError(f"a pool's model takes its vLLM flags from {found.where}.args: edit them there and give "
                             "no flags after --")

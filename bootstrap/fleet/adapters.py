@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from bootstrap.errors import FleetError, ServeFailed
 from bootstrap.fleet import names as FN
-from bootstrap.fleet.steps import _probe
+from bootstrap.fleet import plan as FP
+from bootstrap.fleet.steps import _probe, _route
 from bootstrap.model import Inventory, ServedModel, model_ref_problem
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out
 from bootstrap.remote.session import Reporter, Session
@@ -30,20 +31,9 @@ class AdapterResult:
     routers: dict[str, dict] = field(default_factory=dict)
 
 
-def model_of(inv: Inventory, model: str) -> tuple[ServedModel, list[int]]:
-    """The pool's model named `model` and its replica groups; FleetError naming what is there."""
-    if not inv.models:
-        raise FleetError(f"{inv.path} has no models: section: adapters belong to a pool's models (docs/models.md)")
-    found = next((m for m in inv.models if m.name == model), None)
-    if found is None:
-        names = ", ".join(m.name for m in inv.models)
-        raise FleetError(f"{model!r} is not a model of {inv.path} (its models: {names})")
-    return found, [k for k in range(len(inv.replicas)) if inv.model_of(k) is found]
-
-
 def check(inv: Inventory, action: str, model: str, name: str | None, source: str | None) -> ServedModel:
     """What `adapter` refuses before any host is contacted."""
-    m, _ = model_of(inv, model)
+    m, _ = FP.pool_model(inv, model)
     if action == "list":
         return m
     if not m.lora:
@@ -68,7 +58,7 @@ def adapter(inv: Inventory, action: str, model: str, name: str | None = None, so
     """`adapter add|remove|list`: add loads NAME from SOURCE on every replica of MODEL, then routes it
     in every router; remove takes it out of the routers first, then unloads it; list reads each replica."""
     m = check(inv, action, model, name, source)
-    _, groups = model_of(inv, model)
+    _, groups = FP.pool_model(inv, model)
     res = AdapterResult(action, model, name)
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         sess.connect()
@@ -101,15 +91,12 @@ def _reroute(sess: Session, inv: Inventory, m: ServedModel, groups: list[int], s
              drop: str | None) -> dict[str, dict]:
     """Every router routes each replica of the model under its name and the adapters it serves (less
     `drop`), one replica at a time (the model's other replicas keep its requests meanwhile)."""
-    policy = m.policy or inv.cluster.router.policy
     out: dict[str, dict] = {}
     for k in groups:
         names = [m.name, *(a["name"] for a in served[k].get("adapters", []) if a["name"] != drop)]
-        for h in FN.router_hosts(inv):
-            doc = _probe(sess, h, FN.router_name(inv), ["route", FN.router_url(inv, h), FN.replica_url(inv, k),
-                                                        policy, *names],
-                         timeout=120)
-            if not doc.get("ok"):
-                raise ServeFailed(f"the router on {h.name} did not take replica {k} of {m.name}: {doc.get('error')}")
-            out[h.name] = doc
+        doc = _route(sess, inv, k, names)
+        bad = next((h for h, d in doc.items() if h != "ok" and not d.get("ok")), None)
+        if bad is not None:
+            raise ServeFailed(f"the router on {bad} did not take replica {k} of {m.name}: {doc[bad].get('error')}")
+        out.update({h: d for h, d in doc.items() if h != "ok"})
     return out

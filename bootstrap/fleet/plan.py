@@ -219,6 +219,17 @@ def lora_flags(m: ServedModel) -> tuple[str, ...]:
             *(("--lora-modules", *modules) if modules else ()))
 
 
+def pool_model(inv: Inventory, name: str | None) -> tuple[ServedModel, list[int]]:
+    """The pool's model called `name` and its replica groups; FleetError naming what there is."""
+    if not inv.models:
+        raise FleetError(f"{inv.path} has no models: section: adapters belong to a pool's models (docs/models.md)")
+    found = next((m for m in inv.models if m.name == name), None)
+    if found is None:
+        names = ", ".join(m.name for m in inv.models)
+        raise FleetError(f"{name!r} is not a model of {inv.path} (its models: {names})")
+    return found, [k for k in range(len(inv.replicas)) if inv.model_of(k) is found]
+
+
 def pool_specs(inv: Inventory, image: str) -> list[Spec]:
     """What each replica group of a pool serves: its model's source, flags (LoRA's first) and served name."""
     return [Spec(m.source, (*lora_flags(m), *m.args), image, m.name) for m in (inv.models[mi] for mi in inv.placement)]

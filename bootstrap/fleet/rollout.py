@@ -157,7 +157,7 @@ def _plan(sess: Session, inv: Inventory, target: FP.Spec) -> FP.FleetPlan:
 
 def pool_groups(inv: Inventory, model: str | None) -> list[int]:
     """The replica groups of a pool's model (face.check_rollout has checked the name)."""
-    return [k for k in range(len(inv.replicas)) if (m := inv.model_of(k)) is not None and m.name == model]
+    return FP.pool_model(inv, model)[1]
 
 
 def _others_serving(sess: Session, inv: Inventory, batch: Sequence[int],

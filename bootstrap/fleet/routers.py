@@ -30,6 +30,7 @@ from bootstrap.fleet.names import (
 from bootstrap.model import (
     Host,
     Inventory,
+    ServedModel,
 )
 from bootstrap.remote import argv as RA
 
@@ -50,6 +51,11 @@ def api_key(inv: Inventory) -> str | None:
 ROUTER_ENTRY_PATH = "/opt/bootstrap/router_entry.py"
 
 
+def model_policy(inv: Inventory, m: ServedModel) -> str:
+    """The router policy of a pool's model: its own, else cluster.router.policy."""
+    return m.policy or inv.cluster.router.policy
+
+
 def pool_workers(inv: Inventory, urls: Sequence[str]) -> list[dict]:
     """A pool's workers as vllm-router's POST /workers takes them: each replica's URL under its model's
     served name and under each of its adapters' names (vllm-router keeps one entry per URL and indexes it
@@ -58,7 +64,7 @@ def pool_workers(inv: Inventory, urls: Sequence[str]) -> list[dict]:
     for k, url in enumerate(urls):
         m = inv.model_of(k)
         if m is not None:
-            policy = {"policy": m.policy or inv.cluster.router.policy}
+            policy = {"policy": model_policy(inv, m)}
             out += [{"url": url, "model_id": name, "labels": policy} for name in (m.name, *(a for a, _ in m.adapters))]
     return out
 

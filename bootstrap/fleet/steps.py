@@ -99,14 +99,19 @@ def _router_call(sess: Session, inv: Inventory, verb: str, url: str) -> dict:
 
 def _in_router(sess: Session, inv: Inventory, k: int, add: bool) -> dict:
     """Replica k into (add) or out of every router: _router_call; in a pool (vllm-router's multi-model
-    mode, where /add_worker would name it by its first model only) fleet_probe's `route`, under its
-    model's name and the inventory's adapters, or under none. {"ok": every router did, HOST: ...}."""
-    url = FN.replica_url(inv, k)
+    mode, where /add_worker would name it by its first model only) _route, under its model's name and
+    the inventory's adapters, or under none. {"ok": every router did, HOST: ...}."""
     m = inv.model_of(k)
     if m is None:
-        return _router_call(sess, inv, "add" if add else "remove", url)
-    names = [m.name, *(a for a, _ in m.adapters)] if add else []
-    policy = m.policy or inv.cluster.router.policy
+        return _router_call(sess, inv, "add" if add else "remove", FN.replica_url(inv, k))
+    return _route(sess, inv, k, [m.name, *(a for a, _ in m.adapters)] if add else [])
+
+
+def _route(sess: Session, inv: Inventory, k: int, names: list[str]) -> dict:
+    """Every router of a pool routes replica k under exactly `names` (fleet_probe.py's `route`), with its
+    model's policy. {"ok": every router did, HOST: its answer}."""
+    url = FN.replica_url(inv, k)
+    policy = FP.model_policy(inv, inv.model_of(k))
     hosts = FN.router_hosts(inv)
     res = fan_out(hosts, lambda h: _probe(sess, h, FN.router_name(inv), ["route", FN.router_url(inv, h), url, policy,
                                                                           *names], timeout=120),
