@@ -303,6 +303,16 @@ def route(router, url, policy, names):
     return {"ok": True}
 
 
+def pool_workers(router):
+    """A pool router's workers as {url: model} (GET /workers: vllm-router shows one name per URL)."""
+    code, body = http("GET", router + "/workers")
+    if code != 200:
+        return {"error": f"GET /workers answered {code}"}
+    doc = json.loads(body)
+    items = doc.get("workers", []) if isinstance(doc, dict) else doc
+    return {"workers": {w.get("url", "").rstrip("/"): w.get("model_id") for w in items if isinstance(w, dict)}}
+
+
 def holds(address):
     """Whether this host (the probe runs in its network) holds ADDRESS: only a local address binds."""
     fam = socket.AF_INET6 if ":" in address else socket.AF_INET
@@ -331,6 +341,8 @@ def main(argv):
         doc = adapters(argv[1].rstrip("/"))
     elif cmd in ("lora-load", "lora-unload"):
         doc = lora(argv[1].rstrip("/"), cmd == "lora-load", *argv[2:4])
+    elif cmd == "pool-workers":
+        doc = pool_workers(argv[1].rstrip("/"))
     elif cmd == "route":
         doc = route(argv[1].rstrip("/"), argv[2].rstrip("/"), argv[3], argv[4:])
     else:

@@ -4,7 +4,9 @@ Runs INSIDE the router's container as its command, with nothing but the standard
 
   router_entry.py WORKERS_JSON -- vllm-router --enable-igw --host IP --port PORT ...
 
-WORKERS_JSON: [{"url": ..., "model_id": ..., "labels": {"policy": ...}}, ...], one per replica.
+WORKERS_JSON: [{"url": ..., "model_id": ..., "labels": {"policy": ...}}, ...], one per replica and
+name, or @PATH: a file in the container that holds it (bootstrap rewrites that file when `serve`
+converges the pool, so that a router restarted later adds what the pool serves now).
 
 vllm-router 0.1.17 routes by the request's `model` only in its IGW mode (--enable-igw), and in that
 mode it drops --worker-urls (lib.rs sets worker_urls to an empty list): workers exist only once they
@@ -86,12 +88,19 @@ def add_workers(api, workers, proc):
     return True
 
 
+def read_workers(arg):
+    if arg.startswith("@"):
+        with open(arg[1:], encoding="utf-8") as f:
+            return json.load(f)
+    return json.loads(arg)
+
+
 def main(argv):
     if "--" not in argv or len(argv) < 4:
         print(__doc__, file=sys.stderr)
         return 2
     cut = argv.index("--")
-    workers, command = json.loads(argv[1]), argv[cut + 1:]
+    workers, command = read_workers(argv[1]), argv[cut + 1:]
     host, port = option(command, "--host") or "127.0.0.1", option(command, "--port") or "30000"
     api = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     proc = subprocess.Popen(command)

@@ -26,6 +26,7 @@ from bootstrap.cli.params import (
     inventory_option,
     json_option,
     read_inventory,
+    yes_option,
 )
 from bootstrap.cli.render import LineReporter
 
@@ -68,9 +69,13 @@ from bootstrap.cli.render import LineReporter
               help="Connect to the hosts, read the model's config.json in the head's container (a model the hub "
                    "does not have is refused here too), print the plan (backend, TP/PP and why, each node's command) "
                    "and stop: nothing is started; secrets need not be set. `bootstrap plan` contacts no host.")
+@click.option("--drain", type=SECONDS, default=120.0, show_default=True,
+              help="A pool that serves already: seconds a replica taken out of the routers may take to finish its "
+                   "requests before it is replaced.")
+@yes_option
 @json_option
 def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, sync_model, wait, listen,
-          served_model_name, stop, dry_run, as_json):
+          served_model_name, stop, dry_run, drain, yes, as_json):
     """Serve MODEL (a Hugging Face id or a path inside the containers) across the cluster.
 
     Defaults: the split is read from the model's config.json: TP = GPUs per node and PP = nodes
@@ -95,7 +100,8 @@ def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, s
                          sync_model=sync_model, wait=wait, listen=listen, served_name=served_model_name,
                          parallel=parallel, stop=stop, dry_run=dry_run, reporter=LineReporter(quiet=as_json),
                          on_plan=None if as_json else (lambda plan: render.serve_plans(plan, dry_run)),
-                         on_failed=render.serve_failed)
+                         on_failed=render.serve_failed, drain=drain,
+                         on_changes=render.pool_changes(yes or dry_run, as_json))
         render.serve_outcome(res, as_json)
     _run(go)
 

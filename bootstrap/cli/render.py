@@ -43,6 +43,7 @@ from bootstrap.cli.render_serving import (
     fleet_serve_plan,
     fleet_serve_stopped,
     fleet_served,
+    pool_changes,
     rollout,
     rollout_failed,
     rollout_step,
@@ -76,9 +77,9 @@ __all__ = [
     "doctor", "down", "down_result", "dry_run", "err", "exec_echo", "exec_results", "findings", "fleet_plan",
     "fleet_serve_plan", "fleet_serve_stopped", "fleet_served", "kv_check", "kv_line", "left_out", "log_echo",
     "logs_result", "mask_credentials", "monitor_down", "monitor_status", "monitor_up", "nccl", "out", "plan_result",
-    "plan_rows", "rollout", "rollout_failed", "rollout_step", "sandbox_down", "sandbox_log", "sandbox_up",
-    "serve_failed", "serve_outcome", "serve_plan", "serve_plans", "serve_stopped", "served", "targets", "top",
-    "top_live", "up", "up_replica", "validated",
+    "plan_rows", "pool_changes", "rollout", "rollout_failed", "rollout_step", "sandbox_down", "sandbox_log",
+    "sandbox_up", "serve_failed", "serve_outcome", "serve_plan", "serve_plans", "serve_stopped", "served", "targets",
+    "top", "top_live", "up", "up_replica", "validated",
 ]
 
 

@@ -110,7 +110,9 @@ def fleet_served(inv, res, as_json: bool) -> None:
         out.print(f"note: {_escape(n)}")
     for r in res.kv:
         out.print(_escape(f"kv-check: {r.describe()}"))
-    ready = ", ".join(f"replica {k} {t:.0f}s" for k, t in sorted(res.ready_seconds.items()))
+    ready = "ready: " + ", ".join(f"replica {k} {t:.0f}s" for k, t in sorted(res.ready_seconds.items()))
+    if res.changes is not None:
+        ready = _changed(res.changes)
     plan = res.plan
     shape = (f"{len(plan.replicas)} replicas x {split_label(plan.split.par)}" if plan.uniform else
              "replicas " + ", ".join(f"{r.index}{f' ({r.role})' if r.role else ''} {split_label(plan.split_of(r).par)}"
@@ -119,9 +121,41 @@ def fleet_served(inv, res, as_json: bool) -> None:
     out.print(_escape(f"serving {what} on {res.endpoint} "
                       f"({shape}, router "
                       f"{inv.cluster.router.policy} on {', '.join(r.host for r in res.plan.routers)}"
-                      f"{', floating address' if res.plan.vip else ''}); ready: {ready}; "
+                      f"{', floating address' if res.plan.vip else ''}); {ready}; "
                       f"took {res.seconds:.0f}s"))
     out.print("try: " + _escape(res.curl()))
+
+
+def _changed(changes) -> str:
+    """What a converging serve did, in one phrase: 'replaced replica 2, started replica 3; kept 2'."""
+    done = {}
+    for c in changes:
+        done.setdefault(c.action, []).append(str(c.index) if c.index is not None else c.url)
+    verbs = {"replace": "replaced", "start": "started", "remove": "removed", "route": "put back in the routers"}
+    parts = [f"{verbs[a]} {'replica ' if a != 'remove' else ''}{', '.join(done[a])}" for a in verbs if a in done]
+    kept = len(done.get("keep", []))
+    return f"{', '.join(parts) or 'nothing changed'}; kept {kept} replica{'s' if kept != 1 else ''} as they were"
+
+
+def pool_changes(yes: bool, as_json: bool):
+    """serve's on_changes for a pool that serves already: each replica's change, then [y/N] before a
+    replica is replaced or a worker removed (or every replica restarts); --yes or no terminal: as confirm."""
+    from bootstrap.cli.params import confirm
+
+    def show(changes, why) -> None:
+        if changes is None:
+            if not as_json:
+                out.print(_escape(f"the pool serves already; every replica restarts: {why}"))
+            confirm(f"serve restarts every replica of the pool ({why})", yes)
+            return
+        if not as_json:
+            for c in changes:
+                out.print(_escape(f"change: {c.describe()}"))
+        stops = [c for c in changes if c.action in ("replace", "remove")]
+        if stops:
+            confirm(f"serve replaces or removes {len(stops)} replica{'s' if len(stops) != 1 else ''} of the pool "
+                    f"({', '.join(sorted({c.model for c in stops}))}); the others keep serving", yes)
+    return show
 
 
 # -- rollout -------------------------------------------------------------------------------------

@@ -150,7 +150,8 @@ def fleet_served_doc(res) -> dict:
     """serve's result with replicas."""
     return {"endpoint": res.endpoint, "served": res.served, **res.plan.to_dict(),
             "ready_seconds": {str(k): v for k, v in res.ready_seconds.items()},
-            "seconds": round(res.seconds, 1), "kv_check": [r.to_dict() for r in res.kv]}
+            "seconds": round(res.seconds, 1), "kv_check": [r.to_dict() for r in res.kv],
+            **({"changes": [c.to_dict() for c in res.changes]} if res.changes is not None else {})}
 
 
 def rollout_doc(res) -> dict:

@@ -9,13 +9,18 @@ from bootstrap.remote.fanout import DEFAULT_PARALLEL
 
 
 def serve(inv, model, *, stop: bool = False, dry_run: bool = False, parallel: int = DEFAULT_PARALLEL,
-          reporter=None, on_plan=None, on_failed=None, **opts) -> R.ServeOutcome:
+          reporter=None, on_plan=None, on_failed=None, on_changes=None, drain: float = 120.0,
+          **opts) -> R.ServeOutcome:
     """`serve` MODEL (stop: stop serving), on the cluster or, with replicas, on every replica and the
     router in front. on_plan(plan) before anything starts (a ServePlan or, with replicas, a FleetPlan);
     on_failed(exc, with_findings) when vLLM does not come up, before the error is raised. A split or
-    an option the inventory refuses raises OptionError."""
+    an option the inventory refuses raises OptionError. A pool of models that serves already is
+    converged (fleet/converge.py): on_changes(changes, why) first, drain: seconds a replica taken out
+    may take to finish its requests."""
     inv = inventory(inv, require_secrets=not dry_run)
     if fleet(inv):
+        if inv.models and not stop:
+            opts.update(on_changes=on_changes, drain=drain)
         return _serve_fleet(inv, model, stop=stop, dry_run=dry_run, parallel=parallel, reporter=reporter,
                             on_plan=on_plan, on_failed=on_failed, **opts)
     from bootstrap.serve import run as V

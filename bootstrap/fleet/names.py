@@ -17,6 +17,9 @@ LABEL_KEEP = "bootstrap.keep"
 LABEL_REPLICA = "bootstrap.replica"
 #: JSON of what the replica serves (model, flags, image): what a rollout changes and compares.
 LABEL_SERVE = "bootstrap.serve"
+#: a digest of one member's launch (its replica's hosts, its rank, its `vllm serve` argv, the spec):
+#: what `serve` of a pool compares to leave a replica that would start the same untouched.
+LABEL_LAUNCH = "bootstrap.launch"
 #: torch.distributed's rendezvous inside a replica, and the members' own (checks/member.py).
 MASTER_PORT = NATIVE_MASTER_PORT
 COORD_PORT = NATIVE_COORD_PORT

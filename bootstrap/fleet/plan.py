@@ -12,6 +12,7 @@ This module decides names, argv and order; fleet.py runs them.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
@@ -22,6 +23,7 @@ from bootstrap.errors import FleetError
 from bootstrap.fleet.names import (
     COORD_PORT,
     LABEL_KEEP,
+    LABEL_LAUNCH,
     LABEL_REPLICA,
     LABEL_SERVE,
     MASTER_PORT,
@@ -287,6 +289,8 @@ class MemberLaunch:
     #: the standby's `docker create` argv (the same container under standby_name; cluster.standby),
     #: else empty
     standby: tuple[str, ...] = ()
+    #: launch_label: what its container's LABEL_LAUNCH holds
+    launch: str = ""
 
 
 @dataclass(frozen=True)
@@ -366,6 +370,13 @@ def check_backend(inv: Inventory, backend: str | None) -> None:
                          "native multi-node mode (use --backend native, or leave it out)")
 
 
+def launch_label(inv: Inventory, replica: int, rank: int, vllm: Sequence[str], spec: Spec) -> str:
+    """A digest of what one member starts: the same for a member that would start the same (its
+    replica's hosts in order, its rank, its vLLM argv, the spec and its image)."""
+    doc = [[h.name for h in inv.replicas[replica]], rank, list(vllm), spec.to_label(), spec.image or inv.cluster.image]
+    return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:16]
+
+
 def member_create_argv(inv: Inventory, host: Host, nofile: int | None, *, replica: int, rank: int,
                        nodes: int, vllm: Sequence[str], spec: Spec,
                        name: str | None = None, derived: Mapping[str, str] | None = None,
@@ -386,7 +397,8 @@ def member_create_argv(inv: Inventory, host: Host, nofile: int | None, *, replic
                  *RA.env([(LORA_RUNTIME_ENV, "True")] if "--enable-lora" in spec.extra and inv.models else []),
                  *SS.mounts(c.name, names, SS.SERVE),
                  *RA.labels(((PL.LABEL_CLUSTER, c.name), (PL.LABEL_HOST, host.name), (LABEL_KEEP, c.name),
-                             (LABEL_REPLICA, str(replica)), (LABEL_SERVE, spec.to_label())))),
+                             (LABEL_REPLICA, str(replica)), (LABEL_SERVE, spec.to_label()),
+                             (LABEL_LAUNCH, launch_label(inv, replica, rank, vllm, spec))))),
         entrypoint=entrypoint, command=tuple(command)))
 
 
@@ -433,7 +445,8 @@ def plan_fleet(inv: Inventory, spec: Spec | Sequence[Spec],
                 name=name, derived=(derived or {}).get(h.name),
                 ucx={**((ucx or {}).get(h.name) or {}), **({CPU_BIND_ENV: "nobind"} if h.name in unbound else {})})
                 for name in (None, *((standby_name(inv),) if c.standby else ()))]
-            members.append(MemberLaunch(h.name, k, rank, argvs[0], vllms[rank], argvs[1] if c.standby else ()))
+            members.append(MemberLaunch(h.name, k, rank, argvs[0], vllms[rank], argvs[1] if c.standby else (),
+                                        launch_label(inv, k, rank, vllms[rank], rspec)))
         replicas.append(ReplicaPlan(k, tuple(h.name for h in group), replica_url(inv, k), tuple(members), role(inv, k),
                                     sp, rspec if rspec != spec else None))
     urls = [r.url for r in replicas]

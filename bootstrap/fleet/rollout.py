@@ -202,6 +202,13 @@ def _with_image(inv: Inventory, image: str) -> Inventory:
     return replace(inv, cluster=replace(inv.cluster, image=image))
 
 
+def replace_one(sess: Session, inv: Inventory, rp: FP.ReplicaPlan, drain: float, wait: float,
+                step: Callable[[int, str], None]) -> None:
+    """Replace one replica as a rollout does (`serve` converging a pool): ReplicaFailed, rolled back,
+    when the new one does not serve."""
+    _replace(sess, inv, rp, drain, wait, step, {})
+
+
 def _replace(sess: Session, inv: Inventory, rp: FP.ReplicaPlan, drain: float, wait: float,
              step: Callable[[int, str], None], steps: dict) -> None:
     k = rp.index

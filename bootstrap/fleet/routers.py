@@ -49,6 +49,9 @@ def api_key(inv: Inventory) -> str | None:
 
 #: Where a pool's router container finds its entry (checks/router_entry.py, copied in at create).
 ROUTER_ENTRY_PATH = "/opt/bootstrap/router_entry.py"
+#: a pool router's workers (pool_workers as JSON), read by its entry on every start; `serve`
+#: rewrites it when it converges the pool
+WORKERS_PATH = "/opt/bootstrap/workers.json"
 
 
 def model_policy(inv: Inventory, m: ServedModel) -> str:
@@ -69,6 +72,11 @@ def pool_workers(inv: Inventory, urls: Sequence[str]) -> list[dict]:
     return out
 
 
+def workers_file(inv: Inventory, urls: Sequence[str]) -> bytes:
+    """The content of a pool router's WORKERS_PATH."""
+    return json.dumps(pool_workers(inv, urls), indent=1).encode()
+
+
 def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = None,
                     host: Host | None = None) -> tuple[str, ...]:
     """vllm-router, detached with a restart policy, bound to the router host's data-plane IP.
@@ -80,14 +88,14 @@ def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = Non
 
     A pool of models (inv.models): vllm-router's multi-model mode (--enable-igw), which routes by the
     request's `model`; its workers are given by checks/router_entry.py, the container's command (that
-    mode drops --worker-urls), so the argv is a `docker create` and the entry is copied in."""
+    mode drops --worker-urls), so the argv is a `docker create` and the entry and its workers file
+    (workers_file) are copied in."""
     r = inv.cluster.router
     h = host or router_host(inv)
     names = SS.router_names(inv)
     pool = bool(inv.models)
     entrypoint, prefix = SS.entry_argv(names, "vllm-router", ()) if not pool else SS.entry_argv(
-        names, "python3", (ROUTER_ENTRY_PATH, json.dumps(pool_workers(inv, urls), separators=(",", ":")), "--",
-                           "vllm-router"))
+        names, "python3", (ROUTER_ENTRY_PATH, "@" + WORKERS_PATH, "--", "vllm-router"))
     c = inv.cluster
     return RA.docker_argv(RA.RunSpec(
         image or c.image, router_name(inv), detach=not pool, create=pool,
@@ -220,6 +228,8 @@ class RouterLaunch:
     #: keepalived's `docker create` and configuration (a floating address), else empty
     vip_create: tuple[str, ...] = ()
     vip_config: str = ""
+    #: a pool router's workers file (WORKERS_PATH), copied in before it starts; else empty
+    workers: bytes = b""
 
 
 def keeper_create_argv(inv: Inventory) -> tuple[str, ...]:
@@ -265,8 +275,9 @@ def plan_routers(inv: Inventory, urls: Sequence[str], image: str | None = None,
     out = []
     for h in router_hosts(inv):
         run = router_run_argv(inv, urls, image, h)
+        workers = workers_file(inv, urls) if inv.models else b""
         if vip is None:
-            out.append(RouterLaunch(h.name, run))
+            out.append(RouterLaunch(h.name, run, workers=workers))
             continue
         iface = (ifaces or {}).get(h.name)
         if not iface:
@@ -276,5 +287,5 @@ def plan_routers(inv: Inventory, urls: Sequence[str], image: str | None = None,
         why = vip_network_problem(inv, h, network) if network else None
         if why:
             raise FleetError(why)
-        out.append(RouterLaunch(h.name, run, vip_create_argv(inv, h), vip_config(inv, h, iface)))
+        out.append(RouterLaunch(h.name, run, vip_create_argv(inv, h), vip_config(inv, h, iface), workers))
     return tuple(out)

@@ -16,6 +16,7 @@ from bootstrap.errors import (
     FleetError,
     ServeFailed,
 )
+from bootstrap.fleet import converge as CV
 from bootstrap.fleet import kvcheck as KV
 from bootstrap.fleet import names as FN
 from bootstrap.fleet import plan as FP
@@ -57,6 +58,8 @@ class FleetResult:
     notes: list[str] = field(default_factory=list)
     #: the KV transfer check of a disaggregated fleet, one per prefill x decode pair (kvcheck.py)
     kv: list[KV.PairResult] = field(default_factory=list)
+    #: a pool that served already: what `serve` changed and kept (fleet/converge.py); None: all started
+    changes: list[CV.Change] | None = None
 
     def curl(self) -> str:
         body = json.dumps({"model": self.served[0] if self.served else self.plan.spec.model,
@@ -108,11 +111,14 @@ def check_kv(inv: Inventory, *, port: int | None = None, parallel: int = DEFAULT
 def serve_fleet(inv: Inventory, model: str | None, *, tp: int | None = None, pp: int | None = None,
                 dp: int | None = None, backend: str | None = None, extra: Sequence[str] = (), wait: float = 900.0,
                 served_name: str | None = None, parallel: int = DEFAULT_PARALLEL, dry_run: bool = False,
-                on_plan: Callable[[FP.FleetPlan], None] | None = None,
+                on_plan: Callable[[FP.FleetPlan], None] | None = None, drain: float = 120.0,
+                on_changes: Callable[[list[CV.Change] | None, str | None], None] | None = None,
                 reporter: Reporter | None = None) -> FleetResult | FP.FleetPlan:
     """Serve the model on every replica at once, gate each on a real completion, put the router in
     front and check a completion through it. A pool (inv.models; model None): each replica group
-    serves its model, and the routers route by the request's model (each model checked through them)."""
+    serves its model, and the routers route by the request's model (each model checked through them).
+    A pool that serves already converges (fleet/converge.py): on_changes(changes, None) before anything
+    changes (the caller may refuse by raising), or on_changes(None, why) when every replica restarts."""
     FP.check_backend(inv, backend)
     FP.check_pd_flags(inv, extra)  # before any host is contacted (the image's table checks it again)
     t0 = time.monotonic()
@@ -132,6 +138,11 @@ def serve_fleet(inv: Inventory, model: str | None, *, tp: int | None = None, pp:
         plan = FP.plan_fleet(inv, specs, splits, notes=notes, **facts)
         if on_plan is not None:
             on_plan(plan)
+        if inv.models:
+            done = _converge(sess, inv, plan, dry_run=dry_run, wait=wait, drain=drain, on_changes=on_changes)
+            if done is not None:
+                return done if not isinstance(done, list) else FleetResult(
+                    plan.endpoint, [m.name for m in inv.models], plan, {}, time.monotonic() - t0, notes, [], done)
         if dry_run:
             return plan
         ready = _launch(sess, inv, plan, facts, notes, wait)
@@ -140,6 +151,28 @@ def serve_fleet(inv: Inventory, model: str | None, *, tp: int | None = None, pp:
         return FleetResult(plan.endpoint, through.get("models", []), plan,
                            {k: float(r.get("t", 0)) for k, r in ready.items()}, time.monotonic() - t0, notes,
                            facts.get("kv", []))
+
+
+def _converge(sess: Session, inv: Inventory, plan: FP.FleetPlan, *, dry_run: bool, wait: float, drain: float,
+              on_changes: Callable | None) -> FP.FleetPlan | list[CV.Change] | None:
+    """A pool that serves already: its changes run (fleet/converge.py) and returned (the plan with
+    dry_run); None: nothing serves, or the routers cannot change in place, and serve starts over."""
+    running, routers, routed = CV.read(sess, inv)
+    if not any(r is not None and r.running for r in running.values()):
+        return None
+    why = CV.router_ready(inv, plan, routers)
+    if why is not None:
+        if on_changes is not None:
+            on_changes(None, why)
+        return None
+    todo = CV.changes(inv, plan, running, routed)
+    if on_changes is not None:
+        on_changes(todo, None)
+    if dry_run:
+        return plan
+    CV.converge(sess, inv, plan, [c for c in todo if c.action != CV.KEEP], wait=wait, drain=drain,
+                step=lambda c, what: sess.reporter.event(", ".join(c.hosts) or c.url, c.action, "", what))
+    return todo
 
 
 def _launch(sess: Session, inv: Inventory, plan: FP.FleetPlan, facts: dict, notes: list[str], wait: float) -> dict:
@@ -178,9 +211,9 @@ def _routers(sess: Session, inv: Inventory, plan: FP.FleetPlan) -> dict:
     each (every model of a pool); the last probe's answer."""
     launches = {r.host: r for r in plan.routers}
     rhosts = list(FN.router_hosts(inv))
-    if inv.models:  # created, its entry copied in, started (checks/router_entry.py adds the workers)
-        sess.stage("router", rhosts, lambda h: _create_with(sess, h, launches[h.name].run, FN.router_name(inv),
-                                                            {FRT.ROUTER_ENTRY_PATH: check_script("router_entry.py")}))
+    if inv.models:  # created, its entry and workers copied in, started (checks/router_entry.py adds them)
+        sess.stage("router", rhosts, lambda h: _create_with(sess, h, launches[h.name].run, FN.router_name(inv), {
+            FRT.ROUTER_ENTRY_PATH: check_script("router_entry.py"), FRT.WORKERS_PATH: launches[h.name].workers}))
     else:
         sess.stage("router", rhosts, lambda h: sess.ssh[h.name].run(launches[h.name].run, timeout=120))
     throughs = fan_out(rhosts, lambda h: _probe(sess, h, FN.router_name(inv),

@@ -110,8 +110,11 @@ def _in_router(sess: Session, inv: Inventory, k: int, add: bool) -> dict:
 def _route(sess: Session, inv: Inventory, k: int, names: list[str]) -> dict:
     """Every router of a pool routes replica k under exactly `names` (fleet_probe.py's `route`), with its
     model's policy. {"ok": every router did, HOST: its answer}."""
-    url = FN.replica_url(inv, k)
-    policy = FP.model_policy(inv, inv.model_of(k))
+    return _route_url(sess, inv, FN.replica_url(inv, k), FP.model_policy(inv, inv.model_of(k)), names)
+
+
+def _route_url(sess: Session, inv: Inventory, url: str, policy: str, names: list[str]) -> dict:
+    """Every router of a pool routes URL under exactly `names` (none: out of every router)."""
     hosts = FN.router_hosts(inv)
     res = fan_out(hosts, lambda h: _probe(sess, h, FN.router_name(inv), ["route", FN.router_url(inv, h), url, policy,
                                                                           *names], timeout=120),

@@ -158,8 +158,8 @@ def test_the_router_runs_vllm_routers_multi_model_mode_and_its_entry_adds_every_
     argv = plan.routers[0].run
     assert argv[:2] == ("docker", "create") and "--worker-urls" not in argv
     cmd = argv[argv.index("--entrypoint") + 1:]
-    assert cmd[0] == "python3" and cmd[2] == FRT.ROUTER_ENTRY_PATH
-    workers = json.loads(cmd[3])
+    assert cmd[0] == "python3" and cmd[2] == FRT.ROUTER_ENTRY_PATH and cmd[3] == "@" + FRT.WORKERS_PATH
+    workers = json.loads(plan.routers[0].workers)
     assert workers == [
         {"url": "http://192.0.2.1:8000", "model_id": "chat", "labels": {"policy": "power_of_two"}},
         {"url": "http://192.0.2.2:8000", "model_id": "chat", "labels": {"policy": "power_of_two"}},
@@ -167,7 +167,7 @@ def test_the_router_runs_vllm_routers_multi_model_mode_and_its_entry_adds_every_
     rest = cmd[4:]
     assert rest[:2] == ("--", "vllm-router") and "--enable-igw" in rest
     inv, plan = pool_plan(tmp_path, cluster="router: {policy: round_robin}")
-    workers = json.loads(plan.routers[0].run[plan.routers[0].run.index("--entrypoint") + 4])
+    workers = json.loads(plan.routers[0].workers)
     assert [w["labels"]["policy"] for w in workers] == ["round_robin", "round_robin", "power_of_two"]
 
 
@@ -190,6 +190,14 @@ def test_router_entry_adds_each_worker_once_and_reads_its_options():
     workers = [{"url": "http://a:8000", "model_id": "chat"}, {"url": "http://b:8000", "model_id": "coder"}]
     assert entry.add_workers("http://r:1", workers, Proc()) is True
     assert calls == [("GET", "http://r:1/workers", None), ("POST", "http://r:1/workers", workers[1])]
+
+
+def test_router_entry_reads_its_workers_inline_or_from_the_file_serve_rewrites(tmp_path):
+    entry = load_check("router_entry")
+    workers = [{"url": "http://a:8000", "model_id": "chat", "labels": {"policy": "round_robin"}}]
+    f = tmp_path / "workers.json"
+    f.write_text(json.dumps(workers))
+    assert entry.read_workers("@" + str(f)) == workers == entry.read_workers(json.dumps(workers))
 
 
 def test_plan_and_serve_say_what_a_pool_serves_and_refuse_what_it_does_not_take(tmp_path):

@@ -1,0 +1,212 @@
+"""`serve -i INV` of a pool that already serves: make it serve what models: says, touching only what changed.
+
+What each host's serve container runs is compared with the plan by its launch digest (fleet/plan.py's
+launch_label: the replica's hosts, the member's rank and `vllm serve` argv, the spec): a replica whose
+members would start the same is kept as it is; one that runs something else (another model, other
+flags or adapters, another split, another image) is replaced as a rollout replaces one (out of the
+routers, drained, stopped, started, gated, back); one with nothing running is started; a worker the
+routers hold that no replica of the plan has (a model removed, a host gone) is taken out of every
+router and drained. Requests to a model that is not changed are never sent anywhere else.
+
+`changes` is pure; `converge` runs them over SSH (the caller has the plan and asks the user first).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from bootstrap.cluster.guard import run as GD
+from bootstrap.errors import ServeFailed
+from bootstrap.fleet import names as FN
+from bootstrap.fleet import plan as FP
+from bootstrap.fleet import routers as FRT
+from bootstrap.fleet.steps import (
+    _ensure_keeper,
+    _gate,
+    _in_router,
+    _inspect,
+    _probe,
+    _replica_failure,
+    _route_url,
+    _start_replica,
+    _start_standbys,
+)
+from bootstrap.model import Inventory
+from bootstrap.remote import docker as DK
+from bootstrap.remote.fanout import fan_out
+from bootstrap.remote.session import Session
+
+KEEP, START, REPLACE, REMOVE, ROUTE = "keep", "start", "replace", "remove", "route"
+
+
+@dataclass(frozen=True)
+class Running:
+    """One host's serve container as Docker records it (its labels), running or not."""
+
+    launch: str
+    spec: FP.Spec | None
+    running: bool
+    replica: str = ""
+
+
+@dataclass(frozen=True)
+class Change:
+    action: str
+    #: the model (a removed worker: the names the routers held it under, or its URL's old model)
+    model: str
+    #: the replica's index in the plan; None: a worker no replica of the plan has
+    index: int | None
+    hosts: tuple[str, ...]
+    url: str
+    why: str
+
+    def describe(self) -> str:
+        where = f"replica {self.index} " if self.index is not None else ""
+        on = f" on {', '.join(self.hosts)}" if self.hosts else ""
+        return f"{self.action:<8} {self.model}: {where}({self.url}){on}: {self.why}"
+
+    def to_dict(self) -> dict:
+        return {"action": self.action, "model": self.model, "replica": self.index, "hosts": list(self.hosts),
+                "url": self.url, "why": self.why}
+
+
+def _why_replace(rp: FP.ReplicaPlan, spec: FP.Spec, have: Sequence[Running | None]) -> str:
+    """What differs between what runs on a replica's hosts and what the plan starts there."""
+    olds = {r.spec for r in have if r is not None}
+    old = next(iter(olds)) if len(olds) == 1 else None
+    if old is None:
+        return "its hosts run parts of other replicas"
+    if old.served_name != spec.served_name:
+        return f"its hosts serve {old.served_name or old.model} now"
+    if old.model != spec.model:
+        return f"source {old.model} -> {spec.model}"
+    if old.image != spec.image:
+        return f"image {old.image} -> {spec.image}"
+    if old.extra != spec.extra:
+        return f"vLLM flags {' '.join(old.extra) or '(none)'} -> {' '.join(spec.extra) or '(none)'}"
+    if any(r is None for r in have):
+        return f"its hosts change ({len([r for r in have if r is not None])} of {len(have)} run it now)"
+    return "its hosts or its split change"
+
+
+def changes(inv: Inventory, plan: FP.FleetPlan, running: Mapping[str, Running | None],
+            routed: Mapping[str, str]) -> list[Change]:
+    """What `serve` does to make the pool serve the plan. running: each host's serve container (None:
+    none); routed: each URL the routers hold -> the model they hold it under (as far as they say)."""
+    out: list[Change] = []
+    for rp in plan.replicas:
+        spec = plan.spec_of(rp)
+        name = spec.served_name or spec.model
+        have = [running.get(m.host) for m in rp.members]
+        same = all(r is not None and r.running and r.launch == m.launch for r, m in zip(have, rp.members))
+        if same:
+            out.append(Change(ROUTE, name, rp.index, rp.hosts, rp.url, "serving, not in the routers")
+                       if rp.url not in routed else Change(KEEP, name, rp.index, rp.hosts, rp.url, "unchanged"))
+        elif not any(r is not None and r.running for r in have):
+            out.append(Change(START, name, rp.index, rp.hosts, rp.url, "nothing runs on its hosts"
+                              if all(r is None for r in have) else "its containers are stopped"))
+        else:
+            out.append(Change(REPLACE, name, rp.index, rp.hosts, rp.url, _why_replace(rp, spec, have)))
+    planned = {rp.url for rp in plan.replicas}
+    for url, model in sorted(routed.items()):
+        if url not in planned:
+            out.append(Change(REMOVE, model, None, (), url, "no replica of models: is there now"))
+    return out
+
+
+def router_ready(inv: Inventory, plan: FP.FleetPlan, states: Mapping[str, object]) -> str | None:
+    """None when every router runs a pool's entry with the planned options (converge can change its
+    workers in place); else why it cannot, and `serve` starts the pool over."""
+    launches = {r.host: r for r in plan.routers}
+    for h in FN.router_hosts(inv):
+        st = states.get(h.name)
+        if st is None or not getattr(st, "running", False):
+            return f"the router on {h.name} is not running"
+        args = tuple(getattr(st, "args", ()))
+        if "@" + FRT.WORKERS_PATH not in args:
+            return f"the router on {h.name} was not started by this version's pool entry"
+        if tuple(launches[h.name].run[-len(args):]) != args:
+            return f"the router's options on {h.name} changed"
+    return None
+
+
+def read(sess: Session, inv: Inventory) -> tuple[dict[str, Running | None], dict[str, object], dict[str, str]]:
+    """Each host's serve container, each router host's router container, and the URLs the first router
+    that answers holds (url -> model)."""
+    sname = FN.serve_name(inv)
+
+    def one(h) -> Running | None:
+        st = _inspect(sess, h, sname)
+        if st is None:
+            return None
+        return Running(st.labels.get(FN.LABEL_LAUNCH, ""), FP.Spec.from_label(st.labels.get(FN.LABEL_SERVE)),
+                       st.running, st.labels.get(FN.LABEL_REPLICA, ""))
+    running = sess.stage("inspect-serve", inv.hosts, one).succeeded
+    rhosts = list(FN.router_hosts(inv))
+    routers = sess.stage("inspect-router", rhosts, lambda h: _inspect(sess, h, FN.router_name(inv))).succeeded
+    routed: dict[str, str] = {}
+    for h in rhosts:
+        if routers.get(h.name) is None or not routers[h.name].running:
+            continue
+        doc = _probe(sess, h, FN.router_name(inv), ["pool-workers", FN.router_url(inv, h)], timeout=60)
+        if "workers" in doc:
+            routed = {u.rstrip("/"): m for u, m in doc["workers"].items()}
+            break
+    return running, routers, routed
+
+
+def converge(sess: Session, inv: Inventory, plan: FP.FleetPlan, todo: Sequence[Change], *, wait: float,
+             drain: float, step: Callable[[Change, str], None]) -> dict:
+    """Run the changes: the removed workers out of the routers and drained, the changed replicas
+    replaced one at a time, the new ones started together and gated, each into the routers; then the
+    routers' workers file rewritten (a router that restarts adds what the pool serves now) and a
+    completion of every model through each router. Returns the last router's answer."""
+    from bootstrap.fleet import rollout as FRO
+
+    by_index = {rp.index: rp for rp in plan.replicas}
+    for c in todo:
+        if c.action == REMOVE:
+            step(c, "out of the routers")
+            out = _route_url(sess, inv, c.url, inv.cluster.router.policy, [])
+            if not out.get("ok"):
+                raise ServeFailed(f"the routers did not let go of {c.url} ({c.model}): {out}", "")
+            h = FN.router_hosts(inv)[0]
+            d = _probe(sess, h, FN.router_name(inv), ["drain", c.url, str(drain)], timeout=drain + 60)
+            step(c, f"drained ({d.get('why', '?')}); its containers are on a host this inventory does not hold: "
+                    "`bootstrap down` with an inventory that holds it stops them")
+    GD.put_secrets(sess, inv.hosts, prune=False)
+    for c in (c for c in todo if c.action == REPLACE):
+        step(c, "replacing")
+        FRO.replace_one(sess, inv, by_index[c.index], drain, wait, lambda k, what, c=c: step(c, what))
+    starts = [by_index[c.index] for c in todo if c.action == START]
+    if starts:
+        _ensure_keeper(sess, inv)
+    for rp in starts:
+        _start_replica(sess, inv, rp, stage=f"start-r{rp.index}")
+    ready = fan_out(starts, lambda rp: _gate(sess, inv, rp.index, wait), key=lambda rp: rp.index,
+                    parallel=max(1, len(starts)))
+    bad = {**ready.failed, **{k: r for k, r in ready.succeeded.items() if not r.get("ready")}}
+    if bad:
+        k = min(bad)
+        r = bad[k]
+        cause, tail = _replica_failure(sess, inv, k, r if isinstance(r, dict) else {"error": str(r)})
+        m = inv.model_of(k)
+        raise ServeFailed(f"replica {k} ({m.name if m else '?'} on {', '.join(by_index[k].hosts)}) did not "
+                          f"serve: {cause}; the other replicas serve as before", tail)
+    for c in todo:
+        if c.action in (START, ROUTE):
+            back = _in_router(sess, inv, c.index, True)
+            if not back.get("ok"):
+                raise ServeFailed(f"the routers did not take replica {c.index} ({c.model}) in: {back}", "")
+            step(c, "in the routers")
+    _start_standbys(sess, inv, starts)
+    data = FRT.workers_file(inv, [rp.url for rp in plan.replicas])
+    rhosts = list(FN.router_hosts(inv))
+    sess.stage("router-workers", rhosts, lambda h: DK.copy_file_in(sess.ssh[h.name], FN.router_name(inv),
+                                                                   FRT.WORKERS_PATH, data))
+    through: dict = {}
+    for h in rhosts:
+        through = _probe(sess, h, FN.router_name(inv), ["ready", FN.router_url(inv, h), "120"], timeout=240)
+        if not through.get("ready"):
+            raise ServeFailed(f"the router on {h.name} did not answer a completion: {through.get('error')}", "")
+    return through

@@ -1,0 +1,112 @@
+"""`serve` of a pool that serves already (fleet/converge.py): what it keeps, replaces, starts and removes,
+judged from what each host runs (its launch digest) and the workers the routers hold; pure."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from bootstrap.fleet import converge as CV
+from bootstrap.fleet import plan as FP
+from bootstrap.fleet import routers as FRT
+from tests.fleet.test_fleet_pure import CPU_SPLIT
+from tests.fleet.test_pool import MODELS, pool_yaml
+from tests.support.fleet_inventories import load
+
+
+def planned(tmp_path, models: str = MODELS, n: int = 4):
+    inv = load(tmp_path, pool_yaml(n, models))
+    plan = FP.plan_fleet(inv, FP.pool_specs(inv, inv.cluster.image), [CPU_SPLIT for _ in inv.replicas], nofile={})
+    return inv, plan
+
+
+def running_of(plan) -> dict:
+    """What each host runs once `plan` served: its members' launch digests and specs."""
+    return {m.host: CV.Running(m.launch, plan.spec_of(rp), True) for rp in plan.replicas for m in rp.members}
+
+
+def routed_of(plan) -> dict:
+    return {rp.url: plan.spec_of(rp).served_name for rp in plan.replicas}
+
+
+def actions(todo):
+    return [(c.action, c.model, c.index, c.hosts) for c in todo]
+
+
+def test_a_pool_that_serves_what_it_declares_is_kept_whole(tmp_path):
+    inv, plan = planned(tmp_path)
+    todo = CV.changes(inv, plan, running_of(plan), routed_of(plan))
+    assert actions(todo) == [("keep", "chat", 0, ("h0",)), ("keep", "chat", 1, ("h1",)),
+                             ("keep", "coder", 2, ("h2", "h3"))]
+    # one that serves but is out of the routers (a router restarted by hand) is put back, not restarted
+    routed = routed_of(plan)
+    del routed[plan.replicas[1].url]
+    assert [c.action for c in CV.changes(inv, plan, running_of(plan), routed)] == ["keep", "route", "keep"]
+
+
+def test_a_models_changed_flags_replace_only_its_replicas_and_say_what_changed(tmp_path):
+    inv, plan = planned(tmp_path)
+    now = running_of(plan)
+    inv2, plan2 = planned(tmp_path, MODELS.replace("policy: power_of_two", "args: [--max-num-seqs, '8']"))
+    todo = CV.changes(inv2, plan2, now, routed_of(plan))
+    assert [c.action for c in todo] == ["keep", "keep", "replace"]
+    assert todo[2].why == "vLLM flags (none) -> --max-num-seqs 8", todo[2].why
+    # the chat model's source changed: both its replicas, the coder kept
+    inv3, plan3 = planned(tmp_path, MODELS.replace("org/chat-model", "org/chat-model-v2"))
+    todo = CV.changes(inv3, plan3, now, routed_of(plan))
+    assert [c.action for c in todo] == ["replace", "replace", "keep"]
+    assert todo[0].why == "source org/chat-model -> org/chat-model-v2"
+
+
+def test_a_new_model_on_new_hosts_is_started_and_the_others_are_kept(tmp_path):
+    inv, plan = planned(tmp_path)
+    more = MODELS + "  - name: embed\n    source: org/embed\n"
+    inv2, plan2 = planned(tmp_path, more, n=5)
+    todo = CV.changes(inv2, plan2, running_of(plan), routed_of(plan))
+    assert actions(todo) == [("keep", "chat", 0, ("h0",)), ("keep", "chat", 1, ("h1",)),
+                             ("keep", "coder", 2, ("h2", "h3")), ("start", "embed", 3, ("h4",))]
+    assert todo[3].why == "nothing runs on its hosts"
+
+
+def test_a_reshaped_model_replaces_its_replicas_and_a_removed_ones_workers_leave_the_routers(tmp_path):
+    inv, plan = planned(tmp_path)
+    # the coder from one two-node replica to two one-node replicas: both change, the chat is kept
+    two = MODELS.replace("    nodes: 2\n", "    replicas: 2\n")
+    inv2, plan2 = planned(tmp_path, two)
+    todo = CV.changes(inv2, plan2, running_of(plan), routed_of(plan))
+    assert actions(todo) == [("keep", "chat", 0, ("h0",)), ("keep", "chat", 1, ("h1",)),
+                             ("replace", "coder", 2, ("h2",)), ("replace", "coder", 3, ("h3",))]
+    assert todo[2].why == "its hosts or its split change"
+    # the coder removed with its hosts: its worker leaves the routers; the chat's replicas are kept
+    chat_only = MODELS.split("  - name: coder")[0]
+    inv3, plan3 = planned(tmp_path, chat_only, n=2)
+    todo = CV.changes(inv3, plan3, running_of(plan), routed_of(plan))
+    assert actions(todo) == [("keep", "chat", 0, ("h0",)), ("keep", "chat", 1, ("h1",)),
+                             ("remove", "coder", None, ())]
+    assert todo[2].url == plan.replicas[2].url and todo[2].describe().startswith("remove   coder: (http://")
+
+
+def test_a_stopped_replica_is_started_again_and_a_host_moved_to_another_model_is_replaced(tmp_path):
+    inv, plan = planned(tmp_path)
+    now = running_of(plan)
+    now["h0"] = CV.Running(now["h0"].launch, now["h0"].spec, False)
+    assert [c.action for c in CV.changes(inv, plan, now, routed_of(plan))] == ["start", "keep", "keep"]
+    # chat takes a third replica from the coder's member host; the coder shrinks to one node
+    moved = MODELS.replace("replicas: 2", "replicas: 3").replace("    nodes: 2\n", "")
+    inv2, plan2 = planned(tmp_path, moved)
+    todo = CV.changes(inv2, plan2, running_of(plan), routed_of(plan))
+    assert actions(todo) == [("keep", "chat", 0, ("h0",)), ("keep", "chat", 1, ("h1",)),
+                             ("replace", "chat", 2, ("h2",)), ("replace", "coder", 3, ("h3",))]
+    assert todo[2].why == "its hosts serve coder now"
+
+
+def test_routers_are_changed_in_place_only_when_they_run_the_pool_entry_with_the_planned_options(tmp_path):
+    inv, plan = planned(tmp_path)
+    run = plan.routers[0].run
+    args = run[run.index(inv.cluster.image) + 1:]  # Docker's Args: the command after the image
+    ok = SimpleNamespace(running=True, args=args)
+    assert "@" + FRT.WORKERS_PATH in args
+    assert CV.router_ready(inv, plan, {"h0": ok}) is None
+    assert CV.router_ready(inv, plan, {}) == "the router on h0 is not running"
+    inline = SimpleNamespace(running=True, args=tuple(a if not a.startswith("@") else "[]" for a in args))
+    assert CV.router_ready(inv, plan, {"h0": inline}) == "the router on h0 was not started by this version's pool entry"
+    other = SimpleNamespace(running=True, args=tuple(a if a != "power_of_two" else "round_robin" for a in args))
+    assert CV.router_ready(inv, plan, {"h0": other}) == "the router's options on h0 changed"
