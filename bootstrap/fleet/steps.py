@@ -110,7 +110,7 @@ def _in_router(sess: Session, inv: Inventory, k: int, add: bool) -> dict:
 def _route(sess: Session, inv: Inventory, k: int, names: list[str]) -> dict:
     """Every router of a pool routes replica k under exactly `names` (fleet_probe.py's `route`), with its
     model's policy. {"ok": every router did, HOST: its answer}."""
-    return _route_url(sess, inv, FN.replica_url(inv, k), FP.model_policy(inv, inv.model_of(k)), names)
+    return _route_url(sess, inv, FN.replica_url(inv, k), FRT.model_policy(inv, inv.model_of(k)), names)
 
 
 def _route_url(sess: Session, inv: Inventory, url: str, policy: str, names: list[str]) -> dict:

@@ -103,3 +103,25 @@ def test_a_replica_gate_whose_ssh_connection_drops_asks_again_and_reports_it(tmp
     sess = fake_session(inv, {"h0": DropsAlways("h0", [("docker logs", logs)]), "h1": FakeHost("h1", [])})
     with pytest.raises(ConnectionLost):
         FST._gate(sess, inv, 0, 60)
+
+
+def test_a_pool_replica_goes_into_every_router_under_its_models_names_with_its_policy(tmp_path):
+    """_in_router of a pool's replica: fleet_probe's `route` on the router host, its URL under the
+    model's name and its adapters' names, with the model's own policy; out: under no name."""
+    from tests.fleet.test_pool import pool_yaml
+    models = """
+    models:
+      - name: chat
+        replicas: 2
+        policy: power_of_two
+        adapters: [{name: chat-sql, source: /loras/sql}]
+    """
+    inv = load(tmp_path, pool_yaml(2, models, cluster="router: {policy: round_robin}"))
+    ok = (0, '{"ok": true}\n', "")
+    hosts = {"h0": FakeHost("h0", [("docker exec", ok)]), "h1": FakeHost("h1", [])}
+    sess = fake_session(inv, hosts)
+    assert FST._in_router(sess, inv, 1, True)["ok"] is True
+    assert FST._in_router(sess, inv, 1, False)["ok"] is True
+    asked = [c.rsplit(" sh ", 1)[1] for c in hosts["h0"].commands]
+    assert asked == ["route http://192.0.2.1:30000 http://192.0.2.2:8000 power_of_two chat chat-sql",
+                     "route http://192.0.2.1:30000 http://192.0.2.2:8000 power_of_two"], asked

@@ -194,3 +194,62 @@ def test_a_rollout_of_one_model_changes_only_its_replicas_and_no_request_fails(p
             for n in sb.nodes[2:]} == coder_started  # coder's replica was not touched
     code, doc = post(endpoint + "/completions", {"model": "chat-lora", "prompt": PROMPT, "max_tokens": 2})
     assert code == 200 and doc["model"] == "chat-lora", (code, doc)  # the adapter is routed again
+
+
+def started_at(nodes):
+    return {n.name: on_node(n, "docker", "inspect", "--format", "{{.State.StartedAt}}", SERVE).stdout for n in nodes}
+
+
+def wait_models(endpoint, want, deadline=120):
+    models = None
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < deadline:
+        try:
+            models = sorted(get(endpoint + "/models", timeout=3).get("models") or [])
+            if models == want:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(1)
+    return models
+
+
+def test_serve_converges_the_pool_to_an_edited_models_section_and_leaves_the_rest_serving(pool):
+    """`serve -i INV` on a pool that serves: unchanged, it touches nothing; after the user reshapes the
+    coder (one node instead of two) and adds a model on the freed host, it says what changes, asks (no
+    terminal here: --yes), replaces only those replicas while the chat model's requests all succeed, and
+    a router restarted afterwards adds the new model's worker again (its workers file was rewritten)."""
+    sb, inv, served = pool
+    endpoint = endpoint_of(served.stdout)
+    before = started_at(sb.nodes)
+    r = cli("serve", "-i", inv)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("change: ")]
+    assert [(ln.split(" (")[0], ln.split(") ")[1]) for ln in lines] == [
+        (f"change: keep     {m}: replica {k}", f"on {n}: unchanged")
+        for k, (m, n) in enumerate([("chat", "node1"), ("chat", "node2"), ("coder", "node3, node4")])], r.stdout
+    assert "nothing changed; kept 3 replicas as they were" in r.stdout, r.stdout
+    assert started_at(sb.nodes) == before  # nothing restarted
+    doc = yaml.safe_load(Path(inv).read_text())
+    doc["models"][1].pop("nodes")
+    doc["models"].append({"name": "coder-b", "source": CODER, "args": FLAGS})
+    Path(inv).write_text(yaml.safe_dump(doc))
+    r = cli("serve", "-i", inv)
+    assert r.returncode == 2 and "No terminal to ask: pass --yes" in r.stderr, r.stderr
+    assert started_at(sb.nodes) == before  # refused: nothing changed
+    with Load(endpoint, concurrency=1, model="chat", pause=1) as chat:
+        r = cli("serve", "-i", inv, "--yes")
+    assert r.returncode == 0, r.stderr[-3000:]
+    changes = [ln.split(":", 2)[1].split() for ln in r.stdout.splitlines() if ln.startswith("change: ")]
+    assert changes == [["keep", "chat"], ["keep", "chat"], ["replace", "coder"], ["replace", "coder-b"]], r.stdout
+    assert chat.samples and not chat.failed(), chat.failed()[:3]
+    after = started_at(sb.nodes)
+    assert [after[n] == before[n] for n in ("node1", "node2", "node3", "node4")] == [True, True, False, False]
+    assert wait_models(endpoint, ["chat", "chat-lora", "coder", "coder-b"], 30) == [
+        "chat", "chat-lora", "coder", "coder-b"]
+    for model in ("coder", "coder-b", "chat-lora"):
+        code, body = post(endpoint + "/completions", {"model": model, "prompt": PROMPT, "max_tokens": 2})
+        assert code == 200 and body["model"] == model, (model, code, body)
+    on_node(sb.nodes[0], "docker", "kill", ROUTER)  # back by its restart policy or the keeper: from its file
+    assert wait_models(endpoint, ["chat", "chat-lora", "coder", "coder-b"]) == [
+        "chat", "chat-lora", "coder", "coder-b"]
