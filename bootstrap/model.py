@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Role = Literal["head", "worker"]
+#: Host.replica of a pool's host that serves no model
+IDLE = -1
 Accelerator = Literal["gpu", "none"]
 
 DEFAULT_CONTAINER_NAME = "bootstrap-vllm"
@@ -95,7 +97,8 @@ class Host:
     gpus: int | None = None
     #: Per-host environment, merged over the cluster's (e.g. NCCL_SOCKET_IFNAME).
     env: tuple[tuple[str, str], ...] = ()
-    #: The serving group (replica) this host belongs to, 0-based; 0 when cluster.replicas is 1.
+    #: The serving group (replica) this host belongs to, 0-based; 0 when cluster.replicas is 1;
+    #: IDLE: a pool's host that no model's replica takes (models:).
     replica: int = 0
 
     @property
@@ -378,6 +381,11 @@ class Inventory:
     #: with models: the model (its index in models) each replica group serves
     placement: tuple[int, ...] = ()
 
+    @property
+    def idle(self) -> tuple[Host, ...]:
+        """A pool's hosts that serve no model (models: takes fewer hosts than hosts: has)."""
+        return tuple(h for h in self.hosts if h.replica == IDLE)
+
     def model_of(self, k: int) -> ServedModel | None:
         """The model replica group k serves (None without models:)."""
         return self.models[self.placement[k]] if self.models else None
@@ -394,7 +402,8 @@ class Inventory:
         """The hosts of each serving group, its head first."""
         groups: list[list[Host]] = [[] for _ in range(self.cluster.replicas)]
         for h in self.hosts:
-            groups[h.replica].append(h)
+            if h.replica != IDLE:
+                groups[h.replica].append(h)
         return tuple(tuple(sorted(g, key=lambda h: not h.is_head)) for g in groups)
 
     @property

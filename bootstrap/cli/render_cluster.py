@@ -68,17 +68,19 @@ def plan_rows(actions, as_json: bool, live: bool, runtime: str | None = "", why:
 
 
 def fleet_plan(replicas, routers, router_url: str, keeper_argv, as_json: bool, standby: str | None = None,
-               models: list | None = None) -> None:
+               models: list | None = None, idle: list | None = None) -> None:
     """`plan` with replicas: replicas is [(url, actions)] per replica, then the routers
     (fleet.plan.RouterLaunch) and the keeper; `standby`: the members' standby containers' name
     (cluster.standby), else None."""
     if as_json:
-        _json(D.fleet_plan_doc(replicas, routers, router_url, keeper_argv, standby, models=models))
+        _json(D.fleet_plan_doc(replicas, routers, router_url, keeper_argv, standby, models=models, idle=idle))
         return
     for k, (url, acts) in enumerate(replicas):
         what = f" serves {models[k]['model']} ({models[k]['source']})" if models else ""
         out.print(f"[bold]replica {k}[/]{_escape(what)} -> {_escape(url)}")
         plan_rows(acts, False, live=False, wrapper=k == 0)
+    if idle:
+        out.print(_escape(f"idle: {', '.join(idle)} (no model's replica takes them: `serve` stops what serves there)"))
     for r in routers:
         by = "; routes by the request's model" if models else ""
         out.print(f"[bold]router[/] on {_escape(r.host)} -> {_escape(router_url)}/v1 "
@@ -203,6 +205,6 @@ def plan_result(res, as_json: bool) -> None:
     """`plan` (face.PlanResult, or with replicas face.FleetPlanResult) and `up --dry-run`'s plan."""
     if isinstance(res, face.FleetPlanResult):
         fleet_plan(res.replicas, res.routers, res.router_url, res.keeper_argv, as_json, standby=res.standby,
-                   models=res.models)
+                   models=res.models, idle=res.idle)
     else:
         plan_rows(res.actions, as_json, live=res.live, runtime=res.runtime, why=res.why)

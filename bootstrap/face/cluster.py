@@ -70,7 +70,8 @@ def plan(inv) -> R.PlanResult | R.FleetPlanResult:
     return R.FleetPlanResult(list(zip(urls, groups)), FRT.plan_routers(inv, urls, ifaces=ifaces), FN.router_url(inv),
                              FRT.keeper_create_argv(inv), FN.standby_name(inv) if inv.cluster.standby else None,
                              inv.cluster.runtime, [{"model": m.name, "source": m.source} for m in
-                                                   (inv.model_of(k) for k in range(n)) if m is not None])
+                                                   (inv.model_of(k) for k in range(n)) if m is not None],
+                             [h.name for h in inv.idle])
 
 
 def up(inv, *, reporter=None, on_replica=None, on_result=None, dry_run: bool = False, **opts) -> list[R.UpResult]:

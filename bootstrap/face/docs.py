@@ -26,11 +26,12 @@ def plan_doc(actions, runtime: str | None = "") -> dict:
 
 
 def fleet_plan_doc(replicas, routers, router_url: str, keeper_argv, standby: str | None = None,
-                   runtime: str | None = "", models: list | None = None) -> dict:
+                   runtime: str | None = "", models: list | None = None, idle: list | None = None) -> dict:
     """`plan` with replicas: [(url, actions)] per replica, the routers, the keeper, the standby's name;
-    models: a pool's model on each replica ({"model", "source"}), else empty."""
+    models: a pool's model on each replica ({"model", "source"}), else empty; idle: its hosts that serve none."""
     return {
         "kind": "fleet", "models": list(dict.fromkeys(m["model"] for m in models or [])),
+        **({"idle": list(idle)} if models else {}),
         "replicas": [{"replica": k, "url": url, **(models[k] if models else {}),
                       "hosts": [_host_doc(a, runtime) for a in acts]}
                      for k, (url, acts) in enumerate(replicas)],

@@ -56,10 +56,12 @@ class FleetPlanResult:
     runtime: str | None = ""
     #: a pool's model on each replica (models:): {"model": served name, "source": what vLLM loads}; else []
     models: list = field(default_factory=list)
+    #: a pool's hosts that serve no model (models: takes fewer hosts)
+    idle: list = field(default_factory=list)
 
     def to_doc(self):
         return D.fleet_plan_doc(self.replicas, self.routers, self.router_url, self.keeper_argv, self.standby,
-                                self.runtime, self.models)
+                                self.runtime, self.models, self.idle)
 
 
 @dataclass

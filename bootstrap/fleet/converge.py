@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
+from urllib.parse import urlsplit
 
 from bootstrap.cluster.guard import run as GD
 from bootstrap.errors import ServeFailed
@@ -27,6 +28,7 @@ from bootstrap.fleet.steps import (
     _inspect,
     _probe,
     _replica_failure,
+    _rm,
     _route_url,
     _start_replica,
     _start_standbys,
@@ -36,7 +38,7 @@ from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import fan_out
 from bootstrap.remote.session import Session
 
-KEEP, START, REPLACE, REMOVE, ROUTE = "keep", "start", "replace", "remove", "route"
+KEEP, START, REPLACE, REMOVE, ROUTE, STOP = "keep", "start", "replace", "remove", "route", "stop"
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,12 @@ def changes(inv: Inventory, plan: FP.FleetPlan, running: Mapping[str, Running | 
     for url, model in sorted(routed.items()):
         if url not in planned:
             out.append(Change(REMOVE, model, None, (), url, "no replica of models: is there now"))
+    for h in inv.idle:
+        r = running.get(h.name)
+        if r is not None:
+            name = (r.spec.served_name or r.spec.model) if r.spec else "?"
+            out.append(Change(STOP, name, None, (h.name,), FN.http_url(h.ip, inv.cluster.ports.vllm),
+                              "the host is idle now (no model's replica takes it)"))
     return out
 
 
@@ -157,42 +165,20 @@ def read(sess: Session, inv: Inventory) -> tuple[dict[str, Running | None], dict
 
 def converge(sess: Session, inv: Inventory, plan: FP.FleetPlan, todo: Sequence[Change], *, wait: float,
              drain: float, step: Callable[[Change, str], None]) -> dict:
-    """Run the changes: the removed workers out of the routers and drained, the changed replicas
-    replaced one at a time, the new ones started together and gated, each into the routers; then the
-    routers' workers file rewritten (a router that restarts adds what the pool serves now) and a
-    completion of every model through each router. Returns the last router's answer."""
+    """Run the changes: the removed workers out of the routers and drained, idle hosts stopped, the
+    changed replicas replaced one at a time, the new ones started together and gated, each into the
+    routers; then the routers' workers file rewritten (a router that restarts adds what the pool
+    serves now) and a completion of every model through each router. Returns the last router's answer."""
     from bootstrap.fleet import rollout as FRO
 
     by_index = {rp.index: rp for rp in plan.replicas}
-    for c in todo:
-        if c.action == REMOVE:
-            step(c, "out of the routers")
-            out = _route_url(sess, inv, c.url, inv.cluster.router.policy, [])
-            if not out.get("ok"):
-                raise ServeFailed(f"the routers did not let go of {c.url} ({c.model}): {out}", "")
-            h = FN.router_hosts(inv)[0]
-            d = _probe(sess, h, FN.router_name(inv), ["drain", c.url, str(drain)], timeout=drain + 60)
-            step(c, f"drained ({d.get('why', '?')}); its containers are on a host this inventory does not hold: "
-                    "`bootstrap down` with an inventory that holds it stops them")
+    _let_go(sess, inv, [c for c in todo if c.action in (REMOVE, STOP)], drain, step)
     GD.put_secrets(sess, inv.hosts, prune=False)
     for c in (c for c in todo if c.action == REPLACE):
         step(c, "replacing")
         FRO.replace_one(sess, inv, by_index[c.index], drain, wait, lambda k, what, c=c: step(c, what))
     starts = [by_index[c.index] for c in todo if c.action == START]
-    if starts:
-        _ensure_keeper(sess, inv)
-    for rp in starts:
-        _start_replica(sess, inv, rp, stage=f"start-r{rp.index}")
-    ready = fan_out(starts, lambda rp: _gate(sess, inv, rp.index, wait), key=lambda rp: rp.index,
-                    parallel=max(1, len(starts)))
-    bad = {**ready.failed, **{k: r for k, r in ready.succeeded.items() if not r.get("ready")}}
-    if bad:
-        k = min(bad)
-        r = bad[k]
-        cause, tail = _replica_failure(sess, inv, k, r if isinstance(r, dict) else {"error": str(r)})
-        m = inv.model_of(k)
-        raise ServeFailed(f"replica {k} ({m.name if m else '?'} on {', '.join(by_index[k].hosts)}) did not "
-                          f"serve: {cause}; the other replicas serve as before", tail)
+    _start(sess, inv, starts, wait)
     for c in todo:
         if c.action in (START, ROUTE):
             back = _in_router(sess, inv, c.index, True)
@@ -200,6 +186,52 @@ def converge(sess: Session, inv: Inventory, plan: FP.FleetPlan, todo: Sequence[C
                 raise ServeFailed(f"the routers did not take replica {c.index} ({c.model}) in: {back}", "")
             step(c, "in the routers")
     _start_standbys(sess, inv, starts)
+    return _routers_now(sess, inv, plan)
+
+
+def _let_go(sess: Session, inv: Inventory, todo: Sequence[Change], drain: float,
+            step: Callable[[Change, str], None]) -> None:
+    """The removed workers out of every router and drained; then the idle hosts' serve containers removed."""
+    for c in (c for c in todo if c.action == REMOVE):
+        step(c, "out of the routers")
+        out = _route_url(sess, inv, c.url, inv.cluster.router.policy, [])
+        if not out.get("ok"):
+            raise ServeFailed(f"the routers did not let go of {c.url} ({c.model}): {out}", "")
+        d = _probe(sess, FN.router_hosts(inv)[0], FN.router_name(inv), ["drain", c.url, str(drain)],
+                   timeout=drain + 60)
+        gone = not any(h.ip == urlsplit(c.url).hostname for h in inv.hosts)
+        step(c, f"drained ({d.get('why', '?')})" + ("; its containers are on a host this inventory does not "
+                                                    "hold: `bootstrap down` with one that holds it stops them"
+                                                    if gone else ""))
+    stops = [c for c in todo if c.action == STOP]
+    for c in stops:
+        step(c, "stopping")
+    if stops:
+        _rm(sess, [inv.host(c.hosts[0]) for c in stops], *FN.serve_names(inv), stage="stop-idle")
+
+
+def _start(sess: Session, inv: Inventory, starts: Sequence[FP.ReplicaPlan], wait: float) -> None:
+    """Start these replicas together and gate each; ServeFailed naming the first that did not serve."""
+    if not starts:
+        return
+    _ensure_keeper(sess, inv)
+    for rp in starts:
+        _start_replica(sess, inv, rp, stage=f"start-r{rp.index}")
+    ready = fan_out(starts, lambda rp: _gate(sess, inv, rp.index, wait), key=lambda rp: rp.index,
+                    parallel=len(starts))
+    bad = {**ready.failed, **{k: r for k, r in ready.succeeded.items() if not r.get("ready")}}
+    if bad:
+        k = min(bad)
+        r = bad[k]
+        cause, tail = _replica_failure(sess, inv, k, r if isinstance(r, dict) else {"error": str(r)})
+        m = inv.model_of(k)
+        hosts = ", ".join(h.name for h in inv.replicas[k])
+        raise ServeFailed(f"replica {k} ({m.name if m else '?'} on {hosts}) did not serve: {cause}; the other "
+                          "replicas serve as before", tail)
+
+
+def _routers_now(sess: Session, inv: Inventory, plan: FP.FleetPlan) -> dict:
+    """Each router's workers file rewritten to the plan, then a completion of every model through each."""
     data = FRT.workers_file(inv, [rp.url for rp in plan.replicas])
     rhosts = list(FN.router_hosts(inv))
     sess.stage("router-workers", rhosts, lambda h: DK.copy_file_in(sess.ssh[h.name], FN.router_name(inv),

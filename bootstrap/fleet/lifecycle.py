@@ -226,8 +226,9 @@ def down_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
         errors.append(GroupError("down", {h.name: failed.get(h.name, removed.get(h.name)) for h in inv.hosts}))
 
     downs: list[CR.DownResult] = []
-    for k in range(inv.cluster.replicas):
-        group = FP.replica_inventory(inv, k)
+    # a pool's idle hosts last, as one group: what an `up` left there when a model used them
+    idle = FP.idle_inventory(inv)
+    for group in [FP.replica_inventory(inv, k) for k in range(inv.cluster.replicas)] + ([idle] if idle else []):
         try:
             downs.append(CR.down(group, parallel=parallel, reporter=reporter, lock_wait=lock_wait))
         except GroupError as exc:

@@ -196,6 +196,16 @@ def replica_inventory(inv: Inventory, k: int) -> Inventory:
                    hosts=tuple(replace(h, replica=0) for h in group))
 
 
+def idle_inventory(inv: Inventory) -> Inventory | None:
+    """A pool's idle hosts as one group of their own (the first as its head): what `down` removes there
+    (a node container from when a model used them, the fence, the secrets); None: no idle host."""
+    if not inv.idle:
+        return None
+    idle = inv.idle
+    hosts = tuple(replace(h, replica=0, role="head" if h is idle[0] else "worker") for h in idle)
+    return replace(inv, cluster=replace(inv.cluster, replicas=1), hosts=hosts, models=(), placement=())
+
+
 def model_inventory(inv: Inventory, mi: int) -> Inventory:
     """A pool's model mi as a fleet of its own replica groups (its split is chosen over them, as for a
     fleet that serves one model); its replicas renumbered from 0, no models: section."""
@@ -450,6 +460,9 @@ def plan_fleet(inv: Inventory, spec: Spec | Sequence[Spec],
         replicas.append(ReplicaPlan(k, tuple(h.name for h in group), replica_url(inv, k), tuple(members), role(inv, k),
                                     sp, rspec if rspec != spec else None))
     urls = [r.url for r in replicas]
+    if inv.idle:
+        notes = (*notes, f"idle: {', '.join(h.name for h in inv.idle)} (no model's replica takes them: `serve` stops "
+                         "what serves there)")
     return FleetPlan(spec, splits[0], tuple(replicas), plan_routers(inv, urls, spec.image, ifaces, nets),
                      router_url(inv) + "/v1", keeper_create_argv(inv), tuple(notes), c.router.api_key,
                      c.router.vip.address if c.router.vip else None)

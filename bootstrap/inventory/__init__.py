@@ -40,7 +40,7 @@ from bootstrap.inventory.native import _native
 from bootstrap.inventory.portfields import _check_ssh_port
 from bootstrap.inventory.yamlfile import _MAX_FILE_BYTES as _MAX_FILE_BYTES  # re-exported: tests read it
 from bootstrap.inventory.yamlfile import _describe, _Loc, _open_nonblocking, _quote, _read_yaml
-from bootstrap.model import Cluster, Host, Inventory, SSHTarget, Vip
+from bootstrap.model import IDLE, Cluster, Host, Inventory, SSHTarget, Vip
 
 __all__ = ["load_inventory"]
 
@@ -185,7 +185,7 @@ def _build_hosts(
                 role="head" if id(spec) in heads else "worker",
                 gpus=n_gpus,
                 env=tuple(sorted(env.items())),
-                replica=group_of[id(spec)],
+                replica=group_of.get(id(spec), IDLE),
             )
         )
     return tuple(hosts)

@@ -172,8 +172,8 @@ def place(models: tuple[ServedModel, ...], locs: list[_Loc], host_names: list[st
           host_locs: list[_Loc], loc: _Loc) -> tuple[list[list[int]], list[int]]:
     """Every model's replica groups: (groups of host indexes, each head first; the model index of
     each group). Pinned groups take their hosts; the others take the next free hosts in the order
-    of hosts:. Refused, naming the numbers: a pinned host that is no host or is pinned twice (one
-    host's GPUs for two replicas), more hosts needed than free, a host no model uses."""
+    of hosts:; the hosts left over are idle. Refused, naming the numbers: a pinned host that is no
+    host or is pinned twice (one host's GPUs for two replicas), more hosts needed than free."""
     index = {n: i for i, n in enumerate(host_names)}
     owner: dict[int, str] = {}
     pinned: dict[tuple[int, int], list[int]] = {}
@@ -205,9 +205,6 @@ def place(models: tuple[ServedModel, ...], locs: list[_Loc], host_names: list[st
     if len(groups) == 1:
         loc.fail(f"one replica of one model is one cluster: serve {models[0].name} with `bootstrap serve MODEL` "
                  "and no models:, or give the pool two replicas or more")
-    idle = list(it)
-    if idle:
-        host_locs[idle[0]].fail(f"{host_names[idle[0]]} serves no model: the models take {len(host_names) - len(idle)} "
-                                f"of the {len(host_names)} hosts; give a model another replica (or nodes), or "
-                                "remove the host")
+    # the hosts left over are idle: in the pool (its fence, `down`), serving no model; `serve` stops
+    # what serves there (a model removed from models: keeps its hosts for the next one)
     return groups, model_of

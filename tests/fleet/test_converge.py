@@ -110,3 +110,19 @@ def test_routers_are_changed_in_place_only_when_they_run_the_pool_entry_with_the
     assert CV.router_ready(inv, plan, {"h0": inline}) == "the router on h0 was not started by this version's pool entry"
     other = SimpleNamespace(running=True, args=tuple(a if a != "power_of_two" else "round_robin" for a in args))
     assert CV.router_ready(inv, plan, {"h0": other}) == "the router's options on h0 changed"
+
+
+def test_a_model_removed_from_models_with_its_hosts_kept_is_drained_and_its_idle_hosts_stopped(tmp_path):
+    inv, plan = planned(tmp_path)
+    chat_only = MODELS.split("  - name: coder")[0]
+    inv2, plan2 = planned(tmp_path, chat_only, n=4)
+    assert [h.name for h in inv2.idle] == ["h2", "h3"]
+    todo = CV.changes(inv2, plan2, running_of(plan), routed_of(plan))
+    assert actions(todo) == [("keep", "chat", 0, ("h0",)), ("keep", "chat", 1, ("h1",)),
+                             ("remove", "coder", None, ()), ("stop", "coder", None, ("h2",)),
+                             ("stop", "coder", None, ("h3",))]
+    assert todo[3].why == "the host is idle now (no model's replica takes it)"
+    # an idle host with nothing on it: nothing to do
+    now = running_of(plan)
+    now.pop("h2"), now.pop("h3")
+    assert [c.action for c in CV.changes(inv2, plan2, now, routed_of(plan2))] == ["keep", "keep"]

@@ -406,3 +406,17 @@ def test_status_gives_each_replicas_engine_means_since_it_started():
     assert m == pytest.approx({"ttft_ms": 500.0, "itl_ms": 10.0, "queue_ms": 2.0, "prefix_hit_pct": 25.0})
     none = FS.ReplicaState(1, ["h2"], "u", {}, 0, None, "starting", None).to_dict()["means"]
     assert none == {"ttft_ms": None, "itl_ms": None, "queue_ms": None, "prefix_hit_pct": None}
+
+
+def test_down_of_a_pool_removes_its_idle_hosts_node_containers_too(tmp_path, monkeypatch):
+    """A pool's host that no model takes now (a model removed from models:) still has what `up` put
+    there when a model used it: down tears it down as a group of its own, after the replicas."""
+    from tests.fleet.test_pool import pool_yaml
+    pool = load(tmp_path, pool_yaml(5))
+    assert [h.name for h in pool.idle] == ["h4"]
+    hosts = {n: _docker_host(pool, n) for n in ("h0", "h1", "h2", "h3", "h4")}
+    _fake_sessions(monkeypatch, hosts)
+    res = FLC.down_fleet(pool)
+    assert [g.removed for g in res.replicas] == [("h0",), ("h1",), ("h3", "h2"), ("h4",)]
+    assert "docker rm -f bootstrap-vllm" in hosts["h4"].commands
+    assert [c for c in hosts["h4"].commands if c.startswith("lock")] == ["lock /tmp/bootstrap-vllm.lock"]

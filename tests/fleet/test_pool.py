@@ -102,10 +102,17 @@ def test_a_pool_it_cannot_place_or_a_bad_model_is_refused_in_one_line(tmp_path, 
     check(err, path, line_of(path, needle), field, *parts)
 
 
-def test_a_host_no_model_uses_is_named(tmp_path):
+def test_a_host_no_model_uses_is_idle_and_plan_says_so(tmp_path):
+    """A pool's host left over is idle (was refused before serve converged a pool: a model removed
+    from models: leaves its hosts in the pool, and serve stops what serves there)."""
+    inv = load(tmp_path, pool_yaml(n=5))
+    assert [h.name for h in inv.idle] == ["h4"] and inv.cluster.replicas == 3
+    assert [names(g) for g in inv.replicas] == [["h0"], ["h1"], ["h2", "h3"]]
     path = write(tmp_path, pool_yaml(n=5))
-    check(error(tmp_path, pool_yaml(n=5)), path, line_of(path, "name: h4"), "hosts[4]",
-          "h4 serves no model: the models take 4 of the 5 hosts")
+    r = CliRunner().invoke(main, ["plan", "-i", str(path)])
+    assert r.exit_code == 0 and "idle: h4 (no model's replica takes them" in r.output, r.output
+    r = CliRunner().invoke(main, ["plan", "-i", str(path), "--json"])
+    assert json.loads(r.output)["idle"] == ["h4"], r.output
 
 
 def test_one_replica_of_one_model_is_one_cluster(tmp_path):

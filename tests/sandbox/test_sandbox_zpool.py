@@ -253,3 +253,18 @@ def test_serve_converges_the_pool_to_an_edited_models_section_and_leaves_the_res
     on_node(sb.nodes[0], "docker", "kill", ROUTER)  # back by its restart policy or the keeper: from its file
     assert wait_models(endpoint, ["chat", "chat-lora", "coder", "coder-b"]) == [
         "chat", "chat-lora", "coder", "coder-b"]
+    # coder-b removed from models: (node4 stays in the pool, idle): only it is drained and stopped
+    kept = started_at(sb.nodes[:3])
+    doc["models"].pop()
+    Path(inv).write_text(yaml.safe_dump(doc))
+    with Load(endpoint, concurrency=1, model="coder", pause=1) as coder:
+        r = cli("serve", "-i", inv, "--yes")
+    assert r.returncode == 0, r.stderr[-3000:]
+    changes = [ln.split(":", 2)[1].split() for ln in r.stdout.splitlines() if ln.startswith("change: ")]
+    assert changes == [["keep", "chat"], ["keep", "chat"], ["keep", "coder"], ["remove", "coder-b"],
+                       ["stop", "coder-b"]], r.stdout
+    assert coder.samples and not coder.failed(), coder.failed()[:3]
+    assert started_at(sb.nodes[:3]) == kept
+    gone = on_node(sb.nodes[3], "docker", "ps", "-a", "--format", "{{.Names}}").stdout.split()
+    assert SERVE not in gone, gone
+    assert wait_models(endpoint, ["chat", "chat-lora", "coder"], 30) == ["chat", "chat-lora", "coder"]
