@@ -25,5 +25,5 @@ with urllib.request.urlopen(req, timeout=300) as r:
 print(f"completion from {endpoint}: 'The cluster' -> {text!r}")
 PY
 bootstrap status -i "$inv"
-echo "The cluster stays up and serving. Stop with: bootstrap serve -i $inv --stop; tear down with:" \
+echo "The cluster stays up and serving. Stop with: bootstrap serve -i $inv --stop --yes; tear down with:" \
      "bootstrap down -i $inv && bootstrap sandbox down" >&2

@@ -22,6 +22,7 @@ from bootstrap.cli.params import (
     check_rollout_args,
     check_serve_args,
     check_url,
+    confirm,
     host_options,
     inventory_option,
     json_option,
@@ -64,7 +65,8 @@ from bootstrap.cli.render import LineReporter
               help="Address vLLM binds (default: the head's data-plane IP).")
 @click.option("--served-model-name", default=None, callback=check_name,
               help="The model name clients send in requests (vLLM's --served-model-name; default: the MODEL argument).")
-@click.option("--stop", is_flag=True, help="Stop serving; the Ray cluster keeps running.")
+@click.option("--stop", is_flag=True, help="Stop serving (it says what and asks [y/N]; --yes where no terminal can "
+                                           "answer); the Ray cluster keeps running.")
 @click.option("--dry-run", is_flag=True,
               help="Connect to the hosts, read the model's config.json in the head's container (a model the hub "
                    "does not have is refused here too), print the plan (backend, TP/PP and why, each node's command) "
@@ -91,6 +93,8 @@ def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, s
 
     def go():
         inv = read_inventory(inventory, require_secrets=not dry_run)
+        if stop and not dry_run:
+            confirm(face.stop_preview(inv), yes)
         if not stop:
             check_pool_serve(inv, model, {"--tp": tp, "--pp": pp, "--dp": dp, "--ep": ep, "--all2all": all2all,
                                           "--backend": backend, "--sync-model": sync_model, "--listen": listen,

@@ -17,7 +17,18 @@ from bootstrap.doctor.logsources import SOURCES
 from bootstrap.exposure import ssh_tunnel_argv
 from bootstrap.face import docs as docs
 from bootstrap.face.checks import check_kv, check_nccl, doctor, logs
-from bootstrap.face.cluster import down, down_preview, exec_all, inventory, load_inventory, plan, status, up, validate
+from bootstrap.face.cluster import (
+    down,
+    down_preview,
+    exec_all,
+    inventory,
+    load_inventory,
+    plan,
+    status,
+    stop_preview,
+    up,
+    validate,
+)
 from bootstrap.face.observe import TopView, monitor_down, monitor_status, monitor_up, top
 from bootstrap.face.results import (
     BenchResult,
@@ -67,6 +78,6 @@ __all__ = [
     "docs", "doctor", "down", "down_preview", "exec_all", "experts", "fence", "fleet_plan", "format_bandwidth",
     "image_problem",
     "inventory", "load_inventory", "logs", "mode", "monitor_down", "monitor_status", "monitor_up", "plan", "rollout",
-    "sandbox_down", "sandbox_up", "serve", "serve_flags", "split_label", "ssh_tunnel_argv", "status", "top", "up",
-    "validate",
+    "sandbox_down", "sandbox_up", "serve", "serve_flags", "split_label", "ssh_tunnel_argv", "status",
+    "stop_preview", "top", "up", "validate",
 ]

@@ -159,6 +159,18 @@ def down_preview(inv) -> str:
     return f"down removes {what} from {len(inv.hosts)} host(s): {hosts}{more}; inventory {inv.path}"
 
 
+def stop_preview(inv) -> str:
+    """What `serve --stop` stops, in one sentence from the inventory alone (no host contacted)."""
+    inv = inventory(inv)
+    c = inv.cluster
+    if fleet(inv):
+        models = f" ({', '.join(m.name for m in inv.models)})" if inv.models else ""
+        what = f"every replica{models} and the router of the fleet {c.name!r} ({len(inv.hosts)} hosts)"
+    else:
+        what = f"vLLM on the cluster {c.name!r} (head {inv.head.name}; Ray keeps running)"
+    return f"serve --stop stops {what}; inventory {inv.path}"
+
+
 def down(inv, *, parallel: int = DEFAULT_PARALLEL, reporter=None, lock_wait: float = 0.0) -> R.DownResult:
     """`down`: Ray and the container off every host; with replicas first the fleet's own containers."""
     inv = inventory(inv)

@@ -89,3 +89,18 @@ def test_enter_at_the_prompt_is_no(inv):
 def test_yes_at_the_prompt_goes_on(inv):
     out, rc = on_a_terminal(["down", "-i", str(inv)], b"y\n", timeout=120)
     assert rc == 3 and "cannot connect over SSH" in out, out
+
+
+def test_serve_stop_says_what_it_stops_and_asks_first(inv):
+    """`serve --stop` (issue 51.1): as down, one line naming the cluster, its head and the inventory
+    without a terminal (no host contacted); on a terminal a "no" stops nothing; --yes goes on."""
+    r = subprocess.run([sys.executable, "-m", "bootstrap", "serve", "-i", str(inv), "--stop"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "serve --stop stops vLLM on the cluster 'prod-chat' (head a; Ray keeps running)" in r.stderr
+    assert str(inv) in r.stderr and "pass --yes" in r.stderr and "cannot connect" not in r.stderr
+    out, rc = on_a_terminal(["serve", "-i", str(inv), "--stop"], b"n\n")
+    assert rc == 1 and "Go on? [y/N]" in out and "cannot connect" not in out, out
+    r = subprocess.run([sys.executable, "-m", "bootstrap", "serve", "-i", str(inv), "--stop", "--yes"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == 3 and "cannot connect over SSH" in r.stderr, r.stderr
