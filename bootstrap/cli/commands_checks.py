@@ -121,9 +121,11 @@ def doctor(inventory, parallel, as_json):
                    "(2026-11-25T22:10:00Z).")
 @click.option("-f", "--follow", is_flag=True, help="Keep streaming new lines (Ctrl-C to stop).")
 @click.option("--tail", type=click.IntRange(0), default=200, show_default=True, help="Lines of history per log.")
+@click.option("--model", default=None, metavar="NAME",
+              help="A pool (inventory models:): only the hosts of this model's replicas.")
 @parallel_option
 @json_option
-def logs(inventory, hosts, only, groups, since, follow, tail, parallel, as_json):
+def logs(inventory, hosts, only, groups, since, follow, tail, model, parallel, as_json):
     """Every log of the cluster, or the ones chosen, each line with its host and source.
 
     Sources: node (each host's cluster container: Ray or the native mode's holder), vllm (vLLM's own
@@ -132,13 +134,18 @@ def logs(inventory, hosts, only, groups, since, follow, tail, parallel, as_json)
     --monitor choose (several combine); none: all there is. A source a host does not hold is
     skipped, and named on stderr when asked for. Exit 1 when a log could not be read.
 
+    In a pool (inventory models:) each vLLM line names its model (vllm[chat]); --model NAME reads
+    only that model's hosts.
+
     Example: bootstrap logs -i hosts.yaml --serve --since 10m node2
     """
     def go():
         inv = read_inventory(inventory)
         names = tuple(dict.fromkeys((*hosts, *(only or ()))))
         check_hosts(inv, names)
-        emit = render.log_echo(max(len(h.name) for h in inv.hosts), as_json)
+        if model is not None:
+            names = face.model_hosts(inv, model, names)
+        emit = render.log_echo(max(len(h.name) for h in inv.hosts), as_json, [m.name for m in inv.models])
         res = face.logs(inv, emit, hosts=names, groups=groups, tail=tail, since=since, follow=follow,
                         parallel=parallel, stop=threading.Event())
         if res.result is not None:

@@ -58,18 +58,20 @@ def doctor(inv, rep, as_json: bool) -> None:
 
 
 # -- logs ----------------------------------------------------------------------------------------
-def log_echo(width: int, as_json: bool = False):
-    """logs' emit(source, line): the line on stdout after its host and source (a JSON object per line
-    with --json); safe from many threads."""
+def log_echo(width: int, as_json: bool = False, models=()):
+    """logs' emit(source, line): the line on stdout after its host and source (a pool's vLLM lines:
+    `vllm[MODEL]`; a JSON object per line with --json, with "model" there); safe from many threads."""
     lock = threading.Lock()
-    sw = max(len(s) for s in face.SOURCES)
+    sw = max([len(s) for s in face.SOURCES] + [len(f"vllm[{m}]") for m in models])
 
     def emit(src, line: str) -> None:
         with lock:
             if as_json:
-                click.echo(json.dumps(_mask_doc({"host": src.host, "source": src.source, "line": line})))
+                doc = {"host": src.host, "source": src.source, **({"model": src.model} if src.model else {}),
+                       "line": line}
+                click.echo(json.dumps(_mask_doc(doc)))
             else:
-                click.echo(_escape(f"{src.host:<{width}} {src.source:<{sw}} | {line}", lines=True, markup=False))
+                click.echo(_escape(f"{src.host:<{width}} {src.label:<{sw}} | {line}", lines=True, markup=False))
     return emit
 
 

@@ -44,10 +44,17 @@ class LogSource:
     container: str
     #: a file inside the container; None: the container's own log (`docker logs`)
     path: str | None = None
+    #: a pool's model whose replica this host's vLLM serves (models:), else None
+    model: str | None = None
 
     def describe(self) -> str:
         where = f"{self.path} in {self.container}" if self.path else f"container {self.container}"
-        return f"{self.source} on {self.host} ({where})"
+        return f"{self.source}{f'[{self.model}]' if self.model else ''} on {self.host} ({where})"
+
+    @property
+    def label(self) -> str:
+        """How a line names its source: `vllm`, or in a pool `vllm[chat]`."""
+        return f"{self.source}[{self.model}]" if self.model else self.source
 
 
 def sources_for(groups: Collection[str]) -> tuple[str, ...]:
@@ -70,7 +77,8 @@ def candidates(inv: Inventory, hosts: Sequence[str] = (), sources: Collection[st
     for host in chosen:
         here: list[LogSource] = [LogSource(host, "node", name)]
         if fleet:
-            here.append(LogSource(host, "vllm", FN.serve_name(inv)))
+            m = inv.model_of(inv.host(host).replica) if inv.models and inv.host(host).replica >= 0 else None
+            here.append(LogSource(host, "vllm", FN.serve_name(inv), model=m.name if m else None))
             here.append(LogSource(host, "keeper", FN.keeper_name(inv)))
             if host in {h.name for h in FN.router_hosts(inv)}:
                 here.append(LogSource(host, "router", FN.router_name(inv)))

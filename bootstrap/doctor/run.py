@@ -189,7 +189,7 @@ def _service_logs(sess: Session, h: Host, lines: int) -> dict[str, str]:
     out = {}
     for c in found:  # not checked: a log that cannot be read shows why in its place (DK.logs does the same)
         r = sess.ssh[h.name].run(read_argv(c, lines), timeout=60, check=False)
-        out[c.source] = r.stdout + r.stderr
+        out[c.label] = r.stdout + r.stderr  # a pool's vLLM: vllm[MODEL], so a finding names the model
     return out
 
 

@@ -16,7 +16,7 @@ from bootstrap.cluster.runtime import UNDECIDED as RUNTIME_UNDECIDED
 from bootstrap.doctor.logsources import SOURCES
 from bootstrap.exposure import ssh_tunnel_argv
 from bootstrap.face import docs as docs
-from bootstrap.face.checks import check_kv, check_nccl, doctor, logs
+from bootstrap.face.checks import check_kv, check_nccl, doctor, logs, model_hosts
 from bootstrap.face.cluster import (
     down,
     down_preview,
@@ -77,7 +77,8 @@ __all__ = [
     "check_nccl",
     "docs", "doctor", "down", "down_preview", "exec_all", "experts", "fence", "fleet_plan", "format_bandwidth",
     "image_problem",
-    "inventory", "load_inventory", "logs", "mode", "monitor_down", "monitor_status", "monitor_up", "plan", "rollout",
+    "inventory", "load_inventory", "logs", "mode", "model_hosts", "monitor_down", "monitor_status", "monitor_up",
+    "plan", "rollout",
     "sandbox_down", "sandbox_up", "serve", "serve_flags", "split_label", "ssh_tunnel_argv", "status",
     "stop_preview", "top", "up", "validate",
 ]

@@ -33,6 +33,28 @@ def doctor(inv, *, parallel: int = DEFAULT_PARALLEL) -> R.DoctorResult:
     return R.DoctorResult(inv, X.doctor(inv, parallel=parallel))
 
 
+def model_hosts(inv, model: str, names=()) -> tuple[str, ...]:
+    """The hosts of a pool model's replicas (among `names` when given): `logs --model`; what it
+    refuses is an OptionError naming --model."""
+    from bootstrap.errors import FleetError
+    from bootstrap.fleet import plan as FP
+
+    inv = inventory(inv)
+    if not inv.models:
+        raise R.OptionError(f"--model: {inv.path} has no models: section; name the hosts instead")
+    try:
+        _, groups = FP.pool_model(inv, model)
+    except FleetError as exc:
+        raise R.OptionError(f"--model: {exc}") from None
+    hosts = tuple(h.name for k in groups for h in inv.replicas[k])
+    if names:
+        picked = tuple(n for n in hosts if n in set(names))
+        if not picked:
+            raise R.OptionError(f"--model: none of {', '.join(names)} serves {model} (its hosts: {', '.join(hosts)})")
+        return picked
+    return hosts
+
+
 def logs(inv, emit, *, hosts=(), groups=(), since: str | None = None, stop=None, **opts) -> R.LogsResult:
     """`logs`: every log chosen (groups: node, serve, router, monitor; none: all) to emit(source, line);
     since: a duration back from now or a UTC time. Ctrl-C while following sets `stop` and ends it."""

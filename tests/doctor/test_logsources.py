@@ -206,3 +206,32 @@ def test_doctor_reads_vllms_log_and_the_keeper_beside_the_node_container(tmp_pat
                     "keeper": "keeper: x was Exited (137) 1 second ago: started (204)\n", "router": "router up\n"}
     fs = scan_sources({("h0", s): t for s, t in logs.items()})
     assert [(f.source, f.id) for f in fs] == [("vllm", "vllm-bad-argument"), ("keeper", "serve-container-exited")]
+
+
+def test_a_pools_vllm_logs_name_their_model_and_logs_model_picks_its_hosts(tmp_path):
+    """In a pool (models:) each host's vLLM source carries the model its replica serves (`vllm[coder]`
+    on each line, "model" in --json); `logs --model NAME` reads that model's hosts only; an idle host's
+    vLLM names none."""
+    from click.testing import CliRunner
+
+    from bootstrap import face
+    from bootstrap.cli import main
+    from tests.fleet.test_pool import pool_yaml
+    from tests.support.fleet_inventories import write
+
+    inv = load(tmp_path, pool_yaml(5))
+    vllm = [(s.host, s.label) for s in LS.candidates(inv, sources=["vllm"])]
+    assert vllm == [("h0", "vllm[chat]"), ("h1", "vllm[chat]"), ("h2", "vllm[coder]"), ("h3", "vllm[coder]"),
+                    ("h4", "vllm")]
+    assert LS.candidates(inv, ["h2"], ["vllm"])[0].describe() == "vllm[coder] on h2 (container bootstrap-vllm-serve)"
+    assert face.model_hosts(inv, "coder") == ("h2", "h3")
+    assert face.model_hosts(inv, "chat", ("h1", "h3")) == ("h1",)
+    path = write(tmp_path, pool_yaml(5))
+    for args, words in ((["--model", "nope"], "--model: 'nope' is not a model of"),
+                        (["--model", "chat", "h3"], "--model: none of h3 serves chat (its hosts: h0, h1)")):
+        r = CliRunner().invoke(main, ["logs", "-i", str(path), *args])
+        assert r.exit_code == 2 and words in r.output, r.output
+    (tmp_path / "single").mkdir()
+    plain = write(tmp_path / "single", "cluster:\n  accelerator: none\n" + hosts_yaml(2))
+    r = CliRunner().invoke(main, ["logs", "-i", str(plain), "--model", "chat"])
+    assert r.exit_code == 2 and "has no models: section; name the hosts instead" in r.output, r.output
