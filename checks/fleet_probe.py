@@ -242,6 +242,10 @@ def status(router, metrics, urls):
             code, _ = http("GET", url + "/health", timeout=3)
             row["health"] = code
             row.update(load(url) or {})
+            if code == 200:  # the LoRA adapters it serves now (vLLM lists each with its parent)
+                got = adapters(url)
+                if got.get("ok"):
+                    row["adapters"] = [a["name"] for a in got["adapters"]]
         except Exception as exc:
             row["error"] = f"{type(exc).__name__}: {exc}"
         out["replicas"][url] = row

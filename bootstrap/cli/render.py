@@ -310,7 +310,8 @@ def _pool_models(fs) -> None:
         color = "green" if m["healthy"] == n else "yellow" if m["healthy"] else "red"
         out.print(_escape(f"model {m['model']} ({m['source']}): replica{'s' if n > 1 else ''} "
                           f"{', '.join(map(str, m['replicas']))}; ") + f"[{color}]{m['healthy']}/{n} healthy[/]"
-                  + _escape(f", {m['in_router']}/{n} in the router"))
+                  + _escape(f", {m['in_router']}/{n} in the router"
+                            + "".join(f"; adapter {a} on {c}/{n}" for a, c in sorted(m["adapters"].items()))))
 
 
 def _uptime(seconds: float | None) -> str:

@@ -90,17 +90,20 @@ def fleet_status_doc(groups, fs) -> dict:
 
 def models_doc(fs) -> list[dict]:
     """What a pool serves, by model (the served name its replicas' labels carry): its source, its
-    replicas, how many are healthy and in the router's rotation. Empty when every replica serves
-    one model under no name of its own (a fleet of one model)."""
+    replicas, how many are healthy and in the router's rotation, and each LoRA adapter with the number
+    of its replicas that serve it now. Empty when every replica serves one model under no name of its
+    own (a fleet of one model)."""
     by: dict[str, dict] = {}
     for r in fs.replicas:
         if r.spec is None or not r.spec.served_name:
             continue
         m = by.setdefault(r.spec.served_name, {"model": r.spec.served_name, "source": r.spec.model, "replicas": [],
-                                               "healthy": 0, "in_router": 0})
+                                               "healthy": 0, "in_router": 0, "adapters": {}})
         m["replicas"].append(r.index)
         m["healthy"] += r.health == "healthy"
         m["in_router"] += bool(r.in_rotation)
+        for a in r.adapters or ():
+            m["adapters"][a] = m["adapters"].get(a, 0) + 1
     return list(by.values()) if len(by) > 1 else []
 
 

@@ -51,6 +51,8 @@ class ReplicaState:
     engines: dict[str, float] | None = None
     #: each member's standby container (cluster.standby): running, exited, absent...; None: no standbys
     standbys: dict[str, str] | None = None
+    #: the LoRA adapters its vLLM serves now (its /v1/models; None: not read, or not answering)
+    adapters: list[str] | None = None
 
     @property
     def router_available(self) -> bool | None:
@@ -68,7 +70,7 @@ class ReplicaState:
                 "router_circuit_closed": self.router_circuit_closed, "role": self.role,
                 "kv_transfers": self.kv_transfers, "kv_failed": self.kv_failed, "latency": self.latency,
                 "dp": self.spec.dp if self.spec else None, "engines": self.engines, "standbys": self.standbys,
-                "means": self.means()}
+                "adapters": self.adapters, "means": self.means()}
 
     def means(self) -> dict[str, float | None]:
         """What the engine measured since it started: the mean time to first token, inter-token latency
@@ -176,7 +178,7 @@ def fleet_state(sess: Session) -> FleetState:
                                      closed.get(urls[k]) if isinstance(closed, dict) else None,
                                      FN.role(inv, k), row.get("kv_transfers"), row.get("kv_failed"),
                                      {n: float(row[n]) for n in LATENCY_KEYS if isinstance(row.get(n), (int, float))},
-                                     engine_counts(row.get("engines")), standbys or None))
+                                     engine_counts(row.get("engines")), standbys or None, row.get("adapters")))
     shown = first or routers[0]
     holder = next((r.host for r in routers if r.holds_vip), None)
     vip = inv.cluster.router.vip

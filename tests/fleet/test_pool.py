@@ -346,3 +346,38 @@ def test_a_pool_models_rollout_target_is_its_entry_and_only_its_replicas_change(
     assert FRO._target(inv, [0, 1], base, "chat", None, "img:2", None, False).image == "img:2"
     current = [base, target, FP.Spec("/models/coder", (), "img:1", "coder")]
     assert [k for k in FP.rollout_order(current, target) if k in FRO.pool_groups(inv, "chat")] == [0]
+
+
+def test_status_names_each_models_adapters_and_how_many_of_its_replicas_serve_them():
+    from bootstrap.face import docs as D
+    from bootstrap.fleet.status import FleetState, ReplicaState
+
+    def rep(k, name, adapters, health="healthy"):
+        spec = FP.Spec("/m/" + name, (), "img", name)
+        return ReplicaState(k, [f"h{k}"], f"http://192.0.2.{k + 1}:8000", {f"h{k}": "running"}, 0, spec, health,
+                            True, adapters=adapters)
+    fs = FleetState("http://192.0.2.1:30000/v1", "h0", "running", [], [
+        rep(0, "chat", ["chat-sql", "chat-lora"]), rep(1, "chat", ["chat-lora"]), rep(2, "coder", []),
+        rep(3, "chat", None, "down")], [], None, None)
+    doc = {m["model"]: m for m in D.models_doc(fs)}
+    assert doc["chat"]["adapters"] == {"chat-sql": 1, "chat-lora": 2} and doc["chat"]["healthy"] == 2
+    assert doc["coder"]["adapters"] == {} and doc["chat"]["replicas"] == [0, 1, 3]
+    assert fs.replicas[0].to_dict()["adapters"] == ["chat-sql", "chat-lora"]
+
+
+def test_the_status_probe_reads_each_healthy_replicas_adapters_from_its_own_model_list():
+    probe = load_check("fleet_probe")
+    models = {"data": [{"id": "chat", "root": "/m/chat", "parent": None},
+                       {"id": "chat-lora", "root": "/loras/a", "parent": "chat"}]}
+
+    def http(method, url, body=None, timeout=5.0):
+        if url.endswith("/health"):
+            return (200 if "192.0.2.1" in url else 503), b""
+        if url.endswith("/v1/models"):
+            return 200, json.dumps(models).encode()
+        return 404, b""
+    probe.http = http
+    probe.load = lambda url: {}
+    out = probe.status("-", "-", ["http://192.0.2.1:8000", "http://192.0.2.2:8000"])
+    assert out["replicas"]["http://192.0.2.1:8000"] == {"health": 200, "adapters": ["chat-lora"]}
+    assert out["replicas"]["http://192.0.2.2:8000"] == {"health": 503}  # not asked: it does not serve

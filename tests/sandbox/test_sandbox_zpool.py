@@ -96,8 +96,10 @@ def test_status_groups_the_replicas_by_model(pool):
     assert models["chat"]["replicas"] == [0, 1] and models["chat"]["source"] == CHAT
     assert models["coder"]["replicas"] == [2] and models["coder"]["source"] == CODER
     assert all(m["healthy"] == m["in_router"] == len(m["replicas"]) for m in models.values()), models
+    assert models["chat"]["adapters"] == {"chat-lora": 2} and models["coder"]["adapters"] == {}, models
     text = cli("status", "-i", inv).stdout
-    assert "model chat (/opt/models/tiny-llama): replicas 0, 1; 2/2 healthy, 2/2 in the router" in text
+    assert ("model chat (/opt/models/tiny-llama): replicas 0, 1; 2/2 healthy, 2/2 in the router; "
+            "adapter chat-lora on 2/2") in text, text
 
 
 def test_a_killed_replica_of_one_model_leaves_the_other_models_requests_whole(pool):
