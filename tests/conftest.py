@@ -15,6 +15,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for _name in ("COLUMNS", "LINES"):
         os.environ.pop(_name, None)
 
+# Every CLI run writes a run log (bootstrap/cli/runlog.py); the suite's thousands of runs would each
+# leave one in the user's ~/.cache. tests/cli/test_runlog.py sets its own folder.
+os.environ.setdefault("BOOTSTRAP_RUNS", "off")
+
 
 def docker_ok() -> bool:
     return shutil.which("docker") is not None and subprocess.run(

@@ -14,7 +14,8 @@ import threading
 
 import click
 
-from bootstrap.cli import render
+from bootstrap import face
+from bootstrap.cli import render, runlog
 from bootstrap.cli.params import INVENTORY_BEFORE, inventory_before_option
 from bootstrap.errors import BootstrapError, ExitStatus
 from bootstrap.face import OptionError
@@ -22,6 +23,9 @@ from bootstrap.face import OptionError
 
 def _fail(exc: BootstrapError) -> "NoReturn":  # noqa: F821
     render.failure(exc)
+    path = runlog.finish(int(exc.exit_status), exc)
+    if path is not None and exc.exit_status != ExitStatus.BAD_INPUT:  # bad input: its one line is all
+        render.err.print(render._escape(f"  run log: {path}"), highlight=False, soft_wrap=True)
     sys.exit(int(exc.exit_status))
 
 
@@ -74,6 +78,13 @@ class _Interrupts:
         os._exit(int(ExitStatus.INTERRUPTED))
 
 
+def _command_done(host: str, shown: str, code, seconds: float) -> None:
+    """Each remote command: a line in the run log; on stderr too with -v."""
+    line = runlog.command(host, shown, code, seconds)
+    if runlog.verbose:
+        render.err.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 def _run(fn):
     """Call fn, mapping domain errors and interrupts to one line + a documented exit code.
 
@@ -82,9 +93,15 @@ def _run(fn):
     interrupts = _Interrupts()
     if threading.current_thread() is threading.main_thread():
         interrupts.install()
+    runlog.mask = render.mask_credentials
+    runlog.start(sys.argv)
+    face.trace_commands(_command_done)
     try:
-        return fn()
+        res = fn()
+        runlog.finish(0)
+        return res
     except OptionError as exc:  # the command line's mistake: a usage error of the command
+        runlog.finish(int(ExitStatus.BAD_INPUT), exc)
         if exc.param_hint is not None:
             raise click.BadParameter(str(exc), param_hint=exc.param_hint) from None
         raise click.UsageError(str(exc)) from None
@@ -92,8 +109,21 @@ def _run(fn):
         _fail(exc)
     except KeyboardInterrupt:
         render.interrupted()
+        path = runlog.finish(int(ExitStatus.INTERRUPTED))
+        if path is not None:
+            render.err.print(render._escape(f"  run log: {path}"), highlight=False, soft_wrap=True)
         sys.exit(int(ExitStatus.INTERRUPTED))
+    except click.ClickException as exc:  # raised by a command's own checks: a usage error, exit 2
+        runlog.finish(int(ExitStatus.BAD_INPUT) if isinstance(exc, click.UsageError) else exc.exit_code, exc)
+        raise
+    except SystemExit as exc:  # a command's own exit status (exit_on): the log says it
+        runlog.finish(exc.code if isinstance(exc.code, int) else 1)
+        raise
+    except BaseException as exc:
+        runlog.finish(1, exc)
+        raise
     finally:
+        face.trace_commands(None)
         interrupts.uninstall()
 
 
@@ -134,6 +164,16 @@ EXIT_MEANINGS = {
 }
 
 
+def _take_verbose(args: list[str]) -> list[str]:
+    """-v/--verbose after the command's name (`bootstrap up -v`): the root's, taken out before `--`
+    (what follows `--` is the user's own command or vLLM's flags)."""
+    cut = args.index("--") if "--" in args else len(args)
+    if not any(a in ("-v", "--verbose") for a in args[:cut]):
+        return args
+    runlog.verbose = True
+    return [a for a in args[:cut] if a not in ("-v", "--verbose")] + args[cut:]
+
+
 class _Group(_KnowsCommand, click.Group):
     """A group below the root (`monitor`, `sandbox`): its commands under click's "Commands:"
     heading, in the order they are defined (not the root's sections). Its commands and groups are
@@ -147,6 +187,8 @@ class _Group(_KnowsCommand, click.Group):
 
     def resolve_command(self, ctx, args):
         name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None and not isinstance(cmd, click.Group):
+            rest = _take_verbose(rest)
         if (cmd is not None and not isinstance(cmd, click.Group) and ctx.meta.get(INVENTORY_BEFORE) is not None
                 and not any(p.name == "inventory" for p in cmd.params)):
             raise click.UsageError(f"{ctx.command_path} {name} reads no inventory: remove -i/--inventory", ctx)
@@ -198,8 +240,17 @@ class _Main(_Group):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
+def _verbose(ctx, param, value):
+    if value:
+        runlog.verbose = True
+    return value
+
+
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @inventory_before_option
+@click.option("-v", "--verbose", is_flag=True, expose_value=False, callback=_verbose,
+              help="Every step of every host and every remote command on stderr as it happens (before or after the "
+                   "command's name); they always go to the run log (~/.cache/bootstrap/runs/, $BOOTSTRAP_RUNS).")
 @click.version_option(package_name="bootstrap-vllm")
 def main() -> None:
     """Turn GPU machines reachable over SSH and running Docker into one vLLM serving service.

@@ -39,9 +39,17 @@ class LineReporter:
         self.lock = threading.Lock()
 
     def event(self, host: str, stage: str, status: str, detail: str = "") -> bool:
-        """Print the event's line; True when its detail is on it whole."""
-        if self.quiet or (status == "start" and stage not in self.SHOW_START):
+        """Print the event's line (every event goes to the run log); True when its detail is on it whole."""
+        from bootstrap.cli import runlog
+
+        runlog.event(f"{host:<16} {stage:<14} {status} {detail}".rstrip())
+        if self.quiet or (status == "start" and stage not in self.SHOW_START and not runlog.verbose):
             return False
+        if runlog.verbose and len(detail) > 300:
+            with self.lock:
+                self.console.print(f"[dim]{time.monotonic() - self.t0:7.1f}s[/] {_escape(f'{host:<16}')} "
+                                   f"{_escape(f'{stage:<14}')} {_escape(status)} [dim]{_escape(detail)}[/]")
+            return True
         color = {"done": "green", "failed": "red", "start": "cyan", "warning": "yellow"}.get(status, "white")
         t = time.monotonic() - self.t0
         line = f"[dim]{t:7.1f}s[/] {_escape(f'{host:<16}')} {_escape(f'{stage:<14}')} [{color}]{_escape(status)}[/]"

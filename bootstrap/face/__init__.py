@@ -68,6 +68,15 @@ from bootstrap.serve.benchload import MAX_TOKENS as MAX_BENCH_TOKENS
 from bootstrap.serve.passthrough import CREDENTIAL_FLAGS
 from bootstrap.serve.split import split_label
 
+
+def trace_commands(fn) -> None:
+    """fn(host, command as shown, exit status or None at a timeout, seconds) after each command run
+    over SSH (the CLI's run log and -v); None: nothing."""
+    from bootstrap.remote import ssh
+
+    ssh.trace = fn
+
+
 __all__ = [
     "BenchResult", "CREDENTIAL_FLAGS", "DEFAULT_PARALLEL", "DoctorResult", "DownResult", "ExecResult",
     "ExposureResult", "FleetPlan", "FleetPlanResult", "FleetStatusResult", "KvCheckResult", "LogsResult",
@@ -80,5 +89,5 @@ __all__ = [
     "inventory", "load_inventory", "logs", "mode", "model_hosts", "monitor_down", "monitor_status", "monitor_up",
     "plan", "rollout",
     "sandbox_down", "sandbox_up", "serve", "serve_flags", "split_label", "ssh_tunnel_argv", "status",
-    "stop_preview", "top", "up", "validate",
+    "stop_preview", "top", "trace_commands", "up", "validate",
 ]

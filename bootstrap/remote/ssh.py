@@ -90,6 +90,19 @@ def _close_quietly(conn: Connection) -> None:
         pass
 
 
+#: Called as trace(host, command as shown, exit status or None at a timeout, seconds) after each
+#: command run over SSH (the CLI's run log and -v set it; None: nothing).
+trace: Callable[[str, str, int | None, float], None] | None = None
+
+
+def _traced(host: str, shown: str, code: int | None, started: float) -> None:
+    if trace is not None:
+        try:
+            trace(host, shown, code, time.monotonic() - started)
+        except Exception:  # noqa: BLE001 - a log that cannot be written never fails a command
+            pass
+
+
 class SSHHost:
     """One host's SSH session. Constructing it does no I/O; :meth:`connect` does."""
 
@@ -318,12 +331,14 @@ class SSHHost:
                     _wait_readable(chan, 0.02)
             code = chan.recv_exit_status()
         except socket.timeout:
+            _traced(self.name, shown, None, deadline - timeout)
             raise CommandFailed(self.name, shown, None, out.decode(errors="replace")[-2000:]) from None
         except (OSError, EOFError, paramiko.SSHException) as exc:
             self._drop(conn)
             raise ConnectionLost(self.name, f"connection lost while running `{shown}`: {exc}") from None
         finally:
             chan.close()
+        _traced(self.name, shown, code, deadline - timeout)
         res = Result(self.name, shown, code, out.decode(errors="replace"), err.decode(errors="replace"))
         if check and not res.ok:
             raise CommandFailed(self.name, shown, code, (res.stderr or res.stdout)[-2000:])
