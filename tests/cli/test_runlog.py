@@ -67,7 +67,7 @@ def test_the_log_masks_credentials_and_keeps_the_newest(tmp_path, monkeypatch):
     monkeypatch.setenv(runlog.RUNS_ENV, str(tmp_path))
     monkeypatch.setattr(runlog, "KEEP", 3)
     monkeypatch.setattr(runlog, "mask", lambda s: s.replace("sk-secret", "***"))
-    for i in range(5):
+    for _ in range(5):
         log = runlog.start(["bootstrap", "serve", "--", "--api-key", "sk-secret"])
         assert log is not None
         runlog.command("h1", "docker ps", 0, 0.25)
