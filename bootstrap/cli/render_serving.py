@@ -130,9 +130,11 @@ def _changed(changes) -> str:
     """What a converging serve did, in one phrase: 'replaced replica 2, started replica 3; kept 2'."""
     done = {}
     for c in changes:
-        done.setdefault(c.action, []).append(str(c.index) if c.index is not None else c.url)
-    verbs = {"replace": "replaced", "start": "started", "remove": "removed", "route": "put back in the routers"}
-    parts = [f"{verbs[a]} {'replica ' if a != 'remove' else ''}{', '.join(done[a])}" for a in verbs if a in done]
+        done.setdefault(c.action, []).append(str(c.index) if c.index is not None else
+                                             ", ".join(c.hosts) if c.action == "stop" else c.url)
+    verbs = {"replace": "replaced replica", "start": "started replica", "route": "put back in the routers replica",
+             "remove": "took out of the routers", "stop": "stopped serving on"}
+    parts = [f"{verbs[a]} {', '.join(done[a])}" for a in verbs if a in done]
     kept = len(done.get("keep", []))
     return f"{', '.join(parts) or 'nothing changed'}; kept {kept} replica{'s' if kept != 1 else ''} as they were"
 

@@ -126,3 +126,15 @@ def test_a_model_removed_from_models_with_its_hosts_kept_is_drained_and_its_idle
     now = running_of(plan)
     now.pop("h2"), now.pop("h3")
     assert [c.action for c in CV.changes(inv2, plan2, now, routed_of(plan2))] == ["keep", "keep"]
+
+
+def test_serves_last_line_says_what_changed_in_one_phrase():
+    from bootstrap.cli.render_serving import _changed
+
+    todo = [CV.Change("keep", "chat", 0, ("h0",), "u0", ""), CV.Change("replace", "coder", 2, ("h2",), "u2", ""),
+            CV.Change("start", "embed", 3, ("h3",), "u3", ""),
+            CV.Change("remove", "old", None, (), "http://x:8000", ""),
+            CV.Change("stop", "old", None, ("h4",), "http://h4:8000", "")]
+    assert _changed(todo) == ("replaced replica 2, started replica 3, took out of the routers http://x:8000, "
+                              "stopped serving on h4; kept 1 replica as they were")
+    assert _changed(todo[:1]) == "nothing changed; kept 1 replica as they were"
