@@ -96,7 +96,7 @@ def run_row(inv_all: str, inv: str, tp, pp, extra, args) -> Row:
     label = f"{'TP=' + str(tp) if tp else 'TP=auto'} {'PP=' + str(pp) if pp else 'PP=auto'}"
     label += (" " + " ".join(extra)) if extra else ""
     row = Row(label, 0)
-    bootstrap("serve", "-i", inv_all, "--stop")
+    bootstrap("serve", "-i", inv_all, "--stop", "--yes")
     cmd = ["serve", "-i", inv, args.model, "--json"]
     cmd += ["--tp", str(tp)] if tp else []
     cmd += ["--pp", str(pp)] if pp else []
@@ -166,7 +166,7 @@ def main(argv=None) -> int:
             rows.append(row)
             print(f"# {nodes} node(s) {row.label}: {time.monotonic() - t:.0f}s {row.error}",
                   file=sys.stderr, flush=True)
-        bootstrap("serve", "-i", str(args.inventory), "--stop")
+        bootstrap("serve", "-i", str(args.inventory), "--stop", "--yes")
     print(f"load: {args.requests} requests, concurrency {args.concurrency}, {args.max_tokens} tokens each "
           f"(--ignore-eos), model {args.model}; {args.loads} load(s) per serve")
     head = f"{'N':>2}  {'split':<34} {'ready (s)':>9} {'load':>4} {'ok':>5} {'TTFT p50':>9} {'ITL p50':>8} " \

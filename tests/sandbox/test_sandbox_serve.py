@@ -43,7 +43,7 @@ def three(sandbox3):
     """The 3-node Ray cluster as the README's main job leaves it."""
     assert cli("up", "-i", str(sandbox3.inventory)).returncode == 0
     yield sandbox3, str(sandbox3.inventory)
-    cli("serve", "-i", str(sandbox3.inventory), "--stop")
+    cli("serve", "-i", str(sandbox3.inventory), "--stop", "--yes")
 
 
 def test_serve_with_no_flags_on_three_nodes_plans_from_the_model_and_answers(three):
@@ -118,7 +118,7 @@ def test_serve_with_no_flags_on_three_nodes_plans_from_the_model_and_answers(thr
     wild = [(n.name, a, p) for n in sb.nodes for a, p in listeners(n) if a in ("0.0.0.0", "*", "::") and p != 22]
     print(f"wildcard listeners after serve (all fenced; docs/security.md says whose): {len(wild)}: {wild}")
 
-    assert cli("serve", "-i", inv, "--stop").returncode == 0
+    assert cli("serve", "-i", inv, "--stop", "--yes").returncode == 0
     assert all(vllm_procs(n) == [] for n in sb.nodes)
     gone = json.loads(cli("status", "-i", inv, "--json").stdout)
     assert gone["serving"] is None
@@ -189,7 +189,7 @@ def two(three, tmp_path_factory):
     sb, inv = three
     inv2 = write_inventory(inv, tmp_path_factory.mktemp("serve") / "two.yaml", lambda x: x.update(hosts=x["hosts"][:2]))
     yield sb, inv, inv2
-    cli("serve", "-i", inv2, "--stop")
+    cli("serve", "-i", inv2, "--stop", "--yes")
 
 
 def test_ray_backend_on_cpu_is_refused_before_launch(two):
@@ -284,7 +284,7 @@ def test_an_image_without_ray_serves_natively_with_a_secret_kept_off_argv_and_lo
 
     sb, three_nodes, inv2 = two
     nodes = sb.nodes[:2]
-    cli("serve", "-i", inv2, "--stop")
+    cli("serve", "-i", inv2, "--stop", "--yes")
     assert cli("down", "--yes", "-i", three_nodes).returncode == 0  # the Ray image's cluster makes way
     name = "bootstrap-noray"
     image = push_ray_less(sb.workdir, log=lambda m: print(f"sandbox: {m}", flush=True))
@@ -423,7 +423,7 @@ def test_an_image_without_ray_serves_natively_with_a_secret_kept_off_argv_and_lo
                 p.kill()
         for t in readers:
             t.join(30)
-        run("serve", "-i", inv, "--stop")
+        run("serve", "-i", inv, "--stop", "--yes")
     try:
         samples = len(argvs)
         logs = [on_node(n, "docker", "logs", name, check=False) for n in nodes]
