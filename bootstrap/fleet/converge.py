@@ -48,7 +48,6 @@ class Running:
     launch: str
     spec: FP.Spec | None
     running: bool
-    replica: str = ""
 
 
 @dataclass(frozen=True)
@@ -148,7 +147,7 @@ def read(sess: Session, inv: Inventory) -> tuple[dict[str, Running | None], dict
         if st is None:
             return None
         return Running(st.labels.get(FN.LABEL_LAUNCH, ""), FP.Spec.from_label(st.labels.get(FN.LABEL_SERVE)),
-                       st.running, st.labels.get(FN.LABEL_REPLICA, ""))
+                       st.running)
     running = sess.stage("inspect-serve", inv.hosts, one).succeeded
     rhosts = list(FN.router_hosts(inv))
     routers = sess.stage("inspect-router", rhosts, lambda h: _inspect(sess, h, FN.router_name(inv))).succeeded
