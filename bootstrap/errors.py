@@ -236,7 +236,7 @@ class LockBusy(BootstrapError):
         who = f"held by {holder}" if holder else "held by another run"
         waited_s = f" after waiting {waited:g}s" if waited else ""
         super().__init__(f"{host}: the cluster lock {path} is {who}{waited_s}; nothing was changed -- "
-                         "wait for that run to finish, or pass --lock-wait SECONDS to queue behind it")
+                         "wait for that run to finish, or pass --lock-timeout SECONDS to queue behind it")
 
 
 class LockLost(BootstrapError):

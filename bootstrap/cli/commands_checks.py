@@ -21,6 +21,7 @@ from bootstrap.cli.params import (
     json_option,
     parallel_option,
     read_inventory,
+    renamed,
 )
 from bootstrap.cli.render import LineReporter
 
@@ -28,7 +29,8 @@ from bootstrap.cli.render import LineReporter
 # -- check-nccl ----------------------------------------------------------------------------------
 @main.command("check-nccl")
 @host_options
-@click.option("--deadline", type=SECONDS, default=180.0, show_default=True,
+@renamed("--deadline", "--timeout", "deadline", SECONDS)
+@click.option("--timeout", "deadline", type=SECONDS, default=180.0, show_default=True,
               help="Seconds for the whole check; a node that does not answer in time is named.")
 @click.option("--sizes", default=None, callback=check_sizes,
               help="Message sizes in bytes, comma-separated multiples of 4 (default: a sweep).")
@@ -106,7 +108,8 @@ def doctor(inventory, parallel, as_json):
 @inventory_option
 @accept_keys_option
 @click.argument("hosts", nargs=-1)
-@click.option("--hosts", "only", default=None, callback=check_host_names,
+@renamed("--hosts", "--limit", "only", callback=check_host_names)
+@click.option("--limit", "only", metavar="HOSTS", default=None, callback=check_host_names,
               help="Only these hosts, comma-separated (the same as naming them as arguments; default: all).")
 @click.option("--node", "groups", flag_value="node", multiple=True,
               help="The node containers' logs (Ray, or the native mode's holder; the NCCL check).")

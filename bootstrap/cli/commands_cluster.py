@@ -17,9 +17,10 @@ from bootstrap.cli.params import (
     inventory_option,
     inventory_path,
     json_option,
-    lock_wait_option,
+    lock_timeout_option,
     parallel_option,
     read_inventory,
+    renamed,
     yes_option,
 )
 from bootstrap.cli.render import LineReporter
@@ -67,8 +68,9 @@ def plan(inventory, as_json):
 @click.option("--load-image", is_flag=True, default=None,
               help="Stream the image from this machine (docker save | ssh docker load) instead of pulling.")
 @click.option("--pull", is_flag=True, help="Pull the image on every host even when present (picks up a moved tag).")
-@click.option("--wait", type=SECONDS, default=180.0, show_default=True,
+@click.option("--timeout", "wait", type=SECONDS, default=180.0, show_default=True,
               help="Seconds to wait for Ray to report every node.")
+@renamed("--wait", "--timeout", "wait", SECONDS)
 @click.option("--accept-new-host-keys", is_flag=True, default=None,
               help="Trust and record SSH host keys not yet known (changed keys are still refused).")
 @click.option("--allow-partial", is_flag=True,
@@ -77,7 +79,7 @@ def plan(inventory, as_json):
 @click.option("--skip-check", "skip_checks", multiple=True, type=click.Choice(sorted(face.RACK_CHECKS)),
               help="Skip one check of the rack preflight (repeatable); every check runs by default: "
                    + "; ".join(f"{k}: {v}" for k, v in face.RACK_CHECKS.items()) + ".")
-@lock_wait_option
+@lock_timeout_option
 @json_option
 def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_keys, allow_partial, skip_checks,
        lock_wait, as_json):
@@ -141,7 +143,8 @@ def status(inventory, parallel, as_json, exposure):
 @inventory_option
 @click.option("--container", is_flag=True,
               help="Run inside each host's cluster container (docker exec <container_name>).")
-@click.option("--hosts", "only", default=None, callback=check_host_names,
+@renamed("--hosts", "--limit", "only", callback=check_host_names)
+@click.option("--limit", "only", metavar="HOSTS", default=None, callback=check_host_names,
               help="Only these hosts, comma-separated (default: all).")
 @parallel_option
 @click.option("--timeout", type=Seconds(0.1), default=None,
@@ -171,7 +174,7 @@ def exec_(inventory, container, only, parallel, timeout, accept_new_host_keys, a
 # -- down ----------------------------------------------------------------------------------------
 @main.command()
 @host_options
-@lock_wait_option
+@lock_timeout_option
 @yes_option
 @json_option
 def down(inventory, parallel, lock_wait, yes, as_json):

@@ -17,6 +17,7 @@ from bootstrap.cli.params import (
     inventory_option,
     json_option,
     read_inventory,
+    renamed,
 )
 from bootstrap.cli.render import LineReporter
 from bootstrap.errors import ExitStatus
@@ -68,7 +69,8 @@ def monitor():
 
 @monitor.command("up")
 @host_options
-@click.option("--wait", type=SECONDS, default=120.0, show_default=True,
+@renamed("--wait", "--timeout", "wait", SECONDS)
+@click.option("--timeout", "wait", type=SECONDS, default=120.0, show_default=True,
               help="Seconds to wait for every target to be up.")
 @json_option
 def monitor_up(inventory, parallel, wait, as_json):

@@ -27,6 +27,7 @@ from bootstrap.cli.params import (
     inventory_option,
     json_option,
     read_inventory,
+    renamed,
     yes_option,
 )
 from bootstrap.cli.render import LineReporter
@@ -59,7 +60,8 @@ from bootstrap.cli.render import LineReporter
                    "clusters and where the nodes run no Ray, e.g. a stock image with runtime unset): vLLM's own "
                    "multi-node mode (--nnodes/--node-rank/--headless).")
 @click.option("--sync-model", is_flag=True, help="Copy the model directory from the head to nodes where it differs.")
-@click.option("--wait", type=SECONDS, default=900.0, show_default=True,
+@renamed("--wait", "--timeout", "wait", SECONDS)
+@click.option("--timeout", "wait", type=SECONDS, default=900.0, show_default=True,
               help="Seconds to wait for /health and /v1/models.")
 @click.option("--listen", default=None, callback=check_listen,
               help="Address vLLM binds (default: the head's data-plane IP).")
@@ -71,7 +73,8 @@ from bootstrap.cli.render import LineReporter
               help="Connect to the hosts, read the model's config.json in the head's container (a model the hub "
                    "does not have is refused here too), print the plan (backend, TP/PP and why, each node's command) "
                    "and stop: nothing is started; secrets need not be set. `bootstrap plan` contacts no host.")
-@click.option("--drain", type=SECONDS, default=120.0, show_default=True,
+@renamed("--drain", "--drain-timeout", "drain", SECONDS)
+@click.option("--drain-timeout", "drain", type=SECONDS, default=120.0, show_default=True,
               help="A pool that serves already: seconds a replica taken out of the routers may take to finish its "
                    "requests before it is replaced.")
 @yes_option
@@ -125,9 +128,11 @@ def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, s
 @click.option("--no-dp", is_flag=True, help="Change each replica back to one TP x PP engine (as serve without --dp).")
 @click.option("--max-unavailable", type=click.IntRange(1), default=1, show_default=True,
               help="Replicas replaced at once (never all of them).")
-@click.option("--drain", type=SECONDS, default=120.0, show_default=True,
+@renamed("--drain", "--drain-timeout", "drain", SECONDS)
+@click.option("--drain-timeout", "drain", type=SECONDS, default=120.0, show_default=True,
               help="Seconds a replica out of the router may take to finish its requests before it is stopped.")
-@click.option("--wait", type=SECONDS, default=900.0, show_default=True,
+@renamed("--wait", "--timeout", "wait", SECONDS)
+@click.option("--timeout", "wait", type=SECONDS, default=900.0, show_default=True,
               help="Seconds a new replica may take to answer a completion.")
 @json_option
 def rollout(inventory, parallel, extra, model, image, keep_flags, dp, no_dp, max_unavailable, drain, wait, as_json):

@@ -3,6 +3,7 @@ that refuse a bad value with one line (exit 2) before any host is contacted.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -224,9 +225,36 @@ def confirm(what: str, yes: bool) -> None:
         raise Declined("not confirmed: nothing was removed")
 
 
-lock_wait_option = click.option(
-    "--lock-wait", type=Seconds(0, 86400), default=0.0, show_default=True,
-    help="Seconds to wait for another `up`/`down` on this cluster to finish (0: refuse at once, exit 5).")
+def renamed(old: str, new: str, dest: str, kind: click.ParamType | None = None, callback=None):
+    """`old`, the former name of option `new` (parameter `dest`), kept for one release: hidden from
+    --help and the reference, read as `new` with a note on stderr; both given at once is refused.
+    Every time limit is `--timeout` (or `--X-timeout` where a command has two)."""
+    alias = "renamed_" + old.lstrip("-").replace("-", "_")
+
+    def decorate(f):
+        @functools.wraps(f)
+        def run(*args, **kw):
+            value = kw.pop(alias)
+            if value is not None:
+                ctx = click.get_current_context()
+                if ctx.get_parameter_source(dest) is click.core.ParameterSource.COMMANDLINE:
+                    raise click.UsageError(f"{old} is the old name of {new}: give one of them")
+                click.echo(f"note: {old} is now {new}; {old} goes in the next release", err=True)
+                kw[dest] = value
+            return f(*args, **kw)
+        return click.option(old, alias, type=kind, default=None, hidden=True, callback=callback)(run)
+    return decorate
+
+
+LOCK_SECONDS = Seconds(0, 86400)
+
+
+def lock_timeout_option(f):
+    """--lock-timeout (formerly --lock-wait): queue behind another up/down on the cluster."""
+    f = renamed("--lock-wait", "--lock-timeout", "lock_wait", LOCK_SECONDS)(f)
+    return click.option(
+        "--lock-timeout", "lock_wait", type=LOCK_SECONDS, default=0.0, show_default=True,
+        help="Seconds to wait for another `up`/`down` on this cluster to finish (0: refuse at once, exit 5).")(f)
 
 
 # Option callbacks, click's (ctx, param, value): a bad value raises click.BadParameter, which click
@@ -247,7 +275,7 @@ def check_name(ctx, param, value):
 
 
 def check_host_names(ctx, param, value: str | None) -> tuple[str, ...] | None:
-    """`--hosts a,b`: the names, checked against the inventory once it is read. Blank items are
+    """`--limit a,b`: the names, checked against the inventory once it is read. Blank items are
     skipped; a list with no name at all is refused (it would otherwise mean every host)."""
     if value is None:
         return None

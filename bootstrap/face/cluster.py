@@ -142,7 +142,7 @@ def exec_all(inv, command, *, hosts=None, echo=None, **opts) -> R.ExecResult:
     try:
         width = max(len(h.name) for h in E.select_hosts(inv, hosts))
     except UsageError as exc:
-        raise R.OptionError(str(exc), "--hosts") from None
+        raise R.OptionError(str(exc), "--limit") from None
     return R.ExecResult(E.exec_all(inv, command, hosts=hosts, on_result=None if echo is None else echo(width),
                                    **opts))
 

@@ -13,7 +13,7 @@ from bootstrap.face import docs as D
 
 
 class OptionError(UsageError):
-    """An option or value that the inventory refuses (`--sync-model` with replicas, `--hosts` naming no
+    """An option or value that the inventory refuses (`--sync-model` with replicas, `--limit` naming no
     host): the command line's mistake, shown as a usage error of the command. param_hint: the option
     or argument it is about (None: the command as a whole)."""
 

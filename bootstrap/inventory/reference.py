@@ -63,7 +63,7 @@ DESCRIPTIONS: dict[tuple[str, str], str] = {
     ("cluster.ssh", "key"): "Private key file for every host (a host's `key` overrides it).",
     ("hosts[]", "address"): "Where to reach the host over SSH: a host name, an IP address or a Host alias of "
                             "~/.ssh/config.",
-    ("hosts[]", "name"): "The host's name in every message, table and `--hosts` list.",
+    ("hosts[]", "name"): "The host's name in every message, table and `--limit` list.",
     ("hosts[]", "role"): "`head` (exactly one per replica) or `worker`.",
     ("hosts[]", "user"): "SSH user for this host.",
     ("hosts[]", "port"): "SSH port for this host.",

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import click
 import pytest
 import yaml
 
@@ -241,3 +242,39 @@ def test_an_empty_value_is_refused_for_every_string_option_and_argument(monkeypa
         assert opt is None or opt in lines[0], (args, lines)
         assert not plain or "is empty" in lines[0], (args, lines)
     assert touched == []
+
+
+def test_every_time_limit_is_a_timeout_and_the_old_names_still_work(subst):
+    """One vocabulary: every option that limits a time is --timeout (or --X-timeout where a command
+    has two), in --help and the reference; the former names (--wait, --deadline, --lock-wait,
+    --drain, and --hosts for --limit) are hidden aliases for one release, read with a note, and
+    refused beside their new name."""
+    from bootstrap.cli import main
+    from bootstrap.cli.params import Seconds
+
+    def commands(group, path=()):
+        for name, cmd in group.commands.items():
+            yield (*path, name), cmd
+            if isinstance(cmd, click.Group):
+                yield from commands(cmd, (*path, name))
+
+    limits = {}
+    for path, cmd in commands(main):
+        for p in cmd.params:
+            if isinstance(p, click.Option) and not p.hidden and isinstance(p.type, Seconds):
+                limits[(" ".join(path), p.opts[-1])] = p
+    assert ("up", "--timeout") in limits and ("serve", "--drain-timeout") in limits
+    odd = sorted(k for k in limits if not k[1].endswith("timeout") and k[1] != "--interval")
+    assert odd == [], f"time limits not named --timeout: {odd}"
+    r, _ = cli("up", "--help")
+    assert "--timeout" in r.stdout and "--wait" not in r.stdout and "--lock-wait" not in r.stdout
+    # the old name is read as the new one, with a note
+    r, _ = cli(*subst(["exec", "-i", "@INV@", "--hosts", "node1,nosuch", "--", "true"]))
+    assert r.returncode == 2 and "note: --hosts is now --limit" in r.stderr, r.stderr
+    assert "--limit: unknown host(s) nosuch" in r.stderr, r.stderr
+    r, _ = cli(*subst(["up", "-i", "@INV@", "--wait", "0"]))
+    assert r.returncode == 2 and "--wait: 0 is not a positive number of seconds" in r.stderr, r.stderr
+    # both names at once: one line, nothing contacted
+    r, took = cli(*subst(["up", "-i", "@INV@", "--wait", "5", "--timeout", "5"]))
+    assert r.returncode == 2 and "--wait is the old name of --timeout: give one of them" in r.stderr, r.stderr
+    assert took < FAST

@@ -124,7 +124,7 @@ def test_an_unreachable_host_is_named_and_the_others_still_run(with_unreachable)
 
 def test_container_runs_through_docker_exec_with_the_inventory_container_name(hosts, tmp_path):
     marker = tmp_path / "pwned"
-    r = cli(hosts.inventory, "--container", "--hosts", "h1,h3", "--", "printf", "%s\\n", f"$(touch {marker})")
+    r = cli(hosts.inventory, "--container", "--limit", "h1,h3", "--", "printf", "%s\\n", f"$(touch {marker})")
     assert r.returncode == 0, r.stderr
     out = r.stdout.splitlines()
     for h in ("h1", "h3"):
@@ -142,7 +142,7 @@ def test_timeout_per_host(hosts):
 
 
 def test_bad_input_is_exit_2_before_any_host(hosts):
-    r = cli(hosts.inventory, "--hosts", "h1,nope", "--", "true")
+    r = cli(hosts.inventory, "--limit", "h1,nope", "--", "true")
     assert r.returncode == 2 and "nope" in r.stderr and r.stdout == ""
     assert cli(hosts.inventory).returncode == 2  # no command
 

@@ -108,7 +108,7 @@ def test_wrong_interface_on_one_node(cluster, tmp_path):
     # an expert who skips the check gets the cluster, and check-nccl and doctor name the same cause
     assert cli("up", "-i", inv, "--skip-check", "socket-ifname").returncode == 0
     t = time.monotonic()
-    r, doc = nccl(inv, "--deadline", "60")
+    r, doc = nccl(inv, "--timeout", "60")
     took = time.monotonic() - t
     assert r.returncode != 0 and not doc["ok"]
     assert took < 60 + 30, took
@@ -131,7 +131,7 @@ def test_worker_cut_off_from_the_data_network(cluster):
         on_node(n3, *rule)
     try:
         t = time.monotonic()
-        r, doc = nccl(cluster.inventory, "--deadline", "60")
+        r, doc = nccl(cluster.inventory, "--timeout", "60")
         took = time.monotonic() - t
     finally:
         on_node(n3, "iptables", "-F", "INPUT")
@@ -144,7 +144,7 @@ def test_worker_cut_off_from_the_data_network(cluster):
     for n in cluster.nodes:
         assert leftovers(n) == ([], False), n.name
     # A later `up` heals whatever Ray lost during the partition.
-    assert cli("up", "-i", str(cluster.inventory), "--wait", "120").returncode == 0
+    assert cli("up", "-i", str(cluster.inventory), "--timeout", "120").returncode == 0
 
 
 def test_doctor_names_a_wrong_vllm_host_ip(cluster):

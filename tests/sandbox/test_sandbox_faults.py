@@ -145,7 +145,7 @@ def test_full_disk_on_one_node_names_it_and_the_fix(clean):
     sh(n3, "mkdir -p /mnt/small && mount -t tmpfs -o size=300m tmpfs /mnt/small")
     try:
         start_dockerd(n3, "--data-root /mnt/small")
-        r = cli("up", "-i", str(clean.inventory), "--wait", "60")
+        r = cli("up", "-i", str(clean.inventory), "--timeout", "60")
     finally:
         sh(n3, STOP_DOCKERD, check=False)
         sh(n3, "umount /mnt/small", check=False)
@@ -309,9 +309,9 @@ def test_concurrent_up_is_refused_and_down_queues_behind_it(clean):
             a.terminate()
             a_err = "".join(a_seen) + a.communicate(timeout=60)[1]
             raise AssertionError(f"the second up was not refused:\n{b.stderr}\n-- the first up:\n{a_err}")
-        assert "held by" in b.stderr and "`bootstrap up`" in b.stderr and "--lock-wait" in b.stderr
+        assert "held by" in b.stderr and "`bootstrap up`" in b.stderr and "--lock-timeout" in b.stderr
         assert len([ln for ln in b.stderr.splitlines() if ln.startswith("error:")]) == 1
-        c = popen_cli("down", "--yes", "-i", inv, "--lock-wait", "300")
+        c = popen_cli("down", "--yes", "-i", inv, "--lock-timeout", "300")
         a_out, a_err = a.communicate(timeout=300)
         t_a = time.monotonic()
         c_out, c_err = c.communicate(timeout=300)

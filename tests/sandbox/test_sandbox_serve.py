@@ -236,7 +236,7 @@ def test_worker_cut_off_during_serve_is_named_and_nothing_is_left_running(two):
         on_node(n2, *rule)
     try:
         t = time.monotonic()
-        r = cli("serve", "-i", inv2, MODEL, "--backend", "native", "--wait", "30", *VLLM_ARGS)
+        r = cli("serve", "-i", inv2, MODEL, "--backend", "native", "--timeout", "30", *VLLM_ARGS)
         took = time.monotonic() - t
     finally:
         on_node(n2, "iptables", "-F", "INPUT")
@@ -249,7 +249,7 @@ def test_worker_cut_off_during_serve_is_named_and_nothing_is_left_running(two):
     assert took < 30 + 60, took
     assert vllm_procs(n1) == [] and vllm_procs(n2) == []  # stopped on every node
     # Ray may have lost node2 during the cut: `up` heals the cluster.
-    assert cli("up", "-i", inv, "--wait", "120").returncode == 0
+    assert cli("up", "-i", inv, "--timeout", "120").returncode == 0
 
 
 def raw_stream(endpoint, model):

@@ -290,7 +290,7 @@ def test_a_rollout_vllm_refuses_is_rolled_back_and_the_fleet_keeps_serving(fleet
     # a value vLLM takes as an option but refuses once it reads the model (the tiny model allows
     # 1024 positions): replica 0 fails to start and is rolled back
     with Load(endpoint_of(served.stdout), key=KEY, concurrency=2, pause=3) as load:
-        r = cli("rollout", "-i", inv, "--wait", "420", "--", *FLAGS, "--max-model-len", "4096", timeout=1500)
+        r = cli("rollout", "-i", inv, "--timeout", "420", "--", *FLAGS, "--max-model-len", "4096", timeout=1500)
     assert r.returncode == 1, r.stdout + r.stderr[-3000:]
     err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert len(err) == 1 and "replica 0 (node1, node2) did not serve" in err[0], r.stderr[-3000:]
@@ -312,7 +312,7 @@ def test_rollout_under_load_to_data_parallel_changes_every_replica_and_fails_no_
     # paced: 3 senders each waiting 3 s after an answer keep requests in flight at every step (about 200
     # over the rollout; at 1.5 s, 417 in one run, whose CPU the starting replicas wait for)
     with Load(endpoint_of(served.stdout), key=KEY, pause=3) as load:
-        r = cli("rollout", "-i", inv, "--dp", "2", "--drain", "60", "--", *new, timeout=1500)
+        r = cli("rollout", "-i", inv, "--dp", "2", "--drain-timeout", "60", "--", *new, timeout=1500)
     assert r.returncode == 0, r.stderr[-3000:]
     print(f"rollout: {len(load.samples)} requests during the rollout, {len(load.failed())} failed; "
           f"{r.stdout.strip()}")
