@@ -145,7 +145,7 @@ def must(run: Run, what: str) -> Run:
 
 
 def up(inv: Path) -> Run:
-    return timed(bootstrap_cmd("up", "-i", str(inv), "--json"))
+    return timed(bootstrap_cmd("up", "--yes", "-i", str(inv), "--json"))
 
 
 def down(inv: Path) -> Run:

@@ -88,7 +88,7 @@ def complete(endpoint: str, model: str, prompt: str, max_tokens: int, timeout: f
 
 def run_round(inv: str, mode: str, index: int, args) -> Round:
     rnd = Round(mode, index)
-    r = bootstrap("up", "-i", inv)
+    r = bootstrap("up", "--yes", "-i", inv)
     if r.returncode != 0:
         rnd.error = "up: " + (r.stderr.strip().splitlines() or ["?"])[-1][:160]
         return rnd

@@ -82,7 +82,7 @@ def one_run(inv: Path, everything: Path, base: Path, nodes: int, cold: bool) -> 
     if cold:
         forget_image(base, nodes)
     before = busy_cpu_seconds()
-    run = timed(bootstrap_cmd("up", "-i", str(inv), "--json"))
+    run = timed(bootstrap_cmd("up", "--yes", "-i", str(inv), "--json"))
     return run, busy_cpu_seconds() - before
 
 

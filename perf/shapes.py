@@ -77,7 +77,7 @@ def last_line(r) -> str:
 
 def run_row(name: str, inv: str, args) -> Row:
     row = Row(name)
-    up = bootstrap("up", "-i", inv)
+    up = bootstrap("up", "--yes", "-i", inv)
     if up.returncode != 0:
         row.error = f"up: {last_line(up)}"
         return row

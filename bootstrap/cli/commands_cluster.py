@@ -80,13 +80,18 @@ def plan(inventory, as_json):
               help="Skip one check of the rack preflight (repeatable); every check runs by default: "
                    + "; ".join(f"{k}: {v}" for k, v in face.RACK_CHECKS.items()) + ".")
 @lock_timeout_option
+@click.option("-y", "--yes", is_flag=True,
+              help="Do not ask before recreating running containers (a changed spec or image): needed where "
+                   "no terminal can answer (a script, CI).")
 @json_option
 def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_keys, allow_partial, skip_checks,
-       lock_wait, as_json):
+       lock_wait, yes, as_json):
     """Start the vLLM container on every host: the Ray head, then the workers.
 
     Idempotent: a second run with the same inventory changes nothing; a changed spec recreates
-    only the affected containers (and all workers when the head changes). Before anything changes,
+    only the affected containers (and all workers when the head changes). Before it stops a running
+    container it names each and asks [y/N] (--yes: do not ask; no terminal: refused, exit 2, nothing
+    stopped). Before anything changes,
     a preflight refuses hosts that would break the cluster later (Docker, GPUs, the data-plane
     interface and MTU, InfiniBand/RoCE ports, clocks, /dev/shm, nofile), one line per host with the fix.
 
@@ -106,8 +111,11 @@ def up(inventory, parallel, dry_run, load_image, pull, wait, accept_new_host_key
             render.plan_result(res.plan, as_json)
         else:
             render.up(res.inv, res.result, res.label, res.seconds, res.started_at, as_json)
-    _run(lambda: face.up(read_inventory(inventory), reporter=LineReporter(quiet=as_json), on_replica=starting,
-                         on_result=shown, **opts))
+    def go():
+        inv = read_inventory(inventory)
+        face.up(inv, reporter=LineReporter(quiet=as_json), on_replica=starting, on_result=shown,
+                approve=None if dry_run else render.up_approve(inv.path, yes, as_json), **opts)
+    _run(go)
 
 
 # -- status --------------------------------------------------------------------------------------

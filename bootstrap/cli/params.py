@@ -235,14 +235,26 @@ def renamed(old: str, new: str, dest: str, kind: click.ParamType | None = None, 
         @functools.wraps(f)
         def run(*args, **kw):
             value = kw.pop(alias)
-            if value is not None:
-                ctx = click.get_current_context()
-                if ctx.get_parameter_source(dest) is click.core.ParameterSource.COMMANDLINE:
-                    raise click.UsageError(f"{old} is the old name of {new}: give one of them")
-                click.echo(f"note: {old} is now {new}; {old} goes in the next release", err=True)
-                kw[dest] = value
-            return f(*args, **kw)
-        return click.option(old, alias, type=kind, default=None, hidden=True, callback=callback)(run)
+            if value is None:
+                return f(*args, **kw)
+            ctx = click.get_current_context()
+            if ctx.get_parameter_source(dest) is click.core.ParameterSource.COMMANDLINE:
+                raise click.UsageError(f"{old} is the old name of {new}: give one of them")
+            kw[dest] = value
+            refused = False
+            try:
+                return f(*args, **kw)
+            except click.UsageError:
+                refused = True  # bad input stays one line
+                raise
+            except SystemExit as exc:
+                refused = exc.code == 2
+                raise
+            finally:  # last, where it is seen
+                if not refused:
+                    click.echo(f"note: {old} is now {new}; {old} goes in the next release", err=True)
+        return click.option(old, alias, type=kind, default=None, hidden=True, callback=callback,
+                            help=f"The former name of {new}, read for one release.")(run)
     return decorate
 
 

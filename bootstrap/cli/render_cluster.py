@@ -100,6 +100,24 @@ def up_replica(k: int, hosts) -> None:
     err.print(_escape(f"replica {k}: {', '.join(h.name for h in hosts)}"))
 
 
+def up_approve(path: str, yes: bool, as_json: bool):
+    """up's approve(inv, actions): a line per running container it would stop and recreate, then
+    [y/N] (one question at a time: a fleet's groups go up at once); --yes or no terminal: as confirm."""
+    from bootstrap.cli.params import confirm
+    asking = threading.Lock()
+
+    def approve(inv, actions) -> None:
+        with asking:
+            if not as_json:
+                for a in actions:
+                    err.print(_escape(f"recreate: {a.host} ({a.reason}): its running container is stopped"))
+            n = len(actions)
+            confirm(f"up stops and recreates {n} running container{'s' if n != 1 else ''} of the cluster "
+                    f"{inv.cluster.name!r} ({', '.join(a.host for a in actions)}; head {inv.head.name}); "
+                    f"inventory {path}", yes)
+    return approve
+
+
 def left_out(skipped: dict) -> None:
     for host, why in skipped.items():
         err.print(f"[yellow]warning:[/] {_escape(host)} left out (--allow-partial): {_escape(why)}")

@@ -263,6 +263,15 @@ def plan_up(inv: Inventory, facts: Mapping[str, HostFacts]) -> tuple[HostAction,
     return tuple(actions)
 
 
+def disruptive(actions: Sequence[HostAction], facts: Mapping[str, HostFacts]) -> tuple[HostAction, ...]:
+    """The actions that stop a running container: what `up` asks about before it goes on (a missing or
+    stopped container recreated stops nothing)."""
+    def running(host: str) -> bool:
+        f = facts.get(host)
+        return f is not None and f.container is not None and f.container.running
+    return tuple(a for a in actions if a.action == "recreate" and running(a.host))
+
+
 def _decide(spec: ContainerSpec, f: HostFacts | None) -> tuple[Action, str]:
     cur = f.container if f else None
     if cur is None:

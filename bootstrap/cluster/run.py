@@ -23,6 +23,7 @@ from bootstrap.cluster.plan import (
     RayView,
     all_alive,
     compile_cache_volume,
+    disruptive,
     plan_up,
     ray_checks_needed,
     stale_registrations,
@@ -63,6 +64,11 @@ class HostTiming:
         return {k: (None if v is None else round(v, 3)) for k, v in self.__dict__.items()}
 
 
+#: up's question before it stops running containers: approve(the group's inventory, the actions that
+#: would); it returns to go on and raises (errors.Declined, a UsageError) to leave them as they are.
+Approve = Callable[[Inventory, Sequence[HostAction]], None]
+
+
 @dataclass
 class UpResult:
     actions: tuple[HostAction, ...]
@@ -95,7 +101,8 @@ class UpResult:
 def up(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None,
        dry_run: bool = False, load_image: bool | None = None, pull: bool = False,
        wait: float = 180.0, accept_new_host_keys: bool | None = None, allow_partial: bool = False,
-       lock_wait: float = 0.0, skip_checks: frozenset[str] = frozenset()) -> UpResult:
+       lock_wait: float = 0.0, skip_checks: frozenset[str] = frozenset(),
+       approve: Approve | None = None) -> UpResult:
     """Bring the cluster up. Ctrl-C / SIGTERM stops the remote work and raises
     :class:`Interrupted` with the state each host is in (a re-run continues from there). A fleet
     (cluster.replicas > 1) is refused: bootstrap.fleet.lifecycle.up_fleet brings it up."""
@@ -104,16 +111,19 @@ def up(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter |
                  accept_new_host_keys=accept_new_host_keys) as sess:
         try:
             return up_in(sess, dry_run=dry_run, load_image=load_image, pull=pull, wait=wait,
-                         allow_partial=allow_partial, lock_wait=lock_wait, skip_checks=skip_checks)
+                         allow_partial=allow_partial, lock_wait=lock_wait, skip_checks=skip_checks,
+                         approve=approve)
         except KeyboardInterrupt:
             raise interrupted(sess, "up") from None
 
 
 def up_in(sess: Session, *, dry_run: bool = False, load_image: bool | None = None, pull: bool = False,
           wait: float = 180.0, allow_partial: bool = False, lock_wait: float = 0.0,
-          skip_checks: frozenset[str] = frozenset()) -> UpResult:
+          skip_checks: frozenset[str] = frozenset(), approve: Approve | None = None) -> UpResult:
     """`up` of sess.inv (one group) in a session the caller holds: fleet.lifecycle.up_fleet runs every
-    replica group's at once, each in its own session, and turns an interrupt into interrupted() of each."""
+    replica group's at once, each in its own session, and turns an interrupt into interrupted() of each.
+    approve(inv, actions) is called with the actions that stop a running container (plan.disruptive)
+    once they are known and before any is taken; it raises to leave every container as it is."""
     full = sess.inv
     load = full.cluster.load_image if load_image is None else load_image
     skipped: dict[str, BaseException] = {}
@@ -140,6 +150,9 @@ def up_in(sess: Session, *, dry_run: bool = False, load_image: bool | None = Non
     ray = inv.cluster.runtime == "ray"
     actions, members = _with_members(sess, plan_up(inv, facts), wait) if ray else (plan_up(inv, facts), None)
     changing = [a for a in actions if a.action != "keep"]
+    stopping = disruptive(actions, facts)
+    if stopping and approve is not None:
+        approve(inv, stopping)
     if changing and ray and full.cluster.runtime == "ray":
         _ray_in_image(sess, changing, facts)
     head_view, workers = _start(sess, actions, wait, ray=ray)

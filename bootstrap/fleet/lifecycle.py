@@ -68,7 +68,7 @@ def up_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Repo
              dry_run: bool = False, load_image: bool | None = None, pull: bool = False, wait: float = 180.0,
              accept_new_host_keys: bool | None = None, allow_partial: bool = False, lock_wait: float = 0.0,
              skip_checks: frozenset[str] = frozenset(), on_replica: Callable[[int, Inventory], None] | None = None,
-             on_done: Callable[[ReplicaUp], None] | None = None) -> list[ReplicaUp]:
+             on_done: Callable[[ReplicaUp], None] | None = None, approve: CR.Approve | None = None) -> list[ReplicaUp]:
     """Bring every replica group's cluster up at once, each with its own head and Ray cluster
     (cluster.run.up_in with the same options, on FP.replica_inventory, each group in its own session
     and lock). The fleet's own containers start with `serve` (fleet.run.serve_fleet).
@@ -82,7 +82,7 @@ def up_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Repo
     _fleet_only(inv, "up_fleet", "up")
     groups = [FP.replica_inventory(inv, k) for k in range(inv.cluster.replicas)]
     opts = dict(dry_run=dry_run, load_image=load_image, pull=pull, wait=wait, allow_partial=allow_partial,
-                lock_wait=lock_wait, skip_checks=skip_checks)
+                lock_wait=lock_wait, skip_checks=skip_checks, approve=approve)
     with contextlib.ExitStack() as stack:
         sessions = [stack.enter_context(Session(g, parallel=parallel, reporter=reporter,
                                                 accept_new_host_keys=accept_new_host_keys)) for g in groups]

@@ -269,9 +269,11 @@ def test_every_time_limit_is_a_timeout_and_the_old_names_still_work(subst):
     r, _ = cli("up", "--help")
     assert "--timeout" in r.stdout and "--wait" not in r.stdout and "--lock-wait" not in r.stdout
     # the old name is read as the new one, with a note
-    r, _ = cli(*subst(["exec", "-i", "@INV@", "--hosts", "node1,nosuch", "--", "true"]))
-    assert r.returncode == 2 and "note: --hosts is now --limit" in r.stderr, r.stderr
-    assert "--limit: unknown host(s) nosuch" in r.stderr, r.stderr
+    r, _ = cli(*subst(["exec", "-i", "@INV@", "--hosts", "node2", "--timeout", "0.1", "--", "true"]))
+    assert r.returncode == 1 and "unreachable: node2" in r.stderr and "node1" not in r.stderr, r.stderr
+    assert r.stderr.rstrip().splitlines()[-1] == "note: --hosts is now --limit; --hosts goes in the next release"
+    r, _ = cli(*subst(["exec", "-i", "@INV@", "--hosts", "node1,nosuch", "--", "true"]))  # refused: one line
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--limit: unknown host(s) nosuch" in r.stderr
     r, _ = cli(*subst(["up", "-i", "@INV@", "--wait", "0"]))
     assert r.returncode == 2 and "--wait: 0 is not a positive number of seconds" in r.stderr, r.stderr
     # both names at once: one line, nothing contacted

@@ -152,6 +152,21 @@ def test_plan_head_change_takes_the_workers_along():
     assert acts["node2"] == acts["node3"] == ("recreate", "the head is (re)started")
 
 
+def test_up_asks_only_about_running_containers_it_would_stop():
+    """plan.disruptive: what `up` names and asks about before going on. A stopped container
+    recreated, a missing one created, one kept: nothing to ask; a running one recreated (its own
+    change, or the head's taking it along): asked."""
+    from bootstrap.cluster.plan import disruptive
+
+    inv = cpu_inventory(3)
+    facts = _facts_running(inv)
+    facts["node3"] = replace(facts["node3"], container=replace(facts["node3"].container, status="exited"))
+    assert disruptive(plan_up(inv, facts), facts) == ()
+    facts["node1"] = replace(facts["node1"], container=replace(facts["node1"].container, labels={LABEL_SPEC: "old"}))
+    asked = {a.host: a.reason for a in disruptive(plan_up(inv, facts), facts)}
+    assert asked == {"node1": "spec changed", "node2": "the head is (re)started"}
+
+
 def test_plan_new_image_recreates():
     inv = cpu_inventory(2)
     facts = _facts_running(inv)

@@ -420,3 +420,28 @@ def test_down_of_a_pool_removes_its_idle_hosts_node_containers_too(tmp_path, mon
     assert [g.removed for g in res.replicas] == [("h0",), ("h1",), ("h3", "h2"), ("h4",)]
     assert "docker rm -f bootstrap-vllm" in hosts["h4"].commands
     assert [c for c in hosts["h4"].commands if c.startswith("lock")] == ["lock /tmp/bootstrap-vllm.lock"]
+
+
+def test_cli_up_names_the_running_containers_it_would_recreate_and_asks(tmp_path, monkeypatch, no_hosts):
+    """Issue 51.1: up names each running container it would stop and recreate and asks; with no
+    terminal and no --yes it is refused (exit 2) before any is stopped; --yes goes on; a fleet's
+    groups, brought up at once, ask one at a time."""
+    from bootstrap.cluster.plan import HostAction
+
+    path = write(tmp_path, fleet_yaml(4, 2))
+    went_on = []
+
+    def up_in(sess, approve=None, **kw):
+        worker = sess.inv.hosts[1]
+        approve(sess.inv, (HostAction(worker.name, "recreate", "spec changed", None),))
+        went_on.append(worker.name)  # only after the question was answered
+        return _up_result(sess.inv)
+    monkeypatch.setattr(A, "up_in", up_in)
+    r = invoke("up", "-i", str(path))
+    assert r.exit_code == 2 and went_on == [], r.output
+    assert "recreate: h1 (spec changed): its running container is stopped" in r.stderr
+    assert f"up stops and recreates 1 running container of the cluster 'vllm' (h1; head h0); inventory {path}" \
+        in r.stderr and "No terminal to ask: pass --yes to go on" in r.stderr
+    r = invoke("up", "-i", str(path), "--yes")
+    assert r.exit_code == 0 and sorted(went_on) == ["h1", "h3"], r.output
+    assert r.stderr.count("recreate: ") == 2

@@ -19,7 +19,7 @@ SIZES = "1024,65536,1048576"
 @pytest.fixture(scope="module")
 def cluster(sandbox3):
     inv = str(sandbox3.inventory)
-    r = cli("up", "-i", inv)
+    r = cli("up", "--yes", "-i", inv)
     assert r.returncode == 0, r.stderr
     yield sandbox3
     cli("down", "--yes", "-i", inv)
@@ -99,14 +99,14 @@ def test_wrong_interface_on_one_node(cluster, tmp_path):
     inv = write_inventory(cluster.inventory, tmp_path / "badif.yaml", bad_ifname)
     # `up`'s rack preflight refuses it before anything changes, naming the node and the interface to use
     before = [on_node(n, "docker", "inspect", "-f", "{{.Id}}", CONTAINER, check=False).stdout for n in cluster.nodes]
-    refused = cli("up", "-i", inv)
+    refused = cli("up", "--yes", "-i", inv)
     assert refused.returncode == 3, refused.stderr
     assert f"{n3.name}: GLOO_SOCKET_IFNAME=eth9 selects no interface" in refused.stderr, refused.stderr
     assert "set GLOO_SOCKET_IFNAME=eth0" in refused.stderr and "--skip-check" in refused.stderr
     assert [on_node(n, "docker", "inspect", "-f", "{{.Id}}", CONTAINER, check=False).stdout
             for n in cluster.nodes] == before
     # an expert who skips the check gets the cluster, and check-nccl and doctor name the same cause
-    assert cli("up", "-i", inv, "--skip-check", "socket-ifname").returncode == 0
+    assert cli("up", "--yes", "-i", inv, "--skip-check", "socket-ifname").returncode == 0
     t = time.monotonic()
     r, doc = nccl(inv, "--timeout", "60")
     took = time.monotonic() - t
@@ -120,7 +120,7 @@ def test_wrong_interface_on_one_node(cluster, tmp_path):
     assert any(x["id"] == "socket-ifname-missing" and x["host"] == n3.name for x in json.loads(d.stdout)["findings"])
     for n in cluster.nodes:
         assert leftovers(n) == ([], False), n.name
-    assert cli("up", "-i", str(cluster.inventory)).returncode == 0  # heal: node3 recreated
+    assert cli("up", "--yes", "-i", str(cluster.inventory)).returncode == 0  # heal: node3 recreated
 
 
 def test_worker_cut_off_from_the_data_network(cluster):
@@ -144,7 +144,7 @@ def test_worker_cut_off_from_the_data_network(cluster):
     for n in cluster.nodes:
         assert leftovers(n) == ([], False), n.name
     # A later `up` heals whatever Ray lost during the partition.
-    assert cli("up", "-i", str(cluster.inventory), "--timeout", "120").returncode == 0
+    assert cli("up", "--yes", "-i", str(cluster.inventory), "--timeout", "120").returncode == 0
 
 
 def test_doctor_names_a_wrong_vllm_host_ip(cluster):
@@ -161,7 +161,7 @@ def test_doctor_names_a_wrong_vllm_host_ip(cluster):
     assert r.returncode == 1
     f = [x for x in json.loads(r.stdout)["findings"] if x["id"] == "ray-ip-mismatch"]
     assert f and f[0]["host"] == n2.name and "172.31.240.99" in f[0]["evidence"]
-    up = cli("up", "-i", str(cluster.inventory), "--json")  # heal: not created by bootstrap -> recreated
+    up = cli("up", "--yes", "-i", str(cluster.inventory), "--json")  # heal: not created by bootstrap -> recreated
     acts = {h["host"]: h["action"] for h in json.loads(up.stdout)["hosts"]}
     assert acts[n2.name] == "recreate"
 
@@ -220,7 +220,7 @@ def test_the_same_nodes_as_a_gpu_cluster_run_the_gpu_paths_and_check_nccl_will_n
         argvs = [" ".join(h["argv"]) for h in json.loads(r.stdout)["replicas"][0]["hosts"]]
         assert [a.count("--gpus all") for a in argvs] == [1, 1, 1] and [a.count("--num-gpus=2") for a in argvs] == \
             [1, 1, 1], argvs
-        r = cli("up", "-i", gpu_inv)
+        r = cli("up", "--yes", "-i", gpu_inv)
         assert r.returncode == 0, r.stderr[-2000:]
         assert "Ray cluster ready: 3 node(s), 6 GPU(s)" in r.stdout, r.stdout[-1500:]
         uuids = set()
@@ -307,7 +307,7 @@ def test_the_same_nodes_as_a_gpu_cluster_run_the_gpu_paths_and_check_nccl_will_n
     finally:
         sb_gpu.set_gpus(cluster.workdir, n3.name, driver=sb_gpu.DRIVER)
         sb_gpu.set_load(cluster.workdir, n2.name, n2.container, utilization=0, memory_used=0)
-        back = cli("up", "-i", str(cluster.inventory))
+        back = cli("up", "--yes", "-i", str(cluster.inventory))
     assert back.returncode == 0, back.stderr[-2000:]
     assert "Ray cluster ready: 3 node(s), 0 GPU(s)" in back.stdout
 

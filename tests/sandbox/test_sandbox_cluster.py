@@ -126,7 +126,7 @@ def test_a_corrupted_stream_is_refused_and_load_image_sends_the_image_once_for_t
     peers = write_inventory(cluster.inventory, tmp_path / "peers.yaml", copy)
     subprocess.run(["docker", "stop", "bootstrap-sandbox-registry"], check=True, capture_output=True)
     try:
-        r = cli("up", "-i", peers, "--load-image", "--json")
+        r = cli("up", "--yes", "-i", peers, "--load-image", "--json")
     finally:
         subprocess.run(["docker", "start", "bootstrap-sandbox-registry"], check=True, capture_output=True)
     assert r.returncode == 0, r.stderr
@@ -180,7 +180,7 @@ def test_up_forms_a_ray_cluster_with_one_node_per_host(cluster, tmp_path):
     mirrored = write_inventory(cluster.inventory, tmp_path / "mirror.yaml",
                                lambda d: d["cluster"].update(peer_copy=True))
     before = registry_sent()
-    r = cli("up", "-i", mirrored, "--json")
+    r = cli("up", "--yes", "-i", mirrored, "--json")
     sent = registry_sent() - before
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
@@ -262,7 +262,7 @@ def test_without_the_fence_a_stranger_reaches_ray_and_the_exposure_report_says_s
     exits 0 and the same connection is refused."""
     n1 = cluster.nodes[0]
     open_inv = write_inventory(cluster.inventory, tmp_path / "open.yaml", lambda d: d["cluster"].update(fence=False))
-    assert cli("up", "-i", open_inv).returncode == 0
+    assert cli("up", "--yes", "-i", open_inv).returncode == 0
     assert "bootstrap_sandbox" not in on_node(n1, "nft", "list", "tables").stdout
     r = cli("status", "-i", open_inv, "--exposure", "--json")
     assert r.returncode == 1, r.stderr
@@ -275,7 +275,7 @@ def test_without_the_fence_a_stranger_reaches_ray_and_the_exposure_report_says_s
     for n in cluster.nodes:
         on_node(n, "mv", "/usr/sbin/nft", "/usr/sbin/nft.hidden")
     try:
-        assert cli("up", "-i", str(cluster.inventory)).returncode == 0
+        assert cli("up", "--yes", "-i", str(cluster.inventory)).returncode == 0
         chain = on_node(n1, "iptables", "-S", "bootstrap-sandbox").stdout
         assert "REJECT --reject-with tcp-reset" in chain and "6379" in chain, chain
         assert "-j bootstrap-sandbox" in on_node(n1, "ip6tables", "-S", "INPUT").stdout
@@ -286,7 +286,7 @@ def test_without_the_fence_a_stranger_reaches_ray_and_the_exposure_report_says_s
         for n in cluster.nodes:
             on_node(n, "mv", "/usr/sbin/nft.hidden", "/usr/sbin/nft")
     # with nft back, the next `up` puts the nftables fence and takes the chain off
-    assert cli("up", "-i", str(cluster.inventory)).returncode == 0
+    assert cli("up", "--yes", "-i", str(cluster.inventory)).returncode == 0
     assert on_node(n1, "iptables", "-S", "bootstrap-sandbox", check=False).returncode != 0
     assert "-j bootstrap-sandbox" not in on_node(n1, "iptables", "-S", "INPUT").stdout
     fenced = cli("status", "-i", str(cluster.inventory), "--exposure")
@@ -300,11 +300,11 @@ def test_a_node_added_to_the_inventory_is_let_through_the_fence_of_an_earlier_up
     nodes: "TCP port 6379 ... is not reachable from node3, node4"), and the fences then admit all three."""
     n1, n2, n3 = cluster.nodes
     two = write_inventory(cluster.inventory, tmp_path / "two.yaml", lambda d: d.update(hosts=d["hosts"][:2]))
-    r = cli("up", "-i", two)
+    r = cli("up", "--yes", "-i", two)
     assert r.returncode == 0, r.stderr[-3000:]
     member = ("nft", "get", "element", "inet", "bootstrap_sandbox", "members4", f"{{ {n3.ip} }}")
     assert on_node(n1, *member, check=False).returncode != 0  # node1's fence admits node1 and node2 only
-    r = cli("up", "-i", str(cluster.inventory), "--json")
+    r = cli("up", "--yes", "-i", str(cluster.inventory), "--json")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "fence-members" in json.loads(r.stdout)["stages"]
     for n in (n1, n2):
@@ -314,13 +314,13 @@ def test_a_node_added_to_the_inventory_is_let_through_the_fence_of_an_earlier_up
 
 def test_second_up_changes_nothing(cluster):
     before = [container_id(n) for n in cluster.nodes]
-    r = cli("up", "-i", str(cluster.inventory), "--json")
+    r = cli("up", "--yes", "-i", str(cluster.inventory), "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["changed"] is False
     assert {h["action"] for h in doc["hosts"]} == {"keep"}
     assert [container_id(n) for n in cluster.nodes] == before
-    human = cli("up", "-i", str(cluster.inventory))
+    human = cli("up", "--yes", "-i", str(cluster.inventory))
     assert "nothing changed" in human.stdout
 
 
@@ -331,7 +331,14 @@ def test_changed_spec_recreates_only_that_host(cluster, tmp_path):
     def add_env(doc):
         doc["hosts"][2]["env"] = {"NCCL_DEBUG": "INFO", "ODD_VALUE": "it's $(touch /tmp/pwned) `x`"}
     inv = write_inventory(cluster.inventory, tmp_path / "changed.yaml", add_env)
-    r = cli("up", "-i", inv, "--json")
+    # it would stop a running container: named, then asked; no terminal and no --yes: refused, nothing stopped
+    refused = cli("up", "-i", inv)
+    assert refused.returncode == 2, refused.stderr
+    assert f"recreate: {cluster.nodes[2].name} (spec changed): its running container is stopped" in refused.stderr
+    assert "up stops and recreates 1 running container of the cluster" in refused.stderr
+    assert "No terminal to ask: pass --yes to go on" in refused.stderr and str(inv) in refused.stderr
+    assert [container_id(n) for n in cluster.nodes] == before
+    r = cli("up", "--yes", "-i", inv, "--json")
     assert r.returncode == 0, r.stderr
     acts = {h["host"]: (h["action"], h["reason"]) for h in json.loads(r.stdout)["hosts"]}
     n1, n2, n3 = cluster.nodes
@@ -378,7 +385,7 @@ def test_image_without_ray_fails_preflight_and_changes_nothing(cluster, tmp_path
                           lambda d: (d["cluster"].update(image=image, peer_copy=False, runtime="ray"),
                                      d.update(hosts=d["hosts"][:2])))
     before = [container_id(n) for n in cluster.nodes]
-    r = cli("up", "-i", inv, "--load-image")  # no peer copy: the base image has no python3 to serve it
+    r = cli("up", "--yes", "-i", inv, "--load-image")  # no peer copy: the base image has no python3 to serve it
     assert r.returncode == 3, r.stderr
     assert "`ray` is not in the image" in r.stderr and "pip install" in r.stderr
     assert r.stderr.index("cluster.runtime: none") < r.stderr.index("pip install"), r.stderr

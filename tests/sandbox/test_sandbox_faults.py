@@ -98,20 +98,20 @@ def test_unreachable_node_fails_fast_then_allow_partial_then_heals(clean, fault)
     inv = str(clean.inventory)
     timeout = yaml.safe_load(Path(inv).read_text())["cluster"]["ssh"]["connect_timeout"]
     with FAULTS[fault](n3):
-        r = cli("up", "-i", inv)
+        r = cli("up", "--yes", "-i", inv)
         assert r.returncode == 3, r.stderr
         assert n3.name in r.stderr and "cannot connect" in r.stderr and "Traceback" not in r.stderr
         assert r.seconds < timeout + 10, f"took {r.seconds:.1f}s with connect_timeout {timeout}"
         # all or nothing: the reachable nodes were left as they were
         assert [container_id(n) for n in (n1, n2)] == [None, None]
 
-        p = cli("up", "-i", inv, "--allow-partial")
+        p = cli("up", "--yes", "-i", inv, "--allow-partial")
         assert p.returncode == 0, p.stderr
         assert f"{n3.name} left out (--allow-partial)" in p.stderr
         assert ray_alive_ips(n1) == ips(clean, n1, n2)  # fully started, not half
         kept = [container_id(n) for n in (n1, n2)]
         assert None not in kept
-    h = cli("up", "-i", inv, "--json")
+    h = cli("up", "--yes", "-i", inv, "--json")
     assert h.returncode == 0, h.stderr
     assert ray_alive_ips(n1) == ips(clean, n1, n2, n3)
     assert [container_id(n) for n in (n1, n2)] == kept  # only the missing node was started
@@ -120,7 +120,7 @@ def test_unreachable_node_fails_fast_then_allow_partial_then_heals(clean, fault)
 def test_allow_partial_never_skips_the_head(clean):
     n1 = clean.nodes[0]
     with paused(n1):
-        r = cli("up", "-i", str(clean.inventory), "--allow-partial")
+        r = cli("up", "--yes", "-i", str(clean.inventory), "--allow-partial")
     assert r.returncode == 3 and n1.name in r.stderr, r.stderr
     assert all(container_id(n) is None for n in clean.nodes[1:])
 
@@ -130,7 +130,7 @@ def test_docker_daemon_stopped_on_one_node(clean):
     n1, n2, n3 = clean.nodes
     sh(n2, STOP_DOCKERD)
     try:
-        r = cli("up", "-i", str(clean.inventory))
+        r = cli("up", "--yes", "-i", str(clean.inventory))
     finally:
         start_dockerd(n2)
     assert r.returncode == 3, r.stderr
@@ -145,7 +145,7 @@ def test_full_disk_on_one_node_names_it_and_the_fix(clean):
     sh(n3, "mkdir -p /mnt/small && mount -t tmpfs -o size=300m tmpfs /mnt/small")
     try:
         start_dockerd(n3, "--data-root /mnt/small")
-        r = cli("up", "-i", str(clean.inventory), "--timeout", "60")
+        r = cli("up", "--yes", "-i", str(clean.inventory), "--timeout", "60")
     finally:
         sh(n3, STOP_DOCKERD, check=False)
         sh(n3, "umount /mnt/small", check=False)
@@ -159,7 +159,7 @@ def test_wrong_ssh_key(clean, tmp_path):
     key = new_key(tmp_path / "other_key")
     inv = write_inventory(clean.inventory, tmp_path / "inv.yaml",
                           lambda d: d["cluster"]["ssh"].update(key=str(key)))
-    r = cli("up", "-i", inv)
+    r = cli("up", "--yes", "-i", inv)
     assert r.returncode == 3, r.stderr
     assert "authentication failed" in r.stderr and "check the user and key" in r.stderr
     assert all(n.name in r.stderr for n in clean.nodes)
@@ -175,7 +175,7 @@ def test_unknown_and_changed_host_keys(clean, tmp_path):
     unknown.write_text("\n".join(ln for ln in lines if n2.ip not in ln.split()[0]) + "\n")
     inv = write_inventory(clean.inventory, tmp_path / "u.yaml",
                           lambda d: d["cluster"]["ssh"].update(known_hosts=str(unknown)))
-    r = cli("up", "-i", inv)
+    r = cli("up", "--yes", "-i", inv)
     assert r.returncode == 3 and n2.name in r.stderr and "not in known_hosts" in r.stderr, r.stderr
     assert "--accept-new-host-keys" in r.stderr
     # changed: node2's entry carries another key
@@ -186,7 +186,7 @@ def test_unknown_and_changed_host_keys(clean, tmp_path):
                                  for ln in lines) + "\n")
     inv = write_inventory(clean.inventory, tmp_path / "c.yaml",
                           lambda d: d["cluster"]["ssh"].update(known_hosts=str(changed)))
-    r = cli("up", "-i", inv, "--accept-new-host-keys")  # even with accept-new
+    r = cli("up", "--yes", "-i", inv, "--accept-new-host-keys")  # even with accept-new
     assert r.returncode == 3 and n2.name in r.stderr and "CHANGED" in r.stderr, r.stderr
     assert all(container_id(n) is None for n in clean.nodes)
 
@@ -195,7 +195,7 @@ def test_unknown_and_changed_host_keys(clean, tmp_path):
 def test_killed_worker_shows_in_status_and_up_restarts_only_it(clean):
     n1, n2, n3 = clean.nodes
     inv = str(clean.inventory)
-    assert cli("up", "-i", inv).returncode == 0
+    assert cli("up", "--yes", "-i", inv).returncode == 0
     before = [container_id(n) for n in clean.nodes]
     old_id = ray_alive_ids(n1)[n3.ip]
     on_node(n3, "docker", "kill", CONTAINER)
@@ -206,7 +206,7 @@ def test_killed_worker_shows_in_status_and_up_restarts_only_it(clean):
     assert "exited" in row, s.stdout
     print(f"status showed the killed worker {time.monotonic() - t:.1f}s after the kill")
     assert time.monotonic() - t < 15
-    r = cli("up", "-i", inv, "--json")
+    r = cli("up", "--yes", "-i", inv, "--json")
     assert r.returncode == 0, r.stderr
     after = [container_id(n) for n in clean.nodes]
     assert after[:2] == before[:2] and after[2] != before[2]
@@ -220,10 +220,10 @@ def test_killed_worker_shows_in_status_and_up_restarts_only_it(clean):
 def test_killed_head_is_restarted_and_every_worker_rejoins(clean):
     n1, n2, n3 = clean.nodes
     inv = str(clean.inventory)
-    assert cli("up", "-i", inv).returncode == 0
+    assert cli("up", "--yes", "-i", inv).returncode == 0
     before = [container_id(n) for n in clean.nodes]
     on_node(n1, "docker", "kill", CONTAINER)
-    r = cli("up", "-i", inv)
+    r = cli("up", "--yes", "-i", inv)
     assert r.returncode == 0, r.stderr
     after = [container_id(n) for n in clean.nodes]
     assert all(a != b for a, b in zip(after, before))  # the workers were joined to the old GCS
@@ -271,7 +271,7 @@ def head_procs(head):
 def test_interrupt_during_up_reports_each_host_and_a_rerun_continues(clean, sig):
     n1, n2, n3 = clean.nodes
     inv = str(clean.inventory)
-    p = popen_cli("up", "-i", inv)
+    p = popen_cli("up", "--yes", "-i", inv)
     try:
         # right away: into the wait for the head's GCS (about a second on the sandbox: `ray start
         # --head` is still starting Python), before any worker
@@ -292,7 +292,7 @@ def test_interrupt_during_up_reports_each_host_and_a_rerun_continues(clean, sig)
     assert "bootstrap-ray-wait" not in head_procs(n1)
     assert container_id(n2) is None and container_id(n3) is None
     head = container_id(n1)
-    r = cli("up", "-i", inv)
+    r = cli("up", "--yes", "-i", inv)
     assert r.returncode == 0, r.stderr
     assert container_id(n1) == head  # continued from there: the head was kept
     assert ray_alive_ips(n1) == ips(clean, n1, n2, n3)
@@ -301,10 +301,10 @@ def test_interrupt_during_up_reports_each_host_and_a_rerun_continues(clean, sig)
 # -- two runs at once ---------------------------------------------------------------------------
 def test_concurrent_up_is_refused_and_down_queues_behind_it(clean):
     inv = str(clean.inventory)
-    a = popen_cli("up", "-i", inv)
+    a = popen_cli("up", "--yes", "-i", inv)
     try:
         a_seen = read_until(a, lambda ln: " lock " in ln and " done" in ln, 120)
-        b = cli("up", "-i", inv)
+        b = cli("up", "--yes", "-i", inv)
         if b.returncode != 5:
             a.terminate()
             a_err = "".join(a_seen) + a.communicate(timeout=60)[1]

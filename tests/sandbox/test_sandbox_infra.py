@@ -350,7 +350,7 @@ def test_up_on_the_gpu_shaped_nodes_checks_the_gpus_and_refuses_what_rdma_would_
     from bootstrap.sandbox.layout import gpu_inventory_path
     from tests.support.sandbox import cli, on_node
 
-    r = cli("up", "-i", str(gpu_inventory_path(sandbox.workdir)))
+    r = cli("up", "--yes", "-i", str(gpu_inventory_path(sandbox.workdir)))
     assert r.returncode == 3, r.stderr[-2000:]
     for n in sandbox.nodes:
         assert f"{n.name}: its Docker cannot give the containers unlimited locked memory" in r.stderr, r.stderr
@@ -391,7 +391,7 @@ def test_the_gpu_plan_takes_each_nodes_own_facts_and_a_fault_in_one_node_is_refu
     skip = ("--skip-check", "memlock")
 
     def healthy_plan(*extra: str) -> dict[str, dict[str, str]]:
-        r = cli("up", "-i", inv, "--dry-run", "--json", *skip, *extra)
+        r = cli("up", "--yes", "-i", inv, "--dry-run", "--json", *skip, *extra)
         assert r.returncode == 0, r.stderr[-2000:]
         return {a["host"]: a for a in json.loads(r.stdout)["replicas"][0]["hosts"]}
 
@@ -446,7 +446,7 @@ def test_the_gpu_plan_takes_each_nodes_own_facts_and_a_fault_in_one_node_is_refu
     for name, inject, expected in faults:
         inject()
         try:
-            r = cli("up", "-i", inv, *skip)
+            r = cli("up", "--yes", "-i", inv, *skip)
         finally:
             for p, data in saved.items():
                 p.write_bytes(data)

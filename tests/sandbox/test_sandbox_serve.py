@@ -41,7 +41,7 @@ def vllm_procs_in(node, container):
 @pytest.fixture(scope="module")
 def three(sandbox3):
     """The 3-node Ray cluster as the README's main job leaves it."""
-    assert cli("up", "-i", str(sandbox3.inventory)).returncode == 0
+    assert cli("up", "--yes", "-i", str(sandbox3.inventory)).returncode == 0
     yield sandbox3, str(sandbox3.inventory)
     cli("serve", "-i", str(sandbox3.inventory), "--stop", "--yes")
 
@@ -249,7 +249,7 @@ def test_worker_cut_off_during_serve_is_named_and_nothing_is_left_running(two):
     assert took < 30 + 60, took
     assert vllm_procs(n1) == [] and vllm_procs(n2) == []  # stopped on every node
     # Ray may have lost node2 during the cut: `up` heals the cluster.
-    assert cli("up", "-i", inv, "--timeout", "120").returncode == 0
+    assert cli("up", "--yes", "-i", inv, "--timeout", "120").returncode == 0
 
 
 def raw_stream(endpoint, model):
@@ -334,7 +334,7 @@ def test_an_image_without_ray_serves_natively_with_a_secret_kept_off_argv_and_lo
         plan = run("plan", "-i", inv)
         assert plan.returncode == 0 and "runtime: ray or none, decided from the image: `up` reads the image" in \
             plan.stdout, plan.stdout
-        r = run("up", "-i", inv, "--json")
+        r = run("up", "--yes", "-i", inv, "--json")
         assert r.returncode == 0, r.stderr
         d = json.loads(r.stdout)
         assert d["runtime"] == "none" and d["runtime_why"].startswith("the image has no Ray (checked on node1)"), d
@@ -344,7 +344,7 @@ def test_an_image_without_ray_serves_natively_with_a_secret_kept_off_argv_and_lo
 
         # again: nothing to change, the image is not looked into twice (its marker on node1), and
         # the output speaks of node containers, not of a Ray cluster
-        again = run("up", "-i", inv)
+        again = run("up", "--yes", "-i", inv)
         assert again.returncode == 0, again.stderr
         assert "runtime: none: the image has no Ray" in again.stdout, again.stdout
         assert "cluster already up: nothing changed: 2 node container(s) running, no Ray" in again.stdout
@@ -443,7 +443,7 @@ def test_an_image_without_ray_serves_natively_with_a_secret_kept_off_argv_and_lo
         # cluster.runtime: ray on this image: refused at preflight, the nodes' containers untouched
         ray = write_inventory(inv, tmp_path / "ray.yaml", lambda x: x["cluster"].update(runtime="ray"))
         before = [on_node(n, "docker", "inspect", "-f", "{{.Id}}", name).stdout for n in nodes]
-        r = run("up", "-i", ray)
+        r = run("up", "--yes", "-i", ray)
         assert r.returncode == 3, r.stderr
         assert "`ray` is not in the image" in r.stderr and "set cluster.runtime: none" in r.stderr, r.stderr
         assert r.stderr.index("set cluster.runtime: none") < r.stderr.index("pip install 'ray[default]'"), r.stderr

@@ -60,7 +60,7 @@ def vipfleet(_sandbox_session, tmp_path_factory):
         doc["cluster"]["secrets"] = [WORK, KEY_SECRET]
     os.environ.update({WORK: "work-" + os.urandom(6).hex(), KEY_SECRET: KEY})  # the CLI reads them from there
     inv = write_inventory(sb.inventory, tmp_path_factory.mktemp("vip") / "vip.yaml", mutate)
-    r = cli("up", "-i", inv)
+    r = cli("up", "--yes", "-i", inv)
     assert r.returncode == 0, r.stderr[-3000:]
     served = cli("serve", "-i", inv, MODEL, "--", *FLAGS)
     assert served.returncode == 0, served.stderr[-3000:]

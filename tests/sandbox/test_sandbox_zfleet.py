@@ -471,7 +471,7 @@ def test_a_one_node_prefill_and_a_two_node_decode_replica_serve_through_the_rout
         doc["cluster"]["env"].pop("VLLM_CPU_OMP_THREADS_BIND")  # the sandbox's own choice: here the plan makes it
     inv = write_inventory(sb.inventory, tmp_path / "pd.yaml", mutate)
     try:
-        r = cli("up", "-i", inv)
+        r = cli("up", "--yes", "-i", inv)
         assert r.returncode == 0, r.stderr[-3000:]
         r = cli("check-kv", "-i", inv)  # on its own, after up (the check serve runs too)
         assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])

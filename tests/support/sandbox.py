@@ -177,7 +177,7 @@ def stranger_post(nodes, url, body, network=NETWORK):
 def up_serve_down(sb, inv, *serve_args):
     """A fleet or pool fixture's life: `up` and `serve` (their result yielded), then `down`, which
     leaves no container of ours on any node."""
-    r = cli("up", "-i", inv)
+    r = cli("up", "--yes", "-i", inv)
     assert r.returncode == 0, r.stderr[-3000:]
     served = cli("serve", "-i", inv, *serve_args)
     assert served.returncode == 0, served.stderr[-3000:]
