@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Set up this (Debian 12) machine to run bootstrap and its sandbox: Debian packages, a running
-# Docker engine, and the Python package. Idempotent; run as root.
+# Docker engine, and the Python package. Idempotent; run as root. chromium (headless) takes the
+# documentation site's screenshots in tests/docs/test_screenshots.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 for pair in dockerd:docker.io debootstrap:debootstrap docker-registry:docker-registry \
-            sshd:openssh-server ssh-keygen:openssh-client parallel-ssh:pssh ip:iproute2 tmux:tmux keepalived:keepalived; do
+            sshd:openssh-server ssh-keygen:openssh-client parallel-ssh:pssh ip:iproute2 tmux:tmux keepalived:keepalived \
+            chromium:chromium; do
   cmd=${pair%%:*} pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || [[ -x /usr/sbin/$cmd ]] || need+=("$pkg")
 done

@@ -6,6 +6,7 @@ import re
 import shlex
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import click
@@ -18,11 +19,18 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 TOP = ("bootstrap", "checks", "scripts", "tests", "docs", "perf", "inventory", "dashboards", ".ci")
 PATH = re.compile(r"`((?:%s)/[\w./-]*[\w/])`" % "|".join(re.escape(t) for t in TOP))
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
+#: A fenced block, at the margin or indented (inside an admonition or a content tab: `=== "Native"`).
+FENCE = re.compile(r"^( *)```(\w*)\n(.*?)^\1```", re.M | re.S)
 
 
 def rel(p):
     return str(p.relative_to(ROOT))
+
+
+def fences(text):
+    """(language, body) of every fenced block of a page, its body dedented as it would stand alone."""
+    for m in FENCE.finditer(text):
+        yield m.group(2), textwrap.dedent(m.group(3))
 
 
 def test_the_site_builds_strict(tmp_path):
@@ -49,7 +57,7 @@ def test_every_path_a_page_names_exists(page):
 
 
 def _command_lines(text):
-    for lang, body in FENCE.findall(text):
+    for lang, body in fences(text):
         if lang in ("bash", "console", "sh", ""):
             for line in body.splitlines():
                 line = line.strip().removeprefix("$ ")
@@ -99,7 +107,7 @@ def test_the_command_line_check_can_fail():
 
 def _inventory_snippets():
     for page in PAGES:
-        for lang, body in FENCE.findall(page.read_text()):
+        for lang, body in fences(page.read_text()):
             if lang == "yaml":
                 doc = yaml.safe_load(body)
                 if isinstance(doc, dict) and ("hosts" in doc or "all" in doc):
