@@ -103,12 +103,16 @@ def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, s
                                           "--backend": backend, "--sync-model": sync_model, "--listen": listen,
                                           "--served-model-name": served_model_name})
         check_parallelism(inv, tp, pp, dp, ep=ep or all2all is not None)
-        res = face.serve(inv, model, tp=tp, pp=pp, dp=dp, ep=ep, all2all=all2all, backend=backend, extra=extra,
-                         sync_model=sync_model, wait=wait, listen=listen, served_name=served_model_name,
-                         parallel=parallel, stop=stop, dry_run=dry_run, reporter=LineReporter(quiet=as_json),
-                         on_plan=None if as_json else (lambda plan: render.serve_plans(plan, dry_run)),
-                         on_failed=render.serve_failed, drain=drain,
-                         on_changes=render.pool_changes(yes or dry_run, as_json))
+        reporter = render.progress_reporter(as_json)
+        try:
+            res = face.serve(inv, model, tp=tp, pp=pp, dp=dp, ep=ep, all2all=all2all, backend=backend, extra=extra,
+                             sync_model=sync_model, wait=wait, listen=listen, served_name=served_model_name,
+                             parallel=parallel, stop=stop, dry_run=dry_run, reporter=reporter,
+                             on_plan=None if as_json else (lambda plan: render.serve_plans(plan, dry_run)),
+                             on_failed=render.serve_failed, drain=drain,
+                             on_changes=render.pool_changes(yes or dry_run, as_json))
+        finally:
+            reporter.close()
         render.serve_outcome(res, as_json)
     _run(go)
 

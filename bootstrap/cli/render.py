@@ -69,6 +69,7 @@ from bootstrap.cli.show import (
     kv_line,
     mask_credentials,
     out,
+    progress_reporter,
 )
 from bootstrap.errors import BootstrapError, GroupError, Interrupted, notes_of, was_shown
 from bootstrap.face import docs as D
@@ -78,9 +79,9 @@ __all__ = [
     "doctor", "down", "down_result", "dry_run", "err", "exec_echo", "exec_results", "findings", "fleet_plan",
     "fleet_serve_plan", "fleet_serve_stopped", "fleet_served", "kv_check", "kv_line", "left_out", "log_echo",
     "logs_result", "mask_credentials", "monitor_down", "monitor_status", "monitor_up", "nccl", "out", "plan_result",
-    "plan_rows", "pool_changes", "rollout", "rollout_failed", "rollout_step", "sandbox_down", "sandbox_log",
-    "sandbox_up", "serve_failed", "serve_outcome", "serve_plan", "serve_plans", "serve_stopped", "served", "targets",
-    "top", "top_live", "up", "up_approve", "up_replica", "validated",
+    "plan_rows", "pool_changes", "progress_reporter", "rollout", "rollout_failed", "rollout_step", "sandbox_down",
+    "sandbox_log", "sandbox_up", "serve_failed", "serve_outcome", "serve_plan", "serve_plans", "serve_stopped",
+    "served", "targets", "top", "top_live", "up", "up_approve", "up_replica", "validated",
 ]
 
 

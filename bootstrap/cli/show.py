@@ -59,6 +59,69 @@ class LineReporter:
             self.console.print(line)
         return len(detail) <= 300
 
+    def close(self) -> None:
+        """Nothing to end (LiveReporter ends its live rows)."""
+
+
+class LiveReporter(LineReporter):
+    """On a terminal: LineReporter's lines, and while vLLM starts a live row per node under them (its
+    step and how long that step has lasted, ticking in place) instead of the heartbeat lines; a new
+    step is still a line of its own. Not on a terminal, or with --json: LineReporter (progress_reporter)."""
+
+    HEARTBEAT = re.compile(r" \(this step \d+ s so far\)\Z")
+
+    def __init__(self, console: Console = err):
+        super().__init__(console)
+        self.rows: dict[str, tuple[str, float]] = {}
+        self.live = None
+
+    def event(self, host: str, stage: str, status: str, detail: str = "") -> bool:
+        from bootstrap.cli import runlog
+
+        if stage == "vllm-start":
+            step = self.HEARTBEAT.sub("", detail)
+            with self.lock:
+                row = self.rows.get(host)
+                again = status == "waiting" and row is not None and row[0] == step
+                if status == "waiting" and not again:
+                    self.rows[host] = (step, time.monotonic())
+                elif status != "waiting":
+                    self.rows.pop(host, None)
+                self._show()
+            if again:  # the row says it, ticking
+                runlog.event(f"{host:<16} {stage:<14} {status} {detail}".rstrip())
+                return True
+        return super().event(host, stage, status, detail)
+
+    def _show(self) -> None:
+        from rich.live import Live
+
+        if self.rows and self.live is None:
+            self.live = Live(self, console=self.console, transient=True, refresh_per_second=2)
+            self.live.start()
+        elif not self.rows and self.live is not None:
+            self.live.stop()
+            self.live = None
+
+    def __rich__(self) -> Table:
+        grid = Table.grid(padding=(0, 2))
+        now = time.monotonic()
+        for host, (step, since) in sorted(dict(self.rows).items()):
+            grid.add_row(f"  [cyan]{_escape(host)}[/]", _escape(step), f"[dim]{now - since:.0f} s[/]")
+        return grid
+
+    def close(self) -> None:
+        with self.lock:
+            self.rows.clear()
+            self._show()
+
+
+def progress_reporter(as_json: bool) -> LineReporter:
+    """The reporter of a command that waits for vLLM: live rows on a terminal, lines otherwise."""
+    if not as_json and err.is_terminal:
+        return LiveReporter(err)
+    return LineReporter(quiet=as_json)
+
 
 # rich reads `[` + one of a-z # / @ ... `]` as a tag; backslashes before a `[` escape it (an even
 # run before a tag is halved and the tag stays a tag); `\[` in plain text prints `[`.

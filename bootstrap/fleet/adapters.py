@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from bootstrap.errors import FleetError, ServeFailed
 from bootstrap.fleet import names as FN
 from bootstrap.fleet import plan as FP
+from bootstrap.fleet import routers as FRT
 from bootstrap.fleet.steps import _probe, _route
 from bootstrap.model import Inventory, ServedModel, model_ref_problem
+from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out
 from bootstrap.remote.session import Reporter, Session
 
@@ -81,10 +83,33 @@ def adapter(inv: Inventory, action: str, model: str, name: str | None = None, so
         if action in ("add", "remove"):
             served = on_replica("adapters")
             res.routers = _reroute(sess, inv, m, groups, served, drop=name if action == "remove" else None)
+            _remember(sess, inv, m, groups, served, drop=name if action == "remove" else None)
         if action == "remove":
             on_replica("lora-unload", name or "")
         res.replicas = {k: d.get("adapters", []) for k, d in on_replica("adapters").items()}
     return res
+
+
+def _names(m: ServedModel, served: dict, drop: str | None) -> list[str]:
+    """What a replica is routed under: the model's name and every adapter it serves but `drop`."""
+    return [m.name, *(a["name"] for a in served.get("adapters", []) if a["name"] != drop)]
+
+
+def _remember(sess: Session, inv: Inventory, m: ServedModel, groups: list[int], served: dict[int, dict],
+              drop: str | None) -> None:
+    """Each router's workers file (routers.WORKERS_PATH) says what the routers were just told, so that
+    a router restarted later routes the adapter too (the model's other entries, and every other
+    model's, as the file held them)."""
+    urls = [FN.replica_url(inv, k) for k in range(len(inv.replicas))]
+    replaced = {urls[k]: FRT.worker_entries(inv, m, urls[k], _names(m, served[k], drop)) for k in groups}
+    name = FN.router_name(inv)
+
+    def rewrite(h) -> None:
+        ssh = sess.ssh[h.name]
+        now = ssh.run(DK.exec_argv(name, "cat", FRT.WORKERS_PATH), timeout=30, check=False)
+        DK.copy_file_in(ssh, name, FRT.WORKERS_PATH,
+                        FRT.rewritten_workers(now.stdout.encode() if now.exit_code == 0 else None, inv, urls, replaced))
+    sess.stage("router-workers", list(FN.router_hosts(inv)), rewrite)
 
 
 def _reroute(sess: Session, inv: Inventory, m: ServedModel, groups: list[int], served: dict[int, dict],
@@ -93,8 +118,7 @@ def _reroute(sess: Session, inv: Inventory, m: ServedModel, groups: list[int], s
     `drop`), one replica at a time (the model's other replicas keep its requests meanwhile)."""
     out: dict[str, dict] = {}
     for k in groups:
-        names = [m.name, *(a["name"] for a in served[k].get("adapters", []) if a["name"] != drop)]
-        doc = _route(sess, inv, k, names)
+        doc = _route(sess, inv, k, _names(m, served[k], drop))
         bad = next((h for h, d in doc.items() if h != "ok" and not d.get("ok")), None)
         if bad is not None:
             raise ServeFailed(f"the router on {bad} did not take replica {k} of {m.name}: {doc[bad].get('error')}")

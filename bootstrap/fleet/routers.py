@@ -67,14 +67,35 @@ def pool_workers(inv: Inventory, urls: Sequence[str]) -> list[dict]:
     for k, url in enumerate(urls):
         m = inv.model_of(k)
         if m is not None:
-            policy = {"policy": model_policy(inv, m)}
-            out += [{"url": url, "model_id": name, "labels": policy} for name in (m.name, *(a for a, _ in m.adapters))]
+            out += worker_entries(inv, m, url, (m.name, *(a for a, _ in m.adapters)))
     return out
+
+
+def worker_entries(inv: Inventory, m: ServedModel, url: str, names: Sequence[str]) -> list[dict]:
+    """One replica of model m as the router's workers: its URL under each of `names`, with m's policy."""
+    policy = {"policy": model_policy(inv, m)}
+    return [{"url": url, "model_id": name, "labels": policy} for name in names]
 
 
 def workers_file(inv: Inventory, urls: Sequence[str]) -> bytes:
     """The content of a pool router's WORKERS_PATH."""
     return json.dumps(pool_workers(inv, urls), indent=1).encode()
+
+
+def rewritten_workers(current: bytes | None, inv: Inventory, urls: Sequence[str],
+                      replaced: Mapping[str, list[dict]]) -> bytes:
+    """A workers file with the entries of the replicas in `replaced` (url -> their entries) put in place
+    of what it held for them: what `adapter add|remove` leaves, so that a router restarted later routes
+    an adapter loaded at runtime too. The others' entries are kept as they were (their own runtime
+    adapters); a file that cannot be read is the plan's (workers_file) with the same replacement."""
+    try:
+        doc = json.loads(current or b"")
+        if not isinstance(doc, list) or not all(isinstance(e, dict) and "url" in e for e in doc):
+            raise ValueError("not a workers list")
+    except ValueError:
+        doc = pool_workers(inv, urls)
+    kept = [e for e in doc if e["url"] not in replaced]
+    return json.dumps(kept + [e for entries in replaced.values() for e in entries], indent=1).encode()
 
 
 def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = None,

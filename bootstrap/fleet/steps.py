@@ -260,12 +260,15 @@ def _gate(sess: Session, inv: Inventory, k: int, wait: float) -> dict:
     with W.watching(lambda line: sess.reporter.event(head.name, "vllm-start", "waiting", line),
                     lambda: _logs(sess, head, FN.serve_name(inv), tail=100)):
         try:
-            return ask(wait)
+            got = ask(wait)
         except ConnectionLost as exc:
             # The probe only reads, so it is asked once more over a new connection for the time left
             # (seen in CI: one SSH connection dropped under load halfway through a rollout's wait).
             sess.reporter.event(head.name, "vllm-start", "waiting", f"asking again: {exc.reason}")
-            return ask(max(10.0, until - time.monotonic()))
+            got = ask(max(10.0, until - time.monotonic()))
+    sess.reporter.event(head.name, "vllm-start", "done" if got.get("ready") else "failed",
+                        f"{wait - (until - time.monotonic()):.0f}s")
+    return got
 
 
 def _replica_failure(sess: Session, inv: Inventory, k: int, ready: dict) -> tuple[str, str]:

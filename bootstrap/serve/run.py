@@ -307,6 +307,7 @@ def _wait(sess: Session, got: _Gathered, plan: ServePlan, wait: float) -> ServeR
                     lambda: head.run_in("tail", "-c", str(W.TAIL_BYTES), LOG, timeout=10, check=False).stdout):
         ready = head.payload_or_error("serve_probe.py", url_in, str(wait), PIDFILE, timeout=wait + 60)
     elapsed = time.monotonic() - t0
+    sess.reporter.event(inv.head.name, "vllm-start", "done" if ready.get("ready") else "failed", f"{elapsed:.0f}s")
     # not checked: the log only adds detail (KV capacity, the failure's tail); the probe's answer decides
     log = N.of(sess, inv.head, name).run_in("cat", LOG, timeout=60, check=False).stdout
     if not ready.get("ready"):

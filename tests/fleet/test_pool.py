@@ -265,6 +265,23 @@ def test_a_models_adapters_are_loaded_with_it_and_routed_under_their_names(tmp_p
         ("http://a:8000", "chat"), ("http://a:8000", "chat-sql"), ("http://a:8000", "org/chat-legal"),
         ("http://b:8000", "chat"), ("http://b:8000", "chat-sql"), ("http://b:8000", "org/chat-legal"),
         ("http://c:8000", "coder")]
+    # adapter add|remove rewrites the file a restarted router reads: the model's replicas with what they
+    # serve now, every other entry as the file held it (another model's runtime adapter included)
+    urls = ["http://a:8000", "http://b:8000", "http://c:8000"]
+    held = json.dumps(workers + [{"url": "http://c:8000", "model_id": "coder-fix", "labels": {}}]).encode()
+    chat = inv.models[0]
+    replaced = {u: FRT.worker_entries(inv, chat, u, ["chat", "chat-sql", "chat-new"]) for u in urls[:2]}
+    again = json.loads(FRT.rewritten_workers(held, inv, urls, replaced))
+    assert sorted((w["url"], w["model_id"]) for w in again) == [
+        ("http://a:8000", "chat"), ("http://a:8000", "chat-new"), ("http://a:8000", "chat-sql"),
+        ("http://b:8000", "chat"), ("http://b:8000", "chat-new"), ("http://b:8000", "chat-sql"),
+        ("http://c:8000", "coder"), ("http://c:8000", "coder-fix")]
+    assert {w["labels"]["policy"] for w in again if w["model_id"] == "chat-new"} == {FRT.model_policy(inv, chat)}
+    # a file that cannot be read: the plan's, with the same replacement
+    for bad in (None, b"", b"{not json", b'{"a": 1}', b'[{"model_id": "x"}]'):
+        again = json.loads(FRT.rewritten_workers(bad, inv, urls, replaced))
+        assert sorted((w["url"], w["model_id"]) for w in again if w["url"] == urls[2]) == [(urls[2], "coder")]
+        assert len(again) == 7
 
 
 @pytest.mark.parametrize("models,needle,field,parts", [

@@ -63,6 +63,12 @@ def get(url, timeout=10):
         return json.loads(resp.read())
 
 
+def routed_names(sb) -> set[str]:
+    """The names the router's workers file routes (what a restarted router adds)."""
+    doc = json.loads(on_node(sb.nodes[0], "docker", "exec", ROUTER, "cat", "/opt/bootstrap/workers.json").stdout)
+    return {w["model_id"] for w in doc}
+
+
 def test_one_endpoint_routes_each_model_to_its_own_replicas(pool):
     sb, inv, served = pool
     endpoint = endpoint_of(served.stdout)
@@ -129,6 +135,7 @@ def test_an_adapter_is_added_and_removed_at_runtime_without_a_restart_or_a_faile
         assert "chat-sql loaded on every replica of chat; routed by node1" in r.stdout, r.stdout
         assert complete(endpoint, PROMPT, model="chat-sql") == lora_text  # the same weights, another name
         assert sorted(get(endpoint + "/models")["models"]) == ["chat", "chat-lora", "chat-sql", "coder"]
+        assert "chat-sql" in routed_names(sb)  # a router restarted later routes it too
         listed = json.loads(cli("adapter", "list", "-i", inv, "chat", "--json").stdout)
         assert [sorted(a["name"] for a in r["adapters"]) for r in listed["replicas"]] == [["chat-lora", "chat-sql"]] * 2
         r = cli("adapter", "remove", "-i", inv, "chat", "chat-sql")
@@ -136,6 +143,7 @@ def test_an_adapter_is_added_and_removed_at_runtime_without_a_restart_or_a_faile
         code, doc = post(endpoint + "/completions", {"model": "chat-sql", "prompt": PROMPT, "max_tokens": 2})
         assert code == 404, (code, doc)
         assert sorted(get(endpoint + "/models")["models"]) == ["chat", "chat-lora", "coder"]
+        assert routed_names(sb) == {"chat", "chat-lora", "coder"}
         assert complete(endpoint, PROMPT, model="chat-lora") == lora_text  # the inventory's adapter stays
     assert chat.samples and not chat.failed(), chat.failed()[:3]
     assert {n.name: on_node(n, "docker", "inspect", "--format", "{{.State.StartedAt}}", SERVE).stdout
