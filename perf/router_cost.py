@@ -29,6 +29,8 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 
+from perf import verdict as V
+
 CHUNKS = 4
 #: What the stub was asked besides completions (path -> count), served at GET /stub_counts.
 SEEN: dict[str, int] = {}
@@ -267,7 +269,25 @@ def measure(a: argparse.Namespace, arms: list[Arm]) -> float:
     return time.monotonic() - t0
 
 
-def report(a: argparse.Namespace, stubs: list[int], arms: list[Arm], wall: float) -> None:
+#: Issue 53.3's targets for the router's own cost (TTFT through it minus alone, per percentile), ms.
+TARGETS = ((50, 2.0), (99, 10.0))
+
+
+def checks(arms: list[Arm]) -> list[V.Check]:
+    """The targets, measured on the router as bootstrap runs it (the first arm after the alone one)."""
+    router = next((x for x in arms[1:] if x.name == "router (bootstrap's)"), None)
+    out = []
+    for q, limit in TARGETS:
+        name = f"router TTFT +p{q} (through it minus alone)"
+        if router is None or not router.ttft or not arms[0].ttft:
+            out.append(V.not_measured(name, "<=", limit, "the router as bootstrap runs it was not among --settings",
+                                      unit=" ms"))
+        else:
+            out.append(V.Check(name, "<=", limit, (pct(router.ttft, q) - pct(arms[0].ttft, q)) * 1e3, unit=" ms"))
+    return out
+
+
+def report(a: argparse.Namespace, stubs: list[int], arms: list[Arm], wall: float) -> int:
     mode = "one kept-alive connection per arm" if a.keepalive else "a new connection per request"
     print(f"{a.requests} requests per arm, concurrency 1, {mode}, interleaved in blocks of {a.block}; "
           + (f"workers :{stubs[0]} :{stubs[1]}, {a.tokens} tokens; " if a.workers
@@ -282,6 +302,9 @@ def report(a: argparse.Namespace, stubs: list[int], arms: list[Arm], wall: float
             seen = json.loads(r.read())
         print(f"stub :{s} was asked, besides completions, by {len(arms) - 1} router(s) in {wall:.0f} s: "
               + (", ".join(f"{k} x{v}" for k, v in sorted(seen.items())) or "nothing"))
+    found = checks(arms)
+    print("\n".join(V.lines(found)))
+    return V.exit_status(found)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -292,8 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     procs: list[subprocess.Popen] = []
     try:
         stubs, arms = start(a, procs)
-        report(a, stubs, arms, measure(a, arms))
-        return 0
+        return report(a, stubs, arms, measure(a, arms))
     finally:
         for p in procs:
             p.terminate()
