@@ -22,20 +22,16 @@ from bootstrap.fleet import names as FN
 from bootstrap.fleet import plan as FP
 from bootstrap.fleet import routers as FRT
 from bootstrap.fleet.steps import (
-    _ensure_keeper,
-    _gate,
     _in_router,
     _inspect,
     _probe,
-    _replica_failure,
     _rm,
     _route_url,
-    _start_replica,
     _start_standbys,
+    start_gated,
 )
 from bootstrap.model import Inventory
 from bootstrap.remote import docker as DK
-from bootstrap.remote.fanout import fan_out
 from bootstrap.remote.session import Session
 
 KEEP, START, REPLACE, REMOVE, ROUTE, STOP = "keep", "start", "replace", "remove", "route", "stop"
@@ -177,7 +173,8 @@ def converge(sess: Session, inv: Inventory, plan: FP.FleetPlan, todo: Sequence[C
         step(c, "replacing")
         FRO.replace_one(sess, inv, by_index[c.index], drain, wait, lambda k, what, c=c: step(c, what))
     starts = [by_index[c.index] for c in todo if c.action == START]
-    _start(sess, inv, starts, wait)
+    if starts:
+        start_gated(sess, inv, starts, wait, own_stages=True, after="; the other replicas serve as before")
     for c in todo:
         if c.action in (START, ROUTE):
             back = _in_router(sess, inv, c.index, True)
@@ -207,26 +204,6 @@ def _let_go(sess: Session, inv: Inventory, todo: Sequence[Change], drain: float,
         step(c, "stopping")
     if stops:
         _rm(sess, [inv.host(c.hosts[0]) for c in stops], *FN.serve_names(inv), stage="stop-idle")
-
-
-def _start(sess: Session, inv: Inventory, starts: Sequence[FP.ReplicaPlan], wait: float) -> None:
-    """Start these replicas together and gate each; ServeFailed naming the first that did not serve."""
-    if not starts:
-        return
-    _ensure_keeper(sess, inv)
-    for rp in starts:
-        _start_replica(sess, inv, rp, stage=f"start-r{rp.index}")
-    ready = fan_out(starts, lambda rp: _gate(sess, inv, rp.index, wait), key=lambda rp: rp.index,
-                    parallel=len(starts))
-    bad = {**ready.failed, **{k: r for k, r in ready.succeeded.items() if not r.get("ready")}}
-    if bad:
-        k = min(bad)
-        r = bad[k]
-        cause, tail = _replica_failure(sess, inv, k, r if isinstance(r, dict) else {"error": str(r)})
-        m = inv.model_of(k)
-        hosts = ", ".join(h.name for h in inv.replicas[k])
-        raise ServeFailed(f"replica {k} ({m.name if m else '?'} on {hosts}) did not serve: {cause}; the other "
-                          "replicas serve as before", tail)
 
 
 def _routers_now(sess: Session, inv: Inventory, plan: FP.FleetPlan) -> dict:

@@ -24,19 +24,16 @@ from bootstrap.fleet import routers as FRT
 from bootstrap.fleet.steps import (
     _check_vip_image,
     _create_with,
-    _ensure_keeper,
-    _gate,
     _logs,
     _node_facts,
     _pool_split,
     _preflight,
     _probe,
-    _replica_failure,
     _rm,
     _rm_routers,
     _split,
-    _start_replica,
     _start_standbys,
+    start_gated,
 )
 from bootstrap.model import Inventory
 from bootstrap.remote import docker as DK
@@ -185,25 +182,13 @@ def _launch(sess: Session, inv: Inventory, plan: FP.FleetPlan, facts: dict, note
     facts["kv"] = kv
     notes.extend(w for w in (r.warning(inv.cluster.infiniband) for r in kv) if w)
     GD.put_secrets(sess, inv.hosts, prune=False)
-    _ensure_keeper(sess, inv)
-    for rp in plan.replicas:
-        _start_replica(sess, inv, rp)
-    ready = fan_out(range(len(plan.replicas)), lambda k: _gate(sess, inv, k, wait), key=lambda k: k,
-                    parallel=len(plan.replicas))
-    bad = {**ready.failed, **{k: r for k, r in ready.succeeded.items() if not r.get("ready")}}
-    if bad:
-        k = min(bad)
-        r = bad[k]
-        cause, tail = _replica_failure(sess, inv, k, r if isinstance(r, dict) else {"error": str(r)})
-        others = f" (also replica {', '.join(map(str, sorted(set(bad) - {k})))})" if len(bad) > 1 else ""
-        what = f"{m.name} on " if (m := inv.model_of(k)) is not None else ""
-        failed = ServeFailed(f"replica {k} ({what}{', '.join(plan.replicas[k].hosts)}) did not serve: "
-                             f"{cause}{others}", tail)
+    try:
+        return start_gated(sess, inv, plan.replicas, wait)
+    except ServeFailed as failed:
         # a removal that fails is attached to the error, not raised in its place (Session.cleanup)
         names = (*FN.serve_names(inv), FN.router_name(inv), FN.vip_name(inv))
         sess.cleanup("stop-failed", inv.hosts, lambda h: DK.rm(sess.ssh[h.name], *names, timeout=120), failed)
-        raise failed
-    return ready.succeeded
+        raise
 
 
 def _routers(sess: Session, inv: Inventory, plan: FP.FleetPlan) -> dict:

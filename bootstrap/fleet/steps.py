@@ -17,6 +17,7 @@ from bootstrap.errors import (
     FleetError,
     ModelSplitError,
     PreflightFailed,
+    ServeFailed,
     ServePlanError,
 )
 from bootstrap.fleet import names as FN
@@ -269,6 +270,27 @@ def _gate(sess: Session, inv: Inventory, k: int, wait: float) -> dict:
     sess.reporter.event(head.name, "vllm-start", "done" if got.get("ready") else "failed",
                         f"{wait - (until - time.monotonic()):.0f}s")
     return got
+
+
+def start_gated(sess: Session, inv: Inventory, rps: Sequence[FP.ReplicaPlan], wait: float, *, own_stages: bool = False,
+                after: str = "") -> dict:
+    """Start these replicas (the keeper first), then wait for each to answer a completion, all at
+    once: {index: its gate's answer}; ServeFailed naming the first that did not serve, its cause
+    from its members' logs and the others that did not either (`after` appended: what stands)."""
+    _ensure_keeper(sess, inv)
+    for rp in rps:
+        _start_replica(sess, inv, rp, **({"stage": f"start-r{rp.index}"} if own_stages else {}))
+    ready = fan_out(rps, lambda rp: _gate(sess, inv, rp.index, wait), key=lambda rp: rp.index, parallel=len(rps))
+    bad = {**ready.failed, **{k: r for k, r in ready.succeeded.items() if not r.get("ready")}}
+    if bad:
+        k = min(bad)
+        r = bad[k]
+        cause, tail = _replica_failure(sess, inv, k, r if isinstance(r, dict) else {"error": str(r)})
+        others = f" (also replica {', '.join(map(str, sorted(set(bad) - {k})))})" if len(bad) > 1 else ""
+        what = f"{m.name} on " if (m := inv.model_of(k)) is not None else ""
+        hosts = ", ".join(h.name for h in inv.replicas[k])
+        raise ServeFailed(f"replica {k} ({what}{hosts}) did not serve: {cause}{others}{after}", tail)
+    return ready.succeeded
 
 
 def _replica_failure(sess: Session, inv: Inventory, k: int, ready: dict) -> tuple[str, str]:

@@ -125,3 +125,27 @@ def test_a_pool_replica_goes_into_every_router_under_its_models_names_with_its_p
     asked = [c.rsplit(" sh ", 1)[1] for c in hosts["h0"].commands]
     assert asked == ["route http://192.0.2.1:30000 http://192.0.2.2:8000 power_of_two chat chat-sql",
                      "route http://192.0.2.1:30000 http://192.0.2.2:8000 power_of_two"], asked
+
+
+def test_replicas_started_together_name_the_first_that_did_not_serve_and_the_others(tmp_path, monkeypatch):
+    """steps.start_gated (serve's launch and a pool's converge): every replica started, every gate
+    asked at once; the first that did not serve named with its model, hosts and cause, the others
+    after it, and what still stands; all served: each gate's answer."""
+    from bootstrap.errors import ServeFailed
+    from bootstrap.fleet import plan as FP
+
+    inv = load(tmp_path, fleet_yaml(4, 2))
+    started, gates = [], {0: {"ready": False, "error": "boom"}, 1: {"ready": False}}
+    monkeypatch.setattr(FST, "_ensure_keeper", lambda sess, inv: started.append("keeper"))
+    monkeypatch.setattr(FST, "_start_replica", lambda sess, inv, rp, stage="start": started.append((rp.index, stage)))
+    monkeypatch.setattr(FST, "_gate", lambda sess, inv, k, wait: gates[k])
+    monkeypatch.setattr(FST, "_replica_failure", lambda sess, inv, k, r: (f"cause of {k}", "tail"))
+    rps = [FP.ReplicaPlan(k, (), f"http://x{k}:8000", ()) for k in (0, 1)]
+    with pytest.raises(ServeFailed) as err:
+        FST.start_gated(None, inv, rps, 60, own_stages=True, after="; the others serve")
+    assert str(err.value).startswith("replica 0 (h0, h1) did not serve: cause of 0 (also replica 1); the others serve")
+    assert started == ["keeper", (0, "start-r0"), (1, "start-r1")]
+    gates.update({0: {"ready": True, "t": 3}, 1: {"ready": True, "t": 4}})
+    started.clear()
+    assert FST.start_gated(None, inv, rps, 60) == {0: {"ready": True, "t": 3}, 1: {"ready": True, "t": 4}}
+    assert started == ["keeper", (0, "start"), (1, "start")]
