@@ -292,19 +292,43 @@ def lora(url, load, name, source=None):
     return {"ok": code == 200, "code": code, "answer": answer[:300].decode(errors="replace")}
 
 
-def route(router, url, policy, names):
+def route(router, url, policy, names, deadline=45.0):
     """URL in a pool's router under exactly NAMES: vllm-router keeps one worker per URL, indexed under
-    every name it was added with, and removes a URL whole (DELETE /workers/URL)."""
+    every name it was added with, and removes a URL whole (DELETE /workers/URL).
+
+    Its multi-model mode may only queue a change (202 Accepted) and make it a moment later: each step
+    is done once the router's own list (GET /workers) shows it, the URL gone, then listed again, so
+    that a replica taken out is drained only once the router has stopped sending it requests."""
     code, answer = http("DELETE", f"{router}/workers/{urllib.parse.quote(url, safe='')}", timeout=30)
     if code not in (200, 202, 204, 400, 404):
         return {"ok": False, "error": f"DELETE answered {code}: {answer[:200].decode(errors='replace')}"}
+    gone = _listed(router, url, False, deadline)
+    if gone is not None:
+        return {"ok": False, "error": gone}
     for name in names:
         code, answer = http("POST", router + "/workers", {"url": url, "model_id": name, "labels": {"policy": policy}},
                             timeout=30)
         if code >= 300:
             return {"ok": False, "error": f"adding {url} for {name} answered {code}: "
                                           f"{answer[:200].decode(errors='replace')}"}
-    return {"ok": True}
+    back = _listed(router, url, True, deadline) if names else None
+    return {"ok": True} if back is None else {"ok": False, "error": back}
+
+
+def _listed(router, url, want, deadline):
+    """Wait until the router lists URL (want) or no longer does; None when it does, else why not."""
+    end, seen = time.monotonic() + deadline, None
+    while True:
+        try:
+            seen = pool_workers(router)
+        except Exception as exc:  # a router busy restarting: asked again until the deadline
+            seen = {"error": f"{type(exc).__name__}: {exc}"}
+        if "workers" in seen and (url.rstrip("/") in seen["workers"]) == want:
+            return None
+        if time.monotonic() >= end:
+            return (f"the router still {'does not list' if want else 'lists'} {url} after {deadline:g}s "
+                    f"({seen.get('error') or 'GET /workers'})")
+        time.sleep(0.2)
 
 
 def pool_workers(router):

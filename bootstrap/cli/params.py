@@ -227,7 +227,8 @@ def confirm(what: str, yes: bool) -> None:
 
 def renamed(old: str, new: str, dest: str, kind: click.ParamType | None = None, callback=None):
     """`old`, the former name of option `new` (parameter `dest`), kept for one release: hidden from
-    --help and the reference, read as `new` with a note on stderr; both given at once is refused.
+    --help and the reference, read as `new` with a note on stderr when the command ends (not after a
+    refusal: bad input stays one line); both given at once is refused.
     Every time limit is `--timeout` (or `--X-timeout` where a command has two)."""
     alias = "renamed_" + old.lstrip("-").replace("-", "_")
 

@@ -2,8 +2,10 @@
 lines the way vLLM does: the gauges move only when the engine's step returns, so a request can be
 in flight while they still read zero."""
 import http.server
+import json
 import pathlib
 import time
+import urllib.parse
 
 import pytest
 
@@ -106,3 +108,69 @@ def test_ready_ends_when_the_member_says_vllm_exited_and_not_for_an_older_exit(t
     doc = fp.ready("http://127.0.0.1:9", 60, str(exited))
     assert doc == {"ready": False, "error": "vLLM exited with status 1", "t": doc["t"]}
     assert time.monotonic() - t < 10, doc
+
+
+class QueuingRouter(Loopback):
+    """A pool router (vllm-router's multi-model mode) that only queues a change: DELETE and POST
+    /workers answer 202 and the change shows in GET /workers after `lag` more lists (None: never)."""
+
+    def __init__(self, urls, lag):
+        self.listed, self.lag, self.pending, self.gets, self.order = set(urls), lag, [], 0, []
+        router = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def _queue(self, change):
+                router.pending.append([router.lag, change])
+                router.order.append(self.command)
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                reply(self, b'{"status": "accepted"}', 202)
+
+            def do_DELETE(self):
+                url = urllib.parse.unquote(self.path.split("/workers/", 1)[1])
+                self._queue(lambda: router.listed.discard(url))
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                router.pending.append([router.lag, lambda: router.listed.add(body["url"])])
+                router.order.append("POST")
+                reply(self, b'{"status": "accepted"}', 202)
+
+            def do_GET(self):
+                router.gets += 1
+                router.order.append("GET")
+                for p in router.pending:
+                    if p[0] is not None:
+                        p[0] -= 1
+                        if p[0] < 0 and p[1] is not None:
+                            p[1]()
+                            p[1] = None
+                reply(self, json.dumps({"workers": [{"url": u, "model_id": "chat"} for u in sorted(router.listed)]
+                                        }).encode())
+        super().__init__(H)
+
+
+def test_a_replica_leaves_a_pool_router_only_once_the_router_lists_it_gone():
+    """Seen in CI: a chat request cut mid-stream during a pool rollout. vllm-router's multi-model mode
+    answers 202 to DELETE /workers/URL and removes it a moment later; the drain that followed at once
+    saw the replica idle between two paced requests and stopped it while the router still sent it
+    one. `route` now waits until GET /workers no longer lists the URL (and, putting it back, lists it)."""
+    probe = load_probe()
+    url = "http://10.0.0.2:8000"
+    router = QueuingRouter([url], lag=3)
+    try:
+        assert probe.route(router.url, url, "round_robin", [], deadline=10) == {"ok": True}
+        assert url not in router.listed and router.gets >= 4  # asked until the router listed it gone
+        assert router.order[:2] == ["DELETE", "GET"]
+        gets = router.gets
+        assert probe.route(router.url, url, "round_robin", ["chat"], deadline=10) == {"ok": True}
+        assert url in router.listed and router.gets >= gets + 4  # back only once listed again
+    finally:
+        router.close()
+    stuck = QueuingRouter([url], lag=None)
+    try:
+        t = time.monotonic()
+        got = probe.route(stuck.url, url, "round_robin", [], deadline=1.0)
+        assert got == {"ok": False, "error": f"the router still lists {url} after 1s (GET /workers)"}, got
+        assert 1.0 <= time.monotonic() - t < 5
+    finally:
+        stuck.close()

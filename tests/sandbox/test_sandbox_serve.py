@@ -4,6 +4,7 @@ On CPU the end-to-end path is vLLM's native multi-node mode; the Ray executor re
 platforms, so serve picks native by itself and refuses --backend ray before launching anything.
 """
 import json
+import re
 import subprocess
 import time
 import urllib.request
@@ -65,8 +66,9 @@ def test_serve_with_no_flags_on_three_nodes_plans_from_the_model_and_answers(thr
     endpoint = f"http://{sb.nodes[0].ip}:8000/v1"
     assert f"serving {MODEL} on {endpoint} (backend native, TP=1, PP=3)" in r.stdout
     # not silent while vLLM starts: its steps, read from its own log, each on a line of its own (stderr)
-    said = [ln.split(" waiting ", 1)[1] for ln in r.stderr.splitlines() if " vllm-start " in ln]
+    said = [ln.split(" waiting ", 1)[1] for ln in r.stderr.splitlines() if " vllm-start " in ln and " waiting " in ln]
     print("while vLLM started:", said)
+    assert re.search(r" vllm-start +done \d+s$", r.stderr, re.M), r.stderr[-3000:]  # and when the wait ended
     assert said and said[0] == "vLLM starting (no output yet: importing vLLM and torch)", r.stderr[-3000:]
     assert any(x.startswith(("connecting the 3 ranks", "loading ", "weights loaded", "KV cache: ", "engine ready"))
                for x in said[1:]), said
