@@ -296,9 +296,10 @@ def route(router, url, policy, names, deadline=45.0):
     """URL in a pool's router under exactly NAMES: vllm-router keeps one worker per URL, indexed under
     every name it was added with, and removes a URL whole (DELETE /workers/URL).
 
-    Its multi-model mode may only queue a change (202 Accepted) and make it a moment later: each step
-    is done once the router's own list (GET /workers) shows it, the URL gone, then listed again, so
-    that a replica taken out is drained only once the router has stopped sending it requests."""
+    Each step counts once the router's own list (GET /workers) shows it, the URL gone, then listed
+    again: a replica taken out is drained only once the router says it no longer sends it requests.
+    vllm-router 0.1.17 makes the change before it answers (200, listed at the next GET, measured); a
+    router that answers 202 (a queued change) makes it later, and the step waits for it."""
     code, answer = http("DELETE", f"{router}/workers/{urllib.parse.quote(url, safe='')}", timeout=30)
     if code not in (200, 202, 204, 400, 404):
         return {"ok": False, "error": f"DELETE answered {code}: {answer[:200].decode(errors='replace')}"}

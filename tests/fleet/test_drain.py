@@ -150,10 +150,10 @@ class QueuingRouter(Loopback):
 
 
 def test_a_replica_leaves_a_pool_router_only_once_the_router_lists_it_gone():
-    """Seen in CI: a chat request cut mid-stream during a pool rollout. vllm-router's multi-model mode
-    answers 202 to DELETE /workers/URL and removes it a moment later; the drain that followed at once
-    saw the replica idle between two paced requests and stopped it while the router still sent it
-    one. `route` now waits until GET /workers no longer lists the URL (and, putting it back, lists it)."""
+    """`route` counts a change once the router lists it: with a router that queues the change (202)
+    and makes it a few lists later, taking a replica out returns only once GET /workers no longer
+    lists its URL (the drain after it must not see a replica the router still sends requests to),
+    and putting it back once it is listed again; a router that never makes it: an error at the deadline."""
     probe = load_probe()
     url = "http://10.0.0.2:8000"
     router = QueuingRouter([url], lag=3)
