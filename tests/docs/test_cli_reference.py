@@ -6,8 +6,6 @@ blocks unreflowed; the exit codes, those of errors.ExitStatus with the meanings 
 import html
 import inspect
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import click
@@ -16,6 +14,7 @@ from click.testing import CliRunner
 
 from bootstrap.cli import main
 from bootstrap.errors import ExitStatus
+from tests.support.docsite import build_site
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADING = re.compile(r"<h([1-6]) id=\"[^\"]*\">(.*?)</h\1>", re.S)
@@ -29,12 +28,7 @@ def plain(fragment: str) -> str:
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    pytest.importorskip("mkdocs", reason="the docs extra (pip install '.[docs]')")
-    site = tmp_path_factory.mktemp("site")
-    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return (site / "cli" / "index.html").read_text()
+    return (build_site(tmp_path_factory.mktemp("site")) / "cli" / "index.html").read_text()
 
 
 def blocks(page: str) -> list[tuple[int, str, str]]:

@@ -13,7 +13,6 @@ import http.server
 import re
 import shutil
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import click
 import pytest
 
 from bootstrap.cli import main
+from tests.support.docsite import build_site
 
 ROOT = Path(__file__).resolve().parents[2]
 #: name -> the page's path on the site
@@ -62,11 +62,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """(base URL, the requests it answered) of the site built once and served on an ephemeral port."""
-    pytest.importorskip("mkdocs", reason="the docs extra (pip install '.[docs]'); scripts/dev-setup.sh installs it")
-    out = tmp_path_factory.mktemp("site")
-    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
+    out = build_site(tmp_path_factory.mktemp("site"))
     handler = type("Handler", (_Handler,), {"requests": []})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(out)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
