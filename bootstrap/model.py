@@ -147,7 +147,7 @@ class SSHSettings:
 
 
 #: vllm-router's balancing policies that bootstrap offers (kv_aware needs KV events, not wired).
-ROUTER_POLICIES = ("power_of_two", "round_robin", "cache_aware", "consistent_hash", "random")
+ROUTER_POLICIES = ("power_of_two", "round_robin", "cache_aware", "consistent_hash", "sticky_least_loaded", "random")
 
 
 @dataclass(frozen=True)

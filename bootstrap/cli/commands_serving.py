@@ -232,7 +232,81 @@ def _adapter(inventory, parallel, action, model, name, source, as_json):
     _run(go)
 
 
+# -- drain / undrain -----------------------------------------------------------------------------
+@main.command()
+@host_options
+@click.argument("host", callback=check_name)
+@click.option("--timeout", type=SECONDS, default=120.0, show_default=True,
+              help="Seconds the replica's requests in flight may take to finish.")
+@json_option
+def drain(inventory, parallel, host, timeout, as_json):
+    """Take HOST's replica out of every router for maintenance, and wait until its requests finish.
+
+    The host is marked first, then its replica leaves every router, then bootstrap waits until the
+    replica's engines have no request running or waiting (vLLM's own gauges) or --timeout. The
+    replica keeps running; `serve` and `rollout` leave it out of the routers until `undrain HOST`.
+    Refused when no other healthy replica is in rotation. Exit 1: still busy at the timeout.
+
+    Example: bootstrap drain -i fleet.yaml gpu-c
+    """
+    _drain(inventory, parallel, host, False, timeout, as_json)
+
+
+@main.command()
+@host_options
+@click.argument("host", callback=check_name)
+@json_option
+def undrain(inventory, parallel, host, as_json):
+    """Put HOST's replica back in every router (after `drain HOST`), once it answers.
+
+    Example: bootstrap undrain -i fleet.yaml gpu-c
+    """
+    _drain(inventory, parallel, host, True, 0.0, as_json)
+
+
+def _drain(inventory, parallel, host, undo, timeout, as_json):
+    def go():
+        res = face.drain(read_inventory(inventory), host, undo=undo, timeout=timeout, parallel=parallel,
+                         reporter=LineReporter(quiet=as_json))
+        render.drained(res, as_json)
+        exit_on(res)
+    _run(go)
+
+
 # -- bench ---------------------------------------------------------------------------------------
+def check_policies(ctx, param, value: str | None) -> list[str] | None:
+    """`--ab a,b`: two router policies or more, each one vllm-router offers, none twice."""
+    if value is None:
+        return None
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    bad = [n for n in names if n not in face.ROUTER_POLICIES]
+    if bad:
+        raise click.BadParameter(f"no policy {bad[0]!r} (one of: {', '.join(face.ROUTER_POLICIES)})")
+    if len(set(names)) != len(names):
+        raise click.BadParameter(f"{value!r} names a policy twice")
+    if len(names) < 2:
+        raise click.BadParameter(f"an A/B needs two policies or more, comma-separated (got {value!r})")
+    return names
+
+
+def check_bench_args(ab, url, prompt, workload, trace) -> None:
+    """What bench refuses from its options alone, before the inventory is read."""
+    if workload and trace:
+        raise click.UsageError("--workload and --trace both say what to send: give one of them")
+    if prompt and (workload or trace):
+        raise click.UsageError(f"--prompt is one prompt for every request; {'--workload' if workload else '--trace'} "
+                               "brings its own: give one of them")
+    if ab and url:
+        raise click.UsageError("--ab restarts the inventory's routers and sends through them: give no --url")
+    if ab and prompt:
+        raise click.UsageError("--ab sends a workload (--workload or --trace), not one --prompt")
+    ctx = click.get_current_context()
+    given = [f"--{n.replace('_', '-')}" for n in ("repeats", "warmup", "slo_ttft_ms", "yes")
+             if ctx.get_parameter_source(n) is click.core.ParameterSource.COMMANDLINE]
+    if given and not ab:
+        raise click.UsageError(f"{given[0]} is an option of an A/B: give --ab POLICY,POLICY with it")
+
+
 @main.command()
 @inventory_option
 @accept_keys_option
@@ -250,21 +324,64 @@ def _adapter(inventory, parallel, action, model, name, source, as_json):
 @click.option("--prompt", default=None, callback=check_nonempty, help="Prompt text (default: a fixed paragraph).")
 @click.option("--ignore-eos", is_flag=True, help="Always generate --max-tokens tokens (vLLM extension).")
 @click.option("--timeout", type=SECONDS, default=120.0, show_default=True, help="Seconds per request.")
-@click.option("--png", type=FilePath(), default=None, callback=check_png, help="Write latency histograms to this PNG.")
+@click.option("--png", type=FilePath(), default=None, callback=check_png,
+              help="Write latency histograms (with --ab: the policies' bars side by side) to this PNG.")
+@click.option("--workload", type=click.Choice(face.BENCH_WORKLOADS), default=None,
+              help="Send a built-in workload instead of one prompt: shared-prefix (one system prompt, many users), "
+                   "multi-turn (sessions, each turn extends the last), few-shot (long common examples) or random "
+                   "(no common prefix: the control). With --ab the default is shared-prefix.")
+@click.option("--trace", type=FilePath(), default=None,
+              help="Replay a JSON-lines trace: per line timestamp (s), prompt or prompt_tokens, output_tokens, "
+                   "session.")
+@click.option("--prompt-words", type=click.IntRange(4, 100000), default=200, show_default=True,
+              help="Length of a workload's prompts, in words.")
+@click.option("--ab", "ab", default=None, callback=check_policies, metavar="POLICY,POLICY,...",
+              help="A/B the routers' policies on a fleet: the same workload through the routers restarted with "
+                   "each policy in turn, interleaved over --repeats; one table side by side. The routers get "
+                   "the inventory's policy back at the end.")
+@click.option("--repeats", type=click.IntRange(1, 20), default=2, show_default=True,
+              help="With --ab: arms per policy (every other repeat in reverse order).")
+@click.option("--warmup", type=click.IntRange(0, 10000), default=8, show_default=True,
+              help="With --ab: requests of each arm's workload sent before it is measured.")
+@click.option("--slo-ttft-ms", type=click.FloatRange(0, min_open=True), default=1000.0, show_default=True,
+              help="With --ab: the time to first token a request must meet to count in goodput.")
+@click.option("-y", "--yes", is_flag=True, help="With --ab: restart the routers without asking (needed where no "
+              "terminal can answer: a script, CI).")
 @json_option
-def bench(inventory, url, model, n_requests, concurrency, max_tokens, prompt, ignore_eos, timeout, png, as_json):
+def bench(inventory, url, model, n_requests, concurrency, max_tokens, prompt, ignore_eos, timeout, png, workload,
+          trace, prompt_words, ab, repeats, warmup, slo_ttft_ms, yes, as_json):
     """A bounded load of streaming completions: requests/s, tokens/s, TTFT/ITL/E2E percentiles.
 
     Exactly --requests requests with at most --concurrency in flight; prints p50/p95/p99 with text
     histograms and says when high-percentile spikes with low throughput point at a coordinator
-    bottleneck rather than the GPUs.
+    bottleneck rather than the GPUs. With --ab, the routers' policies side by side on one workload
+    (docs/replicas.md, "Choosing a policy").
 
     Example: bootstrap bench -i hosts.yaml --requests 200 --concurrency 16 --png latency.png
+
+    Example: bootstrap bench -i fleet.yaml --ab round_robin,cache_aware --workload shared-prefix -n 200
     """
+    cfg = dict(model=model, requests=n_requests, concurrency=concurrency, max_tokens=max_tokens, timeout=timeout,
+               ignore_eos=ignore_eos)
+    check_bench_args(ab, url, prompt, workload, trace)
+    if ab:
+        return _bench_ab(inventory, ab, cfg, workload or "shared-prefix", trace, prompt_words, repeats, warmup,
+                         slo_ttft_ms, png, yes, as_json)
+
     def go():
         res = face.bench(url, lambda check_files: read_inventory(inventory, check_files=check_files), png=png,
-                         prompt=prompt, model=model, requests=n_requests, concurrency=concurrency,
-                         max_tokens=max_tokens, timeout=timeout, ignore_eos=ignore_eos)
+                         prompt=prompt, workload=workload, trace=trace, prompt_words=prompt_words, **cfg)
         render.bench(res.result, res.spread, png, as_json)
         exit_on(res)
+    _run(go)
+
+
+def _bench_ab(inventory, policies, cfg, workload, trace, prompt_words, repeats, warmup, slo_ms, png, yes, as_json):
+    def go():
+        res = face.bench_ab(lambda check_files: read_inventory(inventory, check_files=check_files), policies,
+                            workload=workload, trace=trace, repeats=repeats, warmup=warmup,
+                            prompt_words=prompt_words, slo_ms=slo_ms, png=png,
+                            approve=render.bench_ab_approve(inventory, yes), reporter=LineReporter(quiet=as_json),
+                            on_arm=None if as_json else render.bench_ab_arm, **cfg)
+        render.bench_ab(res, as_json)
     _run(go)

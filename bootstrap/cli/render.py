@@ -40,6 +40,10 @@ from bootstrap.cli.render_observe import (
 from bootstrap.cli.render_serving import (
     adapter,
     bench,
+    bench_ab,
+    bench_ab_approve,
+    bench_ab_arm,
+    drained,
     dry_run,
     fleet_serve_plan,
     fleet_serve_stopped,
@@ -76,6 +80,7 @@ from bootstrap.face import docs as D
 
 __all__ = [
     "PROG", "LineReporter", "_argv", "_escape", "_json", "_log_tail", "_mask_doc", "_ssh_tunnel", "adapter", "bench",
+    "bench_ab", "bench_ab_approve", "bench_ab_arm", "drained",
     "doctor", "down", "down_result", "dry_run", "err", "exec_echo", "exec_results", "findings", "fleet_plan",
     "fleet_serve_plan", "fleet_serve_stopped", "fleet_served", "kv_check", "kv_line", "left_out", "log_echo",
     "logs_result", "mask_credentials", "monitor_down", "monitor_status", "monitor_up", "nccl", "out", "plan_result",
@@ -232,6 +237,12 @@ def _public_allowed(beyond) -> str:
             "narrow it to the addresses that need the cluster's ports")
 
 
+def _rotation_cell(r) -> str:
+    """in router: yes / no, and the hosts `bootstrap drain` marked."""
+    rot = "-" if r.in_rotation is None else ("[green]yes[/]" if r.in_rotation else "[yellow]no[/]")
+    return rot + (f" [yellow](drained: {_escape(', '.join(r.drained))})[/]" if r.drained else "")
+
+
 def fleet_status(inv, groups, fs, as_json: bool) -> None:
     """`status` with replicas: each group's nodes, each replica as the router sees it, the endpoint
     and each group's Ray dashboard."""
@@ -258,7 +269,7 @@ def fleet_status(inv, groups, fs, as_json: bool) -> None:
 
     for r in fs.replicas:
         color = "green" if r.health == "healthy" else ("yellow" if r.health.startswith("starting") else "red")
-        rot = "-" if r.in_rotation is None else ("[green]yes[/]" if r.in_rotation else "[yellow]no[/]")
+        rot = _rotation_cell(r)
         model = _model_cell(r.spec)
         served = num(r.succeeded)
         if r.engines and len(r.engines) > 1:  # a data parallel replica: each engine's share

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from rich.table import Table
+
 from bootstrap import face
 from bootstrap.cli.show import _argv, _escape, _json, _log_tail, err, findings, kv_line, out
 from bootstrap.face import docs as D
@@ -215,6 +217,72 @@ def bench(res, spread, png: str | None, as_json: bool) -> None:
         out.print(_escape(spread.describe()))
     if png:
         out.print(_escape(f"histograms: {png}"))
+
+
+def drained(res, as_json: bool) -> None:
+    """drain / undrain: what happened to the host's replica."""
+    if as_json:
+        _json(res.to_doc())
+        return
+    r = res.result
+    if res.verb == "drain":
+        line = (f"{r.host}: replica {r.replica} ({r.url}) is out of every router and drained in {r.seconds:.1f}s "
+                f"({r.why}); it stays out across serve and rollouts until `bootstrap undrain {r.host}`"
+                if r.done else f"{r.host}: replica {r.replica} ({r.url}) is out of every router but not idle at "
+                f"the timeout ({r.why}); it stays out until `bootstrap undrain {r.host}`")
+    else:
+        line = f"{r.host}: {r.why}" if r.done or r.still_drained else f"{r.host}: no longer drained; {r.why}"
+    (out if res.ok else err).print(_escape(line))
+
+
+def bench_ab_approve(path: str | None, yes: bool):
+    """bench --ab's approve(inv, restarts): what restarts, then [y/N]; --yes or no terminal: as confirm."""
+    from bootstrap.cli.params import confirm
+
+    def approve(inv, restarts: int, hosts) -> None:
+        confirm(f"bench --ab restarts the routers of the cluster {inv.cluster.name!r} ({', '.join(hosts)}) "
+                f"{restarts} times "
+                f"(each arm, then back to {inv.cluster.router.policy}): requests sent through them meanwhile may "
+                f"fail; inventory {path or inv.path}", yes)
+    return approve
+
+
+def bench_ab_arm(arm) -> None:
+    """One arm of bench --ab, as it ends."""
+    r = arm.result
+    ttft = f"TTFT p50 {r.ttft.p50 * 1000:.1f} ms" if r.ttft else "no TTFT"
+    hit = (f", prefix hit {100 * arm.prefix_hits / arm.prefix_queries:.0f} %" if arm.prefix_queries else "")
+    err.print(_escape(f"ab: {arm.policy} (repeat {arm.repeat + 1}): {r.ok}/{r.requests} ok, "
+                      f"{r.requests_per_s:.2f} req/s, {ttft}{hit}"))
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def bench_ab(res, as_json: bool) -> None:
+    """bench --ab's table: one row per policy, the best on each measure, the policy given back."""
+    if as_json:
+        _json(res.to_dict())
+        return
+    slo = res.rows[0].slo_ms if res.rows else 0
+    t = Table(title=_escape(f"router policies on the {res.workload} workload ({len(res.arms)} arms)"),
+              title_justify="left")
+    for col in ("policy", "req/s", f"goodput (TTFT <= {slo:g} ms)", "TTFT p50/p99 ms", "ITL p50/p99 ms",
+                "failed", "shed", "prefix hit %", "requests per replica", "max/min"):
+        t.add_column(col)
+    for r in res.rows:
+        per = " ".join(f"{k}:{v}" for k, v in sorted(r.per_replica.items())) or "-"
+        t.add_row(_escape(r.policy), f"{r.requests_per_s:.2f}", f"{r.goodput:.2f}",
+                  f"{_ms(r.ttft_p50_ms)}/{_ms(r.ttft_p99_ms)}", f"{_ms(r.itl_p50_ms)}/{_ms(r.itl_p99_ms)}",
+                  str(r.failed), str(r.shed), _ms(r.prefix_hit_pct), per,
+                  "-" if r.spread is None else f"{r.spread:.2f}")
+    out.print(t)
+    for measure, policy in res.best.items():
+        out.print(_escape(f"best {measure}: {policy}"))
+    out.print(_escape(f"the routers serve with {res.restored} again (the inventory's policy)"))
+    if res.png:
+        out.print(_escape(f"bars: {res.png}"))
 
 
 def serve_plans(plan, dry_run: bool) -> None:

@@ -45,6 +45,11 @@ COMPILE_ENV = {"TORCHINDUCTOR_CACHE_DIR": f"{COMPILE_CACHE_IN_CONTAINER}/inducto
 def compile_cache_volume(inv: Inventory) -> str:
     return f"{inv.cluster.container_name}-compile-cache"
 
+
+def drain_mark_volume(inv: Inventory) -> str:
+    """A fleet host that `bootstrap drain` marked holds this (empty, labelled) volume; `down` removes it."""
+    return f"{inv.cluster.container_name}-drained"
+
 Action = Literal["create", "recreate", "keep"]
 
 

@@ -24,6 +24,7 @@ from bootstrap.cluster.plan import (
     all_alive,
     compile_cache_volume,
     disruptive,
+    drain_mark_volume,
     plan_up,
     ray_checks_needed,
     stale_registrations,
@@ -498,7 +499,7 @@ def down(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL,
                     # not checked: only a courtesy so Ray deregisters the node; `rm -f` below (checked) ends it anyway
                     s.run(DK.exec_argv(name, "ray", "stop"), timeout=60, check=False)
                 DK.rm(s, name, check=True)
-            DK.volume_rm(s, compile_cache_volume(inv))  # after the containers that mount it
+            DK.volume_rm(s, compile_cache_volume(inv), drain_mark_volume(inv))  # after the containers that mount it
             if h.is_head:  # a registry mirror an interrupted cold `up` left (cluster/imagedist/plan.py); often none
                 s.run(MR.remove_argv(), timeout=120, check=False)
             GD.take_down(sess, h)  # the fence and Ray's token, after what they guarded

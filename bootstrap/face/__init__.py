@@ -34,6 +34,7 @@ from bootstrap.face.results import (
     BenchResult,
     DoctorResult,
     DownResult,
+    DrainOutcome,
     ExecResult,
     ExposureResult,
     FleetPlanResult,
@@ -52,11 +53,12 @@ from bootstrap.face.results import (
     UpResult,
 )
 from bootstrap.face.sandbox import sandbox_down, sandbox_up
-from bootstrap.face.serving import adapter, bench, rollout, serve
+from bootstrap.face.serving import adapter, bench, bench_ab, drain, rollout, serve
 from bootstrap.fleet import plan as fleet_plan  # check_pd_flags: the vLLM flags a fleet's plan sets
 from bootstrap.fleet.plan import FleetPlan
 from bootstrap.inventory.envvars import _CREDENTIAL_VALUE  # the one definition of a credential's form
 from bootstrap.inventory.values import image_problem
+from bootstrap.model import ROUTER_POLICIES
 from bootstrap.nccl.parse import bandwidth_note, format_bandwidth
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
 from bootstrap.serve import benchload as bench_load  # split_url
@@ -67,6 +69,7 @@ from bootstrap.serve import mode as mode  # the serving modes: the split rules t
 from bootstrap.serve.benchload import MAX_TOKENS as MAX_BENCH_TOKENS
 from bootstrap.serve.passthrough import CREDENTIAL_FLAGS
 from bootstrap.serve.split import split_label
+from bootstrap.serve.workloads import WORKLOADS as BENCH_WORKLOADS
 
 
 def trace_commands(fn) -> None:
@@ -78,13 +81,15 @@ def trace_commands(fn) -> None:
 
 
 __all__ = [
-    "BenchResult", "CREDENTIAL_FLAGS", "DEFAULT_PARALLEL", "DoctorResult", "DownResult", "ExecResult",
-    "ExposureResult", "FleetPlan", "FleetPlanResult", "FleetStatusResult", "KvCheckResult", "LogsResult",
+    "BENCH_WORKLOADS", "BenchResult", "CREDENTIAL_FLAGS", "DEFAULT_PARALLEL", "DoctorResult", "DownResult",
+    "DrainOutcome",
+    "ExecResult", "ExposureResult", "FleetPlan", "FleetPlanResult", "FleetStatusResult", "KvCheckResult", "LogsResult",
     "MAX_BENCH_TOKENS", "MonitorResult", "NcclResult", "OptionError", "PlanResult", "Prometheus", "RACK_CHECKS",
-    "RUNTIME_UNDECIDED", "RolloutResult", "SOURCES", "SandboxResult", "ServeOutcome", "StatusResult", "TopView",
-    "UpResult", "_CREDENTIAL_VALUE", "adapter", "bandwidth_note", "bench", "bench_load", "bench_stats", "check_kv",
-    "check_nccl",
-    "docs", "doctor", "down", "down_preview", "exec_all", "experts", "fence", "fleet_plan", "format_bandwidth",
+    "ROUTER_POLICIES", "RUNTIME_UNDECIDED", "RolloutResult", "SOURCES", "SandboxResult", "ServeOutcome",
+    "StatusResult", "TopView",
+    "UpResult", "_CREDENTIAL_VALUE", "adapter", "bandwidth_note", "bench", "bench_ab", "bench_load", "bench_stats",
+    "check_kv", "check_nccl",
+    "docs", "doctor", "down", "down_preview", "drain", "exec_all", "experts", "fence", "fleet_plan", "format_bandwidth",
     "image_problem",
     "inventory", "load_inventory", "logs", "mode", "model_hosts", "monitor_down", "monitor_status", "monitor_up",
     "plan", "rollout",

@@ -121,6 +121,18 @@ class FleetStatusResult(_Verdict):
 
 
 @dataclass
+class DrainOutcome(_Verdict):
+    """`drain` / `undrain`: fleet/drain.py's result; ok: drained (idle before the timeout), or put back
+    (or left out only because another host of the replica is still drained)."""
+    verb: str
+    result: Any
+    ok: bool
+
+    def to_doc(self):
+        return {"action": self.verb, **self.result.to_dict()}
+
+
+@dataclass
 class ExposureResult(_Verdict):
     """`status --exposure`: every listening socket of the cluster's (cluster.fence.Exposure)."""
     inv: Any

@@ -145,12 +145,14 @@ def rollout(inv, *, before=None, on_failed=None, **opts) -> R.RolloutResult:
 
 
 def bench(url: str | None, load=None, *, png: str | None = None, prompt: str | None = None,
-          **cfg) -> R.BenchResult:
+          workload: str | None = None, trace: str | None = None, prompt_words: int = 200, **cfg) -> R.BenchResult:
     """`bench`: a bounded load of streaming completions on `url` (None: the inventory's endpoint: its
     head's vLLM port, or with replicas the router, and then how the requests spread over the replicas).
-    load(check_files) gives the inventory, read only when url is None; png: write the histograms there."""
+    load(check_files) gives the inventory, read only when url is None; png: write the histograms there;
+    workload or trace: what to send (serve/workloads.py), else cfg's requests of one prompt alike."""
     from bootstrap.cluster import plan as PL
     from bootstrap.serve import bench as B
+    from bootstrap.serve import workloads as W
 
     target, fleet_inv = url, None
     if target is None:
@@ -167,8 +169,58 @@ def bench(url: str | None, load=None, *, png: str | None = None, prompt: str | N
     if fleet_inv is not None:
         from bootstrap.fleet import status as FS
         before = FS.status(fleet_inv)
-    res = B.run_bench(config)
+    reqs = (W.read_trace(trace) if trace else W.build(workload, config.requests, prompt_words) if workload
+            else None)
+    res = B.run_bench(config, requests=reqs)
     spread = FS.spread(before, FS.status(fleet_inv)) if fleet_inv is not None else None
     if png:
         B.write_png(res, png)
     return R.BenchResult(res, spread, png)
+
+
+def bench_ab(load, policies, *, workload: str = "shared-prefix", trace: str | None = None, repeats: int = 2,
+             warmup: int = 0, prompt_words: int = 200, slo_ms: float = 1000.0, png: str | None = None,
+             approve=None, parallel: int = DEFAULT_PARALLEL, reporter=None, on_arm=None, **cfg):
+    """`bench --ab`: the workload (or a trace) through the fleet's routers under each policy in turn,
+    interleaved over `repeats` (fleet/ab.py), one row per policy (serve/abtest.py). load(check_files)
+    gives the inventory; approve(inv, restarts, router hosts) before the first router restarts (the caller may refuse
+    by raising); on_arm(arm) after each arm; png: bars of the rows there."""
+    from bootstrap.fleet import ab as FAB
+    from bootstrap.fleet import names as FN
+    from bootstrap.fleet import routers as FRT
+    from bootstrap.serve import abtest as AB
+    from bootstrap.serve import bench as B
+    from bootstrap.serve import workloads as W
+
+    inv = inventory(load(True))
+    FAB.check(inv)
+    if trace is not None:
+        reqs = W.read_trace(trace)
+        make = lambda seed: reqs  # noqa: E731 -- a trace is replayed as it is, in every arm
+        warmup = 0
+    else:
+        W.build(workload, 1, prompt_words)  # an unknown workload is refused before any host is contacted
+        make = lambda seed: W.build(workload, warmup + cfg["requests"], prompt_words, seed)  # noqa: E731
+    config = B.BenchConfig(url=FN.router_url(inv), api_key=FRT.api_key(inv), **cfg)
+    if approve is not None:
+        approve(inv, len(AB.order(policies, repeats)) + 1, [h.name for h in FN.router_hosts(inv)])
+    arms = FAB.run_ab(inv, policies, make, config, repeats=repeats, warmup=warmup, parallel=parallel,
+                      reporter=reporter, on_arm=on_arm)
+    rows = AB.table(policies, arms, slo_ms)
+    if png:
+        B.write_ab_png(rows, trace or workload, png)
+    return AB.AbResult(trace or workload, list(policies), arms, rows, inv.cluster.router.policy, png)
+
+
+def drain(inv, host: str, *, undo: bool = False, timeout: float = 120.0, parallel: int = DEFAULT_PARALLEL,
+          reporter=None) -> R.DrainOutcome:
+    """`drain HOST` (undo: `undrain HOST`): its replica out of every router until undrained, across
+    serve and rollouts (fleet/drain.py)."""
+    from bootstrap.fleet import drain as FDR
+
+    inv = inventory(inv)
+    if undo:
+        res = FDR.undrain(inv, host, parallel=parallel, reporter=reporter)
+        return R.DrainOutcome("undrain", res, res.done or bool(res.still_drained))
+    res = FDR.drain(inv, host, timeout=timeout, parallel=parallel, reporter=reporter)
+    return R.DrainOutcome("drain", res, res.done)

@@ -36,6 +36,7 @@ from bootstrap.fleet.steps import (
     _start_replica,
     _start_standbys,
     _stop,
+    back_in_router,
 )
 from bootstrap.model import Inventory
 from bootstrap.remote import docker as DK
@@ -246,10 +247,12 @@ def _replace(sess: Session, inv: Inventory, rp: FP.ReplicaPlan, drain: float, wa
     if not ready.get("ready"):
         cause, tail = _replica_failure(sess, inv, k, ready)
         raise ReplicaFailed(cause, _roll_back(sess, inv, k, wait, step), tail)
-    back = _in_router(sess, inv, k, True)
+    back = back_in_router(sess, inv, k)
     if not back.get("ok"):
         raise RolloutFailed(f"the router did not take replica {k} back: {back}", {})
-    step(k, f"serving the new spec, back in the router ({ready.get('t', 0):.0f}s to serve)")
+    where = (f"kept out of the router: {', '.join(back['drained'])} drained" if back.get("drained") else
+             "back in the router")
+    step(k, f"serving the new spec, {where} ({ready.get('t', 0):.0f}s to serve)")
     _rm(sess, hosts, oname, sbold, stage=f"clean-r{k}")
     _start_standbys(sess, inv, [rp], stage=f"standby-r{k}")
 
@@ -261,7 +264,7 @@ def _roll_back(sess: Session, inv: Inventory, k: int, wait: float, step: Callabl
     if not all(_inspect(sess, h, oname) for h in hosts):
         if not all(_inspect(sess, h, sname) for h in hosts):
             return "down: nothing to roll back to"
-        back = _in_router(sess, inv, k, True)  # it may have left the router already
+        back = back_in_router(sess, inv, k)  # it may have left the router already
         return "old (left as it was)" if back.get("ok") else "old (left as it was, not in the router)"
     step(k, "rolling back")
     sb, sbold = FN.standby_name(inv), FN.standby_old_name(inv)
@@ -272,6 +275,6 @@ def _roll_back(sess: Session, inv: Inventory, k: int, wait: float, step: Callabl
     ready = _gate(sess, inv, k, wait)
     if not ready.get("ready"):
         return f"down: the old spec did not serve again ({ready.get('error')})"
-    back = _in_router(sess, inv, k, True)
+    back = back_in_router(sess, inv, k)
     step(k, "rolled back, serving the old spec")
     return "old (rolled back)" if back.get("ok") else "old (rolled back, not in the router)"

@@ -24,6 +24,7 @@ from bootstrap.fleet import routers as FRT
 from bootstrap.fleet.steps import (
     _check_vip_image,
     _create_with,
+    _in_router,
     _logs,
     _node_facts,
     _pool_split,
@@ -33,12 +34,14 @@ from bootstrap.fleet.steps import (
     _rm_routers,
     _split,
     _start_standbys,
+    drained_hosts,
     start_gated,
+    start_routers,
 )
 from bootstrap.model import Inventory
 from bootstrap.remote import docker as DK
 from bootstrap.remote import node as N
-from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out
+from bootstrap.remote.fanout import DEFAULT_PARALLEL
 from bootstrap.remote.session import Reporter, Session, check_script
 
 #: serve's processes inside the node containers (a single-replica serve) hold the vLLM port.
@@ -144,6 +147,7 @@ def serve_fleet(inv: Inventory, model: str | None, *, tp: int | None = None, pp:
             return plan
         ready = _launch(sess, inv, plan, facts, notes, wait)
         through = _routers(sess, inv, plan)
+        _keep_drained_out(sess, inv, notes)
         _start_standbys(sess, inv, plan.replicas)
         return FleetResult(plan.endpoint, through.get("models", []), plan,
                            {k: float(r.get("t", 0)) for k, r in ready.items()}, time.monotonic() - t0, notes,
@@ -191,24 +195,27 @@ def _launch(sess: Session, inv: Inventory, plan: FP.FleetPlan, facts: dict, note
         raise
 
 
+def _keep_drained_out(sess: Session, inv: Inventory, notes: list[str]) -> None:
+    """The replicas with a drained host (bootstrap drain) out of every router: serving, not in rotation."""
+    drained = set(drained_hosts(sess, inv.hosts))
+    for k, group in enumerate(inv.replicas):
+        marked = [h.name for h in group if h.name in drained]
+        if not marked:
+            continue
+        out = _in_router(sess, inv, k, False)
+        if not out.get("ok"):
+            raise ServeFailed(f"replica {k} is drained ({', '.join(marked)}) but the routers did not let go of it: "
+                              f"{out}", "")
+        notes.append(f"replica {k} serves but stays out of the routers: {', '.join(marked)} drained "
+                     f"(`bootstrap undrain {marked[0]}` puts it back)")
+
+
 def _routers(sess: Session, inv: Inventory, plan: FP.FleetPlan) -> dict:
     """Start the routers (and keepalived with a floating address), then check a completion through
     each (every model of a pool); the last probe's answer."""
     launches = {r.host: r for r in plan.routers}
     rhosts = list(FN.router_hosts(inv))
-    if inv.models:  # created, its entry and workers copied in, started (checks/router_entry.py adds them)
-        sess.stage("router", rhosts, lambda h: _create_with(sess, h, launches[h.name].run, FN.router_name(inv), {
-            FRT.ROUTER_ENTRY_PATH: check_script("router_entry.py"), FRT.WORKERS_PATH: launches[h.name].workers}))
-    else:
-        sess.stage("router", rhosts, lambda h: sess.ssh[h.name].run(launches[h.name].run, timeout=120))
-    throughs = fan_out(rhosts, lambda h: _probe(sess, h, FN.router_name(inv),
-                                                ["ready", FN.router_url(inv, h), "120"], timeout=240),
-                       key=lambda h: h.name, parallel=len(rhosts))
-    for h in rhosts:
-        through = throughs.succeeded.get(h.name) or {"error": str(throughs.failed.get(h.name))}
-        if not through.get("ready"):
-            tail = _logs(sess, h, FN.router_name(inv), 30)
-            raise ServeFailed(f"the router on {h.name} did not answer a completion: {through.get('error')}", tail)
+    through = start_routers(sess, inv, launches)
     if plan.vip is not None:
         sess.stage("vip", rhosts, lambda h: _create_with(sess, h, launches[h.name].vip_create, FN.vip_name(inv), {
             FRT.VIP_ENTRY_PATH: check_script("vip_entry.sh"),

@@ -7,7 +7,7 @@ from typing import Sequence
 
 from bootstrap.fleet import names as FN
 from bootstrap.fleet import plan as FP
-from bootstrap.fleet.steps import _inspect, _probe
+from bootstrap.fleet.steps import _inspect, _probe, is_drained
 from bootstrap.model import Host, Inventory
 from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
@@ -53,6 +53,8 @@ class ReplicaState:
     standbys: dict[str, str] | None = None
     #: the LoRA adapters its vLLM serves now (its /v1/models; None: not read, or not answering)
     adapters: list[str] | None = None
+    #: its hosts that `bootstrap drain` marked: it stays out of the routers until none is
+    drained: list[str] = field(default_factory=list)
 
     @property
     def router_available(self) -> bool | None:
@@ -70,7 +72,7 @@ class ReplicaState:
                 "router_circuit_closed": self.router_circuit_closed, "role": self.role,
                 "kv_transfers": self.kv_transfers, "kv_failed": self.kv_failed, "latency": self.latency,
                 "dp": self.spec.dp if self.spec else None, "engines": self.engines, "standbys": self.standbys,
-                "adapters": self.adapters, "means": self.means()}
+                "adapters": self.adapters, "drained": self.drained, "means": self.means()}
 
     def means(self) -> dict[str, float | None]:
         """What the engine measured since it started: the mean time to first token, inter-token latency
@@ -127,7 +129,7 @@ def fleet_state(sess: Session) -> FleetState:
     sname = FN.serve_name(inv)
     twin = FN.standby_name(inv) if inv.cluster.standby else ""
     looked = sess.stage("inspect-serve", inv.hosts, lambda h: (_inspect(sess, h, sname), DK.supervised_restarts(
-                            sess.ssh[h.name], sname, FN.STARTS_PATH, twin)), strict=False)
+                            sess.ssh[h.name], sname, FN.STARTS_PATH, twin), is_drained(sess, h)), strict=False)
     inspected, not_inspected = looked.succeeded, looked.failed
     urls = [FN.replica_url(inv, k) for k in range(inv.cluster.replicas)]
     routers, views = _router_views(sess, inv, urls)
@@ -145,14 +147,16 @@ def fleet_state(sess: Session) -> FleetState:
     replicas = []
     for k, group in enumerate(inv.replicas):
         containers, restarts, spec, standbys = {}, 0, None, {}
-        unknown = []
+        unknown, drained = [], []
         for h in group:
             if h.name in not_inspected:  # unreachable, or its Docker does not answer: not "absent"
                 containers[h.name] = "unknown"
                 unknown.append(f"{h.name}: {not_inspected[h.name]}")
                 continue
             got = inspected.get(h.name)
-            st, (docker_restarts, starts, standby) = (None, (0, None, None)) if got is None else got
+            st, (docker_restarts, starts, standby), marked = (None, (0, None, None), False) if got is None else got
+            if marked:
+                drained.append(h.name)
             containers[h.name] = st.status if st else "absent"
             # the container's restarts by Docker, and its supervisor's starts of vLLM after the first
             restarts += docker_restarts + max(0, (starts or 1) - 1)
@@ -178,7 +182,8 @@ def fleet_state(sess: Session) -> FleetState:
                                      closed.get(urls[k]) if isinstance(closed, dict) else None,
                                      FN.role(inv, k), row.get("kv_transfers"), row.get("kv_failed"),
                                      {n: float(row[n]) for n in LATENCY_KEYS if isinstance(row.get(n), (int, float))},
-                                     engine_counts(row.get("engines")), standbys or None, row.get("adapters")))
+                                     engine_counts(row.get("engines")), standbys or None, row.get("adapters"),
+                                     drained))
     shown = first or routers[0]
     holder = next((r.host for r in routers if r.holds_vip), None)
     vip = inv.cluster.router.vip

@@ -13,6 +13,7 @@ from bootstrap.cluster import facts as F
 from bootstrap.cluster import plan as PL
 from bootstrap.cluster import probe
 from bootstrap.errors import (
+    CommandFailed,
     ConnectionLost,
     FleetError,
     ModelSplitError,
@@ -137,6 +138,72 @@ def _rm_routers(sess: Session, inv: Inventory, stage: str) -> None:
     if inv.cluster.router.vip is not None:
         sess.stage(f"{stage}-vip", list(FN.router_hosts(inv)), lambda h: stop_vip(sess, h))
     _rm(sess, inv.hosts, FN.router_name(inv), FN.vip_name(inv), stage=stage)
+
+
+# -- drained hosts (bootstrap drain HOST): a labelled Docker volume on the host is the mark --------------
+def drain_mark(inv: Inventory) -> str:
+    """The name of the Docker volume whose presence on a host says it is drained."""
+    return PL.drain_mark_volume(inv)
+
+
+def is_drained(sess: Session, host: Host) -> bool:
+    """Whether `bootstrap drain` marked this host (and no `undrain` since); CommandFailed when its
+    Docker does not answer (never read as "not drained")."""
+    r = sess.ssh[host.name].run(("docker", "volume", "inspect", "--format", "{{.Name}}", drain_mark(sess.inv)),
+                                timeout=30, check=False)
+    if r.ok:
+        return True
+    if DK.absent_only(r):
+        return False
+    raise CommandFailed(host.name, "docker volume inspect", r.exit_code, r.stderr or r.stdout)
+
+
+def set_drained(sess: Session, host: Host, drained: bool) -> None:
+    """Mark the host drained (a volume labelled with the cluster, so that `down` removes it) or not."""
+    ssh = sess.ssh[host.name]
+    if drained:
+        ssh.run(("docker", "volume", "create", "--label", f"{PL.LABEL_CLUSTER}={sess.inv.cluster.name}",
+                 drain_mark(sess.inv)), timeout=60)
+    else:
+        DK.volume_rm(ssh, drain_mark(sess.inv))
+
+
+def drained_hosts(sess: Session, hosts: Sequence[Host]) -> list[str]:
+    """Which of these hosts are drained (read on each at once)."""
+    got = sess.stage("drained", list(hosts), lambda h: is_drained(sess, h))
+    return [h.name for h in hosts if got.get(h.name)]
+
+
+def back_in_router(sess: Session, inv: Inventory, k: int) -> dict:
+    """Replica k into every router (_in_router), unless a host of it is drained: then it stays out
+    ({"ok": True, "drained": [hosts]}) until `bootstrap undrain`."""
+    drained = drained_hosts(sess, inv.replicas[k])
+    if drained:
+        return {"ok": True, "drained": drained}
+    return _in_router(sess, inv, k, True)
+
+
+def start_routers(sess: Session, inv: Inventory, launches: dict[str, FRT.RouterLaunch]) -> dict:
+    """Start the router on each router host (launches: host name -> its launch), then check a
+    completion through each (every model of a pool); the last probe's answer, or ServeFailed with the
+    router's log. A pool's router is created, its entry and workers file copied in, then started
+    (checks/router_entry.py adds the workers)."""
+    rhosts = list(FN.router_hosts(inv))
+    if inv.models:
+        sess.stage("router", rhosts, lambda h: _create_with(sess, h, launches[h.name].run, FN.router_name(inv), {
+            FRT.ROUTER_ENTRY_PATH: check_script("router_entry.py"), FRT.WORKERS_PATH: launches[h.name].workers}))
+    else:
+        sess.stage("router", rhosts, lambda h: sess.ssh[h.name].run(launches[h.name].run, timeout=120))
+    throughs = fan_out(rhosts, lambda h: _probe(sess, h, FN.router_name(inv),
+                                                ["ready", FN.router_url(inv, h), "120"], timeout=240),
+                       key=lambda h: h.name, parallel=len(rhosts))
+    through: dict = {}
+    for h in rhosts:
+        through = throughs.succeeded.get(h.name) or {"error": str(throughs.failed.get(h.name))}
+        if not through.get("ready"):
+            tail = _logs(sess, h, FN.router_name(inv), 30)
+            raise ServeFailed(f"the router on {h.name} did not answer a completion: {through.get('error')}", tail)
+    return through
 
 
 def _check_vip_image(sess: Session, inv: Inventory, image: str) -> None:

@@ -19,7 +19,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Sequence
 
 from bootstrap.errors import BenchError
 from bootstrap.serve.benchload import (
@@ -34,6 +34,7 @@ from bootstrap.serve.benchstats import (
     Sample,
     summarize,
 )
+from bootstrap.serve.workloads import Req
 
 #: Cap on what is read of an error response body.
 _ERROR_BODY_READ = 64 * 1024
@@ -123,10 +124,13 @@ class _InFlight:
 
 
 def one_request(
-    cfg: BenchConfig, model: str, clock: Clock = time.perf_counter, inflight: _InFlight | None = None
+    cfg: BenchConfig, model: str, clock: Clock = time.perf_counter, inflight: _InFlight | None = None,
+    req: Req | None = None,
 ) -> Sample:
-    """Send one streaming completion and time it. Never raises (except KeyboardInterrupt & co)."""
-    payload = json.dumps(request_body(cfg, model)).encode()
+    """Send one streaming completion and time it (req: a workload's request, else cfg's prompt). Never
+    raises (except KeyboardInterrupt & co)."""
+    payload = json.dumps(request_body(cfg, model, req and req.prompt, req and req.max_tokens)).encode()
+    session = {"X-Session-ID": req.session} if req is not None and req.session else {}
     deadline = time.monotonic() + cfg.timeout
     timer = StreamTimer(clock())
     conn = sock = None
@@ -138,7 +142,8 @@ def one_request(
         if inflight is not None:
             inflight.add(sock)
         conn.request("POST", f"{base}/v1/completions", body=payload, headers={
-            "Content-Type": "application/json", "Accept": "text/event-stream", **auth_headers(cfg.api_key)})
+            "Content-Type": "application/json", "Accept": "text/event-stream", **session,
+            **auth_headers(cfg.api_key)})
         resp = conn.getresponse()
         if resp.status != 200:
             return timer.sample(clock(), _http_error(resp.status, resp.read(_ERROR_BODY_READ)))
@@ -173,8 +178,12 @@ def run_bench(
     *,
     clock: Clock = time.perf_counter,
     progress: Callable[[int, int], None] | None = None,
+    requests: Sequence[Req] | None = None,
 ) -> BenchResult:
     """Send cfg.requests streaming completions, cfg.concurrency at a time, and summarize them.
+
+    requests: a workload's (workloads.py), sent in their order instead of cfg.requests alike ones; one
+    with `at` is sent no sooner than `at` seconds after the start (a trace).
 
     Raises BenchError only when the model cannot be discovered; request failures are counted.
     `progress(done, total)` is called from the calling thread after each request finishes. On an
@@ -185,14 +194,18 @@ def run_bench(
     samples: list[Sample] = []
     inflight = _InFlight()
     start = clock()
-    pool = ThreadPoolExecutor(max_workers=min(cfg.concurrency, cfg.requests),
-                              thread_name_prefix="bench")
+    todo: Sequence[Req | None] = requests if requests is not None else [None] * cfg.requests
+    pool = ThreadPoolExecutor(max_workers=min(cfg.concurrency, len(todo)), thread_name_prefix="bench")
     try:
-        futures = [pool.submit(one_request, cfg, model, clock, inflight) for _ in range(cfg.requests)]
+        futures = []
+        for req in todo:
+            if req is not None and req.at is not None and clock() - start < req.at:
+                time.sleep(req.at - (clock() - start))
+            futures.append(pool.submit(one_request, cfg, model, clock, inflight, req))
         for fut in as_completed(futures):
             samples.append(fut.result())
             if progress is not None:
-                progress(len(samples), cfg.requests)
+                progress(len(samples), len(todo))
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         inflight.cancel()
@@ -243,5 +256,41 @@ def write_png(result: BenchResult, path) -> None:
         fig.suptitle(title)
         fig.tight_layout()
         fig.savefig(str(path), dpi=100)
+    finally:
+        plt.close(fig)
+
+
+def write_ab_png(rows, workload: str, path) -> None:
+    """An A/B's rows (serve/abtest.py) as bars side by side: requests/s and goodput, TTFT p50/p99,
+    ITL p50/p99, the prefix cache's hit rate."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise BenchError("bench: writing a PNG needs matplotlib: pip install matplotlib, or pip install '.[png]'"
+                         " in the clone") from None
+    names = [r.policy for r in rows]
+    panels = (("requests/s (goodput hatched)", [("requests/s", "requests_per_s"), ("goodput", "goodput")]),
+              ("TTFT ms", [("p50", "ttft_p50_ms"), ("p99", "ttft_p99_ms")]),
+              ("ITL ms", [("p50", "itl_p50_ms"), ("p99", "itl_p99_ms")]),
+              ("prefix cache hit %", [("hit %", "prefix_hit_pct")]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 4.5))
+    try:
+        for ax, (title, series) in zip(axes, panels):
+            ax.set_title(title)
+            width = 0.8 / len(series)
+            for j, (label, key) in enumerate(series):
+                vals = [getattr(r, key) or 0.0 for r in rows]
+                xs = [i + j * width for i in range(len(rows))]
+                ax.bar(xs, vals, width, label=label, hatch="//" if j else None, color=("#4C72B0", "#C44E52")[j % 2])
+            ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(rows))], names, rotation=20)
+            if len(series) > 1:
+                ax.legend(fontsize=8)
+        fig.suptitle(f"router policies on the {workload} workload, {rows[0].requests if rows else 0} requests each")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+    except OSError as exc:
+        raise BenchError(f"bench: cannot write {path}: {exc}") from None
     finally:
         plt.close(fig)

@@ -76,11 +76,13 @@ class BenchConfig:
 
 
 
-def request_body(cfg: BenchConfig, model: str) -> dict[str, Any]:
+def request_body(cfg: BenchConfig, model: str, prompt: str | None = None,
+                 max_tokens: int | None = None) -> dict[str, Any]:
+    """The streamed completion; prompt and max_tokens: this request's own (a workload's), else cfg's."""
     body: dict[str, Any] = {
         "model": model,
-        "prompt": cfg.prompt,
-        "max_tokens": cfg.max_tokens,
+        "prompt": cfg.prompt if prompt is None else prompt,
+        "max_tokens": cfg.max_tokens if max_tokens is None else max_tokens,
         "temperature": cfg.temperature,
         "stream": True,
         "stream_options": {"include_usage": True},

@@ -16,7 +16,8 @@ ABSENT = (1, "[]", "Error: No such container")
 
 def test_fleet_status_says_unknown_for_a_host_it_could_not_inspect(tmp_path):
     inv = load(tmp_path, fleet_yaml(4, 2))
-    absent = [("container inspect", ABSENT), ("RestartCount", (1, "", "Error: No such object: x"))]
+    absent = [("container inspect", ABSENT), ("RestartCount", (1, "", "Error: No such object: x")),
+              ("volume inspect", (1, "[]", "Error: No such volume: bootstrap-vllm-drained"))]
     sess = fake_session(inv, {"h0": FakeHost("h0", absent), "h1": FakeHost("h1", absent),
                               "h2": FakeHost("h2", [("docker", DOCKER_DOWN)]), "h3": FakeHost("h3", absent)})
     st = FS.fleet_state(sess)
@@ -38,7 +39,8 @@ def test_fleet_stop_fails_naming_the_host_where_docker_does_not_answer(tmp_path,
 
 def test_a_router_host_that_does_not_answer_is_shown_unknown_and_no_holder_is_made_up(tmp_path):
     inv = load(tmp_path, fleet_yaml(4, 2, cluster="router: {vip: {address: 10.0.0.100}}"))
-    absent = [("container inspect", ABSENT), ("RestartCount", (1, "", "Error: No such object: x"))]
+    absent = [("container inspect", ABSENT), ("RestartCount", (1, "", "Error: No such object: x")),
+              ("volume inspect", (1, "[]", "Error: No such volume: bootstrap-vllm-drained"))]
     sess = fake_session(inv, {"h0": FakeHost("h0", [("docker", DOCKER_DOWN)]), "h1": FakeHost("h1", absent),
                               "h2": FakeHost("h2", absent), "h3": FakeHost("h3", absent)})
     st = FS.fleet_state(sess)

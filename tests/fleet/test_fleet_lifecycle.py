@@ -131,7 +131,8 @@ def test_down_removes_the_keepers_then_router_and_serve_then_each_groups_node_co
         assert rms == [f"docker rm -f {keeper}", f"docker rm -f {vip} {router} {serve} {' '.join(rest)}",
                        "docker rm -f bootstrap-vllm"], (name, h.commands)
         # the compile caches' volume once no container mounts it, then the fence and Ray's token
-        vol = h.commands.index("docker volume rm -f bootstrap-vllm-compile-cache")
+        # (and the mark `drain HOST` leaves: down removes everything of the cluster)
+        vol = h.commands.index("docker volume rm -f bootstrap-vllm-compile-cache bootstrap-vllm-drained")
         assert vol > h.commands.index("docker rm -f bootstrap-vllm"), (name, h.commands)
         after = h.commands[vol + 1:]
         if name in ("h0", "h2"):  # a group's head: first a registry mirror a cold `up` may have left there

@@ -15,6 +15,7 @@ from bootstrap.errors import UsageError
 from bootstrap.serve import bench as B
 from bootstrap.serve import benchload as BL
 from bootstrap.serve import benchstats as BS
+from bootstrap.serve import workloads as W
 
 # -- real vLLM stream lines ----------------------------------------------------------------------
 # What vLLM's OpenAI server writes for POST /v1/completions with "stream": true and
@@ -360,6 +361,8 @@ class FakeVLLM(ThreadingHTTPServer):
         self.max_active = 0
         self.completions = 0
         self.bodies: list[dict] = []
+        #: each request's X-Session-ID header (None: none sent)
+        self.sessions: list[str | None] = []
 
     @property
     def url(self) -> str:
@@ -389,6 +392,7 @@ class FakeHandler(BaseHTTPRequestHandler):
             srv.completions += 1
             n = srv.completions
             srv.bodies.append(req)
+            srv.sessions.append(self.headers.get("X-Session-ID"))
             srv.active += 1
             srv.max_active = max(srv.max_active, srv.active)
         counted = True
@@ -506,3 +510,21 @@ def test_format_result_mentions_everything():
     text = BS.format_result(r)
     for word in ("TTFT", "ITL", "E2E", "p50", "p95", "p99", "req/s", "tok/s", "hint:", "ms |"):
         assert word in text
+
+
+def test_run_bench_sends_a_workloads_own_requests_in_order_with_their_sessions_and_times(fake):
+    """A workload's requests (serve/workloads.py) replace the one prompt: their prompts, max_tokens and
+    X-Session-ID headers are what the server got, one at a time in the given order; a trace's `at`
+    holds a request back until that many seconds after the start."""
+    reqs = [W.Req("first prompt", 2, "s-1"), W.Req("second prompt", 3, None), W.Req("third", None, "s-2", at=0.4)]
+    cfg = BL.BenchConfig(url=fake.url, model="m", requests=1, concurrency=1, max_tokens=4, timeout=10)
+    t0 = time.monotonic()
+    r = B.run_bench(cfg, requests=reqs)
+    assert time.monotonic() - t0 >= 0.4
+    assert (r.requests, r.ok) == (3, 3)
+    assert [b["prompt"] for b in fake.bodies] == ["first prompt", "second prompt", "third"]
+    assert [b["max_tokens"] for b in fake.bodies] == [2, 3, 4]  # None: the config's
+    assert fake.sessions == ["s-1", None, "s-2"]
+    assert r.output_tokens == 9
+    third = max(r.samples, key=lambda s: s.started)
+    assert third.started - min(s.started for s in r.samples) >= 0.4

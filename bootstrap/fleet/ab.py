@@ -1,0 +1,98 @@
+"""`bench --ab`: the same workload through the fleet's routers under each policy in turn (SSH + HTTP).
+
+Each arm restarts every router with the arm's policy (the replicas keep serving; only the routers
+restart, as `serve` starts them), sends the arm's warm-up requests, reads the replicas' counters,
+sends the measured requests and reads the counters again. The routers get the inventory's own
+policy back at the end, whatever happened. The order and the table are serve/abtest.py's.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Sequence
+
+from bootstrap.errors import FleetError
+from bootstrap.fleet import names as FN
+from bootstrap.fleet import routers as FRT
+from bootstrap.fleet import status as FS
+from bootstrap.fleet.steps import _rm, start_routers
+from bootstrap.model import Inventory
+from bootstrap.remote.fanout import DEFAULT_PARALLEL
+from bootstrap.remote.session import Reporter, Session
+from bootstrap.serve import abtest as AB
+from bootstrap.serve import bench as B
+from bootstrap.serve.workloads import Req
+
+
+def check(inv: Inventory) -> None:
+    """What `bench --ab` needs of the inventory, before any host is contacted."""
+    if not FN.is_fleet(inv):
+        raise FleetError("bench --ab compares the routers' policies: the inventory has no router (set "
+                         "cluster.replicas > 1, serve, then run it)")
+    if inv.models:
+        raise FleetError("bench --ab: a pool of models routes each model with its own policy (models[].policy); "
+                         "A/B the policies on an inventory of one model")
+
+
+def _with_policy(inv: Inventory, policy: str) -> Inventory:
+    c = inv.cluster
+    return replace(inv, cluster=replace(c, router=replace(c.router, policy=policy)))
+
+
+def restart_routers(sess: Session, inv: Inventory, policy: str) -> None:
+    """Every router removed and started again with `policy`, each checked with a completion."""
+    pinv = _with_policy(inv, policy)
+    urls = [FN.replica_url(inv, k) for k in range(inv.cluster.replicas)]
+    rhosts = list(FN.router_hosts(inv))
+    launches = {h.name: FRT.RouterLaunch(h.name, FRT.router_run_argv(pinv, urls, None, h)) for h in rhosts}
+    _rm(sess, rhosts, FN.router_name(inv), stage=f"router-{policy}")
+    start_routers(sess, pinv, launches)
+
+
+def _delta(before: FS.FleetState, after: FS.FleetState, key: str) -> float | None:
+    """A counter's increase over the arm, summed over the replicas (a restarted replica counts from 0);
+    None: a replica does not export it."""
+    total = 0.0
+    for b, a in zip(before.replicas, after.replicas):
+        la, lb = a.latency or {}, b.latency or {}
+        if key not in la:
+            return None
+        d = la[key] - lb.get(key, 0.0)
+        total += d if d >= 0 else la[key]
+    return total
+
+
+def _arm(sess: Session, policy: str, repeat: int, cfg: B.BenchConfig, reqs: Sequence[Req], warm: int) -> AB.Arm:
+    if warm:
+        B.run_bench(replace(cfg, requests=warm), requests=reqs[:warm])
+    before = FS.fleet_state(sess)
+    res = B.run_bench(cfg, requests=reqs[warm:])
+    after = FS.fleet_state(sess)
+    d = {k: _delta(before, after, k) for k in FS.LATENCY_KEYS}
+    engine = {}
+    for name in ("ttft", "itl"):
+        n, total = d[f"{name}_count"], d[f"{name}_sum"]
+        engine[name] = total / n * 1000 if n and total is not None else None
+    return AB.Arm(policy, repeat, res, d["prefix_queries"], d["prefix_hits"], FS.spread(before, after).per_replica,
+                  engine["ttft"], engine["itl"])
+
+
+def run_ab(inv: Inventory, policies: Sequence[str], workload: Callable[[int], list[Req]], cfg: B.BenchConfig, *,
+           repeats: int = 2, warmup: int = 0, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None,
+           on_arm: Callable[[AB.Arm], None] | None = None) -> list[AB.Arm]:
+    """Every arm of AB.order(policies, repeats); workload(seed) gives an arm's requests (its first
+    `warmup` sent before the measured ones, not counted). The routers are given the inventory's
+    policy back at the end."""
+    check(inv)
+    arms: list[AB.Arm] = []
+    with Session(inv, parallel=parallel, reporter=reporter) as sess:
+        sess.connect()
+        try:
+            for i, (r, policy) in enumerate(AB.order(policies, repeats)):
+                restart_routers(sess, inv, policy)
+                arm = _arm(sess, policy, r, cfg, workload(i), warmup)
+                arms.append(arm)
+                if on_arm is not None:
+                    on_arm(arm)
+        finally:
+            restart_routers(sess, inv, inv.cluster.router.policy)
+    return arms
