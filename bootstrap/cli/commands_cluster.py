@@ -183,12 +183,15 @@ def exec_(inventory, container, only, parallel, timeout, accept_new_host_keys, a
 @main.command()
 @host_options
 @lock_timeout_option
+@click.option("--drain-timeout", "drain", type=SECONDS, default=120.0, show_default=True,
+              help="With replicas: seconds each replica may take to finish its requests once out of the routers.")
 @yes_option
 @json_option
-def down(inventory, parallel, lock_wait, yes, as_json):
+def down(inventory, parallel, lock_wait, drain, yes, as_json):
     """Stop Ray and remove the container on every host (workers first). A second run is a no-op.
 
-    With replicas (cluster.replicas > 1) first the keepers, the router and the serve containers, then
+    With replicas (cluster.replicas > 1) first every replica leaves the routers and finishes its
+    requests (or --drain-timeout), then the keepers, the router and the serve containers go, then
     each replica's node containers: nothing of the fleet stays on a host that answers. It says what it
     removes and asks [y/N] first; where no terminal can answer (a script, CI) pass --yes.
 
@@ -197,6 +200,7 @@ def down(inventory, parallel, lock_wait, yes, as_json):
     def go():
         inv = read_inventory(inventory)
         confirm(face.down_preview(inv), yes)
-        res = face.down(inv, parallel=parallel, reporter=LineReporter(quiet=as_json), lock_wait=lock_wait)
+        res = face.down(inv, parallel=parallel, reporter=LineReporter(quiet=as_json), lock_wait=lock_wait,
+                        drain=drain)
         render.down_result(res.groups, as_json, fleet=res.fleet)
     _run(go)

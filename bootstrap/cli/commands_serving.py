@@ -75,8 +75,8 @@ from bootstrap.cli.render import LineReporter
                    "and stop: nothing is started; secrets need not be set. `bootstrap plan` contacts no host.")
 @renamed("--drain", "--drain-timeout", "drain", SECONDS)
 @click.option("--drain-timeout", "drain", type=SECONDS, default=120.0, show_default=True,
-              help="A pool that serves already: seconds a replica taken out of the routers may take to finish its "
-                   "requests before it is replaced.")
+              help="Seconds a replica taken out of the routers may take to finish its requests before it stops: "
+                   "a pool that serves already (before it is replaced), and --stop with replicas.")
 @yes_option
 @json_option
 def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, sync_model, wait, listen,

@@ -171,12 +171,14 @@ def stop_preview(inv) -> str:
     return f"serve --stop stops {what}; inventory {inv.path}"
 
 
-def down(inv, *, parallel: int = DEFAULT_PARALLEL, reporter=None, lock_wait: float = 0.0) -> R.DownResult:
-    """`down`: Ray and the container off every host; with replicas first the fleet's own containers."""
+def down(inv, *, parallel: int = DEFAULT_PARALLEL, reporter=None, lock_wait: float = 0.0,
+         drain: float = 120.0) -> R.DownResult:
+    """`down`: Ray and the container off every host; with replicas first the fleet's own containers,
+    each replica out of the routers and its requests finished first (drain: seconds at most)."""
     inv = inventory(inv)
     if fleet(inv):
         from bootstrap.fleet import lifecycle as FLC
 
-        res = FLC.down_fleet(inv, parallel=parallel, reporter=reporter, lock_wait=lock_wait)
+        res = FLC.down_fleet(inv, parallel=parallel, reporter=reporter, lock_wait=lock_wait, drain=drain)
         return R.DownResult(list(res.replicas), res.fleet_removed)
     return R.DownResult([A.down(inv, parallel=parallel, reporter=reporter, lock_wait=lock_wait)])

@@ -16,11 +16,13 @@ def serve(inv, model, *, stop: bool = False, dry_run: bool = False, parallel: in
     on_failed(exc, with_findings) when vLLM does not come up, before the error is raised. A split or
     an option the inventory refuses raises OptionError. A pool of models that serves already is
     converged (fleet/converge.py): on_changes(changes, why) first, drain: seconds a replica taken out
-    may take to finish its requests."""
+    may take to finish its requests (with stop: every replica, out of the routers before it stops)."""
     inv = inventory(inv, require_secrets=not dry_run)
     if fleet(inv):
         if inv.models and not stop:
             opts.update(on_changes=on_changes, drain=drain)
+        if stop:
+            opts.update(drain=drain)
         return _serve_fleet(inv, model, stop=stop, dry_run=dry_run, parallel=parallel, reporter=reporter,
                             on_plan=on_plan, on_failed=on_failed, **opts)
     from bootstrap.serve import run as V
@@ -56,7 +58,7 @@ def _serve_fleet(inv, model, *, stop, dry_run, parallel, reporter, on_plan, on_f
         raise R.OptionError("--listen: with replicas every vLLM binds its head's data-plane IP, where the router "
                             "reaches it; set cluster.router.host/port for the endpoint")
     if stop:
-        FL.stop_fleet(inv, parallel=parallel, reporter=reporter)
+        FL.stop_fleet(inv, parallel=parallel, reporter=reporter, drain=opts.get("drain", 120.0))
         return R.ServeOutcome(inv, "stopped", True)
     check_pool(inv)
     try:

@@ -196,7 +196,7 @@ def _remove(sess: Session, host: Host, names: tuple[str, ...]) -> tuple[str, ...
 
 
 def down_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None,
-               lock_wait: float = 0.0) -> FleetDownResult:
+               lock_wait: float = 0.0, drain: float = 120.0) -> FleetDownResult:
     """Tear the whole fleet down: on every host the keeper, then the router and the serve containers
     (fleet_containers), then each replica group's cluster (cluster.run.down: `ray stop` and the node
     container, workers first, under the group head's lock). Nothing of the fleet stays on a host that
@@ -204,7 +204,9 @@ def down_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
 
     A host that fails (unreachable, Docker not answering, a container that will not go) does not stop
     the others: everything else is still torn down, then the error is raised: the one error when there
-    is one, else a GroupError with every host's outcome. A second run is a no-op."""
+    is one, else a GroupError with every host's outcome. A second run is a no-op. Before the routers and
+    the serve containers go, every replica leaves the routers and finishes its requests (steps.drain_out;
+    drain: the seconds that may take, 0: not waited for)."""
     _fleet_only(inv, "down_fleet", "down")
     keeper, rest = fleet_containers(inv)[:1], fleet_containers(inv)[1:]
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
@@ -212,6 +214,7 @@ def down_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Re
         reachable = [h for h in inv.hosts if h.name not in conn.failed]
         # the keeper first: with it gone nothing starts the others again while they are removed
         kept = sess.stage("stop-keeper", reachable, lambda h: _remove(sess, h, keeper), strict=False)
+        FST.drain_out(sess, inv, reachable, drain)
         if inv.cluster.router.vip is not None:
             vips = [h for h in FN.router_hosts(inv) if h in reachable]
             sess.stage("stop-vip", vips, lambda h: FST.stop_vip(sess, h), strict=False)

@@ -34,6 +34,7 @@ from bootstrap.fleet.steps import (
     _rm_routers,
     _split,
     _start_standbys,
+    drain_out,
     drained_hosts,
     start_gated,
     start_routers,
@@ -228,11 +229,14 @@ def _routers(sess: Session, inv: Inventory, plan: FP.FleetPlan) -> dict:
     return through
 
 
-def stop_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None) -> list[str]:
-    """Remove the serve containers, the router and the keepers (the node containers stay)."""
+def stop_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter | None = None,
+               drain: float = 120.0) -> list[str]:
+    """Remove the serve containers, the router and the keepers (the node containers stay); every replica
+    leaves the routers and finishes its requests first (steps.drain_out, `drain` seconds at most)."""
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         sess.connect()
         _rm(sess, inv.hosts, FN.keeper_name(inv), stage="stop-keeper")
+        drain_out(sess, inv, inv.hosts, drain)
         _rm_routers(sess, inv, "stop-router")
         _rm(sess, inv.hosts, *FN.serve_names(inv), stage="stop")
     return [h.name for h in inv.hosts]

@@ -183,6 +183,28 @@ def back_in_router(sess: Session, inv: Inventory, k: int) -> dict:
     return _in_router(sess, inv, k, True)
 
 
+def drain_out(sess: Session, inv: Inventory, hosts: Sequence[Host], timeout: float) -> dict[int, dict]:
+    """Before `down` or `serve --stop` removes the serve containers: every replica (whose head is among
+    `hosts`) out of every router, then each one's engines idle (no request running or waiting, 2 s on
+    end) or the timeout, all at once. Best effort: a router or a replica that does not answer has
+    nothing to wait for, and never stops the removal. {replica: the drain probe's answer, or the error}."""
+    live = {h.name for h in hosts}
+    ks = [k for k, group in enumerate(inv.replicas) if group[0].name in live]
+    if not ks or timeout <= 0:
+        return {}
+    sess.stage("out-of-routers", [inv.replicas[k][0] for k in ks],
+               lambda h: _in_router(sess, inv, _head_of(inv, h), False), strict=False)
+    got = sess.stage("drain", [inv.replicas[k][0] for k in ks], lambda h: _probe(
+        sess, h, FN.serve_name(inv), ["drain", FN.replica_url(inv, _head_of(inv, h)), str(timeout)],
+        timeout=timeout + 60), strict=False)
+    return {_head_of(inv, inv.host(name)): (r if isinstance(r, dict) else {"drained": None, "error": str(r)})
+            for name, r in got.items()}
+
+
+def _head_of(inv: Inventory, h: Host) -> int:
+    return next(k for k, group in enumerate(inv.replicas) if group[0].name == h.name)
+
+
 def start_routers(sess: Session, inv: Inventory, launches: dict[str, FRT.RouterLaunch]) -> dict:
     """Start the router on each router host (launches: host name -> its launch), then check a
     completion through each (every model of a pool); the last probe's answer, or ServeFailed with the

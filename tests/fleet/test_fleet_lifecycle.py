@@ -306,7 +306,7 @@ def test_cli_down_on_a_fleet_calls_down_fleet_and_prints_each_group(tmp_path, mo
     monkeypatch.setattr(FLC, "down_fleet", down_fleet)
     r = invoke("down", "-i", str(path), "--yes")
     assert r.exit_code == 0, r.output
-    assert got == [(2, ["lock_wait", "parallel", "reporter"])]
+    assert got == [(2, ["drain", "lock_wait", "parallel", "reporter"])]
     assert r.stdout.splitlines() == ["removed the serve containers, the router and the keepers of 2 replicas",
                                      "removed the container on 2 host(s): h1, h0",
                                      "nothing to remove on 2 host(s): h3, h2"]
