@@ -148,7 +148,7 @@ class _Command(_KnowsCommand, click.Command):
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cluster", ("validate", "plan", "up", "status", "exec", "down")),
     ("checks", ("check-nccl", "check-kv", "doctor", "logs")),
-    ("serving", ("serve", "rollout", "adapter", "bench")),
+    ("serving", ("serve", "rollout", "drain", "undrain", "adapter", "bench")),
     ("observe", ("top", "monitor")),
     ("sandbox (try it on one machine)", ("sandbox",)),
 )

@@ -343,7 +343,7 @@ def check_bench_args(ab, url, prompt, workload, trace) -> None:
               help="With --ab: arms per policy (every other repeat in reverse order).")
 @click.option("--warmup", type=click.IntRange(0, 10000), default=8, show_default=True,
               help="With --ab: requests of each arm's workload sent before it is measured.")
-@click.option("--slo-ttft-ms", type=click.FloatRange(0, min_open=True), default=1000.0, show_default=True,
+@click.option("--slo-ttft-ms", type=click.IntRange(1, 3_600_000), default=1000, show_default=True,
               help="With --ab: the time to first token a request must meet to count in goodput.")
 @click.option("-y", "--yes", is_flag=True, help="With --ab: restart the routers without asking (needed where no "
               "terminal can answer: a script, CI).")

@@ -315,6 +315,7 @@ PLAUSIBLE = {
     "image": ["reg:5000/vllm:1", "vllm/vllm-openai:v0.32.0"],
     "only": ["node1", "node1,node2", "node9", ","],
     "hosts": ["node1", "node2", "node9"],
+    "host": ["node1", "node3", "node9"],
     "sizes": ["4", "1024,1048576", "3", "4,,8"],
     "listen": ["127.0.0.1", "::1", "fe80::1%eth0", "node1"],
     "served_model_name": ["m", "org/m"],
@@ -360,7 +361,7 @@ INVENTORIES["pool"].write_text(yaml.safe_dump(
      "hosts": BASE["hosts"]}))
 #: the inventory a command's examples name so that they can be accepted (it acts on that kind only)
 OWN_INVENTORY = {"rollout": "fleet", "check-kv": "pd", "adapter add": "pool", "adapter remove": "pool",
-                 "adapter list": "pool"}
+                 "adapter list": "pool", "drain": "fleet", "undrain": "fleet"}
 
 
 @st.composite
