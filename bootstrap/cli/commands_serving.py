@@ -337,8 +337,8 @@ def check_bench_args(ab, url, prompt, workload, trace) -> None:
               help="Length of a workload's prompts, in words.")
 @click.option("--ab", "ab", default=None, callback=check_policies, metavar="POLICY,POLICY,...",
               help="A/B the routers' policies on a fleet: the same workload through the routers restarted with "
-                   "each policy in turn, interleaved over --repeats; one table side by side. The routers get "
-                   "the inventory's policy back at the end.")
+                   "each policy in turn, interleaved over --repeats, --requests per arm; one table side by side. "
+                   "The routers get the inventory's policy back at the end.")
 @click.option("--repeats", type=click.IntRange(1, 20), default=2, show_default=True,
               help="With --ab: arms per policy (every other repeat in reverse order).")
 @click.option("--warmup", type=click.IntRange(0, 10000), default=8, show_default=True,

@@ -519,12 +519,12 @@ def test_run_bench_sends_a_workloads_own_requests_in_order_with_their_sessions_a
     reqs = [W.Req("first prompt", 2, "s-1"), W.Req("second prompt", 3, None), W.Req("third", None, "s-2", at=0.4)]
     cfg = BL.BenchConfig(url=fake.url, model="m", requests=1, concurrency=1, max_tokens=4, timeout=10)
     t0 = time.monotonic()
-    r = B.run_bench(cfg, requests=reqs)
-    assert time.monotonic() - t0 >= 0.4
+    r = B.run_bench(cfg, requests=reqs, clock=time.monotonic)
     assert (r.requests, r.ok) == (3, 3)
     assert [b["prompt"] for b in fake.bodies] == ["first prompt", "second prompt", "third"]
     assert [b["max_tokens"] for b in fake.bodies] == [2, 3, 4]  # None: the config's
     assert fake.sessions == ["s-1", None, "s-2"]
     assert r.output_tokens == 9
     third = max(r.samples, key=lambda s: s.started)
-    assert third.started - min(s.started for s in r.samples) >= 0.4
+    assert third.started - t0 >= 0.4  # sent no sooner than 0.4 s after the start (which is after t0)
+    assert min(s.started for s in r.samples) - t0 < 0.4  # the others were not held back
