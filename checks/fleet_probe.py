@@ -212,6 +212,20 @@ def router_circuits(text):
     return {url: v == 0 for url, v in _per_worker(text, "vllm_router_cb_state").items()}
 
 
+def router_kv_lookups(text):
+    """kv_aware's lookups in its KV index by result (hit, miss, ...: vllm_router_kv_placement_lookups_total):
+    how often the router found a replica holding a prefix of the prompt. Empty: no kv_aware decisions."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("vllm_router_kv_placement_lookups_total{") and 'result="' in line:
+            result = line.split('result="', 1)[1].split('"', 1)[0]
+            try:
+                out[result] = out.get(result, 0.0) + float(line.rsplit(" ", 1)[1])
+            except ValueError:
+                pass
+    return out
+
+
 def router_available(text):
     """Worker URL -> whether the router would send it a request now: healthy and circuit closed.
     Absent from the health view: unknown (not in the answer)."""
@@ -234,6 +248,7 @@ def status(router, metrics, urls):
                     text = body.decode(errors="replace")
                     out["router"]["healthy"] = router_health(text)
                     out["router"]["circuit_closed"] = router_circuits(text)
+                    out["router"]["kv_lookups"] = router_kv_lookups(text)
             except Exception:  # an older router without the metric: the view is simply absent
                 pass
     for url in urls:

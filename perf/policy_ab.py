@@ -9,6 +9,9 @@ with each policy in turn, arms interleaved over --repeats) and prints the table;
   * on the multi-turn workload, a session-sticky policy (consistent_hash, sticky_least_loaded) hits
     the engines' prefix cache more than round_robin: each turn repeats the conversation so far, which
     only the replica that served the earlier turns holds;
+  * on the multi-turn workload, kv_aware (where it is among the policies: the inventory has
+    cluster.router.kv_events or policy kv_aware) hits the engines' prefix cache more than round_robin
+    without the session header: it routes by the engines' own KV events;
   * on the random workload (the control) no policy hits the cache beyond a few per cent: there is no
     common prefix to keep.
 
@@ -47,7 +50,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def show(res) -> None:
     print(f"\n{res.workload}: {len(res.arms)} arms")
     print(f"{'policy':<20} {'req/s':>6} {'goodput':>8} {'TTFT p50':>9} {'TTFT p99':>9} {'ITL p50':>8} {'ITL p99':>8} "
-          f"{'failed':>6} {'shed':>5} {'hit %':>6} {'per replica':<16} {'max/min':>7}")
+          f"{'failed':>6} {'shed':>5} {'hit %':>6} {'kv idx %':>8} {'per replica':<16} {'max/min':>7}")
 
     def f(v, spec=".1f"):
         return "-" if v is None else format(v, spec)
@@ -55,6 +58,7 @@ def show(res) -> None:
         per = " ".join(f"{k}:{v}" for k, v in sorted(r.per_replica.items()))
         print(f"{r.policy:<20} {r.requests_per_s:>6.2f} {r.goodput:>8.2f} {f(r.ttft_p50_ms):>9} {f(r.ttft_p99_ms):>9} "
               f"{f(r.itl_p50_ms):>8} {f(r.itl_p99_ms):>8} {r.failed:>6} {r.shed:>5} {f(r.prefix_hit_pct):>6} "
+              f"{f(r.kv_index_hit_pct):>8} "
               f"{per:<16} {f(r.spread, '.2f'):>7}")
     for measure, policy in res.best.items():
         print(f"best {measure}: {policy}")
@@ -75,6 +79,10 @@ def checks(results: dict) -> list[V.Check]:
     else:
         out.append(V.Check("multi-turn: best sticky policy's prefix hit % - round_robin's", ">", 0,
                            why="the multi-turn workload with round_robin and a sticky policy was not run"))
+    kv = rows.get("kv_aware")
+    if kv is not None and rr is not None and kv.prefix_hit_pct is not None and rr.prefix_hit_pct is not None:
+        out.append(V.Check("multi-turn: kv_aware's prefix hit % - round_robin's", ">", 0,
+                           kv.prefix_hit_pct - rr.prefix_hit_pct, spec=".1f"))
     ctl = results.get("random")
     hits = [r.prefix_hit_pct for r in ctl.rows if r.prefix_hit_pct is not None] if ctl else []
     out.append(V.Check("random (control): highest prefix hit %", "<=", 5, max(hits), spec=".1f") if hits else

@@ -243,6 +243,16 @@ def _rotation_cell(r) -> str:
     return rot + (f" [yellow](drained: {_escape(', '.join(r.drained))})[/]" if r.drained else "")
 
 
+def _kv_index(fs) -> None:
+    """kv_aware: how often each router's index of the engines' KV events held a prefix of the prompt."""
+    for rv in fs.routers:
+        looked = sum((rv.kv_lookups or {}).values())
+        if looked:
+            hits = (rv.kv_lookups or {}).get("hit", 0)
+            out.print(_escape(f"kv_aware on {rv.host}: its index of the engines' KV events held a prefix of the "
+                              f"prompt for {hits:g} of {looked:g} requests ({100 * hits / looked:.0f} %)"))
+
+
 def fleet_status(inv, groups, fs, as_json: bool) -> None:
     """`status` with replicas: each group's nodes, each replica as the router sees it, the endpoint
     and each group's Ray dashboard."""
@@ -295,6 +305,7 @@ def fleet_status(inv, groups, fs, as_json: bool) -> None:
             vipcols = () if not fs.vip else (_escape(rv.vip_state or "-"), holds)
             t.add_row(_escape(rv.host), st, workers, *vipcols)
         out.print(t)
+    _kv_index(fs)
     if fs.vip:
         held = f"held by {fs.vip_holder}" if fs.vip_holder else "[red]held by no router host[/]"
         out.print(f"endpoint: {_escape(fs.endpoint)} (floating address, {_escape(held) if fs.vip_holder else held})")

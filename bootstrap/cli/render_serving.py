@@ -252,6 +252,8 @@ def bench_ab_arm(arm) -> None:
     r = arm.result
     ttft = f"TTFT p50 {r.ttft.p50 * 1000:.1f} ms" if r.ttft else "no TTFT"
     hit = (f", prefix hit {100 * arm.prefix_hits / arm.prefix_queries:.0f} %" if arm.prefix_queries else "")
+    if arm.kv_lookups:
+        hit += f", the router's KV index found a cached prefix for {100 * arm.kv_hits / arm.kv_lookups:.0f} %"
     err.print(_escape(f"ab: {arm.policy} (repeat {arm.repeat + 1}): {r.ok}/{r.requests} ok, "
                       f"{r.requests_per_s:.2f} req/s, {ttft}{hit}"))
 
@@ -268,15 +270,17 @@ def bench_ab(res, as_json: bool) -> None:
     slo = res.rows[0].slo_ms if res.rows else 0
     t = Table(title=_escape(f"router policies on the {res.workload} workload ({len(res.arms)} arms)"),
               title_justify="left")
+    kv = any(r.kv_index_hit_pct is not None for r in res.rows)
     for col in ("policy", "req/s", f"goodput (TTFT <= {slo:g} ms)", "TTFT p50/p99 ms", "ITL p50/p99 ms",
-                "failed", "shed", "prefix hit %", "requests per replica", "max/min"):
+                "failed", "shed", "prefix hit %", *(("kv_aware index hit %",) if kv else ()),
+                "requests per replica", "max/min"):
         t.add_column(col)
     for r in res.rows:
         per = " ".join(f"{k}:{v}" for k, v in sorted(r.per_replica.items())) or "-"
         t.add_row(_escape(r.policy), f"{r.requests_per_s:.2f}", f"{r.goodput:.2f}",
                   f"{_ms(r.ttft_p50_ms)}/{_ms(r.ttft_p99_ms)}", f"{_ms(r.itl_p50_ms)}/{_ms(r.itl_p99_ms)}",
-                  str(r.failed), str(r.shed), _ms(r.prefix_hit_pct), per,
-                  "-" if r.spread is None else f"{r.spread:.2f}")
+                  str(r.failed), str(r.shed), _ms(r.prefix_hit_pct), *((_ms(r.kv_index_hit_pct),) if kv else ()),
+                  per, "-" if r.spread is None else f"{r.spread:.2f}")
     out.print(t)
     for measure, policy in res.best.items():
         out.print(_escape(f"best {measure}: {policy}"))

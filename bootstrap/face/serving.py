@@ -195,7 +195,7 @@ def bench_ab(load, policies, *, workload: str = "shared-prefix", trace: str | No
     from bootstrap.serve import workloads as W
 
     inv = inventory(load(True))
-    FAB.check(inv)
+    FAB.check(inv, policies)
     if trace is not None:
         reqs = W.read_trace(trace)
         make = lambda seed: reqs  # noqa: E731 -- a trace is replayed as it is, in every arm

@@ -11,11 +11,12 @@ from dataclasses import replace
 from typing import Callable, Sequence
 
 from bootstrap.errors import FleetError
+from bootstrap.fleet import kvevents as KV
 from bootstrap.fleet import names as FN
 from bootstrap.fleet import routers as FRT
 from bootstrap.fleet import status as FS
 from bootstrap.fleet.steps import _rm, start_routers
-from bootstrap.model import Inventory
+from bootstrap.model import Inventory, kv_events_on
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
 from bootstrap.remote.session import Reporter, Session
 from bootstrap.serve import abtest as AB
@@ -23,7 +24,7 @@ from bootstrap.serve import bench as B
 from bootstrap.serve.workloads import Req
 
 
-def check(inv: Inventory) -> None:
+def check(inv: Inventory, policies: Sequence[str] = ()) -> None:
     """What `bench --ab` needs of the inventory, before any host is contacted."""
     if not FN.is_fleet(inv):
         raise FleetError("bench --ab compares the routers' policies: the inventory has no router (set "
@@ -31,6 +32,9 @@ def check(inv: Inventory) -> None:
     if inv.models:
         raise FleetError("bench --ab: a pool of models routes each model with its own policy (models[].policy); "
                          "A/B the policies on an inventory of one model")
+    if "kv_aware" in policies and not kv_events_on(inv):
+        raise FleetError("bench --ab kv_aware: the replicas must publish their KV cache events; set "
+                         "cluster.router.kv_events: true and run serve again (it restarts them with the events on)")
 
 
 def _with_policy(inv: Inventory, policy: str) -> Inventory:
@@ -38,14 +42,23 @@ def _with_policy(inv: Inventory, policy: str) -> Inventory:
     return replace(inv, cluster=replace(c, router=replace(c.router, policy=policy)))
 
 
-def restart_routers(sess: Session, inv: Inventory, policy: str) -> None:
-    """Every router removed and started again with `policy`, each checked with a completion."""
+def restart_routers(sess: Session, inv: Inventory, policy: str, kv: KV.KvEvents | None = None) -> None:
+    """Every router removed and started again with `policy`, each checked with a completion (kv: the
+    replicas' KV event sources, for kv_aware)."""
     pinv = _with_policy(inv, policy)
     urls = [FN.replica_url(inv, k) for k in range(inv.cluster.replicas)]
     rhosts = list(FN.router_hosts(inv))
-    launches = {h.name: FRT.RouterLaunch(h.name, FRT.router_run_argv(pinv, urls, None, h)) for h in rhosts}
+    launches = {h.name: FRT.RouterLaunch(h.name, FRT.router_run_argv(pinv, urls, None, h, kv)) for h in rhosts}
     _rm(sess, rhosts, FN.router_name(inv), stage=f"router-{policy}")
     start_routers(sess, pinv, launches)
+
+
+def serving_kv(inv: Inventory, state: FS.FleetState) -> KV.KvEvents:
+    """What the routers subscribe with, from what the replicas serve (their containers' serve label)."""
+    spec = next((r.spec for r in state.replicas if r.spec is not None), None)
+    if spec is None:
+        raise FleetError("bench --ab kv_aware: no replica is serving (serve first)")
+    return KV.of(inv, spec.model, spec.served_name, spec.extra)
 
 
 def _delta(before: FS.FleetState, after: FS.FleetState, key: str) -> float | None:
@@ -72,8 +85,21 @@ def _arm(sess: Session, policy: str, repeat: int, cfg: B.BenchConfig, reqs: Sequ
     for name in ("ttft", "itl"):
         n, total = d[f"{name}_count"], d[f"{name}_sum"]
         engine[name] = total / n * 1000 if n and total is not None else None
+    looked, hits = _kv_lookups(before, after)
     return AB.Arm(policy, repeat, res, d["prefix_queries"], d["prefix_hits"], FS.spread(before, after).per_replica,
-                  engine["ttft"], engine["itl"])
+                  engine["ttft"], engine["itl"], looked, hits)
+
+
+def _kv_lookups(before: FS.FleetState, after: FS.FleetState) -> tuple[float | None, float | None]:
+    """kv_aware's lookups in the routers' KV index over the arm, and its hits (summed over routers);
+    (None, None) where no router made one."""
+    seen = {r.host: r.kv_lookups or {} for r in before.routers}
+    looked = hits = 0.0
+    for r in after.routers:
+        now, then = r.kv_lookups or {}, seen.get(r.host, {})
+        looked += sum(now.values()) - sum(then.values())
+        hits += now.get("hit", 0.0) - then.get("hit", 0.0)
+    return (looked, hits) if looked > 0 else (None, None)
 
 
 def run_ab(inv: Inventory, policies: Sequence[str], workload: Callable[[int], list[Req]], cfg: B.BenchConfig, *,
@@ -82,17 +108,18 @@ def run_ab(inv: Inventory, policies: Sequence[str], workload: Callable[[int], li
     """Every arm of AB.order(policies, repeats); workload(seed) gives an arm's requests (its first
     `warmup` sent before the measured ones, not counted). The routers are given the inventory's
     policy back at the end."""
-    check(inv)
+    check(inv, policies)
     arms: list[AB.Arm] = []
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         sess.connect()
+        kv = serving_kv(inv, FS.fleet_state(sess)) if kv_events_on(inv) else None
         try:
             for i, (r, policy) in enumerate(AB.order(policies, repeats)):
-                restart_routers(sess, inv, policy)
+                restart_routers(sess, inv, policy, kv)
                 arm = _arm(sess, policy, r, cfg, workload(i), warmup)
                 arms.append(arm)
                 if on_arm is not None:
                     on_arm(arm)
         finally:
-            restart_routers(sess, inv, inv.cluster.router.policy)
+            restart_routers(sess, inv, inv.cluster.router.policy, kv)
     return arms

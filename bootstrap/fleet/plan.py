@@ -20,6 +20,7 @@ from typing import Mapping, Sequence
 from bootstrap.cluster import plan as PL
 from bootstrap.cluster.guard import secretstore as SS
 from bootstrap.errors import FleetError
+from bootstrap.fleet import kvevents as KV
 from bootstrap.fleet.names import (
     COORD_PORT,
     LABEL_KEEP,
@@ -51,6 +52,7 @@ from bootstrap.model import (
     Host,
     Inventory,
     ServedModel,
+    kv_events_on,
 )
 from bootstrap.remote import argv as RA
 from bootstrap.serve import argv as AV
@@ -71,7 +73,7 @@ PD_FLAGS = {KV_FLAG: "cluster.router.prefill: the plan sets NixlConnector, produ
 
 def plan_sets(inv: Inventory) -> dict[str, str]:
     """The vLLM flags this fleet's plan sets beyond serve's own (refused after `--` in any spelling)."""
-    return dict(PD_FLAGS) if is_pd(inv) else {}
+    return {**(PD_FLAGS if is_pd(inv) else {}), **(KV.PLAN_SETS if kv_events_on(inv) else {})}
 
 
 def check_pd_flags(inv: Inventory, extra: Sequence[str]) -> None:
@@ -448,6 +450,9 @@ def plan_fleet(inv: Inventory, spec: Spec | Sequence[Spec],
         vllms = AV.native_serve_argvs(rspec.model, sp.par, ips, port=c.ports.vllm, host=group[0].ip,
                                      master_port=MASTER_PORT, served_name=rspec.served_name,
                                      extra=extra)
+        if kv_events_on(inv):  # the plan's own publisher (bound, fenced): after the check of the user's words
+            flags = KV.engine_flags(inv, group[0], rspec.extra, rspec.dp)
+            vllms = [v + flags for v in vllms]
         members = []
         for rank, h in enumerate(group):
             argvs = [member_create_argv(
@@ -463,7 +468,8 @@ def plan_fleet(inv: Inventory, spec: Spec | Sequence[Spec],
     if inv.idle:
         notes = (*notes, f"idle: {', '.join(h.name for h in inv.idle)} (no model's replica takes them: `serve` stops "
                          "what serves there)")
-    return FleetPlan(spec, splits[0], tuple(replicas), plan_routers(inv, urls, spec.image, ifaces, nets),
+    kv = KV.of(inv, spec.model, spec.served_name, spec.extra) if kv_events_on(inv) else None
+    return FleetPlan(spec, splits[0], tuple(replicas), plan_routers(inv, urls, spec.image, ifaces, nets, kv),
                      router_url(inv) + "/v1", keeper_create_argv(inv), tuple(notes), c.router.api_key,
                      c.router.vip.address if c.router.vip else None)
 

@@ -18,6 +18,7 @@ from bootstrap.errors import (
     RolloutFailed,
     UsageError,
 )
+from bootstrap.fleet import kvevents as KV
 from bootstrap.fleet import names as FN
 from bootstrap.fleet import plan as FP
 from bootstrap.fleet import routers as FRT
@@ -91,6 +92,10 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
             raise UsageError("rollout replaces replicas one at a time behind the router, which is not built for a "
                              "disaggregated fleet (cluster.router.prefill) yet: `bootstrap serve` with the new model "
                              "or flags restarts every replica")
+        if todo and inv.cluster.router.policy == "kv_aware" and _kv(inv, target) != _kv(inv, base):
+            raise UsageError("the routers' kv_aware subscribes with the served name and the KV block size, which "
+                             "this rollout changes: `bootstrap serve` with the new model or flags restarts the "
+                             "replicas and the routers")
         down = [r for r in state.routers if r.state != "running"]
         if down:
             raise PreflightFailed(down[0].host, f"the router container is {down[0].state}: a rollout changes "
@@ -132,6 +137,10 @@ def rollout(inv: Inventory, *, model: str | None = None, extra: Sequence[str] | 
                                     "the other replicas keep serving", states, getattr(err, "log_tail", ""))
         return RolloutResult(FN.router_url(inv) + "/v1", target, todo,
                              [k for k in range(len(inv.replicas)) if k not in todo], time.monotonic() - t0, steps)
+
+
+def _kv(inv: Inventory, spec: FP.Spec) -> KV.KvEvents:
+    return KV.of(inv, spec.model, spec.served_name, spec.extra)
 
 
 def _target(inv: Inventory, among: Sequence[int], base: FP.Spec, model: str | None, extra: Sequence[str] | None,

@@ -12,6 +12,7 @@ from typing import Mapping, Sequence
 from bootstrap.cluster import plan as PL
 from bootstrap.cluster.guard import secretstore as SS
 from bootstrap.errors import FleetError
+from bootstrap.fleet import kvevents as KV
 from bootstrap.fleet.names import (
     API_KEY_ENV,
     KEEPER_PATH,
@@ -99,7 +100,7 @@ def rewritten_workers(current: bytes | None, inv: Inventory, urls: Sequence[str]
 
 
 def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = None,
-                    host: Host | None = None) -> tuple[str, ...]:
+                    host: Host | None = None, kv: KV.KvEvents | None = None) -> tuple[str, ...]:
     """vllm-router, detached with a restart policy, bound to the router host's data-plane IP.
 
     Its health checks use the router's own timeout and failure count (5 s, 3 in a row): a replica
@@ -110,8 +111,13 @@ def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = Non
     A pool of models (inv.models): vllm-router's multi-model mode (--enable-igw), which routes by the
     request's `model`; its workers are given by checks/router_entry.py, the container's command (that
     mode drops --worker-urls), so the argv is a `docker create` and the entry and its workers file
-    (workers_file) are copied in."""
+    (workers_file) are copied in.
+
+    kv_aware: each replica's KV event source (kv, what the fleet serves: kvevents.py)."""
     r = inv.cluster.router
+    if r.policy == "kv_aware" and kv is None:
+        raise FleetError("kv_aware: what the replicas serve is not known (their containers carry no serve "
+                         "label); run serve again")
     h = host or router_host(inv)
     names = SS.router_names(inv)
     pool = bool(inv.models)
@@ -125,6 +131,7 @@ def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = Non
         entrypoint=entrypoint,
         command=(*prefix, "--host", h.ip, "--port", str(r.port), "--policy", r.policy,
                  *_workers_argv(inv, urls),
+                 *(KV.router_flags(inv, urls, kv) if r.policy == "kv_aware" and kv else ()),
                  "--health-check-interval-secs", str(r.health_interval), "--health-check-timeout-secs", "5",
                  "--health-failure-threshold", "3", "--health-success-threshold", "1",
                  "--health-check-endpoint", "/health",
@@ -288,14 +295,15 @@ def vip_network_problem(inv: Inventory, host: Host, network: str) -> str | None:
 
 def plan_routers(inv: Inventory, urls: Sequence[str], image: str | None = None,
                  ifaces: Mapping[str, str | None] | None = None,
-                 nets: Mapping[str, str | None] | None = None) -> tuple[RouterLaunch, ...]:
+                 nets: Mapping[str, str | None] | None = None,
+                 kv: KV.KvEvents | None = None) -> tuple[RouterLaunch, ...]:
     """A router on each router host; with a floating address keepalived beside each, on the
     interface that holds the host's data-plane IP (`ifaces`, from the host's facts), the address
     on the network of that IP (`nets`, from the facts too; a host not in it is not checked)."""
     vip = inv.cluster.router.vip
     out = []
     for h in router_hosts(inv):
-        run = router_run_argv(inv, urls, image, h)
+        run = router_run_argv(inv, urls, image, h, kv)
         workers = workers_file(inv, urls) if inv.models else b""
         if vip is None:
             out.append(RouterLaunch(h.name, run, workers=workers))

@@ -98,10 +98,13 @@ class RouterView:
     vip_state: str | None = None
     #: whether this host holds the floating address now (None: not known, or no floating address)
     holds_vip: bool | None = None
+    #: kv_aware's lookups in the router's KV index since it started, by result ("hit": a replica held a
+    #: prefix of the prompt; "miss"); None: not read
+    kv_lookups: dict[str, float] | None = None
 
     def to_dict(self) -> dict:
         return {"host": self.host, "state": self.state, "workers": self.workers, "vip_state": self.vip_state,
-                "holds_vip": self.holds_vip}
+                "holds_vip": self.holds_vip, "kv_lookups": self.kv_lookups}
 
 
 @dataclass
@@ -207,6 +210,7 @@ def _router_views(sess: Session, inv: Inventory, urls: Sequence[str]) -> tuple[l
         doc = _probe(sess, h, FN.router_name(inv), ["status", FN.router_url(inv, h), metrics, *urls], timeout=60)
         rdoc = doc.get("router")
         rv.workers = rdoc.get("workers") if isinstance(rdoc, dict) and "workers" in rdoc else None
+        rv.kv_lookups = rdoc.get("kv_lookups") if isinstance(rdoc, dict) else None
         if vip is not None:
             rv.holds_vip = bool(_probe(sess, h, FN.router_name(inv), ["holds", vip.address], timeout=30).get("holds"))
         return rv, doc

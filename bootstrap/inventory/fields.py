@@ -194,6 +194,11 @@ def _cluster(
     kwargs["router"], router_host_loc, vip_loc = _router(values.get("router"), locs.get("router", loc.sub("router")),
                                                 kwargs["ports"], values.get("replicas", 1), secret_names)
     _secret_roles(value, locs.get("router", loc.sub("router")), kwargs["router"], secrets, secret_locs)
+    r = kwargs["router"]
+    if values.get("fence") is False and (r.policy == "kv_aware" or r.kv_events):
+        locs["fence"].fail("kv_aware needs the fence: each engine publishes its KV events (the prompts' token ids) "
+                           "on cluster.ports.kv_events on every interface (vLLM binds no single address), and "
+                           "only the fence keeps that port to the cluster's members; remove fence: false")
     kwargs["monitor"], monitor_host_loc = _monitor(
         values.get("monitor"), locs.get("monitor", loc.sub("monitor")), kwargs["ports"],
         kwargs["router"] if values.get("replicas", 1) > 1 else None)
@@ -224,6 +229,11 @@ def _check_pool(values: dict[str, Any], locs: dict[str, _Loc]) -> None:
         locs["router"].key(router, "prefill").fail(
             "prefill/decode (router.prefill) is not planned for a pool of models: serve one model per inventory "
             "for it, or remove prefill")
+    for key, bad in (("policy", "kv_aware"), ("kv_events", True)):
+        if isinstance(router, dict) and router.get(key) == bad:
+            locs["router"].key(router, key).fail(
+                f"{key}: {'true' if bad is True else bad} is not planned for a pool of models (vllm-router's KV "
+                "event sources name one model): serve one model per inventory for kv_aware, or remove it")
 
 
 def _check_mounts(value: Any, values: dict[str, Any], locs: dict[str, _Loc], loc: _Loc, hf_cache: Any) -> None:

@@ -98,6 +98,17 @@ def _adapters(value: Any, loc: _Loc) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+#: the policies a pool's model may have: kv_aware needs KV event sources, which vllm-router ties to one model
+POOL_POLICIES = tuple(p for p in ROUTER_POLICIES if p != "kv_aware")
+
+
+def _pool_policy(value: Any, loc: _Loc) -> str:
+    if value == "kv_aware":
+        loc.fail("kv_aware is not planned for a pool of models (vllm-router's KV event sources name one model): "
+                 "serve one model per inventory for it, or choose another policy")
+    return _choice(*POOL_POLICIES)(value, loc)
+
+
 _MODEL_FIELDS: dict[str, Validator] = {
     "name": _described("the served name clients send as `model` (letters, digits, `._:/-`)", _served_name),
     "source": _described("a Hugging Face id (org/name) or an absolute path in the containers (default: name)",
@@ -108,7 +119,7 @@ _MODEL_FIELDS: dict[str, Validator] = {
     "tp": _int(1, MAX_GPUS_PER_HOST * _MAX_HOSTS),
     "pp": _int(1, _MAX_HOSTS),
     "args": _described("a list of vLLM flags and values (what serve takes after --)", _args),
-    "policy": _choice(*ROUTER_POLICIES),
+    "policy": _described(f"one of {', '.join(POOL_POLICIES)}", lambda v, loc: _pool_policy(v, loc)),
     "adapters": _described("a list of LoRA adapters, each {name, source}; [] turns LoRA on for runtime adapters",
                            _adapters),
     "lora_rank": _described(f"one of {', '.join(map(str, LORA_RANKS))}", _lora_rank),

@@ -8,7 +8,8 @@ from bootstrap.inventory.yamlfile import _Loc
 from bootstrap.model import Cluster, Ports
 
 _PORT_FIELDS: dict[str, Validator] = {"ray_gcs": _port, "dashboard": _port, "vllm": _port, "ray_metrics": _port,
-                                       "image_copy": _port, "kv_transfer": _port}
+                                       "image_copy": _port, "kv_transfer": _port,
+                                       "kv_events": _port}
 
 
 #: Ports a cluster uses without a setting of their own (the one table every configured port is checked

@@ -8,7 +8,17 @@ from bootstrap.inventory.addresses import _not_one_host
 from bootstrap.inventory.envvars import _ENV_NAME
 from bootstrap.inventory.hostfields import _host_name
 from bootstrap.inventory.portfields import _PORT_FIELDS, _check_fixed, _check_unprivileged
-from bootstrap.inventory.values import Validator, _check_mapping, _choice, _described, _image, _int, _port, _string
+from bootstrap.inventory.values import (
+    Validator,
+    _bool,
+    _check_mapping,
+    _choice,
+    _described,
+    _image,
+    _int,
+    _port,
+    _string,
+)
 from bootstrap.inventory.yamlfile import _Loc, _quote
 from bootstrap.model import ROUTER_POLICIES, Ports, Router, Vip
 
@@ -78,6 +88,7 @@ _ROUTER_FIELDS: dict[str, Validator] = {
     "prefill": _described("a list of replica numbers (0-based) that prefill; the others decode",
                           lambda v, loc: _replica_list(v, loc)),
     "kv_lease": _int(1, 3600),
+    "kv_events": _bool,
 }
 
 
@@ -178,6 +189,10 @@ def _check_prefill(router: Router, locs: dict[str, _Loc], ports: Ports, replicas
                        "the replicas not listed decode")
         if router.port == ports.kv_transfer or router.metrics_port == ports.kv_transfer:
             where.fail(f"the router's ports and cluster.ports.kv_transfer ({ports.kv_transfer}) must differ")
+        if router.policy == "kv_aware" or router.kv_events:
+            locs["policy" if router.policy == "kv_aware" else "kv_events"].fail(
+                "kv_aware routes whole requests by the engines' KV events; with prefill/decode (prefill) the "
+                "router picks a prefill and a decode replica: use another policy, or remove prefill")
     elif router.kv_lease is not None:
         locs["kv_lease"].fail("a KV lease needs prefill/decode disaggregation: set cluster.router.prefill too, "
                               "or remove kv_lease")

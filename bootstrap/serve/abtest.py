@@ -41,6 +41,10 @@ class Arm:
     #: less the router and the network
     engine_ttft_ms: float | None = None
     engine_itl_ms: float | None = None
+    #: kv_aware's lookups in the routers' KV index over the arm, and those that found a replica holding a
+    #: prefix of the prompt (vllm_router_kv_placement_lookups_total; None: no kv_aware decision)
+    kv_lookups: float | None = None
+    kv_hits: float | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,8 @@ class Row:
     slo_ms: float
     prefix_hit_pct: float | None
     per_replica: dict[int, int]
+    #: kv_aware: the share of its lookups that found a cached prefix in its index (None: other policies)
+    kv_index_hit_pct: float | None = None
 
     @property
     def spread(self) -> float | None:
@@ -78,7 +84,7 @@ class Row:
                 "goodput": round(self.goodput, 4), "slo_ttft_ms": self.slo_ms,
                 "prefix_hit_pct": _r(self.prefix_hit_pct), "per_replica": {str(k): v for k, v in
                                                                           sorted(self.per_replica.items())},
-                "spread": _r(self.spread)}
+                "spread": _r(self.spread), "kv_index_hit_pct": _r(self.kv_index_hit_pct)}
 
 
 def _r(v: float | None) -> float | None:
@@ -116,9 +122,11 @@ def row(policy: str, arms: Sequence[Arm], slo_ms: float) -> Row:
     for a in arms:
         for k, n in a.per_replica.items():
             per[k] = per.get(k, 0) + n
+    looked = sum(a.kv_lookups or 0 for a in arms)
+    kv_hit = 100 * sum(a.kv_hits or 0 for a in arms) / looked if looked else None
     return Row(policy, len(arms), len(samples), len(ok), len(samples) - len(ok), sum(map(_shed, samples)),
                len(ok) / wall if wall > 0 else 0.0, _p(ttft, 50), _p(ttft, 99), _p(itl, 50), _p(itl, 99),
-               good / wall if wall > 0 else 0.0, slo_ms, hit, per)
+               good / wall if wall > 0 else 0.0, slo_ms, hit, per, kv_hit)
 
 
 def table(policies: Sequence[str], arms: Sequence[Arm], slo_ms: float) -> list[Row]:
@@ -162,6 +170,7 @@ class AbResult:
                 "arms": [{"policy": a.policy, "repeat": a.repeat + 1, **a.result.to_dict(),
                           "prefix_queries": a.prefix_queries, "prefix_hits": a.prefix_hits,
                           "engine_ttft_ms": _r(a.engine_ttft_ms), "engine_itl_ms": _r(a.engine_itl_ms),
-                          "tpot_ms": _r(tpot_ms(a.result.samples)),
+                          "tpot_ms": _r(tpot_ms(a.result.samples)), "kv_lookups": a.kv_lookups,
+                          "kv_hits": a.kv_hits,
                           "per_replica": {str(k): v for k, v in sorted(a.per_replica.items())}} for a in self.arms],
                 "png": self.png}

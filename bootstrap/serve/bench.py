@@ -284,7 +284,7 @@ def write_ab_png(rows, workload: str, path) -> None:
                 vals = [getattr(r, key) or 0.0 for r in rows]
                 xs = [i + j * width for i in range(len(rows))]
                 ax.bar(xs, vals, width, label=label, hatch="//" if j else None, color=("#4C72B0", "#C44E52")[j % 2])
-            ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(rows))], names, rotation=20)
+            ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(rows))], names, rotation=30, ha="right")
             if len(series) > 1:
                 ax.legend(fontsize=8)
         fig.suptitle(f"router policies on the {workload} workload, {rows[0].requests if rows else 0} requests each")

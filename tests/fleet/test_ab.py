@@ -59,7 +59,7 @@ def test_arms_run_in_interleaved_order_and_the_inventorys_policy_comes_back_afte
         return AB.Arm(policy, repeat, None)
 
     monkeypatch.setattr(FAB, "Session", session)
-    monkeypatch.setattr(FAB, "restart_routers", lambda sess, inv, policy: restarts.append(policy))
+    monkeypatch.setattr(FAB, "restart_routers", lambda sess, inv, policy, kv=None: restarts.append(policy))
     monkeypatch.setattr(FAB, "_arm", arm)
     cfg = B.BenchConfig(url="http://127.0.0.1:1")
     with pytest.raises(OSError):

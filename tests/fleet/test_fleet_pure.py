@@ -271,7 +271,7 @@ def test_router_unknown_key(tmp_path):
     check(err, tmp_path / "inventory.yaml", 5, "cluster.router", "unknown key 'polcy'", "did you mean 'policy'?")
 
 
-@pytest.mark.parametrize("policy", ["fastest", "kv_aware", "Round_Robin"])
+@pytest.mark.parametrize("policy", ["fastest", "least_load", "Round_Robin"])
 def test_router_bad_policy(tmp_path, policy):
     err = error(tmp_path, fleet_yaml(cluster=f"router: {{policy: {policy}}}"))
     check(err, tmp_path / "inventory.yaml", 4, "cluster.router.policy", "power_of_two", f"'{policy}'")

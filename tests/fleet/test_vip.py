@@ -308,4 +308,4 @@ def test_an_image_without_keepalived_stops_with_a_line_saying_so(tmp_path):
 def test_router_view_round_trips_to_json():
     rv = RouterView("h0", "running", ["http://a"], "running", True)
     assert rv.to_dict() == {"host": "h0", "state": "running", "workers": ["http://a"], "vip_state": "running",
-                            "holds_vip": True}
+                            "holds_vip": True, "kv_lookups": None}

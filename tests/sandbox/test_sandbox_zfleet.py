@@ -70,7 +70,9 @@ def fleet(_sandbox_session, tmp_path_factory):
 
     def mutate(doc):
         doc["cluster"]["replicas"] = 2
-        doc["cluster"]["router"] = {"policy": "round_robin", "health_interval": 2, "api_key": "FLEET_KEY"}
+        # kv_events: the engines publish their KV cache events, so that bench --ab can try kv_aware
+        doc["cluster"]["router"] = {"policy": "round_robin", "health_interval": 2, "api_key": "FLEET_KEY",
+                                    "kv_events": True}
         doc["cluster"]["secrets"] = [*doc["cluster"].get("secrets", []), "FLEET_KEY"]
     os.environ["FLEET_KEY"] = KEY  # the CLI reads secrets from its environment
     inv = write_inventory(sb.inventory, tmp_path_factory.mktemp("fleet") / "fleet.yaml", mutate)
@@ -199,21 +201,21 @@ def test_top_shows_every_replica_and_node_under_load_and_in_a_terminal(fleet):
     assert "node1, node2" in rep0 and any(c.isdigit() for c in rep0.split("│")[2]), rep0
 
 
-def test_bench_ab_measures_two_policies_on_one_workload_and_gives_the_routers_their_policy_back(fleet, tmp_path):
-    """`bench --ab`: a short A/B of two policies on the shared-prefix workload through the real
-    routers; every column of the table measured (the engines' own prefix-cache and request counters
+def test_bench_ab_measures_three_policies_on_one_workload_and_gives_the_routers_their_policy_back(fleet, tmp_path):
+    """`bench --ab`: a short A/B of three policies (kv_aware among them) on the shared-prefix workload through
+    the real routers; every column of the table measured (the engines' own prefix-cache and request counters
     among them), round robin's spread even, the inventory's policy back on the router at the end."""
     sb, inv, served = fleet
     png = tmp_path / "ab.png"
     # 80 words: a shared part of ~150 tokens, more than one of vLLM-CPU's 128-token KV blocks (a prefix hits in
     # whole blocks), and the prompt within --max-model-len 256
-    r = cli("bench", "-i", inv, "--ab", "round_robin,cache_aware", "--workload", "shared-prefix", "--prompt-words",
-            "80", "-n", "12", "--concurrency", "3", "--max-tokens", "8", "--repeats", "1", "--warmup", "2",
-            "--yes", "--json", "--png", str(png), timeout=900)
+    r = cli("bench", "-i", inv, "--ab", "round_robin,cache_aware,kv_aware", "--workload", "shared-prefix",
+            "--prompt-words", "80", "-n", "12", "--concurrency", "3", "--max-tokens", "8", "--repeats", "1",
+            "--warmup", "2", "--yes", "--json", "--png", str(png), timeout=900)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     rows = {row["policy"]: row for row in doc["rows"]}
-    assert list(rows) == ["round_robin", "cache_aware"] and doc["restored_policy"] == "round_robin"
+    assert list(rows) == ["round_robin", "cache_aware", "kv_aware"] and doc["restored_policy"] == "round_robin"
     for row in rows.values():
         assert (row["requests"], row["ok"], row["failed"], row["shed"]) == (12, 12, 0, 0), row
         assert row["requests_per_s"] > 0 and 0 < row["goodput"] <= row["requests_per_s"], row
@@ -221,6 +223,10 @@ def test_bench_ab_measures_two_policies_on_one_workload_and_gives_the_routers_th
         assert row["prefix_hit_pct"] is not None and 0 < row["prefix_hit_pct"] <= 100, row  # a shared prefix hits
         assert sum(row["per_replica"].values()) == 12, row  # the engines counted every measured request
     assert rows["round_robin"]["per_replica"] == {"0": 6, "1": 6}
+    # kv_aware routed by the engines' own KV events: its index (the BlockStored events of each engine, over
+    # ZMQ) held the shared prefix for requests of its arm; the other policies made no such lookup
+    assert rows["kv_aware"]["kv_index_hit_pct"] is not None and rows["kv_aware"]["kv_index_hit_pct"] > 0, rows
+    assert rows["round_robin"]["kv_index_hit_pct"] is None
     # what the engines measured over each arm (the figures `top` and `status` show) agrees with what the client
     # measured through the router: a request's time to the first token and then one inter-token latency per
     # further token, against the client's end-to-end time. (Not TTFT alone: the tiny model's random byte-level

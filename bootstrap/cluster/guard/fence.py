@@ -179,7 +179,7 @@ def cluster_ports(inv: Inventory) -> set[int]:
     """Every fixed port bootstrap makes a container listen on."""
     c = inv.cluster
     p = c.ports
-    return {p.ray_gcs, p.dashboard, p.vllm, p.ray_metrics, p.image_copy, p.kv_transfer,
+    return {p.ray_gcs, p.dashboard, p.vllm, p.ray_metrics, p.image_copy, p.kv_transfer, p.kv_events,
             c.router.port, c.router.metrics_port, c.monitor.port, c.monitor.node_exporter_port, c.monitor.dcgm_port,
             NATIVE_MASTER_PORT, NATIVE_COORD_PORT}
 
@@ -189,7 +189,7 @@ def port_table(c: Cluster) -> list[tuple[int, int, str]]:
     fixed ones (cluster_ports), Ray's client and worker ranges, the rendezvous range. (Not the host's
     ephemeral range: each host has its own.) The inventory refuses an SSH port among them."""
     fixed = [(getattr(c.ports, n), f"cluster.ports.{n}")
-             for n in ("ray_gcs", "dashboard", "vllm", "ray_metrics", "image_copy", "kv_transfer")]
+             for n in ("ray_gcs", "dashboard", "vllm", "ray_metrics", "image_copy", "kv_transfer", "kv_events")]
     fixed += [(c.router.port, "cluster.router.port"), (c.router.metrics_port, "cluster.router.metrics_port"),
               (c.monitor.port, "cluster.monitor.port"),
               (c.monitor.node_exporter_port, "cluster.monitor.node_exporter_port"),
@@ -481,7 +481,8 @@ def _names(inv: Inventory) -> dict[int, str]:
     c = inv.cluster
     p = c.ports
     return {p.ray_gcs: "Ray GCS", p.dashboard: "Ray dashboard", p.vllm: "vLLM API", p.ray_metrics: "Ray metrics export",
-            p.image_copy: "image copy", p.kv_transfer: "KV transfer side channel", c.router.port: "router",
+            p.image_copy: "image copy", p.kv_transfer: "KV transfer side channel", p.kv_events: "KV events (kv_aware)",
+            c.router.port: "router",
             c.router.metrics_port: "router metrics", c.monitor.port: "Prometheus",
             c.monitor.node_exporter_port: "node exporter", c.monitor.dcgm_port: "DCGM exporter",
             RAY_PORT_RANGE[0]: "Ray client server", RAY_AUTOSCALER_METRICS: "Ray autoscaler metrics",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from bootstrap.cluster.preflight.registry import Finding
-from bootstrap.model import NATIVE_COORD_PORT, NATIVE_MASTER_PORT, Host, Inventory
+from bootstrap.model import NATIVE_COORD_PORT, NATIVE_MASTER_PORT, Host, Inventory, kv_events_on
 
 #: The check's name (`up --skip-check ports`).
 CHECK = "ports"
@@ -46,6 +46,8 @@ def planned_ports(inv: Inventory) -> dict[str, list[tuple[int, str]]]:
             mine.append((c.ports.image_copy, "the image copy between peers and the head's registry mirror"))
         if c.router.prefill and c.replicas > 1:
             mine.append((c.ports.kv_transfer, "the KV cache transfer's side channel (NIXL)"))
+        if h.is_head and kv_events_on(inv):
+            mine.append((c.ports.kv_events, "the engine's KV cache events (the routers' kv_aware)"))
         mine.append((EPHEMERAL, "an ephemeral port (NCCL, Gloo and Ray's workers use them)"))
         out[h.name] = mine
     return out
