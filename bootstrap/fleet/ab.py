@@ -58,6 +58,9 @@ def serving_kv(inv: Inventory, state: FS.FleetState) -> KV.KvEvents:
     spec = next((r.spec for r in state.replicas if r.spec is not None), None)
     if spec is None:
         raise FleetError("bench --ab kv_aware: no replica is serving (serve first)")
+    if spec.dp and spec.dp > 1:
+        raise FleetError(f"bench --ab kv_aware: the replicas run {spec.dp} data parallel engines each, which publish "
+                         "no KV events; A/B the other policies, or serve without --dp")
     return KV.of(inv, spec.model, spec.served_name, spec.extra)
 
 
@@ -112,7 +115,7 @@ def run_ab(inv: Inventory, policies: Sequence[str], workload: Callable[[int], li
     arms: list[AB.Arm] = []
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         sess.connect()
-        kv = serving_kv(inv, FS.fleet_state(sess)) if kv_events_on(inv) else None
+        kv = serving_kv(inv, FS.fleet_state(sess)) if "kv_aware" in (*policies, inv.cluster.router.policy) else None
         try:
             for i, (r, policy) in enumerate(AB.order(policies, repeats)):
                 restart_routers(sess, inv, policy, kv)

@@ -83,10 +83,14 @@ def publish_endpoint(inv: Inventory, head: Host) -> str:
 
 
 def engine_flags(inv: Inventory, head: Host, extra: Sequence[str], dp: int | None) -> tuple[str, ...]:
-    """The flags a replica's engine gets (every member alike: only the head's engine core publishes)."""
+    """The flags a replica's engine gets (every member alike: only the head's engine core publishes).
+    Data parallel engines publish nothing (each would take a port of its own, port + rank, outside the
+    fence): kv_aware refuses them, cluster.router.kv_events leaves them out (bench --ab refuses kv_aware)."""
     if dp and dp > 1:
-        raise FleetError(f"kv_aware with {dp} data parallel engines per replica is not planned (each engine "
-                         "publishes on its own port); serve without --dp, or choose another policy")
+        if inv.cluster.router.policy == "kv_aware":
+            raise FleetError(f"kv_aware with {dp} data parallel engines per replica is not planned (each engine "
+                             "publishes on its own port); serve without --dp, or choose another policy")
+        return ()
     cfg = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": publish_endpoint(inv, head)},
                      separators=(",", ":"))
     block = () if given(extra, BLOCK_FLAG) is not None else (BLOCK_FLAG, str(block_size(inv, extra)))

@@ -48,6 +48,9 @@ class VllmSample:
     #: the prefix cache's token queries and hits (counters)
     prefix_queries: float | None = None
     prefix_hits: float | None = None
+    #: the time to first token's and the inter-token latency's sums (seconds; the histograms' _sum)
+    ttft_sum: float | None = None
+    itl_sum: float | None = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,8 @@ def parse_vllm(text: str) -> VllmSample:
     kv = sums.get(KV, sums.get(KV_OLD))
     return VllmSample(running=sums.get(RUNNING), waiting=sums.get(WAITING), success=counter(SUCCESS),
                       gen_tokens=counter(GEN_TOKENS), kv=kv, ttft=hist(TTFT), itl=hist(ITL, ITL_OLD),
-                      queue=hist(QUEUE), prefix_queries=counter(PREFIX_QUERIES), prefix_hits=counter(PREFIX_HITS))
+                      queue=hist(QUEUE), prefix_queries=counter(PREFIX_QUERIES), prefix_hits=counter(PREFIX_HITS),
+                      ttft_sum=sums.get(TTFT + "_sum"), itl_sum=sums.get(ITL + "_sum", sums.get(ITL_OLD + "_sum")))
 
 
 def parse_cpu(line: str) -> tuple[float, float] | None:
@@ -177,6 +181,19 @@ def histogram_quantile(q: float, old: Buckets, new: Buckets) -> float | None:
     return lower
 
 
+def window_mean(old_sum: float | None, old: Buckets, new_sum: float | None, new: Buckets) -> float | None:
+    """A histogram's mean over the observations between two samples (its _sum's increase over its
+    count's, the +Inf bucket); since the start when there is no earlier sample or the server restarted."""
+    if new_sum is None or not new:
+        return None
+    n0 = old[-1][1] if old else 0.0
+    s0 = old_sum if old_sum is not None and old else 0.0
+    if new[-1][1] < n0 or new_sum < s0:
+        n0 = s0 = 0.0
+    n = new[-1][1] - n0
+    return (new_sum - s0) / n if n > 0 else None
+
+
 def _rate(old: float | None, new: float | None, dt: float) -> float | None:
     if old is None or new is None or dt <= 0:
         return None
@@ -204,6 +221,10 @@ class Row:
     #: queried), over the window
     queue_p50: float | None = None
     prefix_hit: float | None = None
+    #: the engine's mean time to first token and inter-token latency over the window (seconds): what
+    #: a client's end-to-end time is made of, less the router and the network
+    ttft_mean: float | None = None
+    itl_mean: float | None = None
     cpu: float | None = None  # %
     mem: float | None = None  # %
     gpu_util: float | None = None  # % (mean over the node's GPUs)
@@ -250,6 +271,8 @@ def replica_row(name: str, replica: int | None, hosts: Sequence[str], history: S
         histogram_quantile(0.5, base_itl, v.itl), histogram_quantile(0.95, base_itl, v.itl),
         None if v.kv is None else v.kv * 100, histogram_quantile(0.5, base_queue, v.queue),
         hit_rate(ov.prefix_queries if ov else None, ov.prefix_hits if ov else None, v.prefix_queries, v.prefix_hits),
+        ttft_mean=window_mean(ov.ttft_sum if ov else None, base_ttft, v.ttft_sum, v.ttft),
+        itl_mean=window_mean(ov.itl_sum if ov else None, base_itl, v.itl_sum, v.itl),
         hosts=tuple(hosts))
 
 
@@ -299,6 +322,10 @@ PROMQL = {
     "queue_p50": "histogram_quantile(0.5, sum by (host, le) (rate(vllm:request_queue_time_seconds_bucket[1m])))",
     "prefix_hit": "100 * sum by (host) (rate(vllm:prefix_cache_hits_total[1m])) / sum by (host) "
                   "(rate(vllm:prefix_cache_queries_total[1m]))",
+    "ttft_mean": "sum by (host) (rate(vllm:time_to_first_token_seconds_sum[1m])) / sum by (host) "
+                 "(rate(vllm:time_to_first_token_seconds_count[1m]))",
+    "itl_mean": "sum by (host) (rate(vllm:inter_token_latency_seconds_sum[1m])) / sum by (host) "
+                "(rate(vllm:inter_token_latency_seconds_count[1m]))",
     "up_node": 'max by (host) (up{job="node"})',
     "cpu": '100 * (1 - avg by (host) (rate(node_cpu_seconds_total{mode="idle"}[1m])))',
     "mem": "100 * (1 - max by (host) (node_memory_MemAvailable_bytes) / max by (host) (node_memory_MemTotal_bytes))",
@@ -338,7 +365,7 @@ def rows_from_prometheus(values: Mapping[str, Mapping[str, float]],
             rows.append(Row("replica", name, replica, False, why, hosts=tuple(hosts)))
             continue
         cols = ("running", "waiting", "req_s", "tok_s", "ttft_p50", "ttft_p95", "itl_p50", "itl_p95", "kv",
-                "queue_p50", "prefix_hit")
+                "queue_p50", "prefix_hit", "ttft_mean", "itl_mean")
         rows.append(Row("replica", name, replica, True, None, hosts=tuple(hosts), **{c: get(c, head) for c in cols}))
     for host, replica in replica_of.items():
         up = get("up_node", host)

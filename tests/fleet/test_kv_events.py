@@ -93,6 +93,15 @@ def test_kv_aware_with_data_parallel_engines_is_refused(tmp_path):
         FP.plan_fleet(inv, FP.Spec("org/m", dp=2), CPU_SPLIT, nofile={})
 
 
+def test_kv_events_leave_data_parallel_engines_out_and_bench_ab_refuses_kv_aware_there(tmp_path):
+    inv = load(tmp_path, fleet_yaml(cluster="router: {policy: round_robin, kv_events: true}"))
+    assert KV.engine_flags(inv, inv.replicas[0][0], (), 2) == ()
+    from bootstrap.fleet import status as FS
+    rep = FS.ReplicaState(0, ["h0"], "http://10.0.0.1:8000", {}, 0, FP.Spec("org/m", dp=2), "healthy", True)
+    with pytest.raises(FleetError, match="run 2 data parallel engines each, which publish no KV events"):
+        FAB.serving_kv(inv, FS.FleetState("e", "h0", "running", [], [rep]))
+
+
 def test_bench_ab_kv_aware_needs_the_engines_events(tmp_path):
     inv = load(tmp_path, fleet_yaml(cluster="router: {policy: round_robin}"))
     with pytest.raises(FleetError, match="set cluster.router.kv_events: true and run serve again"):

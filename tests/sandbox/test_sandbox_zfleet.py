@@ -201,6 +201,34 @@ def test_top_shows_every_replica_and_node_under_load_and_in_a_terminal(fleet):
     assert "node1, node2" in rep0 and any(c.isdigit() for c in rep0.split("│")[2]), rep0
 
 
+def test_top_reads_each_replicas_latency_within_20_percent_of_what_bench_measured_meanwhile(fleet):
+    """`top`'s per-replica figures over its window, from each engine's own histograms (what vllm-router does
+    not export), against what `bench` measured through the router over the same load: each replica's mean
+    time to first token plus one mean inter-token latency per further token within 20 % of the client's mean
+    end-to-end time (the router and the network are the difference). Not TTFT alone: the tiny model's
+    byte-level tokens often end mid-character, so the client's first text comes a token after the engine's."""
+    sb, inv, served = fleet
+    load = subprocess.Popen([sys.executable, "-m", "bootstrap", "bench", "-i", inv, "-n", "48", "--concurrency", "4",
+                             "--max-tokens", "16", "--json"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(5)  # the load is steady: every replica has requests in flight
+        rc, doc = top_once(inv)
+    finally:
+        out, err = load.communicate(timeout=600)
+    print(f"top --once --json: {json.dumps(doc)}\nbench: {out[-1500:]}")
+    assert rc == 0 and load.returncode == 0, err[-2000:]
+    bench = json.loads(out)
+    assert bench["ok"] == 48, bench
+    tokens = bench["output_tokens"] / bench["ok"]
+    client = bench["e2e_ms"]["mean"]
+    for r in doc["replicas"]:
+        assert r["up"] and r["ttft_mean"] and r["itl_mean"] and r["ttft_p50"] and r["itl_p50"], r
+        assert r["queue_p50"] is not None and r["prefix_hit"] is not None, r
+        engine = 1000 * (r["ttft_mean"] + (tokens - 1) * r["itl_mean"])
+        assert abs(engine - client) <= 0.2 * client, (r["name"], engine, client)
+
+
 def test_bench_ab_measures_three_policies_on_one_workload_and_gives_the_routers_their_policy_back(fleet, tmp_path):
     """`bench --ab`: a short A/B of three policies (kv_aware among them) on the shared-prefix workload through
     the real routers; every column of the table measured (the engines' own prefix-cache and request counters
