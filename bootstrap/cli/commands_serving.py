@@ -31,6 +31,7 @@ from bootstrap.cli.params import (
     yes_option,
 )
 from bootstrap.cli.render import LineReporter
+from bootstrap.errors import UsageError
 
 
 # -- serve ---------------------------------------------------------------------------------------
@@ -275,13 +276,16 @@ def _drain(inventory, parallel, host, undo, timeout, as_json):
 
 # -- bench ---------------------------------------------------------------------------------------
 def check_policies(ctx, param, value: str | None) -> list[str] | None:
-    """`--ab a,b`: two router policies or more, each one vllm-router offers, none twice."""
+    """`--ab a,b`: two router policies or more, each one vllm-router offers (with its settings:
+    cache_aware:cache_threshold=0.8), none twice."""
     if value is None:
         return None
     names = [n.strip() for n in value.split(",") if n.strip()]
-    bad = [n for n in names if n not in face.ROUTER_POLICIES]
-    if bad:
-        raise click.BadParameter(f"no policy {bad[0]!r} (one of: {', '.join(face.ROUTER_POLICIES)})")
+    for name in names:
+        try:
+            face.arm_router(name)
+        except UsageError as e:
+            raise click.BadParameter(str(e)) from None
     if len(set(names)) != len(names):
         raise click.BadParameter(f"{value!r} names a policy twice")
     if len(names) < 2:
@@ -338,7 +342,9 @@ def check_bench_args(ab, url, prompt, workload, trace) -> None:
 @click.option("--ab", "ab", default=None, callback=check_policies, metavar="POLICY,POLICY,...",
               help="A/B the routers' policies on a fleet: the same workload through the routers restarted with "
                    "each policy in turn, interleaved over --repeats, --requests per arm; one table side by side. "
-                   "The routers get the inventory's policy back at the end.")
+                   "A policy may carry its settings: cache_aware:cache_threshold=0.8 (cache_threshold, "
+                   "balance_abs_threshold, balance_rel_threshold, session_ttl). The routers get the inventory's "
+                   "policy back at the end.")
 @click.option("--repeats", type=click.IntRange(1, 20), default=2, show_default=True,
               help="With --ab: arms per policy (every other repeat in reverse order).")
 @click.option("--warmup", type=click.IntRange(0, 10000), default=8, show_default=True,

@@ -66,6 +66,7 @@ from bootstrap.serve import benchstats as bench_stats  # format_result
 from bootstrap.serve import experts as experts
 from bootstrap.serve import flags as serve_flags  # the checks of the user's model and vLLM flags
 from bootstrap.serve import mode as mode  # the serving modes: the split rules the options are checked with
+from bootstrap.serve.abtest import arm_router  # an A/B arm's policy and settings
 from bootstrap.serve.benchload import MAX_TOKENS as MAX_BENCH_TOKENS
 from bootstrap.serve.passthrough import CREDENTIAL_FLAGS
 from bootstrap.serve.split import split_label
@@ -87,7 +88,8 @@ __all__ = [
     "MAX_BENCH_TOKENS", "MonitorResult", "NcclResult", "OptionError", "PlanResult", "Prometheus", "RACK_CHECKS",
     "ROUTER_POLICIES", "RUNTIME_UNDECIDED", "RolloutResult", "SOURCES", "SandboxResult", "ServeOutcome",
     "StatusResult", "TopView",
-    "UpResult", "_CREDENTIAL_VALUE", "adapter", "bandwidth_note", "bench", "bench_ab", "bench_load", "bench_stats",
+    "UpResult", "_CREDENTIAL_VALUE", "adapter", "arm_router", "bandwidth_note", "bench", "bench_ab", "bench_load",
+    "bench_stats",
     "check_kv", "check_nccl",
     "docs", "doctor", "down", "down_preview", "drain", "exec_all", "experts", "fence", "fleet_plan", "format_bandwidth",
     "image_problem",

@@ -32,14 +32,21 @@ def check(inv: Inventory, policies: Sequence[str] = ()) -> None:
     if inv.models:
         raise FleetError("bench --ab: a pool of models routes each model with its own policy (models[].policy); "
                          "A/B the policies on an inventory of one model")
-    if "kv_aware" in policies and not kv_events_on(inv):
+    if any(_policy_of(p) == "kv_aware" for p in policies) and not kv_events_on(inv):
         raise FleetError("bench --ab kv_aware: the replicas must publish their KV cache events; set "
                          "cluster.router.kv_events: true and run serve again (it restarts them with the events on)")
 
 
-def _with_policy(inv: Inventory, policy: str) -> Inventory:
+def _policy_of(label: str) -> str:
+    """An arm's policy, without its settings (POLICY:NAME=VALUE...: the CLI checked them, AB.arm_router)."""
+    return label.split(":", 1)[0]
+
+
+def _with_policy(inv: Inventory, label: str) -> Inventory:
+    """The inventory with an arm's policy and settings (AB.arm_router) in cluster.router."""
+    policy, settings = AB.arm_router(label)
     c = inv.cluster
-    return replace(inv, cluster=replace(c, router=replace(c.router, policy=policy)))
+    return replace(inv, cluster=replace(c, router=replace(c.router, policy=policy, **settings)))
 
 
 def restart_routers(sess: Session, inv: Inventory, policy: str, kv: KV.KvEvents | None = None) -> None:
@@ -115,7 +122,8 @@ def run_ab(inv: Inventory, policies: Sequence[str], workload: Callable[[int], li
     arms: list[AB.Arm] = []
     with Session(inv, parallel=parallel, reporter=reporter) as sess:
         sess.connect()
-        kv = serving_kv(inv, FS.fleet_state(sess)) if "kv_aware" in (*policies, inv.cluster.router.policy) else None
+        aware = any(_policy_of(p) == "kv_aware" for p in (*policies, inv.cluster.router.policy))
+        kv = serving_kv(inv, FS.fleet_state(sess)) if aware else None
         try:
             for i, (r, policy) in enumerate(AB.order(policies, repeats)):
                 restart_routers(sess, inv, policy, kv)

@@ -22,13 +22,14 @@ from bootstrap.fleet import names as FN
 from bootstrap.fleet import plan as FP
 from bootstrap.fleet import routers as FRT
 from bootstrap.fleet.steps import (
+    NotOut,
     _in_router,
     _inspect,
     _probe,
     _rm,
-    _route_url,
     _start_standbys,
     start_gated,
+    take_out,
 )
 from bootstrap.model import Inventory
 from bootstrap.remote import docker as DK
@@ -190,11 +191,10 @@ def _let_go(sess: Session, inv: Inventory, todo: Sequence[Change], drain: float,
     """The removed workers out of every router and drained; then the idle hosts' serve containers removed."""
     for c in (c for c in todo if c.action == REMOVE):
         step(c, "out of the routers")
-        out = _route_url(sess, inv, c.url, inv.cluster.router.policy, [])
-        if not out.get("ok"):
-            raise ServeFailed(f"the routers did not let go of {c.url} ({c.model}): {out}", "")
-        d = _probe(sess, FN.router_hosts(inv)[0], FN.router_name(inv), ["drain", c.url, str(drain)],
-                   timeout=drain + 60)
+        try:
+            d = take_out(sess, inv, c.url, drain)
+        except NotOut as e:
+            raise ServeFailed(f"the routers did not let go of {c.url} ({c.model}): {e.answer}", "") from None
         gone = not any(h.ip == urlsplit(c.url).hostname for h in inv.hosts)
         step(c, f"drained ({d.get('why', '?')})" + ("; its containers are on a host this inventory does not "
                                                     "hold: `bootstrap down` with one that holds it stops them"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from bootstrap.errors import FleetError, ServeFailed
 from bootstrap.fleet import names as FN
 from bootstrap.fleet import status as FS
-from bootstrap.fleet.steps import _in_router, _probe, drained_hosts, set_drained
+from bootstrap.fleet.steps import NotOut, _in_router, drained_hosts, set_drained, take_out
 from bootstrap.model import Inventory
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
 from bootstrap.remote.session import Reporter, Session
@@ -69,11 +69,11 @@ def drain(inv: Inventory, host: str, *, timeout: float = 120.0, parallel: int = 
                              "first, or `bootstrap serve --stop` to stop serving)")
         h = inv.host(host)
         sess.stage("mark-drained", [h], lambda h: set_drained(sess, h, True))
-        out = _in_router(sess, inv, k, False)
-        if not out.get("ok"):
-            raise ServeFailed(f"drain {host}: the routers did not take replica {k} out: {out} (the host stays "
-                              "marked drained: `bootstrap undrain` puts it back)", "")
-        d = _probe(sess, inv.replicas[k][0], FN.serve_name(inv), ["drain", url, str(timeout)], timeout=timeout + 60)
+        try:
+            d = take_out(sess, inv, url, timeout, k=k)
+        except NotOut as e:
+            raise ServeFailed(f"drain {host}: the routers did not take replica {k} out: {e.answer} (the host stays "
+                              "marked drained: `bootstrap undrain` puts it back)", "") from None
     return DrainResult(host, k, url, bool(d.get("drained")), str(d.get("why", d.get("error", "?"))),
                        float(d.get("t", 0.0)))
 

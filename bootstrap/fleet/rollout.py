@@ -24,13 +24,12 @@ from bootstrap.fleet import plan as FP
 from bootstrap.fleet import routers as FRT
 from bootstrap.fleet.status import FleetState, ReplicaState, fleet_state
 from bootstrap.fleet.steps import (
+    NotOut,
     _gate,
-    _in_router,
     _inspect,
     _node_facts,
     _pool_split,
     _preflight,
-    _probe,
     _replica_failure,
     _rm,
     _split,
@@ -38,6 +37,7 @@ from bootstrap.fleet.steps import (
     _start_standbys,
     _stop,
     back_in_router,
+    take_out,
 )
 from bootstrap.model import Inventory
 from bootstrap.remote import docker as DK
@@ -227,11 +227,10 @@ def _replace(sess: Session, inv: Inventory, rp: FP.ReplicaPlan, drain: float, wa
     steps[k] = timing
     t = time.monotonic()
     step(k, "out of the router")
-    out = _in_router(sess, inv, k, False)
-    if not out.get("ok"):
-        raise RolloutFailed(f"the router did not take replica {k} out: {out}", {})
-    step(k, "draining")
-    d = _probe(sess, hosts[0], FN.serve_name(inv), ["drain", rp.url, str(drain)], timeout=drain + 60)
+    try:
+        d = take_out(sess, inv, rp.url, drain, k=k, on_out=lambda: step(k, "draining"))
+    except NotOut as e:
+        raise RolloutFailed(f"the router did not take replica {k} out: {e.answer}", {}) from None
     timing["drain"] = time.monotonic() - t
     step(k, f"drained ({d.get('why', '?')})")
     t = time.monotonic()

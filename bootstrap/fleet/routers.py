@@ -29,8 +29,10 @@ from bootstrap.fleet.names import (
     vip_name,
 )
 from bootstrap.model import (
+    ROUTER_SETTINGS,
     Host,
     Inventory,
+    Router,
     ServedModel,
 )
 from bootstrap.remote import argv as RA
@@ -132,12 +134,22 @@ def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = Non
         command=(*prefix, "--host", h.ip, "--port", str(r.port), "--policy", r.policy,
                  *_workers_argv(inv, urls),
                  *(KV.router_flags(inv, urls, kv) if r.policy == "kv_aware" and kv else ()),
+                 *settings_argv(r),
                  "--health-check-interval-secs", str(r.health_interval), "--health-check-timeout-secs", "5",
                  "--health-failure-threshold", "3", "--health-success-threshold", "1",
                  "--health-check-endpoint", "/health",
                  "--cb-timeout-duration-secs", str(CB_TIMEOUT),
                  "--worker-startup-timeout-secs", "30",
                  "--prometheus-host", h.ip, "--prometheus-port", str(r.metrics_port))))
+
+
+def settings_argv(r: Router) -> tuple[str, ...]:
+    """The policies' settings the inventory (or an A/B arm) gives, as vllm-router's flags."""
+    out: tuple[str, ...] = ()
+    for name, (flag, *_rest) in ROUTER_SETTINGS.items():
+        value = getattr(r, name)
+        out += (flag, str(value)) if value is not None else ()
+    return out
 
 
 def _workers_argv(inv: Inventory, urls: Sequence[str]) -> tuple[str, ...]:

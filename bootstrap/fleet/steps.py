@@ -6,7 +6,7 @@ fleet/plan.py, the serving mode in serve/mode.py.
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 from bootstrap import signatures as D
 from bootstrap.cluster import facts as F
@@ -181,6 +181,33 @@ def back_in_router(sess: Session, inv: Inventory, k: int) -> dict:
     if drained:
         return {"ok": True, "drained": drained}
     return _in_router(sess, inv, k, True)
+
+
+class NotOut(Exception):
+    """take_out: a router did not take the replica out; .answer: every router's answer."""
+
+    def __init__(self, answer: dict):
+        super().__init__(str(answer))
+        self.answer = answer
+
+
+def take_out(sess: Session, inv: Inventory, url: str, timeout: float, *, k: int | None = None,
+             on_out: Callable[[], None] | None = None) -> dict:
+    """A replica out of every router, then its engines idle (no request running or waiting, 2 s on end)
+    or the timeout: the drain probe's answer. k: the replica of the inventory (asked from its head's serve
+    container); None: a pool's URL the plan no longer holds (out under no name, asked from the first
+    router's container). NotOut where a router did not take it out; on_out() once every router did."""
+    if k is None:
+        out = _route_url(sess, inv, url, inv.cluster.router.policy, [])
+        where, container = FN.router_hosts(inv)[0], FN.router_name(inv)
+    else:
+        out = _in_router(sess, inv, k, False)
+        where, container = inv.replicas[k][0], FN.serve_name(inv)
+    if not out.get("ok"):
+        raise NotOut(out)
+    if on_out is not None:
+        on_out()
+    return _probe(sess, where, container, ["drain", url, str(timeout)], timeout=timeout + 60)
 
 
 def drain_out(sess: Session, inv: Inventory, hosts: Sequence[Host], timeout: float) -> dict[int, dict]:

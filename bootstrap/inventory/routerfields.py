@@ -19,8 +19,8 @@ from bootstrap.inventory.values import (
     _port,
     _string,
 )
-from bootstrap.inventory.yamlfile import _Loc, _quote
-from bootstrap.model import ROUTER_POLICIES, Ports, Router, Vip
+from bootstrap.inventory.yamlfile import _describe, _Loc, _quote
+from bootstrap.model import ROUTER_POLICIES, ROUTER_SETTINGS, Ports, Router, Vip
 
 
 def _vip_address(value: Any, loc: _Loc) -> tuple[str, int]:
@@ -75,6 +75,11 @@ def _host_names(value: Any, loc: _Loc) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _num(v: float) -> str:
+    """A bound or a value as written: 1000000, 0.3."""
+    return str(int(v)) if float(v).is_integer() else str(v)
+
+
 _ROUTER_FIELDS: dict[str, Validator] = {
     "host": _described("the name of a host of the inventory", lambda v, loc: _host_name(v, loc)),
     "hosts": _described("a list of host names: each runs a router (with vip)", lambda v, loc: _host_names(v, loc)),
@@ -89,6 +94,9 @@ _ROUTER_FIELDS: dict[str, Validator] = {
                           lambda v, loc: _replica_list(v, loc)),
     "kv_lease": _int(1, 3600),
     "kv_events": _bool,
+    **{name: _described(f"{'an integer' if kind is int else 'a number'} from {_num(lo)} to {_num(hi)}: {what}",
+                        lambda v, loc, kind=kind, lo=lo, hi=hi: _setting(v, loc, kind, lo, hi))
+       for name, (_, kind, lo, hi, what) in ROUTER_SETTINGS.items()},
 }
 
 
@@ -107,6 +115,15 @@ def _replica_list(value: Any, loc: _Loc) -> tuple[int, ...]:
 
 _API_KEY_HINT = ("name the secret in cluster.secrets that holds the key; the key itself belongs in your "
                  "environment, never in the inventory")
+
+
+def _setting(value: Any, loc: _Loc, kind: type, lo: float, hi: float) -> float:
+    """A policy's setting (ROUTER_SETTINGS): a number in its range, an integer where vllm-router takes one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+        loc.fail(f"expected {'an integer' if kind is int else 'a number'}, got {_describe(value)}")
+    if not lo <= value <= hi:
+        loc.fail(f"must be from {_num(lo)} to {_num(hi)}, got {_num(value)}")
+    return kind(value)
 
 
 def _secret_ref(value: Any, loc: _Loc) -> str:

@@ -1,6 +1,7 @@
 """A router-policy A/B (pure): the order of the arms, what each measured, the table side by side.
 
-`bench --ab P1,P2,...` runs one arm per policy and repeat: the routers restarted with the policy,
+`bench --ab P1,P2,...` runs one arm per policy and repeat: the routers restarted with the policy (and its
+settings, `cache_aware:cache_threshold=0.8`: arm_router),
 the arm's warm-up requests, then the measured ones. Arms are interleaved (repeat 1 in the given
 order, repeat 2 reversed, ...) so that neither policy always runs on a warmer or a cooler machine.
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from bootstrap.errors import UsageError
+from bootstrap.model import ROUTER_POLICIES, ROUTER_SETTINGS
 from bootstrap.serve.benchstats import BenchResult, Sample, percentile
 
 #: what the router answers when it sheds a request (no worker can take it, or its rate limit)
@@ -23,6 +26,30 @@ SHED_STATUSES = ("HTTP 429", "HTTP 503")
 def order(policies: Sequence[str], repeats: int) -> list[tuple[int, str]]:
     """(repeat, policy) of every arm: each repeat runs every policy, every other repeat in reverse."""
     return [(r, p) for r in range(repeats) for p in (policies if r % 2 == 0 else list(reversed(policies)))]
+
+
+def arm_router(label: str) -> tuple[str, dict[str, float]]:
+    """An A/B arm's policy and its settings: `POLICY` or `POLICY:NAME=VALUE[:NAME=VALUE...]` (ROUTER_SETTINGS,
+    e.g. cache_aware:cache_threshold=0.8); a bad one refused in one line (UsageError)."""
+    policy, *pairs = label.split(":")
+    if policy not in ROUTER_POLICIES:
+        raise UsageError(f"no policy {policy!r} (one of: {', '.join(ROUTER_POLICIES)})")
+    settings: dict[str, float] = {}
+    for pair in pairs:
+        name, eq, text = pair.partition("=")
+        if name not in ROUTER_SETTINGS or not eq:
+            raise UsageError(f"{label!r}: {pair!r} is not NAME=VALUE of a policy's setting "
+                             f"({', '.join(ROUTER_SETTINGS)})")
+        _, kind, lo, hi, _ = ROUTER_SETTINGS[name]
+        try:
+            value = kind(text)
+        except ValueError:
+            raise UsageError(f"{label!r}: {name} takes {'an integer' if kind is int else 'a number'}, "
+                             f"got {text!r}") from None
+        if not lo <= value <= hi:
+            raise UsageError(f"{label!r}: {name} must be from {lo:g} to {hi:g}, got {text}")
+        settings[name] = value
+    return policy, settings
 
 
 @dataclass(frozen=True)

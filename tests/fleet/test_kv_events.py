@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bootstrap.errors import FleetError
+from bootstrap.errors import FleetError, UsageError
 from bootstrap.fleet import ab as FAB
 from bootstrap.fleet import kvevents as KV
 from bootstrap.fleet import plan as FP
@@ -196,3 +196,34 @@ def test_the_probe_reads_kv_awares_lookups_from_a_real_routers_metrics():
     text = (DATA / "vllm-router-metrics-kv-aware.txt").read_text()
     assert probe.router_kv_lookups(text) == {"miss": 27.0, "hit": 10.0}
     assert probe.router_kv_lookups((DATA / "vllm-router-metrics.txt").read_text()) == {}  # another policy
+
+
+def test_policy_settings_from_the_inventory_and_an_ab_arm_reach_the_router(tmp_path):
+    from bootstrap.serve import abtest as AB
+
+    inv = load(tmp_path, fleet_yaml(cluster="router: {policy: cache_aware, cache_threshold: 0.5, "
+                                            "balance_abs_threshold: 32}"))
+    argv = FRT.router_run_argv(inv, ["http://u1", "http://u2"])
+    assert opt(argv, "--cache-threshold") == "0.5" and opt(argv, "--balance-abs-threshold") == "32"
+    assert "--balance-rel-threshold" not in argv and "--kv-aware-session-affinity-ttl-secs" not in argv
+    arm = FRT.router_run_argv(FAB._with_policy(inv, "cache_aware:cache_threshold=0.8:balance_rel_threshold=2"),
+                              ["http://u1", "http://u2"])
+    assert opt(arm, "--cache-threshold") == "0.8" and opt(arm, "--balance-rel-threshold") == "2.0"
+    assert opt(arm, "--balance-abs-threshold") == "32"  # the inventory's, where the arm says nothing
+    assert AB.arm_router("kv_aware:session_ttl=600") == ("kv_aware", {"session_ttl": 600})
+    for label, words in (("cache_aware:cache_threshold=2", "must be from 0 to 1"),
+                         ("cache_aware:threshold=0.5", "is not NAME=VALUE"),
+                         ("kv_aware:session_ttl=1.5", "takes an integer"),
+                         ("fastest", "no policy 'fastest'")):
+        with pytest.raises(UsageError, match=words):
+            AB.arm_router(label)
+
+
+@pytest.mark.parametrize("setting, words", [
+    ("cache_threshold: 1.5", "must be from 0 to 1, got 1.5"),
+    ("balance_abs_threshold: 2.5", "expected an integer"),
+    ("session_ttl: yes", "expected an integer"),
+])
+def test_bad_policy_settings_are_refused_with_file_and_line(tmp_path, setting, words):
+    err = error(tmp_path, fleet_yaml(cluster=f"router:\n  {setting}"))
+    check(err, tmp_path / "inventory.yaml", 5, f"cluster.router.{setting.split(':')[0]}", words)
