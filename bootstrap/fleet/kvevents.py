@@ -35,7 +35,7 @@ SCALE_OUT_FLAG = "--enable-scale-out"
 BLOCK_FLAG = "--block-size"
 #: what the plan sets among vLLM's flags -> what to use instead (refused after `--`)
 PLAN_SETS = {EVENTS_FLAG: "cluster.router.kv_events / policy kv_aware: the plan publishes each engine's KV "
-                          "events on cluster.ports.kv_events, on its data-plane IP"}
+                          "events on cluster.ports.kv_events (fenced to the cluster's members)"}
 #: vLLM's KV block size where the vLLM flags do not set one: its platforms' defaults (16 on GPUs; 128 on
 #: vLLM-CPU, vllm/platforms/cpu.py). The plan passes it to the engines and the routers alike.
 GPU_BLOCK = 16
