@@ -404,6 +404,9 @@ class ServedModel:
     lora: bool = False
     #: the largest adapter rank its replicas accept (vLLM's --max-lora-rank; None: vLLM's default, 16)
     lora_rank: int | None = None
+    #: the name of a secret in cluster.secrets holding this model's own API key: its replicas ask
+    #: for it (vLLM's VLLM_API_KEY) instead of cluster.router.api_key's (None: the pool's key, if any)
+    api_key: str | None = None
     #: where it is written (FILE:LINE: models[i]), for errors found after loading (serve's checks)
     where: str = ""
 

@@ -33,11 +33,43 @@ import urllib.parse
 import urllib.request
 
 
-def http(method, url, body=None, timeout=5.0):
+def model_keys(model):
+    """The API keys to try for a pool's model: its own (a router's BOOTSTRAP_MODEL_KEYS, from
+    models[].api_key), else the container's VLLM_API_KEY (cluster.router.api_key; a serve container's
+    own model's), then, for a name the map does not hold (an adapter loaded at runtime), every key the
+    container holds."""
+    try:
+        keys = json.loads(os.environ.get("BOOTSTRAP_MODEL_KEYS") or "{}")
+    except ValueError:
+        keys = {}
+    keys = keys if isinstance(keys, dict) else {}
+    if keys.get(model):
+        return [keys[model]]
+    out = [os.environ.get("VLLM_API_KEY")]
+    return out + [k for k in dict.fromkeys(keys.values()) if k not in out]
+
+
+def keyed(method, url, body=None, timeout=5.0, model=None):
+    """http() with the first of the keys (model_keys) vLLM does not refuse (401)."""
+    for key in model_keys(model):
+        code, answer = http(method, url, body, timeout=timeout, key=key)
+        if code != 401:
+            break
+    return code, answer
+
+
+def complete(url, model):
+    """A one-token completion of `model`: (status, body)."""
+    return keyed("POST", url + "/v1/completions",
+                 {"model": model, "prompt": "Hello", "max_tokens": 1, "temperature": 0}, timeout=120, model=model)
+
+
+def http(method, url, body=None, timeout=5.0, key=None):
     data = json.dumps(body).encode() if body is not None else None
     headers = {"Content-Type": "application/json"} if data else {}
-    if os.environ.get("VLLM_API_KEY"):  # the container's env file (cluster.router.api_key)
-        headers["Authorization"] = "Bearer " + os.environ["VLLM_API_KEY"]
+    key = key or os.environ.get("VLLM_API_KEY")  # the container's secrets (cluster.router.api_key)
+    if key:
+        headers["Authorization"] = "Bearer " + key
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -138,9 +170,7 @@ def ready(url, deadline, exited=None):
                 _, body = http("GET", url + "/v1/models")
                 models, each = served(json.loads(body))
                 for model in each:
-                    code, body = http("POST", url + "/v1/completions",
-                                      {"model": model, "prompt": "Hello", "max_tokens": 1, "temperature": 0},
-                                      timeout=120)
+                    code, body = complete(url, model)
                     if code != 200 or not json.loads(body).get("choices"):
                         err = f"completion of {model} answered {code}: {body[:200].decode(errors='replace')}"
                         break
@@ -292,7 +322,7 @@ def change(router, url, add, metrics="-", deadline=30.0):
 
 def adapters(url):
     """The adapters a replica serves: vLLM lists its model, then each adapter with its parent."""
-    code, body = http("GET", url + "/v1/models", timeout=10)
+    code, body = keyed("GET", url + "/v1/models", timeout=10)  # a pool's router: the replica's model's key
     if code != 200:
         return {"ok": False, "error": f"/v1/models answered {code}: {body[:200].decode(errors='replace')}"}
     data = json.loads(body).get("data", [])

@@ -166,7 +166,7 @@ def bench(url: str | None, load=None, *, png: str | None = None, prompt: str | N
             target, fleet_inv = FN.router_url(inv), inventory(load(True))
     kw = {"prompt": prompt} if prompt else {}
     if fleet_inv is not None:
-        kw["api_key"] = FRT.api_key(fleet_inv)
+        kw["api_key"] = FRT.api_key(fleet_inv, cfg.get("model"))
     config = B.BenchConfig(url=target, **cfg, **kw)
     if fleet_inv is not None:
         from bootstrap.fleet import status as FS
@@ -203,7 +203,7 @@ def bench_ab(load, policies, *, workload: str = "shared-prefix", trace: str | No
     else:
         W.build(workload, 1, prompt_words)  # an unknown workload is refused before any host is contacted
         make = lambda seed: W.build(workload, warmup + cfg["requests"], prompt_words, seed)  # noqa: E731
-    config = B.BenchConfig(url=FN.router_url(inv), api_key=FRT.api_key(inv), **cfg)
+    config = B.BenchConfig(url=FN.router_url(inv), api_key=FRT.api_key(inv, cfg.get("model")), **cfg)
     if approve is not None:
         approve(inv, len(AB.order(policies, repeats)) + 1, [h.name for h in FN.router_hosts(inv)])
     arms = FAB.run_ab(inv, policies, make, config, repeats=repeats, warmup=warmup, parallel=parallel,

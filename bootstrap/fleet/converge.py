@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from bootstrap.cluster.guard import run as GD
+from bootstrap.cluster.guard import secretstore as SS
 from bootstrap.errors import ServeFailed
 from bootstrap.fleet import names as FN
 from bootstrap.fleet import plan as FP
@@ -131,7 +132,18 @@ def router_ready(inv: Inventory, plan: FP.FleetPlan, states: Mapping[str, object
             return f"the router on {h.name} was not started by this version's pool entry"
         if tuple(launches[h.name].run[-len(args):]) != args:
             return f"the router's options on {h.name} changed"
+        if _secrets_of(inv, st) != ",".join(SS.router_names(inv)):
+            return f"the secrets the router on {h.name} holds changed (a model's own API key: models[].api_key)"
     return None
+
+
+def _secrets_of(inv: Inventory, st: object) -> str:
+    """The secrets a pool's router was started with: its label; a router of an earlier version (no
+    label) held the pool's API key, if any."""
+    labels = getattr(st, "labels", None) or {}
+    if FN.LABEL_SECRETS in labels:
+        return labels[FN.LABEL_SECRETS]
+    return SS.API_KEY_ENV if SS.API_KEY_ENV in SS.values(inv) else ""
 
 
 def read(sess: Session, inv: Inventory) -> tuple[dict[str, Running | None], dict[str, object], dict[str, str]]:

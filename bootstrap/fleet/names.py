@@ -20,6 +20,8 @@ LABEL_SERVE = "bootstrap.serve"
 #: a digest of one member's launch (its replica's hosts, its rank, its `vllm serve` argv, the spec):
 #: what `serve` of a pool compares to leave a replica that would start the same untouched.
 LABEL_LAUNCH = "bootstrap.launch"
+#: a pool router's secrets (their names, comma-separated): its probe's keys change with the models'
+LABEL_SECRETS = "bootstrap.secrets"
 #: torch.distributed's rendezvous inside a replica, and the members' own (checks/member.py).
 MASTER_PORT = NATIVE_MASTER_PORT
 COORD_PORT = NATIVE_COORD_PORT

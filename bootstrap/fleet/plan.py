@@ -398,7 +398,7 @@ def member_create_argv(inv: Inventory, host: Host, nofile: int | None, *, replic
     keeper and a rollout read, and the member supervisor as its command."""
     node = PL.container_spec(replica_inventory(inv, replica), host, nofile, derived)
     head = inv.replicas[replica][0]
-    names = SS.kind_names(inv, "standby" if name == standby_name(inv) else "serve")
+    names = SS.kind_names(inv, "standby" if name == standby_name(inv) else "serve", host)
     entrypoint, command = SS.entry_argv(names, "python3", (MEMBER_PATH, str(rank), str(nodes), head.ip,
                                                           str(COORD_PORT), "--", *vllm))
     c = inv.cluster
@@ -470,7 +470,8 @@ def plan_fleet(inv: Inventory, spec: Spec | Sequence[Spec],
                          "what serves there)")
     kv = KV.of(inv, spec.model, spec.served_name, spec.extra) if kv_events_on(inv) else None
     return FleetPlan(spec, splits[0], tuple(replicas), plan_routers(inv, urls, spec.image, ifaces, nets, kv),
-                     router_url(inv) + "/v1", keeper_create_argv(inv), tuple(notes), c.router.api_key,
+                     router_url(inv) + "/v1", keeper_create_argv(inv), tuple(notes),
+                     (inv.models[0].api_key if inv.models else None) or c.router.api_key,
                      c.router.vip.address if c.router.vip else None)
 
 

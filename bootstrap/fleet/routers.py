@@ -17,6 +17,7 @@ from bootstrap.fleet.names import (
     API_KEY_ENV,
     KEEPER_PATH,
     LABEL_KEEP,
+    LABEL_SECRETS,
     http_url,
     is_pd,
     keeper_name,
@@ -45,8 +46,13 @@ from bootstrap.remote import argv as RA
 CB_TIMEOUT = 5
 
 
-def api_key(inv: Inventory) -> str | None:
-    """The API key's value (from the secret cluster.router.api_key names), or None."""
+def api_key(inv: Inventory, model: str | None = None) -> str | None:
+    """The API key's value for requests to `model` (a pool's model or adapter: the key its replicas ask
+    for, models[].api_key's or the pool's), else the one cluster.router.api_key names; None: none."""
+    if model is not None and inv.models:
+        keys = SS.model_keys(inv)
+        if model in keys:
+            return keys[model]
     return SS.values(inv).get(API_KEY_ENV)
 
 
@@ -129,7 +135,9 @@ def router_run_argv(inv: Inventory, urls: Sequence[str], image: str | None = Non
     return RA.docker_argv(RA.RunSpec(
         image or c.image, router_name(inv), detach=not pool, create=pool,
         options=("--network", "host", "--restart", "unless-stopped", *RA.hardened(),
-                 *SS.mounts(c.name, names, SS.ROUTER), *RA.labels(((PL.LABEL_CLUSTER, c.name), (LABEL_KEEP, c.name)))),
+                 *SS.mounts(c.name, names, SS.ROUTER),
+                 *RA.labels(((PL.LABEL_CLUSTER, c.name), (LABEL_KEEP, c.name),
+                             *(((LABEL_SECRETS, ",".join(names)),) if pool else ())))),
         entrypoint=entrypoint,
         command=(*prefix, "--host", h.ip, "--port", str(r.port), "--policy", r.policy,
                  *_workers_argv(inv, urls),

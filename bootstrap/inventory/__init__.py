@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from bootstrap.errors import InventoryError, InventoryErrors
+from bootstrap.inventory import secretrules as SR
 from bootstrap.inventory import values as V
 from bootstrap.inventory.addresses import _IP, _canonical_ip, _ip, _not_one_host, _parse_ip
 from bootstrap.inventory.ansible import _ansible
@@ -101,6 +102,7 @@ def _load(path, environ, check_files: bool, require_secrets: bool) -> Inventory:
     models, model_locs, models_loc = facts["models"]
     placement: list[int] = []
     if models:
+        SR.check_model_keys(models, model_locs, cluster.router, cluster.secrets)
         _identities(specs, ssh_defaults)
         groups, placement = _placed(specs, models, model_locs, models_loc)
         cluster = replace(cluster, replicas=len(groups))

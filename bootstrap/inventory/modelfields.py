@@ -123,6 +123,8 @@ _MODEL_FIELDS: dict[str, Validator] = {
     "adapters": _described("a list of LoRA adapters, each {name, source}; [] turns LoRA on for runtime adapters",
                            _adapters),
     "lora_rank": _described(f"one of {', '.join(map(str, LORA_RANKS))}", _lora_rank),
+    "api_key": _described("the name of a secret in cluster.secrets: this model's own API key (default: "
+                          "cluster.router.api_key's)", _string),
 }
 
 
@@ -145,7 +147,7 @@ def _model(value: Any, loc: _Loc) -> ServedModel:
         nodes=len(groups[0]) if groups else values.get("nodes", 1), hosts=groups,
         tp=values.get("tp"), pp=values.get("pp"), args=values.get("args", ()), policy=values.get("policy"),
         adapters=values.get("adapters", ()), lora="adapters" in values, lora_rank=values.get("lora_rank"),
-        where=f"{loc.file}:{line}: {loc.field}")
+        api_key=values.get("api_key"), where=f"{loc.file}:{line}: {loc.field}")
 
 
 def _models(value: Any, loc: _Loc) -> tuple[tuple[ServedModel, ...], list[_Loc]]:

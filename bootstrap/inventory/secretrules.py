@@ -11,10 +11,10 @@ where the values are known, by value (never shown).
 from __future__ import annotations
 
 import re
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from bootstrap.inventory.yamlfile import _Loc
-from bootstrap.model import PLAN_DEFAULT_ENV, PLAN_ENV, Router, Secret
+from bootstrap.model import PLAN_DEFAULT_ENV, PLAN_ENV, Router, Secret, ServedModel
 
 #: The variable vLLM reads its API key from (cluster/guard/secretstore.py's API_KEY_ENV).
 API_KEY_ENV = "VLLM_API_KEY"
@@ -66,11 +66,11 @@ def name_problem(name: str) -> str | None:
     return None
 
 
-def role(name: str, api_key: str | None, vrrp: str | None) -> str:
-    """The role of the secret `name` (cluster.router.api_key and .vip.secret as given)."""
+def role(name: str, api_key: str | None, vrrp: str | None, model_keys: Collection[str] = ()) -> str:
+    """The role of the secret `name` (cluster.router.api_key, .vip.secret and models[].api_key as given)."""
     if vrrp is not None and name == vrrp:
         return VRRP
-    return API_KEY if name in (API_KEY_ENV, api_key) else WORKLOAD
+    return API_KEY if name in (API_KEY_ENV, api_key) or name in model_keys else WORKLOAD
 
 
 def _what(name: str, api_key: str | None, vrrp: str | None) -> str:
@@ -132,3 +132,30 @@ def check_roles(router: Router, secrets: Sequence[Secret], where: Mapping[str, _
         why = vrrp_problem(values[vrrp])
         if why:
             where["vip.secret"].fail(f"{vrrp} in your environment {why} (its value is never shown)")
+
+
+def check_model_keys(models: Sequence[ServedModel], where: Sequence[_Loc], router: Router,
+                     secrets: Sequence[Secret]) -> None:
+    """A model's own API key (models[].api_key): a secret listed in cluster.secrets, in no other role
+    (VRRP's password, the Hugging Face token), by name and, where the values are known, by value."""
+    listed = {s.name: s.reveal() for s in secrets}
+    vrrp = router.vip.secret if router.vip is not None else None
+    keys = {m.api_key for m in models if m.api_key is not None}
+    for m, loc in zip(models, where):
+        name = m.api_key
+        if name is None:
+            continue
+        at = loc.sub("api_key")
+        if name not in listed:
+            at.fail(f"{name} is not listed in cluster.secrets: list it there and set its value in your environment "
+                    "(the key stays out of the inventory)")
+        if name in (vrrp, "HF_TOKEN"):
+            at.fail(f"{name} would be {m.name}'s API key (held by its clients) and {_what(name, None, vrrp)}: one "
+                    "secret in two roles, exposed differently; give each role a secret of its own")
+        value = listed[name]
+        twin = next((n for n, v in listed.items() if value and v == value and n != name
+                     and role(n, router.api_key, vrrp, keys) != API_KEY), None)
+        if twin is not None:
+            at.fail(f"{name} has the same value as {twin}: one secret in two roles, exposed differently ({m.name}'s "
+                    f"API key; {_what(twin, router.api_key, vrrp)}); give each role a value of its own (values are "
+                    "never shown)")

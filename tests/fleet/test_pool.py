@@ -387,7 +387,7 @@ def test_the_status_probe_reads_each_healthy_replicas_adapters_from_its_own_mode
     models = {"data": [{"id": "chat", "root": "/m/chat", "parent": None},
                        {"id": "chat-lora", "root": "/loras/a", "parent": "chat"}]}
 
-    def http(method, url, body=None, timeout=5.0):
+    def http(method, url, body=None, timeout=5.0, key=None):
         if url.endswith("/health"):
             return (200 if "192.0.2.1" in url else 503), b""
         if url.endswith("/v1/models"):

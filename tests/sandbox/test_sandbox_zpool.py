@@ -8,6 +8,8 @@ What a user meets is real: sshd, Docker in each node, vLLM (CPU build) in each s
 vllm-router, `docker kill`.
 """
 import json
+import os
+import secrets
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +26,9 @@ FLAGS = ["--enforce-eager", "--max-model-len", "256"]
 CHAT, CODER, LORA = "/opt/models/tiny-llama", "/opt/models/tiny-qwen", "/opt/models/tiny-llama-lora"
 PROMPT = "The quick brown fox"
 ROUTER, SERVE = "bootstrap-vllm-router", "bootstrap-vllm-serve"
+#: each model's own API key (models[].api_key; chat has none): a secret of the environment, made per run
+KEYS = {"coder": "coder-" + secrets.token_hex(8), "coder-b": "coder-b-" + secrets.token_hex(8)}
+KEY_VARS = {"coder": "CODER_KEY", "coder-b": "CODER_B_KEY"}
 
 
 @pytest.fixture(scope="module")
@@ -32,16 +37,24 @@ def pool(_sandbox_session, tmp_path_factory):
     from tests.support.sandbox import shared_shape
 
     sb = S.sandbox_up(4, log=lambda m: print(f"sandbox: {m}", flush=True), gpu=shared_shape())
+    saved = {v: os.environ.get(v) for v in KEY_VARS.values()}
+    os.environ.update({KEY_VARS[m]: k for m, k in KEYS.items()})  # what the user's shell holds
 
     def mutate(doc):
         doc["cluster"]["runtime"] = "none"  # vLLM's native multi-node mode: no Ray to start per group
         doc["cluster"]["router"] = {"policy": "round_robin", "health_interval": 2}
+        doc["cluster"]["secrets"] = ["CODER_KEY"]
         doc["models"] = [{"name": "chat", "source": CHAT, "replicas": 2, "args": FLAGS, "lora_rank": 8,
                           "adapters": [{"name": "chat-lora", "source": LORA}]},
-                         {"name": "coder", "source": CODER, "nodes": 2, "args": FLAGS, "policy": "power_of_two"}]
+                         {"name": "coder", "source": CODER, "nodes": 2, "args": FLAGS, "policy": "power_of_two",
+                          "api_key": "CODER_KEY"}]
     inv = write_inventory(sb.inventory, tmp_path_factory.mktemp("pool") / "pool.yaml", mutate)
-    for served in up_serve_down(sb, inv):
-        yield sb, inv, served
+    try:
+        for served in up_serve_down(sb, inv):
+            yield sb, inv, served
+    finally:
+        for var, value in saved.items():
+            os.environ.pop(var, None) if value is None else os.environ.__setitem__(var, value)
 
 
 def endpoint_of(serve_out):
@@ -49,8 +62,11 @@ def endpoint_of(serve_out):
     return line.split(" on ", 1)[1].split(" ", 1)[0]
 
 
-def post(url, body, timeout=120):
-    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+def post(url, body, timeout=120, key=None):
+    """POST with the model's own key (KEYS), or `key` ("" sends none)."""
+    key = KEYS.get(body.get("model")) if key is None else key
+    auth = {"Authorization": f"Bearer {key}"} if key else {}
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json", **auth})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, json.loads(resp.read())
@@ -82,8 +98,9 @@ def test_one_endpoint_routes_each_model_to_its_own_replicas(pool):
     urls = {m: [r["url"] for r in plan["replicas"] if r["model"] == m] for m in ("chat", "coder")}
     urls["chat-lora"] = urls["chat"]  # the adapter is served by its model's replicas
     for model, replicas in urls.items():
-        through = [complete(endpoint, PROMPT, model=model) for _ in range(4)]  # round robin: every replica
-        direct = [complete(url + "/v1", PROMPT, model=model) for url in replicas]
+        key = KEYS.get(model)
+        through = [complete(endpoint, PROMPT, key, model=model) for _ in range(4)]  # round robin: every replica
+        direct = [complete(url + "/v1", PROMPT, key, model=model) for url in replicas]
         assert set(through) == set(direct) and len(set(direct)) == 1, (model, through, direct)
         texts[model] = direct[0]
         code, doc = post(endpoint + "/completions", {"model": model, "prompt": PROMPT, "max_tokens": 2})
@@ -92,6 +109,15 @@ def test_one_endpoint_routes_each_model_to_its_own_replicas(pool):
     # a model the pool does not serve reaches a vLLM that refuses it: 404, never another model's text
     code, doc = post(endpoint + "/completions", {"model": "no-such-model", "prompt": PROMPT, "max_tokens": 2})
     assert code == 404 and "no-such-model" in json.dumps(doc), (code, doc)
+    # coder asks for its own key (its replicas' vLLM checks it, through the router or not); chat for none
+    body = {"model": "coder", "prompt": PROMPT, "max_tokens": 2}
+    for url in (endpoint, urls["coder"][0] + "/v1"):
+        assert post(url + "/completions", body, key="")[0] == 401
+        assert post(url + "/completions", body, key=KEYS["coder-b"])[0] == 401
+    assert post(endpoint + "/completions", {"model": "chat", "prompt": PROMPT, "max_tokens": 2}, key="")[0] == 200
+    r = cli("bench", "-i", inv, "--model", "coder", "-n", "4", "--max-tokens", "4", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["failed"] == 0, (r.stdout[-1500:], r.stderr[-1500:])
+    assert KEYS["coder"] not in r.stdout + r.stderr + served.stdout + served.stderr
 
 
 def test_status_groups_the_replicas_by_model(pool):
@@ -111,7 +137,7 @@ def test_status_groups_the_replicas_by_model(pool):
 def test_a_killed_replica_of_one_model_leaves_the_other_models_requests_whole(pool):
     sb, inv, served = pool
     endpoint = endpoint_of(served.stdout)
-    with Load(endpoint, concurrency=2, model="coder", pause=0.2) as coder, \
+    with Load(endpoint, concurrency=2, model="coder", pause=0.2, key=KEYS["coder"]) as coder, \
             Load(endpoint, concurrency=1, model="chat", pause=0.2) as chat:
         time.sleep(5)
         killed = time.time()
@@ -191,7 +217,7 @@ def test_a_rollout_of_one_model_changes_only_its_replicas_and_no_request_fails(p
     Path(inv).write_text(yaml.safe_dump(doc))
     # paced (as the fleet's rollout test): requests in flight through every step, while the two cores
     # stay free enough for the new replicas to start (closed-loop load here took 355 s instead of ~90 s)
-    with Load(endpoint, concurrency=2, model="coder", pause=2) as coder, \
+    with Load(endpoint, concurrency=2, model="coder", pause=2, key=KEYS["coder"]) as coder, \
             Load(endpoint, concurrency=1, model="chat", pause=2) as chat:
         r = cli("rollout", "-i", inv, "--model", "chat")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -242,7 +268,8 @@ def test_serve_converges_the_pool_to_an_edited_models_section_and_leaves_the_res
     assert started_at(sb.nodes) == before  # nothing restarted
     doc = yaml.safe_load(Path(inv).read_text())
     doc["models"][1].pop("nodes")
-    doc["models"].append({"name": "coder-b", "source": CODER, "args": FLAGS})
+    doc["models"].append({"name": "coder-b", "source": CODER, "args": FLAGS, "api_key": "CODER_B_KEY"})
+    doc["cluster"]["secrets"].append("CODER_B_KEY")  # a model's own key: the other models' replicas are kept
     Path(inv).write_text(yaml.safe_dump(doc))
     r = cli("serve", "-i", inv)
     assert r.returncode == 2 and "No terminal to ask: pass --yes" in r.stderr, r.stderr
@@ -267,7 +294,7 @@ def test_serve_converges_the_pool_to_an_edited_models_section_and_leaves_the_res
     kept = started_at(sb.nodes[:3])
     doc["models"].pop()
     Path(inv).write_text(yaml.safe_dump(doc))
-    with Load(endpoint, concurrency=1, model="coder", pause=1) as coder:
+    with Load(endpoint, concurrency=1, model="coder", pause=1, key=KEYS["coder"]) as coder:
         r = cli("serve", "-i", inv, "--yes")
     assert r.returncode == 0, r.stderr[-3000:]
     changes = [ln.split(":", 2)[1].split() for ln in r.stdout.splitlines() if ln.startswith("change: ")]

@@ -535,13 +535,16 @@ def _bind(address: str, host: Host) -> str:
     return "data-plane" if ip == host.ip else address
 
 
-def api_key_on(inv: Inventory) -> bool:
-    """vLLM asks for an API key: VLLM_API_KEY reaches it (listed under cluster.secrets, or the
-    secret cluster.router.api_key names, which a fleet's replicas get as VLLM_API_KEY)."""
-
+def api_key_on(inv: Inventory, host: Host | None = None) -> bool:
+    """vLLM asks for an API key: VLLM_API_KEY reaches it (listed under cluster.secrets, or the secret
+    cluster.router.api_key names, which a fleet's replicas get as VLLM_API_KEY; in a pool, the one
+    models[].api_key names: `host`'s model's, or with no host every model's, as the router's port)."""
     c = inv.cluster
     names = {s.name for s in c.secrets}
-    return API_KEY_ENV in names or (c.router.api_key is not None and c.router.api_key in names)
+    if API_KEY_ENV in names or (c.router.api_key is not None and c.router.api_key in names):
+        return True
+    mine = [inv.model_of(host.replica)] if inv.models and host is not None and host.replica >= 0 else inv.models
+    return bool(mine) and all(m is not None and m.api_key in names for m in mine)
 
 
 def exposure(inv: Inventory, host: Host, listeners: Sequence[Listener], fenced: list[Range] | None,
@@ -571,7 +574,7 @@ def exposure(inv: Inventory, host: Host, listeners: Sequence[Listener], fenced: 
         elif c.ray_auth == "token" and c.runtime != "none" and (
                 ls.process in RAY_TOKEN_PROCESSES or (not ls.process and ls.port == c.ports.ray_gcs)):
             auth = "Ray token"
-        elif (ls.port in endpoint or ls.port == c.ports.vllm) and api_key_on(inv):
+        elif (ls.port in endpoint and api_key_on(inv)) or (ls.port == c.ports.vllm and api_key_on(inv, host)):
             auth = "API key"  # vLLM's API, or the router in front of it (it passes the client's header on)
         else:
             auth = "none"

@@ -41,18 +41,18 @@ def put_secrets(sess: Session, hosts: Sequence[Host], *, prune: bool) -> None:
     With `prune` (`up`): those no longer listed removed, and without secrets the ones an earlier run
     put there; without (a fleet's `serve`, `rollout`): added or replaced only."""
     inv = sess.inv
-    vals = SS.files(inv)
+    per_host = {h.name: SS.files(inv, h) for h in hosts}  # a pool's serve sets hold their model's key
     name = inv.cluster.name
-    if not vals and not prune:
+    if not any(per_host.values()) and not prune:
         return
-    if not vals:
+    if not any(per_host.values()):
         sess.stage("secrets", hosts, lambda h: sess.ssh[h.name].run(SS.remove_argv(name), timeout=30,
                                                                     display=f"rm -r {SS.host_dir(name)}"))
         return
-    body = SS.write_body(vals)
-    shown = f"write {', '.join(vals)} to {SS.host_dir(name)}"
     argv = SS.write_argv(name, prune=prune)
-    sess.stage("secrets", hosts, lambda h: sess.ssh[h.name].run_with_input(argv, [body], timeout=30, display=shown))
+    sess.stage("secrets", hosts, lambda h: sess.ssh[h.name].run_with_input(
+        argv, [SS.write_body(per_host[h.name])], timeout=30,
+        display=f"write {', '.join(per_host[h.name])} to {SS.host_dir(name)}"))
 
 
 def put_fences(sess: Session, facts: Mapping[str, F.HostFacts], full: Inventory | None = None, *,

@@ -16,10 +16,11 @@ same way first (containers.LOAD_SECRETS).
 """
 from __future__ import annotations
 
+import json
 from typing import Mapping, Sequence
 
 from bootstrap.containers import SECRETS_ENTRY, SECRETS_IN_CONTAINER
-from bootstrap.model import Inventory
+from bootstrap.model import Host, Inventory, ServedModel
 
 #: The host directory of a cluster's secrets (on /run: a tmpfs on every systemd host).
 HOST_ROOT = "/run/bootstrap"
@@ -27,6 +28,9 @@ HOST_ROOT = "/run/bootstrap"
 IN_CONTAINER = SECRETS_IN_CONTAINER
 #: The variable vLLM reads its API key from (cluster.router.api_key names the secret holding it).
 API_KEY_ENV = "VLLM_API_KEY"
+#: A pool router's map of every model's (and adapter's) name to the API key its replicas ask for, as
+#: JSON: the router's probe sends each model's own (models[].api_key) through the router.
+MODEL_KEYS_ENV = "BOOTSTRAP_MODEL_KEYS"
 #: Exit status of a container whose secret file is gone (EX_CONFIG).
 MISSING_EXIT = 78
 #: Filesystems /run may be for a secret to stay in memory.
@@ -52,7 +56,8 @@ KINDS: dict[str, tuple[str | None, tuple[str, ...]]] = {
     "node": (NODE, (WORKLOAD,)),
     "serve": (SERVE, (WORKLOAD, API_KEY)),
     "standby": (SERVE, (WORKLOAD, API_KEY)),
-    # vllm-router: the key for bootstrap's probes (it passes each client's header on)
+    # vllm-router: the keys for bootstrap's probes (it passes each client's header on); a pool's
+    # router holds every model's (MODEL_KEYS_ENV), the serve containers only their own model's
     "router": (ROUTER, (API_KEY,)),
     "keepalived": (VIP, (VRRP,)),
     # the image mirror, the keeper, Prometheus and the exporters
@@ -68,7 +73,9 @@ _KIND_TEXT = {"node+vllm": "node container, `cluster.replicas: 1` (Ray; `serve` 
               "standby": "standby serve container", "router": "vllm-router", "keepalived": "keepalived (`vip`)",
               "mirror": "image mirror (during `up`)", "keeper": "keeper", "monitor": "Prometheus and the exporters"}
 _ROLE_TEXT = {WORKLOAD: "the workload's (`cluster.secrets`, HF_TOKEN among them, but the API key's and VRRP's)",
-              API_KEY: "the API key, as `VLLM_API_KEY`",
+              API_KEY: "the API key, as `VLLM_API_KEY` (in a pool, a serve container its own model's: "
+                       "`models[].api_key`, else `cluster.router.api_key`'s; the router every model's, as "
+                       "`BOOTSTRAP_MODEL_KEYS`)",
               VRRP: "VRRP's password (`cluster.router.vip.secret`)"}
 
 
@@ -102,41 +109,88 @@ def kinds(inv: Inventory) -> tuple[str, ...]:
     return ("node", "serve", "standby", "router", *(("keepalived",) if inv.cluster.router.vip else ()))
 
 
+def model_key_names(inv: Inventory) -> frozenset[str]:
+    """The secrets models[].api_key names (each a model's own API key)."""
+    return frozenset(m.api_key for m in inv.models if m.api_key is not None)
+
+
 def role_of(inv: Inventory, name: str) -> str:
-    """The role of the secret `name`: VRRP's password, the API key (VLLM_API_KEY, or the secret
-    cluster.router.api_key names) or the workload's."""
+    """The role of the secret `name`: VRRP's password, an API key (VLLM_API_KEY, the secret
+    cluster.router.api_key names, or one a model's api_key names) or the workload's."""
     r = inv.cluster.router
     if r.vip is not None and name == r.vip.secret:
         return VRRP
-    return API_KEY if name in (API_KEY_ENV, r.api_key) else WORKLOAD
+    return API_KEY if name in (API_KEY_ENV, r.api_key) or name in model_key_names(inv) else WORKLOAD
 
 
-def kind_names(inv: Inventory, kind: str) -> tuple[str, ...]:
-    """The variables a container of `kind` gets (KINDS): the secrets of its roles, the API key under
-    vLLM's name (VLLM_API_KEY) whichever secret holds it."""
+def kind_names(inv: Inventory, kind: str, host: Host | None = None) -> tuple[str, ...]:
+    """The variables a container of `kind` (on `host`: a pool's serve containers get their model's
+    key) gets (KINDS): the secrets of its roles, the API key under vLLM's name (VLLM_API_KEY) whichever
+    secret holds it, and a pool router every model's (MODEL_KEYS_ENV)."""
     uses = KINDS[kind][1]
     out = [s.name for s in inv.cluster.secrets if role_of(inv, s.name) in uses and role_of(inv, s.name) != API_KEY]
-    if API_KEY in uses and API_KEY_ENV in values(inv):
+    if API_KEY in uses and API_KEY_ENV in values(inv, host):
         out.append(API_KEY_ENV)
+    if kind == "router" and model_key_names(inv):
+        out.append(MODEL_KEYS_ENV)
     return tuple(out)
 
 
-def files(inv: Inventory) -> dict[str, str]:
-    """What the hosts hold: `set/NAME` -> value, each kind's set (KINDS) with the secrets it uses;
-    empty without secrets."""
-    vals = values(inv)
-    return {f"{KINDS[k][0]}/{n}": vals[n] for k in kinds(inv) for n in kind_names(inv, k) if n in vals}
+#: the kinds of container that serve one model of a pool: they get that model's key
+_PER_MODEL = ("serve", "standby")
 
 
-def values(inv: Inventory) -> dict[str, str]:
-    """Every secret a container of this cluster may be given, by variable name: cluster.secrets,
-    and VLLM_API_KEY holding the key cluster.router.api_key names."""
-    out = {x.name: x.reveal() for x in inv.cluster.secrets}
-    name = inv.cluster.router.api_key
-    if name:
-        key = next((x.reveal() for x in inv.cluster.secrets if x.name == name), None)
+def files(inv: Inventory, host: Host | None = None) -> dict[str, str]:
+    """What a host holds (None: any host of a cluster without models' own keys): `set/NAME` -> value,
+    each kind's set (KINDS) with the secrets it uses; empty without secrets."""
+    out = {}
+    for k in kinds(inv):
+        mine = host if k in _PER_MODEL else None  # the router's VLLM_API_KEY stays the pool's
+        vals = values(inv, mine)
+        out.update({f"{KINDS[k][0]}/{n}": vals[n] for n in kind_names(inv, k, mine) if n in vals})
+    return out
+
+
+def _secret(inv: Inventory, name: str | None) -> str | None:
+    return next((x.reveal() for x in inv.cluster.secrets if x.name == name), None) if name else None
+
+
+def model_key(inv: Inventory, model: ServedModel | None) -> str | None:
+    """The API key a model's replicas ask for: its own (models[].api_key), else the pool's
+    (cluster.router.api_key), else None."""
+    own = _secret(inv, model.api_key) if model is not None else None
+    return own if own is not None else _secret(inv, inv.cluster.router.api_key)
+
+
+def host_model(inv: Inventory, host: Host | None) -> ServedModel | None:
+    """The model a pool's host serves (None: no pool, an idle host, or no host)."""
+    if host is None or not inv.models or host.replica < 0 or host.replica >= len(inv.placement):
+        return None
+    return inv.model_of(host.replica)
+
+
+def model_keys(inv: Inventory) -> dict[str, str]:
+    """Every name a pool's router routes (each model's and its adapters') -> the API key its replicas
+    ask for (the models without one left out)."""
+    out = {}
+    for m in inv.models:
+        key = model_key(inv, m)
         if key is not None:
-            out[API_KEY_ENV] = key
+            out.update({name: key for name in (m.name, *(a for a, _ in m.adapters))})
+    return out
+
+
+def values(inv: Inventory, host: Host | None = None) -> dict[str, str]:
+    """Every secret a container of this cluster (on `host`) may be given, by variable name:
+    cluster.secrets, VLLM_API_KEY holding the key of the model the host serves (its own, or the pool's
+    cluster.router.api_key names), and a pool's MODEL_KEYS_ENV where models have keys of their own."""
+    out = {x.name: x.reveal() for x in inv.cluster.secrets}
+    own = host_model(inv, host)
+    key = model_key(inv, own) if own is not None else _secret(inv, inv.cluster.router.api_key)
+    if key is not None:
+        out[API_KEY_ENV] = key
+    if model_key_names(inv):
+        out[MODEL_KEYS_ENV] = json.dumps(model_keys(inv), sort_keys=True)
     return out
 
 
