@@ -95,6 +95,12 @@ def metric(text, name):
     return sum(got) if got else None
 
 
+def top(text, name):
+    """The largest of a Prometheus gauge's samples (None: not exported)."""
+    got = [v for _, v in samples(text, name)]
+    return max(got) if got else None
+
+
 def per_label(text, name, label):
     """A Prometheus metric's samples summed per value of one label ({} : none carries it; None: not
     exported). vLLM's data parallel API server labels each engine's counters engine="<index>"."""
@@ -129,7 +135,9 @@ def load(url):
             "queue_sum": metric(text, "vllm:request_queue_time_seconds_sum"),
             "queue_count": metric(text, "vllm:request_queue_time_seconds_count"),
             "prefix_queries": metric(text, "vllm:prefix_cache_queries_total"),
-            "prefix_hits": metric(text, "vllm:prefix_cache_hits_total")}
+            "prefix_hits": metric(text, "vllm:prefix_cache_hits_total"),
+            # the KV cache's fullest engine (0..1; a DP replica reports each of its engines)
+            "kv_usage": top(text, "vllm:kv_cache_usage_perc")}
 
 
 def exited_since(path, since):

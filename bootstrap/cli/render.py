@@ -335,7 +335,9 @@ def _pool_models(fs) -> None:
         out.print(_escape(f"model {m['model']} ({m['source']}): replica{'s' if n > 1 else ''} "
                           f"{', '.join(map(str, m['replicas']))}; ") + f"[{color}]{m['healthy']}/{n} healthy[/]"
                   + _escape(f", {m['in_router']}/{n} in the router"
-                            + "".join(f"; adapter {a} on {c}/{n}" for a, c in sorted(m["adapters"].items()))))
+                            + "".join(f"; adapter {a} on {c}/{n}" for a, c in sorted(m["adapters"].items()))
+                            + (f"; KV cache {100 * m['kv_cache_usage']:.0f} % used (fullest replica)"
+                               if m["kv_cache_usage"] is not None else "")))
 
 
 def _uptime(seconds: float | None) -> str:

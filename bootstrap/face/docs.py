@@ -98,8 +98,11 @@ def models_doc(fs) -> list[dict]:
         if r.spec is None or not r.spec.served_name:
             continue
         m = by.setdefault(r.spec.served_name, {"model": r.spec.served_name, "source": r.spec.model, "replicas": [],
-                                               "healthy": 0, "in_router": 0, "adapters": {}})
+                                               "healthy": 0, "in_router": 0, "adapters": {},
+                                               "kv_cache_usage": None})
         m["replicas"].append(r.index)
+        if r.kv_usage is not None:  # the fullest replica's share of its KV cache
+            m["kv_cache_usage"] = max(m["kv_cache_usage"] or 0.0, r.kv_usage)
         m["healthy"] += r.health == "healthy"
         m["in_router"] += bool(r.in_rotation)
         for a in r.adapters or ():

@@ -55,6 +55,8 @@ class ReplicaState:
     adapters: list[str] | None = None
     #: its hosts that `bootstrap drain` marked: it stays out of the routers until none is
     drained: list[str] = field(default_factory=list)
+    #: the share of its KV cache in use now, 0..1 (vllm:kv_cache_usage_perc, its fullest engine; None: not read)
+    kv_usage: float | None = None
 
     @property
     def router_available(self) -> bool | None:
@@ -72,7 +74,8 @@ class ReplicaState:
                 "router_circuit_closed": self.router_circuit_closed, "role": self.role,
                 "kv_transfers": self.kv_transfers, "kv_failed": self.kv_failed, "latency": self.latency,
                 "dp": self.spec.dp if self.spec else None, "engines": self.engines, "standbys": self.standbys,
-                "adapters": self.adapters, "drained": self.drained, "means": self.means()}
+                "adapters": self.adapters, "drained": self.drained, "kv_usage": self.kv_usage,
+                "means": self.means()}
 
     def means(self) -> dict[str, float | None]:
         """What the engine measured since it started: the mean time to first token, inter-token latency
@@ -186,12 +189,17 @@ def fleet_state(sess: Session) -> FleetState:
                                      FN.role(inv, k), row.get("kv_transfers"), row.get("kv_failed"),
                                      {n: float(row[n]) for n in LATENCY_KEYS if isinstance(row.get(n), (int, float))},
                                      engine_counts(row.get("engines")), standbys or None, row.get("adapters"),
-                                     drained))
+                                     drained, _share(row.get("kv_usage"))))
     shown = first or routers[0]
     holder = next((r.host for r in routers if r.holds_vip), None)
     vip = inv.cluster.router.vip
     return FleetState(FN.router_url(inv) + "/v1", shown.host, shown.state, workers, replicas, routers,
                       vip.address if vip else None, holder)
+
+
+def _share(value: object) -> float | None:
+    """A 0..1 gauge as the probe read it (None: absent or not a number)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _router_views(sess: Session, inv: Inventory, urls: Sequence[str]) -> tuple[list[RouterView], dict[str, dict]]:

