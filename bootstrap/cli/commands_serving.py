@@ -70,6 +70,9 @@ from bootstrap.errors import UsageError
               help="The model name clients send in requests (vLLM's --served-model-name; default: the MODEL argument).")
 @click.option("--stop", is_flag=True, help="Stop serving (it says what and asks [y/N]; --yes where no terminal can "
                                            "answer); the Ray cluster keeps running.")
+@click.option("--model", "stop_model", default=None, metavar="NAME",
+              help="With --stop in a pool of models: stop only NAME's replicas (out of the routers, their requests "
+                   "finished, stopped); the other models serve on. `serve` with no MODEL starts it again.")
 @click.option("--dry-run", is_flag=True,
               help="Connect to the hosts, read the model's config.json in the head's container (a model the hub "
                    "does not have is refused here too), print the plan (backend, TP/PP and why, each node's command) "
@@ -81,7 +84,7 @@ from bootstrap.errors import UsageError
 @yes_option
 @json_option
 def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, sync_model, wait, listen,
-          served_model_name, stop, dry_run, drain, yes, as_json):
+          served_model_name, stop, stop_model, dry_run, drain, yes, as_json):
     """Serve MODEL (a Hugging Face id or a path inside the containers) across the cluster.
 
     Defaults: the split is read from the model's config.json: TP = GPUs per node and PP = nodes
@@ -94,11 +97,14 @@ def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, s
     Example: bootstrap serve -i hosts.yaml meta-llama/Llama-3.1-405B-Instruct -- --max-model-len 8192
     """
     check_serve_args(click.get_current_context(), model, extra, stop, dry_run)
+    if stop_model is not None and not stop:
+        raise click.UsageError("--model NAME goes with --stop (to serve, name MODEL, or run serve with no MODEL on a "
+                               "pool of models)")
 
     def go():
         inv = read_inventory(inventory, require_secrets=not dry_run)
         if stop and not dry_run:
-            confirm(face.stop_preview(inv), yes)
+            confirm(face.stop_preview(inv, stop_model), yes)
         if not stop:
             check_pool_serve(inv, model, {"--tp": tp, "--pp": pp, "--dp": dp, "--ep": ep, "--all2all": all2all,
                                           "--backend": backend, "--sync-model": sync_model, "--listen": listen,
@@ -111,7 +117,7 @@ def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, s
                              parallel=parallel, stop=stop, dry_run=dry_run, reporter=reporter,
                              on_plan=None if as_json else (lambda plan: render.serve_plans(plan, dry_run)),
                              on_failed=render.serve_failed, drain=drain,
-                             on_changes=render.pool_changes(yes or dry_run, as_json))
+                             on_changes=render.pool_changes(yes or dry_run, as_json), stop_model=stop_model)
         finally:
             reporter.close()
         render.serve_outcome(res, as_json)

@@ -445,8 +445,8 @@ def check_not_bootstrap_options(ctx: click.Context, extra: tuple[str, ...]) -> N
     served = _options_of(serve) - own
     for arg in extra:
         flag = arg.split("=", 1)[0]
-        if flag == "--served-model-name":
-            continue
+        if flag == "--served-model-name" or (flag == "--model" and name == "serve"):
+            continue  # vLLM's own too: refused as what the plan sets (P.check_extra: use the MODEL argument)
         if flag in own:
             raise click.UsageError(f"{flag} is an option of bootstrap {name}, not of vLLM: put it before --")
         if flag in served:

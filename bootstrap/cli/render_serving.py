@@ -300,7 +300,14 @@ def serve_plans(plan, dry_run: bool) -> None:
 def serve_outcome(res, as_json: bool) -> None:
     """serve's face.ServeOutcome: stopped, planned (--dry-run) or served, on one cluster or a fleet."""
     if res.kind == "stopped":
-        if res.fleet:
+        if as_json:
+            _json(res.to_doc())
+        elif res.value is not None:
+            v = res.value
+            out.print(_escape(f"stopped serving {v['model']} (replica{'s' if len(v['replicas']) > 1 else ''} "
+                              f"{', '.join(map(str, v['replicas']))} on {', '.join(v['hosts'])}); the other models "
+                              f"serve as before; `bootstrap serve -i {res.inv.path}` starts it again"))
+        elif res.fleet:
             fleet_serve_stopped(res.inv.cluster.replicas)
         else:
             serve_stopped()

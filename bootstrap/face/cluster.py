@@ -159,10 +159,28 @@ def down_preview(inv) -> str:
     return f"down removes {what} from {len(inv.hosts)} host(s): {hosts}{more}; inventory {inv.path}"
 
 
-def stop_preview(inv) -> str:
-    """What `serve --stop` stops, in one sentence from the inventory alone (no host contacted)."""
+def stop_model_groups(inv, model: str) -> list[int]:
+    """The replica groups of the pool's model `model` (serve --stop --model); OptionError naming the
+    models there are."""
+    from bootstrap.errors import FleetError
+    from bootstrap.fleet import plan as FP
+
+    try:
+        return FP.pool_model(inventory(inv), model)[1]
+    except FleetError as exc:
+        raise R.OptionError(f"--model: {exc}") from None
+
+
+def stop_preview(inv, model: str | None = None) -> str:
+    """What `serve --stop` (--model: that model of a pool) stops, in one sentence from the inventory
+    alone (no host contacted)."""
     inv = inventory(inv)
     c = inv.cluster
+    if model is not None:
+        ks = stop_model_groups(inv, model)
+        hosts = ", ".join(h.name for k in ks for h in inv.replicas[k])
+        return (f"serve --stop stops {model}'s {len(ks)} replica{'s' if len(ks) > 1 else ''} ({hosts}) of the pool "
+                f"{c.name!r}; the other models serve on; inventory {inv.path}")
     if fleet(inv):
         models = f" ({', '.join(m.name for m in inv.models)})" if inv.models else ""
         what = f"every replica{models} and the router of the fleet {c.name!r} ({len(inv.hosts)} hosts)"

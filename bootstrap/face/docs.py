@@ -95,9 +95,12 @@ def models_doc(fs) -> list[dict]:
     own (a fleet of one model)."""
     by: dict[str, dict] = {}
     for r in fs.replicas:
-        if r.spec is None or not r.spec.served_name:
+        # what serves there, else (nothing does: stopped, starting) what the inventory places there
+        name, source = (r.spec.served_name, r.spec.model) if r.spec is not None and r.spec.served_name else (
+            r.placed or (None, None))
+        if not name:
             continue
-        m = by.setdefault(r.spec.served_name, {"model": r.spec.served_name, "source": r.spec.model, "replicas": [],
+        m = by.setdefault(name, {"model": name, "source": source, "replicas": [],
                                                "healthy": 0, "in_router": 0, "adapters": {},
                                                "kv_cache_usage": None})
         m["replicas"].append(r.index)

@@ -238,6 +238,8 @@ class ServeOutcome:
             return {"dry_run": True, **self.value.to_dict()}
         if self.kind == "served":
             return D.fleet_served_doc(self.value) if self.fleet else D.served_doc(self.value)
+        if self.value is not None:  # one model of a pool
+            return {"stopped": True, **self.value}
         return {"stopped": True, "replicas": self.inv.cluster.replicas if self.fleet else None}
 
 

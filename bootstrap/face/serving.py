@@ -10,14 +10,17 @@ from bootstrap.remote.fanout import DEFAULT_PARALLEL
 
 def serve(inv, model, *, stop: bool = False, dry_run: bool = False, parallel: int = DEFAULT_PARALLEL,
           reporter=None, on_plan=None, on_failed=None, on_changes=None, drain: float = 120.0,
-          **opts) -> R.ServeOutcome:
+          stop_model: str | None = None, **opts) -> R.ServeOutcome:
     """`serve` MODEL (stop: stop serving), on the cluster or, with replicas, on every replica and the
     router in front. on_plan(plan) before anything starts (a ServePlan or, with replicas, a FleetPlan);
     on_failed(exc, with_findings) when vLLM does not come up, before the error is raised. A split or
     an option the inventory refuses raises OptionError. A pool of models that serves already is
     converged (fleet/converge.py): on_changes(changes, why) first, drain: seconds a replica taken out
-    may take to finish its requests (with stop: every replica, out of the routers before it stops)."""
+    may take to finish its requests (with stop: every replica, out of the routers before it stops);
+    stop_model: with stop, only that model of the pool (OptionError where the inventory has no such)."""
     inv = inventory(inv, require_secrets=not dry_run)
+    if stop and stop_model is not None:
+        return _stop_model(inv, stop_model, parallel, reporter, drain)
     if fleet(inv):
         if inv.models and not stop:
             opts.update(on_changes=on_changes, drain=drain)
@@ -43,6 +46,17 @@ def serve(inv, model, *, stop: bool = False, dry_run: bool = False, parallel: in
             on_failed(exc, True)
         raise
     return R.ServeOutcome(inv, "planned" if isinstance(res, V.ServePlan) else "served", False, res)
+
+
+def _stop_model(inv, name, parallel, reporter, drain) -> R.ServeOutcome:
+    """serve --stop --model NAME: one model of a pool (fleet/converge.stop_model)."""
+    from bootstrap.face.cluster import stop_model_groups
+    from bootstrap.fleet import converge as CV
+
+    stop_model_groups(inv, name)
+    replicas = CV.stop_model(inv, name, parallel=parallel, reporter=reporter, drain=drain)
+    return R.ServeOutcome(inv, "stopped", True, {"model": name, "replicas": replicas,
+                                                 "hosts": [h.name for k in replicas for h in inv.replicas[k]]})
 
 
 def _serve_fleet(inv, model, *, stop, dry_run, parallel, reporter, on_plan, on_failed, ep=False, all2all=None,

@@ -15,9 +15,8 @@ from bootstrap.errors import FleetError, ServeFailed
 from bootstrap.fleet import names as FN
 from bootstrap.fleet import plan as FP
 from bootstrap.fleet import routers as FRT
-from bootstrap.fleet.steps import _probe, _route
+from bootstrap.fleet.steps import _probe, _route, rewrite_workers
 from bootstrap.model import Inventory, ServedModel, model_ref_problem
-from bootstrap.remote import docker as DK
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out
 from bootstrap.remote.session import Reporter, Session
 
@@ -100,16 +99,9 @@ def _remember(sess: Session, inv: Inventory, m: ServedModel, groups: list[int], 
     """Each router's workers file (routers.WORKERS_PATH) says what the routers were just told, so that
     a router restarted later routes the adapter too (the model's other entries, and every other
     model's, as the file held them)."""
-    urls = [FN.replica_url(inv, k) for k in range(len(inv.replicas))]
-    replaced = {urls[k]: FRT.worker_entries(inv, m, urls[k], _names(m, served[k], drop)) for k in groups}
-    name = FN.router_name(inv)
-
-    def rewrite(h) -> None:
-        ssh = sess.ssh[h.name]
-        now = ssh.run(DK.exec_argv(name, "cat", FRT.WORKERS_PATH), timeout=30, check=False)
-        DK.copy_file_in(ssh, name, FRT.WORKERS_PATH,
-                        FRT.rewritten_workers(now.stdout.encode() if now.exit_code == 0 else None, inv, urls, replaced))
-    sess.stage("router-workers", list(FN.router_hosts(inv)), rewrite)
+    urls = {k: FN.replica_url(inv, k) for k in groups}
+    rewrite_workers(sess, inv, {urls[k]: FRT.worker_entries(inv, m, urls[k], _names(m, served[k], drop))
+                                for k in groups})
 
 
 def _reroute(sess: Session, inv: Inventory, m: ServedModel, groups: list[int], served: dict[int, dict],

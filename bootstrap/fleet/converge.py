@@ -29,12 +29,13 @@ from bootstrap.fleet.steps import (
     _probe,
     _rm,
     _start_standbys,
+    rewrite_workers,
     start_gated,
     take_out,
 )
 from bootstrap.model import Inventory
 from bootstrap.remote import docker as DK
-from bootstrap.remote.session import Session
+from bootstrap.remote.session import Reporter, Session
 
 KEEP, START, REPLACE, REMOVE, ROUTE, STOP = "keep", "start", "replace", "remove", "route", "stop"
 
@@ -230,3 +231,28 @@ def _routers_now(sess: Session, inv: Inventory, plan: FP.FleetPlan) -> dict:
         if not through.get("ready"):
             raise ServeFailed(f"the router on {h.name} did not answer a completion: {through.get('error')}", "")
     return through
+
+
+def stop_model(inv: Inventory, name: str, *, parallel: int, reporter: Reporter | None = None,
+               drain: float = 120.0) -> list[int]:
+    """`serve --stop --model NAME`: each replica of one model of the pool out of every router (asked of
+    the routers themselves: a dead replica is taken out too), its requests finished (`drain` s at most),
+    its serve containers removed and the routers' workers file without it; the other models serve as
+    before. `serve` with no MODEL starts it again. Its replica indexes; FleetError for a name the pool
+    does not serve."""
+    _, groups = FP.pool_model(inv, name)
+    with Session(inv, parallel=parallel, reporter=reporter) as sess:
+        sess.connect()
+        out: list[int] = []
+        for k in groups:
+            url = FN.replica_url(inv, k)
+            try:
+                take_out(sess, inv, url, drain)
+            except NotOut as e:
+                taken = f" (out of the routers already: replica {', '.join(map(str, out))})" if out else ""
+                raise ServeFailed(f"the routers did not let go of replica {k} of {name} ({url}): {e.answer}; "
+                                  f"nothing was stopped{taken}: run it again, or serve to put it back", "") from None
+            out.append(k)
+        _rm(sess, [h for k in groups for h in inv.replicas[k]], *FN.serve_names(inv), stage="stop")
+        rewrite_workers(sess, inv, {FN.replica_url(inv, k): [] for k in groups})
+    return groups

@@ -236,7 +236,7 @@ def lora_flags(m: ServedModel) -> tuple[str, ...]:
 def pool_model(inv: Inventory, name: str | None) -> tuple[ServedModel, list[int]]:
     """The pool's model called `name` and its replica groups; FleetError naming what there is."""
     if not inv.models:
-        raise FleetError(f"{inv.path} has no models: section: adapters belong to a pool's models (docs/models.md)")
+        raise FleetError(f"{inv.path} has no models: section: it serves one model, not a pool of them (docs/models.md)")
     found = next((m for m in inv.models if m.name == name), None)
     if found is None:
         names = ", ".join(m.name for m in inv.models)

@@ -57,6 +57,8 @@ class ReplicaState:
     drained: list[str] = field(default_factory=list)
     #: the share of its KV cache in use now, 0..1 (vllm:kv_cache_usage_perc, its fullest engine; None: not read)
     kv_usage: float | None = None
+    #: in a pool, the model the inventory places here (name, source): status names it while nothing serves
+    placed: tuple[str, str] | None = None
 
     @property
     def router_available(self) -> bool | None:
@@ -189,7 +191,8 @@ def fleet_state(sess: Session) -> FleetState:
                                      FN.role(inv, k), row.get("kv_transfers"), row.get("kv_failed"),
                                      {n: float(row[n]) for n in LATENCY_KEYS if isinstance(row.get(n), (int, float))},
                                      engine_counts(row.get("engines")), standbys or None, row.get("adapters"),
-                                     drained, _share(row.get("kv_usage"))))
+                                     drained, _share(row.get("kv_usage")),
+                                     (inv.model_of(k).name, inv.model_of(k).source) if inv.models else None))
     shown = first or routers[0]
     holder = next((r.host for r in routers if r.holds_vip), None)
     vip = inv.cluster.router.vip

@@ -126,6 +126,21 @@ def _route_url(sess: Session, inv: Inventory, url: str, policy: str, names: list
     return {"ok": all(v.get("ok") for v in out.values()), **out}
 
 
+def rewrite_workers(sess: Session, inv: Inventory, replaced: dict[str, list[dict]]) -> None:
+    """Each pool router's workers file (routers.WORKERS_PATH) with the entries of the replicas in
+    `replaced` (url -> their entries now; [] drops them) put in place, the others' as the file held
+    them: a router restarted later adds what the routers were just told."""
+    urls = [FN.replica_url(inv, k) for k in range(len(inv.replicas))]
+    name = FN.router_name(inv)
+
+    def rewrite(h: Host) -> None:
+        ssh = sess.ssh[h.name]
+        now = ssh.run(DK.exec_argv(name, "cat", FRT.WORKERS_PATH), timeout=30, check=False)
+        DK.copy_file_in(ssh, name, FRT.WORKERS_PATH,
+                        FRT.rewritten_workers(now.stdout.encode() if now.exit_code == 0 else None, inv, urls, replaced))
+    sess.stage("router-workers", list(FN.router_hosts(inv)), rewrite)
+
+
 def stop_vip(sess: Session, host: Host) -> None:
     """Stop keepalived (SIGTERM, 10 s): it gives the floating address up and its entry removes the
     forwarding; `docker rm -f` alone would leave both on the host."""

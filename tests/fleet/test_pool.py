@@ -421,3 +421,29 @@ def test_status_says_how_full_each_models_kv_cache_is_from_the_replicas_own_gaug
     doc = {m["model"]: m for m in D.models_doc(fs)}
     assert doc["chat"]["kv_cache_usage"] == 0.5 and doc["coder"]["kv_cache_usage"] is None
     assert fs.replicas[0].to_dict()["kv_usage"] == 0.25
+
+
+def test_serve_stop_of_one_model_says_what_it_stops_and_refuses_a_model_the_pool_does_not_serve(tmp_path):
+    from bootstrap.face import OptionError
+    from bootstrap.face import docs as D
+    from bootstrap.face.cluster import stop_preview
+    from bootstrap.face.results import ServeOutcome
+    from bootstrap.fleet.status import FleetState, ReplicaState
+
+    path = write(tmp_path, pool_yaml())
+    inv = load(tmp_path, pool_yaml())
+    assert stop_preview(inv, "coder") == (f"serve --stop stops coder's 1 replica (h2, h3) of the pool 'vllm'; the "
+                                          f"other models serve on; inventory {path}")
+    assert stop_preview(inv, "chat").startswith("serve --stop stops chat's 2 replicas (h0, h1) ")
+    with pytest.raises(OptionError, match=r"--model: 'nope' is not a model of .* \(its models: chat, coder\)"):
+        stop_preview(inv, "nope")
+    r = CliRunner().invoke(main, ["serve", "-i", str(path), "--stop", "--model", "nope", "--yes"])
+    assert r.exit_code == 2 and "--model: 'nope' is not a model of" in r.output, r.output
+    done = ServeOutcome(inv, "stopped", True, {"model": "coder", "replicas": [2], "hosts": ["h2", "h3"]})
+    assert done.to_doc() == {"stopped": True, "model": "coder", "replicas": [2], "hosts": ["h2", "h3"]}
+    # status names the stopped model from the inventory while nothing serves it
+    placed = [ReplicaState(k, [f"h{k}"], f"http://192.0.2.{k + 1}:8000", {f"h{k}": "absent"}, 0, None, "not serving",
+                           False, placed=(inv.model_of(k).name, inv.model_of(k).source)) for k in range(3)]
+    doc = {m["model"]: m for m in D.models_doc(FleetState("http://192.0.2.1:30000/v1", "h0", "running", [], placed,
+                                                          [], None, None))}
+    assert (doc["coder"]["replicas"], doc["coder"]["healthy"], doc["coder"]["source"]) == ([2], 0, "/models/coder")

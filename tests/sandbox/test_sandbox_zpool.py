@@ -107,7 +107,9 @@ def test_one_endpoint_routes_each_model_to_its_own_replicas(pool):
         assert code == 200 and doc["model"] == model, doc
     assert len(set(texts.values())) == 3, texts  # two models and an adapter, not one behind three names
     # a model the pool does not serve reaches a vLLM that refuses it: 404, never another model's text
-    code, doc = post(endpoint + "/completions", {"model": "no-such-model", "prompt": PROMPT, "max_tokens": 2})
+    # (with coder's key: a replica of coder refuses a request without it, 401, before it looks at the model)
+    code, doc = post(endpoint + "/completions", {"model": "no-such-model", "prompt": PROMPT, "max_tokens": 2},
+                     key=KEYS["coder"])
     assert code == 404 and "no-such-model" in json.dumps(doc), (code, doc)
     # coder asks for its own key (its replicas' vLLM checks it, through the router or not); chat for none
     body = {"model": "coder", "prompt": PROMPT, "max_tokens": 2}
@@ -232,6 +234,35 @@ def test_a_rollout_of_one_model_changes_only_its_replicas_and_no_request_fails(p
             for n in sb.nodes[2:]} == coder_started  # coder's replica was not touched
     code, doc = post(endpoint + "/completions", {"model": "chat-lora", "prompt": PROMPT, "max_tokens": 2})
     assert code == 200 and doc["model"] == "chat-lora", (code, doc)  # the adapter is routed again
+
+
+def test_serve_stop_of_one_model_leaves_the_others_serving_and_serve_starts_it_again(pool):
+    """`serve --stop --model coder` under load on chat: coder's replica leaves the router (and its
+    workers file), drains and stops; chat loses no request and its replicas are not touched; `serve`
+    with no MODEL then starts coder again, and only coder."""
+    sb, inv, served = pool
+    endpoint = endpoint_of(served.stdout)
+    chat_started = started_at(sb.nodes[:2])
+    with Load(endpoint, concurrency=1, model="chat", pause=0.5) as chat:
+        r = cli("serve", "-i", inv, "--stop", "--model", "coder", "--yes", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout) == {"stopped": True, "model": "coder", "replicas": [2], "hosts": ["node3", "node4"]}
+    assert chat.samples and not chat.failed(), chat.failed()[:3]
+    assert started_at(sb.nodes[:2]) == chat_started
+    for n in sb.nodes[2:]:
+        names = on_node(n, "docker", "ps", "-a", "--format", "{{.Names}}").stdout.split()
+        assert SERVE not in names, (n.name, names)
+    assert wait_models(endpoint, ["chat", "chat-lora"], 30) == ["chat", "chat-lora"]
+    assert routed_names(sb) == {"chat", "chat-lora"}  # a router restarted now would not add it back
+    models = {m["model"]: m for m in json.loads(cli("status", "-i", inv, "--json").stdout)["models"]}
+    assert models["coder"]["healthy"] == 0 and models["chat"]["healthy"] == 2, models
+    r = cli("serve", "-i", inv, "--yes")
+    assert r.returncode == 0, r.stderr[-3000:]
+    changes = [ln.split(":", 2)[1].split() for ln in r.stdout.splitlines() if ln.startswith("change: ")]
+    assert changes == [["keep", "chat"], ["keep", "chat"], ["start", "coder"]], r.stdout
+    assert started_at(sb.nodes[:2]) == chat_started
+    code, body = post(endpoint + "/completions", {"model": "coder", "prompt": PROMPT, "max_tokens": 2})
+    assert code == 200 and body["model"] == "coder", (code, body)
 
 
 def started_at(nodes):
