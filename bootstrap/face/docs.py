@@ -100,9 +100,8 @@ def models_doc(fs) -> list[dict]:
             r.placed or (None, None))
         if not name:
             continue
-        m = by.setdefault(name, {"model": name, "source": source, "replicas": [],
-                                               "healthy": 0, "in_router": 0, "adapters": {},
-                                               "kv_cache_usage": None})
+        m = by.setdefault(name, {"model": name, "source": source, "replicas": [], "healthy": 0, "in_router": 0,
+                                 "adapters": {}, "kv_cache_usage": None})
         m["replicas"].append(r.index)
         if r.kv_usage is not None:  # the fullest replica's share of its KV cache
             m["kv_cache_usage"] = max(m["kv_cache_usage"] or 0.0, r.kv_usage)
