@@ -23,6 +23,8 @@ with nothing but the standard library.
   route ROUTER URL POLICY NAME...
                           a pool's router (vllm-router's multi-model mode): URL routed under exactly
                           NAMEs (removed, then added under each)
+  repolicy ROUTER NAME POLICY URL...
+                          a pool model's policy changed in place: its URLs out, then in under NAME
 """
 import json
 import os
@@ -391,8 +393,32 @@ def pool_workers(router):
     if code != 200:
         return {"error": f"GET /workers answered {code}"}
     doc = json.loads(body)
-    items = doc.get("workers", []) if isinstance(doc, dict) else doc
-    return {"workers": {w.get("url", "").rstrip("/"): w.get("model_id") for w in items if isinstance(w, dict)}}
+    items = [w for w in (doc.get("workers", []) if isinstance(doc, dict) else doc) if isinstance(w, dict)]
+    return {"workers": {w.get("url", "").rstrip("/"): w.get("model_id") for w in items},
+            # the policy each URL was last added with (its labels): what a model's routing was told
+            "policies": {w.get("url", "").rstrip("/"): (w.get("metadata") or {}).get("policy") for w in items}}
+
+
+def repolicy(router, name, policy, urls):
+    """A pool model's policy changed in place: every URL of it out, then in again under NAME with POLICY.
+    vllm-router 0.1.17 keeps a model's policy from its first worker until its last leaves
+    (policies/registry.rs); the gap between is milliseconds, and a request that meets it is held by the
+    router's retries (measured: no request failed with gaps up to 200 ms, 503s from 500 ms on)."""
+    start = time.monotonic()
+    for url in urls:
+        code, answer = http("DELETE", f"{router}/workers/{urllib.parse.quote(url, safe='')}", timeout=30)
+        if code not in (200, 202, 204, 404):
+            return {"ok": False, "error": f"DELETE {url} answered {code}: {answer[:200].decode(errors='replace')}"}
+    for url in urls:
+        code, answer = http("POST", router + "/workers", {"url": url, "model_id": name, "labels": {"policy": policy}},
+                            timeout=30)
+        if code >= 300:
+            why = answer[:200].decode(errors="replace")
+            return {"ok": False, "error": f"POST /workers {url} answered {code}: {why}"}
+    gap = round(1000 * (time.monotonic() - start), 1)
+    seen = pool_workers(router)
+    missing = [u for u in urls if (seen.get("workers") or {}).get(u) != name]
+    return {"ok": not missing, "gap_ms": gap, **({"error": f"not listed under {name}: {missing}"} if missing else {})}
 
 
 def holds(address):
@@ -425,6 +451,8 @@ def main(argv):
         doc = lora(argv[1].rstrip("/"), cmd == "lora-load", *argv[2:4])
     elif cmd == "pool-workers":
         doc = pool_workers(argv[1].rstrip("/"))
+    elif cmd == "repolicy":
+        doc = repolicy(argv[1].rstrip("/"), argv[2], argv[3], [u.rstrip("/") for u in argv[4:]])
     elif cmd == "route":
         doc = route(argv[1].rstrip("/"), argv[2].rstrip("/"), argv[3], argv[4:])
     else:

@@ -135,9 +135,10 @@ def _changed(changes) -> str:
         done.setdefault(c.action, []).append(str(c.index) if c.index is not None else
                                              ", ".join(c.hosts) if c.action == "stop" else c.url)
     verbs = {"replace": "replaced replica", "start": "started replica", "route": "put back in the routers replica",
-             "remove": "took out of the routers", "stop": "stopped serving on"}
+             "remove": "took out of the routers", "stop": "stopped serving on",
+             "policy": "changed the router policy in place of replica"}
     parts = [f"{verbs[a]} {', '.join(done[a])}" for a in verbs if a in done]
-    kept = len(done.get("keep", []))
+    kept = len(done.get("keep", [])) + len(done.get("policy", []))  # a new policy: the replica kept as it was
     return f"{', '.join(parts) or 'nothing changed'}; kept {kept} replica{'s' if kept != 1 else ''} as they were"
 
 

@@ -37,7 +37,7 @@ from bootstrap.model import Inventory
 from bootstrap.remote import docker as DK
 from bootstrap.remote.session import Reporter, Session
 
-KEEP, START, REPLACE, REMOVE, ROUTE, STOP = "keep", "start", "replace", "remove", "route", "stop"
+KEEP, START, REPLACE, REMOVE, ROUTE, STOP, POLICY = "keep", "start", "replace", "remove", "route", "stop", "policy"
 
 
 @dataclass(frozen=True)
@@ -89,19 +89,36 @@ def _why_replace(rp: FP.ReplicaPlan, spec: FP.Spec, have: Sequence[Running | Non
     return "its hosts or its split change"
 
 
+def _kept(inv: Inventory, rp: FP.ReplicaPlan, name: str, was: str | None) -> Change:
+    """A replica that runs as planned and is routed: KEEP, or POLICY where its model's policy changed
+    alone. vllm-router resets a model's policy only when its last worker leaves, and removes a URL under
+    its last name only (policies/registry.rs; a URL routed under a LoRA adapter's name too keeps the
+    model's policy: measured), so a model with LoRA on keeps its policy until the routers restart."""
+    m = inv.model_of(rp.index)
+    want = FRT.model_policy(inv, m) if m is not None else None
+    if was is None or want is None or was == want:
+        return Change(KEEP, name, rp.index, rp.hosts, rp.url, "unchanged")
+    if m is not None and m.lora:
+        return Change(KEEP, name, rp.index, rp.hosts, rp.url, f"unchanged; router policy {was} -> {want} takes "
+                      "effect when the routers restart (a model with LoRA on keeps its policy in vllm-router)")
+    return Change(POLICY, name, rp.index, rp.hosts, rp.url, f"router policy {was} -> {want}, in place")
+
+
 def changes(inv: Inventory, plan: FP.FleetPlan, running: Mapping[str, Running | None],
-            routed: Mapping[str, str]) -> list[Change]:
+            routed: Mapping[str, str], policies: Mapping[str, str] | None = None) -> list[Change]:
     """What `serve` does to make the pool serve the plan. running: each host's serve container (None:
-    none); routed: each URL the routers hold -> the model they hold it under (as far as they say)."""
+    none); routed: each URL the routers hold -> the model they hold it under (as far as they say);
+    policies: the policy each was last added with (a model's policy changed alone: POLICY)."""
     out: list[Change] = []
     for rp in plan.replicas:
         spec = plan.spec_of(rp)
         name = spec.served_name or spec.model
         have = [running.get(m.host) for m in rp.members]
         same = all(r is not None and r.running and r.launch == m.launch for r, m in zip(have, rp.members))
-        if same:
-            out.append(Change(ROUTE, name, rp.index, rp.hosts, rp.url, "serving, not in the routers")
-                       if rp.url not in routed else Change(KEEP, name, rp.index, rp.hosts, rp.url, "unchanged"))
+        if same and rp.url in routed:
+            out.append(_kept(inv, rp, name, (policies or {}).get(rp.url)))
+        elif same:
+            out.append(Change(ROUTE, name, rp.index, rp.hosts, rp.url, "serving, not in the routers"))
         elif not any(r is not None and r.running for r in have):
             out.append(Change(START, name, rp.index, rp.hosts, rp.url, "nothing runs on its hosts"
                               if all(r is None for r in have) else "its containers are stopped"))
@@ -147,9 +164,10 @@ def _secrets_of(inv: Inventory, st: object) -> str:
     return SS.API_KEY_ENV if SS.API_KEY_ENV in SS.values(inv) else ""
 
 
-def read(sess: Session, inv: Inventory) -> tuple[dict[str, Running | None], dict[str, object], dict[str, str]]:
-    """Each host's serve container, each router host's router container, and the URLs the first router
-    that answers holds (url -> model)."""
+def read(sess: Session, inv: Inventory) -> tuple[dict[str, Running | None], dict[str, object], dict[str, str],
+                                                dict[str, str]]:
+    """Each host's serve container, each router host's router container, the URLs the first router
+    that answers holds (url -> model) and the policy each was last added with (url -> policy)."""
     sname = FN.serve_name(inv)
 
     def one(h) -> Running | None:
@@ -162,14 +180,16 @@ def read(sess: Session, inv: Inventory) -> tuple[dict[str, Running | None], dict
     rhosts = list(FN.router_hosts(inv))
     routers = sess.stage("inspect-router", rhosts, lambda h: _inspect(sess, h, FN.router_name(inv))).succeeded
     routed: dict[str, str] = {}
+    policies: dict[str, str] = {}
     for h in rhosts:
         if routers.get(h.name) is None or not routers[h.name].running:
             continue
         doc = _probe(sess, h, FN.router_name(inv), ["pool-workers", FN.router_url(inv, h)], timeout=60)
         if "workers" in doc:
             routed = {u.rstrip("/"): m for u, m in doc["workers"].items()}
+            policies = {u.rstrip("/"): p for u, p in (doc.get("policies") or {}).items() if p}
             break
-    return running, routers, routed
+    return running, routers, routed, policies
 
 
 def converge(sess: Session, inv: Inventory, plan: FP.FleetPlan, todo: Sequence[Change], *, wait: float,
@@ -195,8 +215,28 @@ def converge(sess: Session, inv: Inventory, plan: FP.FleetPlan, todo: Sequence[C
             if not back.get("ok"):
                 raise ServeFailed(f"the routers did not take replica {c.index} ({c.model}) in: {back}", "")
             step(c, "in the routers")
+    _repolicy(sess, inv, plan, [c for c in todo if c.action == POLICY], step)
     _start_standbys(sess, inv, starts)
     return _routers_now(sess, inv, plan)
+
+
+def _repolicy(sess: Session, inv: Inventory, plan: FP.FleetPlan, todo: Sequence[Change],
+              step: Callable[[Change, str], None]) -> None:
+    """Each model whose policy changed alone gets it in every router, in place: all its URLs out and in
+    again under its name with the new policy (fleet_probe's `repolicy`: a gap of milliseconds, which
+    the router's retries cover)."""
+    for name in dict.fromkeys(c.model for c in todo):
+        m = next(x for x in inv.models if x.name == name)
+        urls = [rp.url for rp in plan.replicas if inv.model_of(rp.index) is m]
+        policy = FRT.model_policy(inv, m)
+        for h in FN.router_hosts(inv):
+            doc = _probe(sess, h, FN.router_name(inv), ["repolicy", FN.router_url(inv, h), name, policy, *urls],
+                         timeout=120)
+            if not doc.get("ok"):
+                raise ServeFailed(f"the router on {h.name} did not take {name}'s policy {policy}: "
+                                  f"{doc.get('error')}", "")
+            for c in (c for c in todo if c.model == name):
+                step(c, f"policy {policy} on {h.name} ({doc.get('gap_ms')} ms out of the router)")
 
 
 def _let_go(sess: Session, inv: Inventory, todo: Sequence[Change], drain: float,

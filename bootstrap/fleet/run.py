@@ -159,7 +159,7 @@ def _converge(sess: Session, inv: Inventory, plan: FP.FleetPlan, *, dry_run: boo
               on_changes: Callable | None) -> FP.FleetPlan | list[CV.Change] | None:
     """A pool that serves already: its changes run (fleet/converge.py) and returned (the plan with
     dry_run); None: nothing serves, or the routers cannot change in place, and serve starts over."""
-    running, routers, routed = CV.read(sess, inv)
+    running, routers, routed, policies = CV.read(sess, inv)
     if not any(r is not None and r.running for r in running.values()):
         return None
     why = CV.router_ready(inv, plan, routers)
@@ -167,7 +167,7 @@ def _converge(sess: Session, inv: Inventory, plan: FP.FleetPlan, *, dry_run: boo
         if on_changes is not None:
             on_changes(None, why)
         return None
-    todo = CV.changes(inv, plan, running, routed)
+    todo = CV.changes(inv, plan, running, routed, policies)
     if on_changes is not None:
         on_changes(todo, None)
     if dry_run:

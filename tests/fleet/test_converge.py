@@ -2,6 +2,7 @@
 judged from what each host runs (its launch digest) and the workers the routers hold; pure."""
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 from bootstrap.fleet import converge as CV
@@ -138,3 +139,42 @@ def test_serves_last_line_says_what_changed_in_one_phrase():
     assert _changed(todo) == ("replaced replica 2, started replica 3, took out of the routers http://x:8000, "
                               "stopped serving on h4; kept 1 replica as they were")
     assert _changed(todo[:1]) == "nothing changed; kept 1 replica as they were"
+
+
+def test_a_models_policy_changed_alone_is_changed_in_place_unless_lora_is_on(tmp_path):
+    inv, plan = planned(tmp_path)  # chat x2 (power_of_two, the cluster's), coder (power_of_two, its own)
+    told = {rp.url: "round_robin" for rp in plan.replicas}  # what the routers were told before the edit
+    todo = CV.changes(inv, plan, running_of(plan), routed_of(plan), told)
+    assert [(c.action, c.model) for c in todo] == [("policy", "chat"), ("policy", "chat"), ("policy", "coder")]
+    assert todo[0].why == "router policy round_robin -> power_of_two, in place"
+    same = {rp.url: "power_of_two" for rp in plan.replicas}
+    assert [c.action for c in CV.changes(inv, plan, running_of(plan), routed_of(plan), same)] == ["keep"] * 3
+    assert [c.action for c in CV.changes(inv, plan, running_of(plan), routed_of(plan))] == ["keep"] * 3  # not known
+    lora = MODELS.replace("    replicas: 2\n", "    replicas: 2\n    adapters: []\n", 1)
+    inv, plan = planned(tmp_path, lora)
+    todo = CV.changes(inv, plan, running_of(plan), routed_of(plan), {rp.url: "round_robin" for rp in plan.replicas})
+    assert [(c.action, c.model) for c in todo] == [("keep", "chat"), ("keep", "chat"), ("policy", "coder")]
+    assert "takes effect when the routers restart" in todo[0].why
+
+
+def test_the_probe_takes_every_url_of_a_model_out_before_it_adds_them_back_with_the_policy(monkeypatch):
+    from tests.support.checks import load_check
+
+    probe = load_check("fleet_probe")
+    calls = []
+    workers = {"workers": [{"url": "http://a:8000", "model_id": "coder", "metadata": {"policy": "random"}},
+                           {"url": "http://b:8000", "model_id": "coder", "metadata": {"policy": "random"}}]}
+
+    def http(method, url, body=None, timeout=5.0, key=None):
+        calls.append((method, url.split("/workers")[-1], (body or {}).get("labels")))
+        return (200, json.dumps(workers).encode()) if method == "GET" else (200, b"{}")
+    monkeypatch.setattr(probe, "http", http)
+    assert probe.pool_workers("http://r")["policies"] == {"http://a:8000": "random", "http://b:8000": "random"}
+    calls.clear()
+    got = probe.repolicy("http://r", "coder", "round_robin", ["http://a:8000", "http://b:8000"])
+    assert got["ok"] and got["gap_ms"] >= 0, got
+    assert [c[0] for c in calls] == ["DELETE", "DELETE", "POST", "POST", "GET"]
+    assert calls[2][2] == calls[3][2] == {"policy": "round_robin"}
+    workers["workers"] = workers["workers"][:1]  # the router lost one: said, not hidden
+    got = probe.repolicy("http://r", "coder", "round_robin", ["http://a:8000", "http://b:8000"])
+    assert not got["ok"] and "http://b:8000" in got["error"]

@@ -9,6 +9,7 @@ vllm-router, `docker kill`.
 """
 import json
 import os
+import re
 import secrets
 import time
 import urllib.error
@@ -264,6 +265,33 @@ def test_serve_stop_of_one_model_leaves_the_others_serving_and_serve_starts_it_a
     assert started_at(sb.nodes[:2]) == chat_started
     code, body = post(endpoint + "/completions", {"model": "coder", "prompt": PROMPT, "max_tokens": 2})
     assert code == 200 and body["model"] == "coder", (code, body)
+
+
+def test_a_models_policy_changed_alone_changes_in_the_router_in_place(pool):
+    """coder's policy edited in models: and `serve` again, under load on coder: the router takes the new
+    policy in place (coder's workers out and back in a few milliseconds, which its retries cover); no
+    replica restarts and no coder request fails."""
+    sb, inv, served = pool
+    endpoint = endpoint_of(served.stdout)
+    before = started_at(sb.nodes)
+    doc = yaml.safe_load(Path(inv).read_text())
+    doc["models"][1]["policy"] = "round_robin"
+    Path(inv).write_text(yaml.safe_dump(doc))
+    with Load(endpoint, concurrency=2, model="coder", pause=0.05, key=KEYS["coder"]) as coder:
+        time.sleep(2)
+        r = cli("serve", "-i", inv, "--yes")
+        time.sleep(2)
+    assert r.returncode == 0, r.stderr[-3000:]
+    changes = [ln.split(":", 2)[1].split() for ln in r.stdout.splitlines() if ln.startswith("change: ")]
+    assert changes == [["keep", "chat"], ["keep", "chat"], ["policy", "coder"]], r.stdout
+    assert "router policy power_of_two -> round_robin, in place" in r.stdout, r.stdout
+    assert coder.samples and not coder.failed(), coder.failed()[:3]
+    assert started_at(sb.nodes) == before  # nothing restarted
+    logs = on_node(sb.nodes[0], "docker", "logs", ROUTER, check=False)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", logs.stdout + logs.stderr)
+    assert "Assigning policy round_robin to new model coder" in text, text[-2000:]
+    r = cli("serve", "-i", inv)  # the routers hold it now: nothing to change
+    assert r.returncode == 0 and "nothing changed" in r.stdout, (r.stdout[-2000:], r.stderr[-2000:])
 
 
 def started_at(nodes):
