@@ -117,9 +117,10 @@ def run(router_bin: str, changes: int, widen: float, clients: int) -> dict:
         log.seek(0)
         assigned = [ln for ln in (re.sub(r"\x1b\[[0-9;]*m", "", x) for x in log) if "Assigning policy" in ln]
     failed = Counter(c for c in results if c != 200)
+    last = assigned[-1].split("Assigning policy ")[-1].split()[0] if assigned else None
     return {"widen_s": widen, "requests": len(results), "failed": sum(failed.values()), "by_answer": dict(failed),
-            "gap_ms": [round(g, 1) for g in gaps], "last_assigned": assigned[-1].split("Assigning policy ")[-1].split()[0]
-            if assigned else None, "expected": POLICIES[(changes - 1) % 2] if changes else "round_robin"}
+            "gap_ms": [round(g, 1) for g in gaps], "last_assigned": last,
+            "expected": POLICIES[(changes - 1) % 2] if changes else "round_robin"}
 
 
 def main(argv=None) -> int:
