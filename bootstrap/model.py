@@ -84,6 +84,8 @@ class SSHTarget:
     key: str | None = None
     #: A bastion / jump host, as ``[user@]host[:port]``.
     jump: str | None = None
+    #: sudo's password on this host (the Ansible format's ansible_become_password); never shown.
+    become_password: str | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,9 @@ class SSHSettings:
     command_timeout: float = 600.0
     #: Retries of a refused or reset connection, with backoff (timeouts are not retried).
     connect_retries: int = 3
+    #: sudo's password where the SSH user is not root (-K/--ask-become-pass, $BOOTSTRAP_BECOME_PASSWORD;
+    #: a host's own in the inventory wins); it travels on the SSH channel's stdin only, never shown.
+    become_password: str | None = field(default=None, repr=False, compare=False)
 
 
 #: vllm-router's balancing policies that bootstrap offers (kv_aware: from the engines' own KV cache events,

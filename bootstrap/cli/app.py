@@ -16,7 +16,7 @@ import click
 
 from bootstrap import face
 from bootstrap.cli import render, runlog
-from bootstrap.cli.params import INVENTORY_BEFORE, inventory_before_option
+from bootstrap.cli.params import INVENTORY_BEFORE, become_option, inventory_before_option
 from bootstrap.errors import BootstrapError, ExitStatus
 from bootstrap.face import OptionError
 
@@ -248,6 +248,7 @@ def _verbose(ctx, param, value):
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @inventory_before_option
+@become_option
 @click.option("-v", "--verbose", is_flag=True, expose_value=False, callback=_verbose,
               help="Every step of every host and every remote command on stderr as it happens (before or after the "
                    "command's name); they always go to the run log (~/.cache/bootstrap/runs/, $BOOTSTRAP_RUNS).")

@@ -12,6 +12,7 @@ from bootstrap.cli.app import _run, exit_on, main
 from bootstrap.cli.params import (
     SECONDS,
     accept_keys_option,
+    become_option,
     check_host_names,
     check_hosts,
     check_kv_port,
@@ -107,6 +108,7 @@ def doctor(inventory, parallel, as_json):
 @main.command()
 @inventory_option
 @accept_keys_option
+@become_option
 @click.argument("hosts", nargs=-1)
 @renamed("--hosts", "--limit", "only", callback=check_host_names)
 @click.option("--limit", "only", metavar="HOSTS", default=None, callback=check_host_names,

@@ -10,6 +10,7 @@ from bootstrap.cli.app import _run, exit_on, main
 from bootstrap.cli.params import (
     SECONDS,
     Seconds,
+    become_option,
     check_command_words,
     check_host_names,
     confirm,
@@ -73,6 +74,7 @@ def plan(inventory, as_json):
 @renamed("--wait", "--timeout", "wait", SECONDS)
 @click.option("--accept-new-host-keys", is_flag=True, default=None,
               help="Trust and record SSH host keys not yet known (changed keys are still refused).")
+@become_option
 @click.option("--allow-partial", is_flag=True,
               help="Start the cluster on the hosts that pass connect and preflight; workers that do not are "
                    "left as they are and named (the head is never optional).")
@@ -159,6 +161,7 @@ def status(inventory, parallel, as_json, exposure):
               help="Seconds the command may run on each host (default: the inventory's command_timeout).")
 @click.option("--accept-new-host-keys", is_flag=True, default=None,
               help="Trust and record SSH host keys not yet known (changed keys are still refused).")
+@become_option
 @json_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, callback=check_command_words)
 def exec_(inventory, container, only, parallel, timeout, accept_new_host_keys, as_json, command):

@@ -13,6 +13,7 @@ from bootstrap.cli.params import (
     SECONDS,
     Seconds,
     accept_keys_option,
+    become_option,
     host_options,
     inventory_option,
     json_option,
@@ -27,6 +28,7 @@ from bootstrap.errors import ExitStatus
 @main.command()
 @inventory_option
 @accept_keys_option
+@become_option
 @click.option("--interval", type=Seconds(0.5, 60), default=2.0, show_default=True,
               help="Seconds between looks.")
 @click.option("--once", is_flag=True, help="Take two looks --interval apart, print one frame and exit.")

@@ -12,6 +12,7 @@ from bootstrap.cli.params import (
     FilePath,
     PassThrough,
     accept_keys_option,
+    become_option,
     check_fleet_flags,
     check_listen,
     check_name,
@@ -320,6 +321,7 @@ def check_bench_args(ab, url, prompt, workload, trace) -> None:
 @main.command()
 @inventory_option
 @accept_keys_option
+@become_option
 @click.option("--url", default=None, callback=check_url,
               help="Endpoint to load (default: the inventory's head and vLLM port; with replicas, the router, "
                    "and the requests each replica served are reported).")

@@ -15,6 +15,7 @@ from bootstrap import exposure
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import runtime as RT
 from bootstrap.cluster.guard import fence as FN
+from bootstrap.cluster.guard import run as GR
 from bootstrap.containers import parse_container_inspect
 from bootstrap.errors import CommandFailed, PreflightFailed
 from bootstrap.model import Host
@@ -113,7 +114,7 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool, cluster:
                      rack=F.parse_rack(got["rack"].stdout, sent=sent.get("rack"), received=received.get("rack")),
                      driver_cuda=driver_cuda,
                      image_cuda=F.parse_image_cuda(got["inspect"].stdout) if image_id else {},
-                     guard=FN.parse_guard(got["guard"].stdout) if "guard" in got else None)
+                     guard=GR.become_checked(ssh, FN.parse_guard(got["guard"].stdout)) if "guard" in got else None)
 
 
 def gather_hosts(sess: Session, hosts: Iterable[Host] | None = None) -> dict[str, F.HostFacts]:

@@ -19,12 +19,16 @@ from bootstrap.remote.fanout import DEFAULT_PARALLEL
 
 
 def load_inventory(path, *, check_files: bool = True, require_secrets: bool = True,
-                   accept_new_host_keys: bool = False, collect: bool = False) -> Inventory:
+                   accept_new_host_keys: bool = False, collect: bool = False,
+                   become_password: str | None = None) -> Inventory:
     """The inventory at `path`, loaded and validated (inventory.load_inventory); accept_new_host_keys:
-    its SSH settings trust host keys not yet known; collect: every field error at once (InventoryErrors)."""
+    its SSH settings trust host keys not yet known; become_password: sudo's password where the SSH user is
+    not root (a host's own in the inventory wins); collect: every field error at once (InventoryErrors)."""
     inv = _load(path, check_files=check_files, require_secrets=require_secrets, collect=collect)
     if accept_new_host_keys:
         inv = replace(inv, cluster=replace(inv.cluster, ssh=replace(inv.cluster.ssh, accept_new_host_keys=True)))
+    if become_password is not None:
+        inv = replace(inv, cluster=replace(inv.cluster, ssh=replace(inv.cluster.ssh, become_password=become_password)))
     return inv
 
 

@@ -166,7 +166,7 @@ def _build_hosts(
     for spec, n_gpus in zip(specs, gpus):
         ssh = {
             opt: spec.values[opt] if spec.given(opt) else defaults.values.get(opt)
-            for opt in ("user", "port", "key", "jump")
+            for opt in ("user", "port", "key", "jump", "become_password")
         }
         if ssh["port"] is not None:
             _check_ssh_port(ssh["port"], cluster, spec.where("port") if spec.given("port") else defaults.locs["port"])

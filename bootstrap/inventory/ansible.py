@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 from bootstrap.inventory.addresses import _address
 from bootstrap.inventory.fields import _cluster
-from bootstrap.inventory.hostfields import _HOST_FIELDS, _TOO_MANY_HOSTS, _host_name, _HostSpec
+from bootstrap.inventory.hostfields import _HOST_FIELDS, _TOO_MANY_HOSTS, _host_name, _HostSpec, become_password
 from bootstrap.inventory.modelfields import _models
 from bootstrap.inventory.values import _expect_mapping
 from bootstrap.inventory.yamlfile import _MAX_HOSTS, _describe, _join, _Loc, _quote, _unknown_key
@@ -21,6 +21,8 @@ _ANSIBLE_VARS: dict[str, tuple[str, ...]] = {
     "user": ("ansible_user", "ansible_ssh_user"),
     "port": ("ansible_port", "ansible_ssh_port"),
     "key": ("ansible_ssh_private_key_file", "ansible_private_key_file"),
+    # sudo's password on the host (never shown): given to sudo on the SSH channel's stdin, as -K's
+    "become_password": ("ansible_become_password", "ansible_become_pass", "ansible_sudo_pass", "ansible_sudo_password"),
     "ip": ("vllm_host_ip",),
     "role": ("bootstrap_role",),
     "gpus": ("bootstrap_gpus",),
@@ -100,7 +102,7 @@ def _ansible(root: dict, top: _Loc, environ: Mapping[str, str]):  # type: ignore
             raw, var_loc = found
             _reject_jinja(raw, var_loc)
             locs[logical] = var_loc
-            values[logical] = _HOST_FIELDS[logical](raw, var_loc)
+            values[logical] = (become_password if logical == "become_password" else _HOST_FIELDS[logical])(raw, var_loc)
         if "address" not in values:
             values["address"] = _address(name, loc)
             locs["address"] = loc
@@ -175,17 +177,15 @@ _NOT_HONOURED = {
     "ansible_password": "bootstrap logs in with keys only: remove it and give a key (ansible_ssh_private_key_file)",
     "ansible_ssh_pass": "bootstrap logs in with keys only: remove it and give a key (ansible_ssh_private_key_file)",
     "ansible_ssh_password": "bootstrap logs in with keys only: remove it and give a key (ansible_ssh_private_key_file)",
-    **dict.fromkeys(("ansible_become_password", "ansible_become_pass", "ansible_sudo_pass", "ansible_sudo_password",
-                     "ansible_su_pass"),
-                    "bootstrap takes root with `sudo -n` (no password) where the SSH user is not root, so a password "
-                    "here would be ignored: remove it, and log in as root or give the SSH user passwordless sudo"),
+    "ansible_su_pass": "bootstrap takes root with sudo, never su, so a su password here would be ignored: remove it "
+                       "(give sudo's password as ansible_become_password, -K or $BOOTSTRAP_BECOME_PASSWORD)",
 }
 #: Ansible's become settings bootstrap takes only as it does it: root, by sudo (ansible_sudo* is
 #: Ansible's older spelling of become with sudo).
 _BECOME_AS = {"ansible_become_method": "sudo", "ansible_become_user": "root", "ansible_sudo_user": "root",
               "ansible_become": True, "ansible_sudo": True}
 #: Every other variable of Ansible's privilege escalation (become, and the older sudo and su
-#: spellings: another program, its flags, su) would be ignored: bootstrap runs `sudo -n` as it is.
+#: spellings: another program, its flags, su) would be ignored: bootstrap runs sudo as it is.
 _BECOME_FAMILY = re.compile(r"ansible_(become|sudo|su)(_[a-z_]+)?")
 _TRUE_WORDS = {"true", "yes", "on", "y", "1"}
 
@@ -211,12 +211,12 @@ def _check_bootstrap_vars(variables: Mapping[Any, Any], loc: _Loc, top: bool) ->
             else:
                 why, want = ", never as another user or by another method", _BECOME_AS[name]
             loc.keyname(variables, name).at(field=_join(loc.field, name)).fail(
-                f"bootstrap takes root with `sudo -n` where the SSH user is not root{why}: remove {name} or set "
+                f"bootstrap takes root with sudo where the SSH user is not root{why}: remove {name} or set "
                 f"it to {want}")
         elif (isinstance(name, str) and name not in _BECOME_AS and name not in _NOT_HONOURED
-              and _BECOME_FAMILY.fullmatch(name)):
+              and name not in _ANSIBLE_VARS["become_password"] and _BECOME_FAMILY.fullmatch(name)):
             loc.keyname(variables, name).at(field=_join(loc.field, name)).fail(
-                f"bootstrap takes root with `sudo -n` as it is (no other program, flags or su) where the SSH user "
+                f"bootstrap takes root with sudo as it is (no other program, flags or su) where the SSH user "
                 f"is not root, so {name} would be ignored: remove it")
         if name == "ansible_connection" and variables[name] not in ("ssh", "paramiko", None):
             loc.keyname(variables, name).fail("bootstrap reaches every host over SSH: remove ansible_connection "

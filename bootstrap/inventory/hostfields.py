@@ -43,6 +43,18 @@ _HOST_FIELDS: dict[str, Validator] = {
 }
 
 
+def become_password(value: Any, loc) -> str:
+    """sudo's password for the host, read from the Ansible format only (ansible_become_password: the native
+    format keeps no password; -K and $BOOTSTRAP_BECOME_PASSWORD give one): a one-line string, never shown,
+    not even in a refusal."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        loc.fail("expected the SSH user's sudo password as a string")
+    text = str(value)
+    if not text or any(c in text for c in "\n\r\0"):
+        loc.fail("the sudo password must be one line, not empty (its value is not shown)")
+    return text
+
+
 @dataclass
 class _HostSpec:
     loc: _Loc  # the host entry (hosts[1] / all.hosts.gpu-b)

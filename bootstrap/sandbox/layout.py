@@ -79,6 +79,16 @@ class SandboxInfo:
     def head(self) -> SandboxNode:
         return self.nodes[0]
 
+    @property
+    def sudo_password_file(self) -> Path:
+        """The password of every node's login that is not root (recipes.SUDO_USER), which its sudo asks
+        for: 0600, made once per sandbox (nodes.sudo_password)."""
+        return sudo_password_path(self.workdir)
+
+
+def sudo_password_path(workdir: Path) -> Path:
+    return workdir / "sudo-password"
+
 
 # --- helpers ---------------------------------------------------------------------------------------
 

@@ -22,6 +22,18 @@ fi
 
 install -d -m 755 /run/sshd
 
+# The login that is not root (bootstrap/sandbox/recipes.py SUDO_USER): the same key, and the sandbox's
+# password, which its sudo asks for.
+if id ops >/dev/null 2>&1; then
+    install -d -m 700 -o ops -g ops /home/ops/.ssh
+    if [ -f "$SRC/authorized_keys" ]; then
+        install -m 600 -o ops -g ops "$SRC/authorized_keys" /home/ops/.ssh/authorized_keys
+    fi
+    if [ -f "$SRC/sudo-password" ]; then
+        printf 'ops:%s\n' "$(cat "$SRC/sudo-password")" | chpasswd
+    fi
+fi
+
 # A GPU-shaped node (bootstrap/sandbox/gpu.py): nvidia-smi and the NVIDIA Container Toolkit's hook
 # on PATH before dockerd starts (dockerd looks the hook up when it starts), and a character device
 # per HCA under /dev/infiniband.

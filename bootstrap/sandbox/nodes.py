@@ -4,6 +4,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import os
+import secrets
 import shutil
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ from ._util import (
     timed,
 )
 from .gpu import GpuShape
-from .layout import FULL_NODE_OPTIONS, FULL_NODE_VOLUMES, KIND_LABEL, NETWORK, SandboxNode
+from .layout import FULL_NODE_OPTIONS, FULL_NODE_VOLUMES, KIND_LABEL, NETWORK, SandboxNode, sudo_password_path
 from .registry import _inspect
 
 
@@ -60,6 +61,14 @@ def ensure_keypair(path: Path, comment: str) -> str:
 # --- nodes -----------------------------------------------------------------------------------------
 
 
+def sudo_password(workdir: Path) -> str:
+    """The sandbox's password of the nodes' login that is not root (made once, kept 0600 in the workdir)."""
+    path = sudo_password_path(workdir)
+    if not path.exists():
+        _write_private(path, secrets.token_urlsafe(18).encode())
+    return path.read_text().strip()
+
+
 def _host_key(workdir: Path, name: str) -> Path:
     return workdir / "hostkeys" / name / "ssh_host_ed25519_key"
 
@@ -83,6 +92,7 @@ def _prepare_node_files(workdir: Path, name: str, client_pub: str, registry: str
         **GPU.daemon_runtimes(gpu),
     }
     (src / "daemon.json").write_text(json.dumps(daemon, indent=2) + "\n")
+    _write_private(src / "sudo-password", (sudo_password(workdir) + "\n").encode())
     GPU.write_node(src, number, gpu)
     return src, host_pub
 

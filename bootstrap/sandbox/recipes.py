@@ -103,8 +103,12 @@ rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.lo
 """
 
 NODE_PACKAGES = (
-    "docker.io openssh-server iproute2 iptables nftables python3 rsync procps ca-certificates"
+    "docker.io openssh-server iproute2 iptables nftables python3 rsync procps ca-certificates sudo"
 )
+#: A login on every node that is not root, as stock Ubuntu and DGX OS give one: in the docker group, and
+#: in sudo's, whose rule (Debian's /etc/sudoers: `%sudo ALL=(ALL:ALL) ALL`) asks for the user's password.
+#: The password is the sandbox's own (nodes.sudo_password), set when the node starts.
+SUDO_USER = "ops"
 SSHD_CONFIG = """\
 # bootstrap sandbox node: key authentication only, root with a key, room for wide fan-out.
 HostKey /etc/ssh/ssh_host_ed25519_key
@@ -124,6 +128,8 @@ rm -f /etc/ssh/ssh_host_*
 install -m 644 /recipe/sshd_config /etc/ssh/sshd_config.d/00-sandbox.conf
 install -m 755 /recipe/node-init.sh /usr/local/sbin/sandbox-node-init
 install -d -m 700 /root/.ssh
+useradd -m -s /bin/bash -G docker,sudo {SUDO_USER}
+grep -q '^%sudo[[:space:]]*ALL=(ALL:ALL) ALL$' /etc/sudoers
 install -d -m 755 /run/sshd /etc/docker
 ssh-keygen -q -t ed25519 -N '' -f /tmp/hostkey
 /usr/sbin/sshd -t -o HostKey=/tmp/hostkey

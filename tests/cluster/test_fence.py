@@ -98,8 +98,13 @@ def test_where_the_fence_cannot_go_up_refuses_naming_the_fix():
     with_iptables = {**facts, inv.hosts[1].name: HostFacts("27", guard=replace(ROOT, nft=False, iptables=True))}
     assert PR.fence_refusals(inv, with_iptables, inv.hosts)[inv.hosts[1].name] is True
     user = replace(ROOT, root=False, sudo=False)
-    assert "asks for a password" in FN.fence_refusal(user)[0]
-    assert FN.install_argv(replace(ROOT, root=False, sudo=True)) == ("sudo", "-n", "nft", "-f", "-")
+    what, fix = FN.fence_refusal(user)
+    assert "asks for a password" in what and "pass -K" in fix and "BOOTSTRAP_BECOME_PASSWORD" in fix
+    # the password given, and refused: sudo's own line, and no word of "passwordless"
+    what, fix = FN.fence_refusal(replace(user, become_refused="sudo: 1 incorrect password attempt"))
+    assert "sudo refused the become password (sudo: 1 incorrect password attempt)" in what and "-K" in fix
+    # root comes from the SSH layer (run_as_root): the argv is the tool's own
+    assert FN.install_argv() == ("nft", "-f", "-")
     off = replace(inv, cluster=replace(inv.cluster, fence=False))
     assert PR.fence_refusals(off, facts, inv.hosts)[inv.hosts[1].name] is True
 
@@ -238,8 +243,7 @@ def test_without_nft_the_fence_is_our_own_iptables_chain_in_both_families():
     assert FN.parse_iptables_fenced(listing) == FN.fenced_ranges(inv, inv.hosts[1], IPT)
     v6 = FN.iptables_restore(inv, inv.hosts[1], g, 6)
     assert "-s fd00::/64 -j RETURN" in v6 and "172.31.240" not in v6
-    assert FN.iptables_restore_argv(replace(IPT, root=False, sudo=True), 6) == (
-        "sudo", "-n", "ip6tables-restore", "--noflush")
+    assert FN.iptables_restore_argv(6) == ("ip6tables-restore", "--noflush")
     long = cpu_inventory(1, name="a-very-long-cluster-name-for-iptables")
     assert len(FN.chain_name(long)) <= 28 and FN.chain_name(long) != FN.chain_name(cpu_inventory(1, name="a-very-long"))
 
@@ -254,8 +258,9 @@ def test_the_iptables_fence_is_filled_then_jumped_to_and_taken_off_whole():
         GD.put_fences(sess, facts)
     for h in hosts.values():
         assert [c.split()[0] for c in h.commands] == ["iptables-restore", "ip6tables-restore", "sh"]
+        assert h.roots == h.commands  # each one as root
         assert h.inputs[0].startswith(b"*filter\n:bootstrap-sandbox - [0:0]")
-    argv = FN.iptables_remove_argv(inv, IPT)
+    argv = FN.iptables_remove_argv(inv)
     assert argv[-1] == "bootstrap-sandbox" and "-X" in argv[2] and "-D INPUT" in argv[2]
 
 

@@ -1437,12 +1437,10 @@ def test_a_port_in_the_hosts_ephemeral_range_is_refused(tmp_path, setting, field
 
 
 @pytest.mark.parametrize("var, value, says", [
-    ("ansible_become_password", "pw", "bootstrap takes root with `sudo -n` (no password)"),
-    ("ansible_become_pass", "pw", "bootstrap takes root with `sudo -n` (no password)"),
-    ("ansible_sudo_pass", "pw", "bootstrap takes root with `sudo -n` (no password)"),
+    ("ansible_su_pass", "pw", "bootstrap takes root with sudo, never su"),
     ("ansible_ssh_password", "pw", "bootstrap logs in with keys only"),
-    ("ansible_become_method", "su", "bootstrap takes root with `sudo -n`"),
-    ("ansible_become_user", "postgres", "bootstrap takes root with `sudo -n`"),
+    ("ansible_become_method", "su", "bootstrap takes root with sudo"),
+    ("ansible_become_user", "postgres", "bootstrap takes root with sudo"),
     # the rest of Ansible's escalation variables, the older sudo/su spellings too: each would be ignored
     ("ansible_sudo_user", "postgres", "remove ansible_sudo_user or set it to root"),
     ("ansible_become", "false", "turning become off would be ignored"),
@@ -1461,6 +1459,24 @@ def test_ansible_become_settings_bootstrap_does_not_honour_are_refused(tmp_path,
     for yes in ("yes", "'True'", "on"):  # Ansible's words for true, as YAML 1.2 reads them (text)
         assert load(tmp_path, ok.replace("ansible_become: true", f"ansible_become: {yes}")).hosts[0].ip == "10.0.0.1"
     assert load(tmp_path, ok.replace("ansible_become_user: root", "ansible_sudo_user: root")).hosts[0].ip
+
+
+@pytest.mark.parametrize("var", ["ansible_become_password", "ansible_become_pass", "ansible_sudo_pass",
+                                 "ansible_sudo_password"])
+def test_ansibles_become_password_is_read_for_its_host_and_never_shown(tmp_path, var):
+    """Ansible's become password (any of its spellings) is sudo's password for its hosts (issue 63: it was
+    refused); the host's own wins over its group's; the value is in no repr and no refusal."""
+    doc = ("all:\n  vars:\n    bootstrap: {accelerator: none}\n  children:\n    g:\n"
+           f"      vars: {{{var}: Group-pw-1}}\n      hosts:\n"
+           f"        a: {{ansible_host: 10.0.0.1, ansible_user: ops, {var}: Host-pw-2}}\n"
+           "        b: {ansible_host: 10.0.0.2, ansible_user: ops}\n"
+           "    c:\n      hosts:\n        c: {ansible_host: 10.0.0.3}\n")
+    inv = load(tmp_path, doc)
+    assert [h.ssh.become_password for h in inv.hosts] == ["Host-pw-2", "Group-pw-1", None]
+    assert "pw-" not in repr(inv)
+    for bad, says in (("''", "must be one line, not empty"), ("[Host-pw-3]", "expected the SSH user's sudo password")):
+        err = error(tmp_path, doc.replace("Host-pw-2", bad))
+        assert err.field.endswith(var) and says in str(err) and "pw-3" not in str(err), str(err)
 
 
 def test_an_inventory_without_an_image_gets_the_tested_release_pinned_never_a_moving_tag(tmp_path):

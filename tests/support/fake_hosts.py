@@ -32,6 +32,10 @@ class FakeHost:
         self.commands: list[str] = []
         #: what each run_with_input sent on stdin, in order
         self.inputs: list[bytes] = []
+        #: sudo's password (SSHHost.become_password): none
+        self.become_password: str | None = None
+        #: the commands run as root (run_as_root), also in `commands`
+        self.roots: list[str] = []
 
     def connect(self) -> "FakeHost":
         if self.unreachable is not None:
@@ -66,6 +70,14 @@ class FakeHost:
         return self._answer(argv, check)
 
 
+    def run_as_root(self, argv: Sequence[str], chunks: Iterable[bytes] = (), *, timeout: float | None = None,
+                    check: bool = True, display: str | None = None, query: bool = False) -> Result:
+        """As root: recorded as `(as root) CMD` (what the real host shows), answered by CMD's entry."""
+        self.inputs.append(b"".join(chunks))
+        self.roots.append(shlex.join(argv))
+        return self._answer(argv, check)
+
+
 def fake_session(inv: Inventory, hosts: dict[str, FakeHost], **kw) -> Session:
     """A real Session (stages, fan-out, GroupResult) whose hosts are the given fakes; every host of the
     inventory must have one."""
@@ -83,6 +95,7 @@ GUARD_ANSWERS: list[tuple[str, object]] = [
     ("set -- $SSH_CLIENT", (0, GUARD_FACTS, "")),
     ("nft -f -", (0, "", "")),
     ("ray-auth-token.new", (0, "", "")),
-    ("exec sudo -n sh -c", (0, "", "")),  # the secrets on /run put or removed (cluster.secretstore)
+    ("a secret there would rest on disk", (0, "", "")),  # the secrets on /run put (cluster.secretstore)
+    ('rm -rf "$1"; rmdir "$2"', (0, "", "")),  # ... or removed
     ("docker rm -f bootstrap-image-mirror", (0, "", "")),  # a registry mirror left by a cold up, on a head
 ]

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from bootstrap.cluster.guard.allow import reaching
-from bootstrap.cluster.guard.secretstore import API_KEY_ENV
+from bootstrap.cluster.guard.secretstore import API_KEY_ENV, no_root
 from bootstrap.model import NATIVE_COORD_PORT, NATIVE_MASTER_PORT
 
 if TYPE_CHECKING:
@@ -91,6 +91,9 @@ class GuardFacts:
     token: str = ""
     #: the filesystem type of /run (where the secrets are kept: secretstore), None when unknown
     run_fs: str | None = None
+    #: sudo's answer when it refused the become password given (-K, $BOOTSTRAP_BECOME_PASSWORD, the
+    #: host's ansible_become_password); None when none was given or sudo took it (then `sudo` is True)
+    become_refused: str | None = None
 
 
 #: A port number as a host prints it (ASCII digits: str.isdigit() also takes '²', which int() refuses).
@@ -303,13 +306,12 @@ def ruleset(inv: Inventory, host: Host, facts: Mapping[str, GuardFacts]) -> str:
     ])
 
 
-def nft_argv(facts: GuardFacts, *args: str) -> tuple[str, ...]:
-    return ("nft", *args) if facts.root or not facts.sudo else ("sudo", "-n", "nft", *args)
+# Every argv below runs as root: the SSH layer's run_as_root (root as it is, else sudo, with the become
+# password on stdin where one is given).
 
-
-def install_argv(facts: GuardFacts) -> tuple[str, ...]:
+def install_argv() -> tuple[str, ...]:
     """`nft -f -`: the script (ruleset) on stdin, applied as one transaction."""
-    return nft_argv(facts, "-f", "-")
+    return ("nft", "-f", "-")
 
 
 def remove_script(inv: Inventory) -> str:
@@ -318,8 +320,8 @@ def remove_script(inv: Inventory) -> str:
     return f"table inet {t}\ndelete table inet {t}\n"
 
 
-def list_argv(inv: Inventory, facts: GuardFacts) -> tuple[str, ...]:
-    return nft_argv(facts, "list", "table", "inet", table_name(inv))
+def list_argv(inv: Inventory) -> tuple[str, ...]:
+    return ("nft", "list", "table", "inet", table_name(inv))
 
 
 def backend(facts: GuardFacts) -> str | None:
@@ -336,11 +338,9 @@ def fence_refusal(facts: GuardFacts) -> tuple[str, str] | None:
                 "install nftables (apt-get install nftables), or set cluster.fence: false and fence the "
                 "cluster's ports yourself (docs/security.md lists them)")
     if not facts.root and not facts.sudo:
-        tool = "nft" if facts.nft else "iptables"
-        return (f"the SSH user is not root and `sudo -n {tool}` asks for a password: the fence (cluster.fence) "
-                "needs root",
-                f"allow the SSH user passwordless sudo for {tool}, log in as root, or set cluster.fence: false")
+        return no_root("the fence (cluster.fence) needs root", "set cluster.fence: false", facts.become_refused)
     return None
+
 
 
 # -- the fence with iptables (hosts without nft) ------------------------------------------------
@@ -385,31 +385,27 @@ def iptables_restore(inv: Inventory, host: Host, facts: Mapping[str, GuardFacts]
     return "\n".join([*lines, "COMMIT", ""])
 
 
-def _sudo(facts: GuardFacts) -> tuple[str, ...]:
-    return () if facts.root or not facts.sudo else ("sudo", "-n")
+def iptables_restore_argv(family: int) -> tuple[str, ...]:
+    return ("iptables-restore" if family == 4 else "ip6tables-restore", "--noflush")
 
 
-def iptables_restore_argv(facts: GuardFacts, family: int) -> tuple[str, ...]:
-    return (*_sudo(facts), "iptables-restore" if family == 4 else "ip6tables-restore", "--noflush")
-
-
-def iptables_jump_argv(inv: Inventory, facts: GuardFacts) -> tuple[str, ...]:
+def iptables_jump_argv(inv: Inventory) -> tuple[str, ...]:
     """INPUT's jump to our chain, first, once (for both families)."""
     c = chain_name(inv)
-    return (*_sudo(facts), "sh", "-c", 'for t in iptables ip6tables; do $t -C INPUT -j "$1" 2>/dev/null || '
+    return ("sh", "-c", 'for t in iptables ip6tables; do $t -C INPUT -j "$1" 2>/dev/null || '
             '$t -I INPUT 1 -j "$1" || exit 1; done', "sh", c)
 
 
-def iptables_remove_argv(inv: Inventory, facts: GuardFacts) -> tuple[str, ...]:
+def iptables_remove_argv(inv: Inventory) -> tuple[str, ...]:
     """Our chain and INPUT's jumps to it gone, in both families (a no-op where they are not)."""
     c = chain_name(inv)
-    return (*_sudo(facts), "sh", "-c", 'for t in iptables ip6tables; do command -v $t >/dev/null || continue; '
+    return ("sh", "-c", 'for t in iptables ip6tables; do command -v $t >/dev/null || continue; '
             'while $t -D INPUT -j "$1" 2>/dev/null; do :; done; $t -F "$1" 2>/dev/null; $t -X "$1" 2>/dev/null; '
             'done; true', "sh", c)
 
 
-def iptables_list_argv(inv: Inventory, facts: GuardFacts) -> tuple[str, ...]:
-    return (*_sudo(facts), "iptables", "-S", chain_name(inv))
+def iptables_list_argv(inv: Inventory) -> tuple[str, ...]:
+    return ("iptables", "-S", chain_name(inv))
 
 
 _DPORTS_RX = re.compile(r"--dports (\S+)[^\n]*REJECT")

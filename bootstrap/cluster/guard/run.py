@@ -26,14 +26,30 @@ def check_secret_store(sess: Session, hosts: Sequence[Host]) -> None:
     memory (PreflightFailed naming the hosts that cannot). Nothing is read without secrets."""
     if not SS.values(sess.inv):
         return
-    cmd = FN.guard_facts_cmd(sess.inv.cluster.name)
-    got = sess.stage("secrets-check", hosts, lambda h: FN.parse_guard(sess.ssh[h.name].run(cmd, timeout=30,
-                                                                                            query=True).stdout))
+    got = sess.stage("secrets-check", hosts, lambda h: read_guard(sess.ssh[h.name], sess.inv.cluster.name))
     for h in hosts:
         g = got[h.name]
-        why = SS.refusal(g.root, g.sudo, g.run_fs)
+        why = SS.refusal(g.root, g.sudo, g.run_fs, g.become_refused)
         if why is not None:
             raise PreflightFailed(h.name, *why)
+
+
+def read_guard(ssh, cluster_name: str) -> FN.GuardFacts:
+    """The host's guard facts (fence.guard_facts_cmd), root's way checked: become_checked."""
+    return become_checked(ssh, FN.parse_guard(ssh.run(FN.guard_facts_cmd(cluster_name), timeout=30, query=True).stdout))
+
+
+def become_checked(ssh, g: FN.GuardFacts) -> FN.GuardFacts:
+    """Where the SSH user is not root and `sudo -n true` fails but a become password was given: sudo asked
+    once with it (`true`, one attempt: the SSH layer's askpass answers once). Taken: `sudo` True; refused:
+    sudo's last line in `become_refused`. Otherwise as they were."""
+    if g.root or g.sudo or ssh.become_password is None:
+        return g
+    r = ssh.run_as_root(("true",), timeout=30, check=False, query=True)
+    if r.ok:
+        return replace(g, sudo=True)
+    lines = [x.strip() for x in (r.stderr or r.stdout).splitlines() if x.strip()]
+    return replace(g, become_refused=lines[-1][:200] if lines else f"exit {r.exit_code}")
 
 
 def put_secrets(sess: Session, hosts: Sequence[Host], *, prune: bool) -> None:
@@ -46,11 +62,11 @@ def put_secrets(sess: Session, hosts: Sequence[Host], *, prune: bool) -> None:
     if not any(per_host.values()) and not prune:
         return
     if not any(per_host.values()):
-        sess.stage("secrets", hosts, lambda h: sess.ssh[h.name].run(SS.remove_argv(name), timeout=30,
-                                                                    display=f"rm -r {SS.host_dir(name)}"))
+        sess.stage("secrets", hosts, lambda h: sess.ssh[h.name].run_as_root(SS.remove_argv(name), timeout=30,
+                                                                            display=f"rm -r {SS.host_dir(name)}"))
         return
     argv = SS.write_argv(name, prune=prune)
-    sess.stage("secrets", hosts, lambda h: sess.ssh[h.name].run_with_input(
+    sess.stage("secrets", hosts, lambda h: sess.ssh[h.name].run_as_root(
         argv, [SS.write_body(per_host[h.name])], timeout=30,
         display=f"write {', '.join(per_host[h.name])} to {SS.host_dir(name)}"))
 
@@ -76,23 +92,23 @@ def put_fences(sess: Session, facts: Mapping[str, F.HostFacts], full: Inventory 
             _remove(s, inv, g)
             return
         if FN.backend(g) == "nft":
-            s.run_with_input(FN.install_argv(g), [FN.ruleset(members_inv, h, guards).encode()], timeout=30)
+            s.run_as_root(FN.install_argv(), [FN.ruleset(members_inv, h, guards).encode()], timeout=30)
             if g.iptables:  # a chain of ours from an `up` when the host had no nft
-                s.run(FN.iptables_remove_argv(inv, g), timeout=30)
+                s.run_as_root(FN.iptables_remove_argv(inv), timeout=30)
         else:  # iptables: our chain filled in one commit per family, then INPUT's jump to it (once)
             for family in (4, 6):
-                s.run_with_input(FN.iptables_restore_argv(g, family),
-                                 [FN.iptables_restore(members_inv, h, guards, family).encode()], timeout=30)
-            s.run(FN.iptables_jump_argv(inv, g), timeout=30)
+                s.run_as_root(FN.iptables_restore_argv(family),
+                              [FN.iptables_restore(members_inv, h, guards, family).encode()], timeout=30)
+            s.run_as_root(FN.iptables_jump_argv(inv), timeout=30)
 
     sess.stage("fence-members" if only_fenced else "fence", list(hosts if hosts is not None else inv.hosts), put)
 
 
 def _fenced(s, inv: Inventory, g: FN.GuardFacts) -> bool:
     """Whether a fence of ours (our nftables table, or our iptables chain) is on the host now."""
-    if g.nft and s.run(FN.list_argv(inv, g), timeout=30, check=False).exit_code == 0:
+    if g.nft and s.run_as_root(FN.list_argv(inv), timeout=30, check=False).exit_code == 0:
         return True
-    return bool(g.iptables) and s.run(FN.iptables_list_argv(inv, g), timeout=30, check=False).exit_code == 0
+    return bool(g.iptables) and s.run_as_root(FN.iptables_list_argv(inv), timeout=30, check=False).exit_code == 0
 
 
 def share_token(sess: Session, facts: dict[str, F.HostFacts]) -> dict[str, F.HostFacts]:
@@ -132,20 +148,21 @@ def _remove(s, inv: Inventory, g: FN.GuardFacts) -> None:
     if not (g.root or g.sudo):
         return
     if g.nft:
-        s.run_with_input(FN.install_argv(g), [FN.remove_script(inv).encode()], timeout=30)
+        s.run_as_root(FN.install_argv(), [FN.remove_script(inv).encode()], timeout=30)
     if g.iptables:
-        s.run(FN.iptables_remove_argv(inv, g), timeout=30)
+        s.run_as_root(FN.iptables_remove_argv(inv), timeout=30)
 
 
 def take_down(sess: Session, h: Host) -> None:
     """Our fence, Ray's token file and the secrets off one host (each a no-op where it is not there)."""
     inv = sess.inv
     s = sess.ssh[h.name]
-    g = FN.parse_guard(s.run(FN.guard_facts_cmd(inv.cluster.name), timeout=30, query=True).stdout)
+    g = read_guard(s, inv.cluster.name)
     _remove(s, inv, g)
     if g.home:
         s.run(FN.remove_token_cmd(g.home, inv.cluster.name), timeout=30)
-    s.run(SS.remove_argv(inv.cluster.name), timeout=30, display=f"rm -r {SS.host_dir(inv.cluster.name)}")
+    if g.root or g.sudo:  # a user who may not be root never put any there
+        s.run_as_root(SS.remove_argv(inv.cluster.name), timeout=30, display=f"rm -r {SS.host_dir(inv.cluster.name)}")
 
 
 def exposure_report(inv: Inventory, *, parallel: int, reporter=None) -> list[FN.Exposure]:
@@ -156,17 +173,17 @@ def exposure_report(inv: Inventory, *, parallel: int, reporter=None) -> list[FN.
 
         def one(h: Host) -> list[FN.Exposure]:
             s = sess.ssh[h.name]
-            g = FN.parse_guard(s.run(FN.guard_facts_cmd(inv.cluster.name), timeout=30, query=True).stdout)
-            ss = FN.LISTENERS if g.root or not g.sudo else ("sudo", "-n", *FN.LISTENERS)
-            listeners = FN.parse_listeners(s.run(ss, timeout=30, query=True).stdout)
+            g = read_guard(s, inv.cluster.name)
+            run = s.run_as_root if g.root or g.sudo else s.run  # as root: every socket's process
+            listeners = FN.parse_listeners(run(FN.LISTENERS, timeout=30, query=True).stdout)
             fenced, readable = None, True
             if FN.backend(g) is not None and not (g.root or g.sudo):
                 readable = False  # a firewall tool is there, but we may not read its rules
             elif FN.backend(g) == "nft":
-                r = s.run(FN.list_argv(inv, g), timeout=30, check=False, query=True)
+                r = s.run_as_root(FN.list_argv(inv), timeout=30, check=False, query=True)
                 fenced = FN.parse_fenced(r.stdout) if r.ok else None
             if readable and fenced is None and g.iptables and (g.root or g.sudo):
-                r = s.run(FN.iptables_list_argv(inv, g), timeout=30, check=False, query=True)
+                r = s.run_as_root(FN.iptables_list_argv(inv), timeout=30, check=False, query=True)
                 fenced = FN.parse_iptables_fenced(r.stdout) if r.ok else None
             return FN.exposure(inv, h, listeners, fenced, g, fence_read=readable)
 

@@ -232,11 +232,7 @@ def entry_argv(names: Sequence[str], entrypoint: str, command: Sequence[str],
 
 # -- on the host (each one command; the values travel on stdin only) ----------------------------
 
-#: `sh -c _AS_ROOT sh SCRIPT ARGS...`: SCRIPT as root, by sudo -n where the SSH user is not root.
-_AS_ROOT = ('s=$1; shift; if [ "$(id -u)" = 0 ]; then exec sh -c "$s" sh "$@"; '
-            'elif sudo -n true >/dev/null 2>&1; then exec sudo -n sh -c "$s" sh "$@"; '
-            'else echo "the SSH user is not root and sudo -n asks for a password: the secrets cannot be put on '
-            '/run (root\'s)" >&2; exit 4; fi')
+# Both scripts run as root (the SSH layer's run_as_root: root as it is, else sudo).
 
 # $1: the cluster's directory, $2: prune or add, $3: the root of ours it is in (its parent must be in memory)
 _WRITE = (
@@ -255,18 +251,14 @@ _WRITE = (
 
 # $1: the cluster's directory, $2: the root of ours (removed when it is left empty)
 _REMOVE = '[ -e "$1" ] || exit 0; rm -rf "$1"; rmdir "$2" 2>/dev/null; true'
-#: As root where we may; a user who may not never put anything there.
-_REMOVE_AS = ('s=$1; shift; if [ "$(id -u)" = 0 ]; then exec sh -c "$s" sh "$@"; '
-              'elif sudo -n true >/dev/null 2>&1; then exec sudo -n sh -c "$s" sh "$@"; fi; exit 0')
 
 
 def write_argv(cluster_name: str, *, prune: bool, root: str = HOST_ROOT) -> tuple[str, ...]:
     """Put the `set/NAME=value` lines on stdin (write_body) in the host's secrets of this cluster: each a
     0400 file written whole then renamed; with `prune` (`up`, which owns them) the others removed
     (a fleet's `serve` adds: the node containers may mount secrets it was not given). Refuses
-    (exit 3) where /run is not in memory, and (exit 4) without root or passwordless sudo. `root`:
-    HOST_ROOT but in tests."""
-    return ("sh", "-c", _AS_ROOT, "sh", _WRITE, f"{root}/{cluster_name}", "prune" if prune else "add", root)
+    (exit 3) where /run is not in memory. Run as root (run_as_root). `root`: HOST_ROOT but in tests."""
+    return ("sh", "-c", _WRITE, "sh", f"{root}/{cluster_name}", "prune" if prune else "add", root)
 
 
 def write_body(secrets: Mapping[str, str]) -> bytes:
@@ -277,17 +269,31 @@ def write_body(secrets: Mapping[str, str]) -> bytes:
 
 def remove_argv(cluster_name: str, root: str = HOST_ROOT) -> tuple[str, ...]:
     """The host's secrets of this cluster gone (nothing there: nothing done)."""
-    return ("sh", "-c", _REMOVE_AS, "sh", _REMOVE, f"{root}/{cluster_name}", root)
+    return ("sh", "-c", _REMOVE, "sh", f"{root}/{cluster_name}", root)
 
 
-def refusal(root: bool, sudo: bool, run_fs: str | None) -> tuple[str, str] | None:
+def refusal(root: bool, sudo: bool, run_fs: str | None, become_refused: str | None = None) -> tuple[str, str] | None:
     """(what, fix) when this host cannot keep the cluster's secrets in memory; None when it can."""
     if run_fs is not None and run_fs not in MEMORY_FS:
         return (f"/run is not a tmpfs (it is {run_fs}): the secrets (cluster.secrets) would rest on disk there",
                 "mount a tmpfs on /run (every systemd host has one), or leave cluster.secrets empty")
     if not root and not sudo:
-        return ("the SSH user is not root and `sudo -n` asks for a password: the secrets (cluster.secrets) are "
-                "kept on /run, which is root's",
-                "allow the SSH user passwordless sudo, log in as root, or leave cluster.secrets empty "
-                "(unset HF_TOKEN: it is a secret by default when set)")
+        return no_root("the secrets (cluster.secrets) are kept on /run, which is root's",
+                       "leave cluster.secrets empty (unset HF_TOKEN: it is a secret by default when set)",
+                       become_refused)
     return None
+
+
+#: What the user can do where sudo asks for a password that was not given.
+BECOME_FIX = "pass -K (bootstrap asks for the sudo password once) or set $BOOTSTRAP_BECOME_PASSWORD"
+
+
+def no_root(what: str, instead: str, become_refused: str | None) -> tuple[str, str]:
+    """(what, fix) where the SSH user is not root and sudo did not give root: the password given was refused
+    (become_refused: sudo's line), or none was given and `sudo -n` asks for one (or sudo is not there)."""
+    if become_refused is not None:
+        return (f"sudo refused the become password ({become_refused}): {what}",
+                "give the SSH user's own sudo password (-K asks for it; $BOOTSTRAP_BECOME_PASSWORD; a host's "
+                f"ansible_become_password), or {instead}")
+    return (f"the SSH user is not root and `sudo -n true` fails (sudo asks for a password, or is missing): {what}",
+            f"{BECOME_FIX}, allow the SSH user passwordless sudo (docs/security.md), log in as root, or {instead}")

@@ -240,7 +240,8 @@ def _secrets(seen: Seen) -> list[Finding]:
     if seen.inv is None or not SS.values(seen.inv):
         return []
     return [Finding("secrets", h.name, *why) for h in seen.hosts
-            if (g := seen.facts[h.name].guard) is not None and (why := SS.refusal(g.root, g.sudo, g.run_fs))]
+            if (g := seen.facts[h.name].guard) is not None
+            and (why := SS.refusal(g.root, g.sudo, g.run_fs, g.become_refused))]
 
 
 #: Every check, in the order `up` runs them (and `--help` lists the skippable ones).
