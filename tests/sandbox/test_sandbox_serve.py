@@ -4,6 +4,7 @@ On CPU the end-to-end path is vLLM's native multi-node mode; the Ray executor re
 platforms, so serve picks native by itself and refuses --backend ray before launching anything.
 """
 import json
+import os
 import re
 import subprocess
 import time
@@ -11,7 +12,17 @@ import urllib.request
 
 import pytest
 
-from tests.support.sandbox import CONTAINER, cli, listeners, on_node, stranger_scan, write_inventory
+from bootstrap.cli.params import BECOME_ENV
+from tests.support.sandbox import (
+    CONTAINER,
+    cli,
+    container_id,
+    listeners,
+    nft_ruleset,
+    on_node,
+    stranger_scan,
+    write_inventory,
+)
 
 pytestmark = pytest.mark.sandbox
 MODEL = "/opt/models/tiny-llama"
@@ -39,18 +50,56 @@ def vllm_procs_in(node, container):
     return [ln for ln in ps.splitlines() if "vllm serve" in ln or ln.startswith("VLLM::")]
 
 
+def nft_tables(node):
+    return on_node(node, "nft", "list", "tables").stdout
+
+
 @pytest.fixture(scope="module")
-def three(sandbox3):
-    """The 3-node Ray cluster as the README's main job leaves it."""
-    assert cli("up", "--yes", "-i", str(sandbox3.inventory)).returncode == 0
-    yield sandbox3, str(sandbox3.inventory)
-    cli("serve", "-i", str(sandbox3.inventory), "--stop", "--yes")
+def three(sandbox3, tmp_path_factory):
+    """The 3-node Ray cluster as the README's main job leaves it, on a mixed rack (issue 63): node2 and node3
+    are reached as a user that is not root (the sandbox's SUDO_USER, in the docker group), whose sudo asks
+    for its password, as stock Ubuntu and DGX OS set it; the password is given as a script gives it
+    ($BOOTSTRAP_BECOME_PASSWORD), for every test of this module. Before that, without it and with a wrong
+    one, `up` is refused at its preflight in one line per host with a fix that works, and changes nothing."""
+    from bootstrap.sandbox.recipes import SUDO_USER
+
+    inv = write_inventory(sandbox3.inventory, tmp_path_factory.mktemp("mixed") / "mixed.yaml",
+                          lambda d: [h.update(user=SUDO_USER) for h in d["hosts"][1:]])
+    password = sandbox3.sudo_password_file.read_text().strip()
+    cli("down", "--yes", "-i", str(sandbox3.inventory))
+    os.environ.pop(BECOME_ENV, None)
+    before = [nft_ruleset(n) for n in sandbox3.nodes]
+    refused = cli("up", "--yes", "-i", inv)
+    assert refused.returncode == 3, refused.stderr
+    for n in sandbox3.nodes[1:]:
+        line = next(ln for ln in refused.stderr.splitlines() if n.name in ln and "fence" in ln)
+        assert "`sudo -n true` fails" in line and "pass -K" in line and BECOME_ENV in line, line
+    os.environ[BECOME_ENV] = "not-" + password
+    wrong = cli("up", "--yes", "-i", inv)
+    assert wrong.returncode == 3 and "sudo refused the become password" in wrong.stderr, wrong.stderr
+    assert password not in wrong.stdout + wrong.stderr
+    assert [nft_ruleset(n) for n in sandbox3.nodes] == before and not any(container_id(n) for n in sandbox3.nodes)
+    os.environ[BECOME_ENV] = password
+    up = cli("up", "--yes", "-i", inv)
+    assert up.returncode == 0 and password not in up.stdout + up.stderr, up.stderr
+    for n in sandbox3.nodes:  # the fence, put by sudo with the password on node2 and node3
+        assert "table inet bootstrap_" in nft_tables(n), n.name
+    yield sandbox3, inv, password
+    try:
+        cli("serve", "-i", inv, "--stop", "--yes")
+        down = cli("down", "--yes", "-i", inv)
+        assert down.returncode == 0 and password not in down.stdout + down.stderr, down.stderr
+        assert not any("table inet bootstrap_" in nft_tables(n) for n in sandbox3.nodes)
+    finally:
+        os.environ.pop(BECOME_ENV, None)
 
 
 def test_serve_with_no_flags_on_three_nodes_plans_from_the_model_and_answers(three):
     """The tiny model has 4 heads: TP=3 would be refused by vLLM, so the planner takes TP=1 PP=3,
     and the CPU cluster gets the native backend; status then shows what is served."""
-    sb, inv = three
+    sb, inv, password = three
+    nccl = cli("check-nccl", "-i", inv)  # on the mixed rack (two nodes as a user whose sudo asks a password)
+    assert nccl.returncode == 0 and "PASS: all-reduce verified on 3 rank(s)" in nccl.stdout, nccl.stdout + nccl.stderr
     r = cli("serve", "-i", inv, MODEL, *PP_ARGS)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = r.stdout.splitlines()
@@ -80,6 +129,9 @@ def test_serve_with_no_flags_on_three_nodes_plans_from_the_model_and_answers(thr
     assert st.returncode == 0, st.stderr
     assert f"serving: {MODEL} on {endpoint} healthy (backend native, TP=1 PP=3, 3 node(s), up " in st.stdout
     assert "KV cache: " in st.stdout and "Ray dashboard: http://127.0.0.1:8265 on node1 (from here: ssh -L" in st.stdout
+    dr = cli("doctor", "-i", inv)
+    assert dr.returncode == 0, dr.stdout + dr.stderr
+    assert password not in "".join(x.stdout + x.stderr for x in (nccl, r, st, dr))
     js = json.loads(cli("status", "-i", inv, "--json").stdout)
     sv = js["serving"]
     assert (sv["model"], sv["backend"], sv["tp"], sv["pp"], sv["endpoint"], sv["health"]) == (
@@ -129,7 +181,7 @@ def test_serve_with_no_flags_on_three_nodes_plans_from_the_model_and_answers(thr
 def test_dry_run_prints_the_plan_starts_nothing_and_needs_no_secret(three, tmp_path):
     import os
 
-    sb, inv = three
+    sb, inv, _ = three
     sec = write_inventory(inv, tmp_path / "sec.yaml", lambda d: d["cluster"].update(secrets=["BOOTSTRAP_T_SECRET"]))
     os.environ.pop("BOOTSTRAP_T_SECRET", None)
     real = cli("serve", "-i", sec, MODEL)
@@ -161,7 +213,7 @@ def test_vllm_failure_shows_vllms_own_cause_in_the_error_line_and_in_logs_and_do
     `bootstrap doctor` names the cause, where it read it, and the length the model allows. vLLM is
     started on the head alone (an inventory of node1 only): one vLLM fails as three would, for a third
     of the CPU; `logs` and `doctor` then read all three nodes."""
-    sb, inv = three
+    sb, inv, _ = three
     head_only = write_inventory(inv, tmp_path / "head-only.yaml", lambda d: d.update(hosts=d["hosts"][:1]))
     r = cli("serve", "-i", head_only, MODEL, "--", "--max-model-len", "4096")
     assert r.returncode == 1, r.stderr[-2000:]
@@ -188,7 +240,7 @@ def test_vllm_failure_shows_vllms_own_cause_in_the_error_line_and_in_logs_and_do
 @pytest.fixture(scope="module")
 def two(three, tmp_path_factory):
     """Two of the three nodes, as an inventory of their own (the 3-node Ray cluster stays up)."""
-    sb, inv = three
+    sb, inv, _ = three
     inv2 = write_inventory(inv, tmp_path_factory.mktemp("serve") / "two.yaml", lambda x: x.update(hosts=x["hosts"][:2]))
     yield sb, inv, inv2
     cli("serve", "-i", inv2, "--stop", "--yes")
@@ -285,6 +337,7 @@ def test_an_image_without_ray_serves_natively_with_a_secret_kept_off_argv_and_lo
     from tests.support.sandbox import ROOT
 
     sb, three_nodes, inv2 = two
+    password = os.environ[BECOME_ENV]  # node2 is the mixed rack's user whose sudo asks for it (three)
     nodes = sb.nodes[:2]
     cli("serve", "-i", inv2, "--stop", "--yes")
     assert cli("down", "--yes", "-i", three_nodes).returncode == 0  # the Ray image's cluster makes way
@@ -297,7 +350,8 @@ def test_an_image_without_ray_serves_natively_with_a_secret_kept_off_argv_and_lo
     inv = write_inventory(inv2, tmp_path / "noray.yaml", no_ray)
     assert "runtime" not in yaml.safe_load(open(inv))["cluster"]
     token = "hf_SANDBOX" + pysecrets.token_hex(12)
-    env = {**os.environ, "HF_TOKEN": token}
+    runs = tmp_path / "runs"  # the run logs of every command here, read for the secrets below
+    env = {**os.environ, "HF_TOKEN": token, "BOOTSTRAP_RUNS": str(runs)}
     outputs = []
 
     def run(*args):
@@ -433,11 +487,15 @@ def test_an_image_without_ray_serves_natively_with_a_secret_kept_off_argv_and_lo
                       for n in nodes]
         leftovers = [on_node(n, "sh", "-c", "ls -a /tmp | grep '^.bootstrap-' || true").stdout.strip() for n in nodes]
         for n in nodes:
-            assert token not in on_node(n, "docker", "inspect", name).stdout  # never in Docker's records
+            inspected = on_node(n, "docker", "inspect", name).stdout
+            assert token not in inspected and password not in inspected  # never in Docker's records
         print(f"{samples} argv snapshots of both nodes taken during plan/up/serve")
         assert samples >= 20 and any("vllm serve" in a or "VLLM" in a for a in argvs)
         assert not [a for a in argvs if token in a], "the secret appeared in a process argv on a node"
-        assert not [o for o in outputs if token in o], "the secret appeared in the tool's output"
+        assert not [a for a in argvs if password in a], "the sudo password appeared in a process argv on a node"
+        assert not [o for o in outputs if token in o or password in o], "a secret appeared in the tool's output"
+        run_logs = [p.read_text() for p in runs.rglob("*") if p.is_file()]
+        assert run_logs and not [x for x in run_logs if token in x or password in x], "a secret in the run log"
         assert not [x for x in logs if token in x.stdout + x.stderr] and not [x for x in serve_logs if token in x]
         assert serve_logs[0], "the head's serve log was read (so the check above can fail)"
         assert leftovers == ["", ""], leftovers  # the 0600 env files were removed after docker run
