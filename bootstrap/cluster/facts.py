@@ -16,6 +16,7 @@ from bootstrap.remote import argv as RA
 # The container inspect and its parser live in the neutral pure bootstrap/containers.py, which
 # remote/docker.py reads too (remote never imports cluster); re-exported here for the facts' readers.
 if TYPE_CHECKING:
+    from bootstrap.cluster.gpuaccess import GpuAccessFacts
     from bootstrap.cluster.guard.fence import GuardFacts
 
 
@@ -48,6 +49,8 @@ class HostFacts:
     image_cuda: Mapping[str, str] = field(default_factory=dict)
     #: What the fence and Ray's token need (bootstrap.cluster.guard.fence; None: not gathered).
     guard: "GuardFacts | None" = None
+    #: How Docker can give a container the GPUs (bootstrap.cluster.gpuaccess; None: not gathered).
+    gpu_access: "GpuAccessFacts | None" = None
 
 
 # -- commands --------------------------------------------------------------------------------

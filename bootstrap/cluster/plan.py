@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
 
 from bootstrap.cluster import facts as F
+from bootstrap.cluster import gpuaccess as GA
 from bootstrap.cluster.facts import HostFacts
 from bootstrap.cluster.guard import fence as FN
 from bootstrap.cluster.guard import secretstore as SS
@@ -187,16 +188,26 @@ def ray_auth(inv: Inventory, f: HostFacts | None) -> tuple[str, str] | None:
     return (FN.token_path(g.home, inv.cluster.name), g.token)
 
 
+def gpu_flags(f: HostFacts | None) -> tuple[str, ...]:
+    """How the host's Docker gives a container its GPUs (gpuaccess.choose): `--gpus all`, or CDI's
+    `--device nvidia.com/gpu=all` where that is the way the host has."""
+    if f is None:
+        return GA.choose(None).flags
+    return GA.choose(f.gpu_access, f.runtimes, f.docker_version).flags
+
+
 def container_spec(inv: Inventory, host: Host, nofile: int | None,
-                   derived: Mapping[str, str] | None = None, auth: tuple[str, str] | None = None) -> ContainerSpec:
+                   derived: Mapping[str, str] | None = None, auth: tuple[str, str] | None = None,
+                   gpus: tuple[str, ...] = ("--gpus", "all")) -> ContainerSpec:
     """The node container of a host; `derived`: derived_env's variables (the host's env wins);
-    `auth`: Ray's token file on the host and its digest (ray_auth), mounted read-only."""
+    `auth`: Ray's token file on the host and its digest (ray_auth), mounted read-only; `gpus`: the
+    host's way to its GPUs (gpu_flags), on a GPU cluster."""
     c = inv.cluster
     head = inv.head
     opts: list[str] = ["--network", "host"]
     opts += ["--ipc", "host"] if c.ipc_host else ["--shm-size", c.shm_size]
     if c.accelerator == "gpu":
-        opts += ["--gpus", "all"]
+        opts += list(gpus)
     n = str(nofile) if nofile is not None else NOFILE_UNKNOWN
     opts += ["--ulimit", f"nofile={n}:{n}"]
     if c.infiniband:
@@ -256,7 +267,7 @@ def plan_up(inv: Inventory, facts: Mapping[str, HostFacts]) -> tuple[HostAction,
     actions: list[HostAction] = []
     for host in (inv.head, *inv.workers):
         f = facts.get(host.name)
-        spec = container_spec(inv, host, nofile_for(inv, f), derived_env(inv, host, f), ray_auth(inv, f))
+        spec = container_spec(inv, host, nofile_for(inv, f), derived_env(inv, host, f), ray_auth(inv, f), gpu_flags(f))
         action, reason = _decide(spec, f)
         actions.append(HostAction(host.name, action, reason, spec))
     head = actions[0]

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from bootstrap import exposure
 from bootstrap.cluster import facts as F
+from bootstrap.cluster import gpuaccess as GA
 from bootstrap.cluster import runtime as RT
 from bootstrap.cluster.guard import fence as FN
 from bootstrap.cluster.guard import run as GR
@@ -78,6 +79,7 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool, cluster:
     if want_gpus:
         cmds["gpus"] = F.NVIDIA_SMI
         cmds["cuda"] = F.NVIDIA_SMI_VERSION
+        cmds["gpu_access"] = GA.FACTS
     sent: dict[str, float] = {}
     received: dict[str, float] = {}
 
@@ -114,7 +116,8 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool, cluster:
                      rack=F.parse_rack(got["rack"].stdout, sent=sent.get("rack"), received=received.get("rack")),
                      driver_cuda=driver_cuda,
                      image_cuda=F.parse_image_cuda(got["inspect"].stdout) if image_id else {},
-                     guard=GR.become_checked(ssh, FN.parse_guard(got["guard"].stdout)) if "guard" in got else None)
+                     guard=GR.become_checked(ssh, FN.parse_guard(got["guard"].stdout)) if "guard" in got else None,
+                     gpu_access=GA.parse(got["gpu_access"].stdout) if "gpu_access" in got else None)
 
 
 def gather_hosts(sess: Session, hosts: Iterable[Host] | None = None) -> dict[str, F.HostFacts]:

@@ -392,11 +392,12 @@ def launch_label(inv: Inventory, replica: int, rank: int, vllm: Sequence[str], s
 def member_create_argv(inv: Inventory, host: Host, nofile: int | None, *, replica: int, rank: int,
                        nodes: int, vllm: Sequence[str], spec: Spec,
                        name: str | None = None, derived: Mapping[str, str] | None = None,
-                       ucx: Mapping[str, str] | None = None) -> tuple[str, ...]:
+                       ucx: Mapping[str, str] | None = None,
+                       gpus: tuple[str, ...] = ("--gpus", "all")) -> tuple[str, ...]:
     """The serve container of one host: the node's own docker options (network, IPC, GPUs,
     InfiniBand, mounts, per-node env from plan.container_spec), a restart policy, the labels the
     keeper and a rollout read, and the member supervisor as its command."""
-    node = PL.container_spec(replica_inventory(inv, replica), host, nofile, derived)
+    node = PL.container_spec(replica_inventory(inv, replica), host, nofile, derived, gpus=gpus)
     head = inv.replicas[replica][0]
     names = SS.kind_names(inv, "standby" if name == standby_name(inv) else "serve", host)
     entrypoint, command = SS.entry_argv(names, "python3", (MEMBER_PATH, str(rank), str(nodes), head.ip,
@@ -418,6 +419,7 @@ def plan_fleet(inv: Inventory, spec: Spec | Sequence[Spec],
                split: SP.SplitChoice | Mapping[int, SP.SplitChoice] | Sequence[SP.SplitChoice], *,
                nofile: dict[str, int | None], notes: Sequence[str] = (),
                derived: Mapping[str, Mapping[str, str]] | None = None,
+               gpus: Mapping[str, tuple[str, ...]] | None = None,
                ucx: Mapping[str, Mapping[str, str]] | None = None,
                ifaces: Mapping[str, str | None] | None = None,
                cpus: Mapping[str, int | None] | None = None,
@@ -457,7 +459,7 @@ def plan_fleet(inv: Inventory, spec: Spec | Sequence[Spec],
         for rank, h in enumerate(group):
             argvs = [member_create_argv(
                 inv, h, nofile.get(h.name), replica=k, rank=rank, nodes=len(group), vllm=vllms[rank], spec=rspec,
-                name=name, derived=(derived or {}).get(h.name),
+                name=name, derived=(derived or {}).get(h.name), gpus=(gpus or {}).get(h.name, ("--gpus", "all")),
                 ucx={**((ucx or {}).get(h.name) or {}), **({CPU_BIND_ENV: "nobind"} if h.name in unbound else {})})
                 for name in (None, *((standby_name(inv),) if c.standby else ()))]
             members.append(MemberLaunch(h.name, k, rank, argvs[0], vllms[rank], argvs[1] if c.standby else (),

@@ -342,12 +342,13 @@ def _pool_split(sess: Session, inv: Inventory, image: str) -> tuple[list[SP.Spli
 
 
 def _node_facts(sess: Session, inv: Inventory) -> dict:
-    """plan_fleet's per-host facts: nofile= (the limit to give), derived= (plan.derived_env),
+    """plan_fleet's per-host facts: nofile= (the limit to give), derived= (plan.derived_env), gpus= (plan.gpu_flags),
     ucx= (plan.ucx_env), ifaces= and nets= (each router host's interface and network) and cpus= (each
     host's CPU count)."""
     facts = probe.gather_hosts(sess, inv.hosts)
     return {"nofile": {h.name: PL.nofile_for(inv, facts.get(h.name)) for h in inv.hosts},
             "derived": {h.name: PL.derived_env(inv, h, facts.get(h.name)) for h in inv.hosts},
+            "gpus": {h.name: PL.gpu_flags(facts.get(h.name)) for h in inv.hosts},
             "ucx": {h.name: PL.ucx_env(inv, h, facts.get(h.name)) for h in inv.hosts},
             "ifaces": {h.name: PL.interface_of(h, facts.get(h.name)) for h in FN.router_hosts(inv)},
             "nets": {h.name: PL.network_of(h, facts.get(h.name)) for h in FN.router_hosts(inv)},

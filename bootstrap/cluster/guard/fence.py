@@ -50,6 +50,7 @@ TOKEN_DIR = ".bootstrap"
 DEFAULT_EPHEMERAL = (32768, 60999)
 
 _SCRIPT = r"""
+PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"  # a user's PATH (sshd's default) has no sbin: nft is there
 printf 'home=%s\n' "$HOME"
 set -- $SSH_CLIENT
 printf 'client=%s\nsshd_port=%s\n' "$1" "$3"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Mapping, Sequence
 
+from bootstrap.cluster import gpuaccess as GA
 from bootstrap.cluster.facts import HostFacts, Link
 from bootstrap.cluster.guard import fence as FN
 from bootstrap.cluster.guard import secretstore as SS
@@ -34,9 +35,16 @@ MIN_NOFILE = 8192
 def _nvidia_runtime(seen: Seen) -> list[Finding]:
     if not seen.want_gpus:
         return []
-    return [Finding("nvidia-runtime", name, "Docker has no NVIDIA runtime (--gpus would fail)",
-                    "install nvidia-container-toolkit and run `nvidia-ctk runtime configure --runtime=docker`")
-            for name, f in seen.facts.items() if "nvidia" not in f.runtimes]
+    found = []
+    for name, f in seen.facts.items():
+        if f.gpu_access is None:  # the toolkit not looked for: Docker's `nvidia` runtime, at least
+            if "nvidia" not in f.runtimes:
+                found.append(Finding("nvidia-runtime", name, "Docker has no NVIDIA runtime (--gpus would fail)",
+                                     "install nvidia-container-toolkit and run `nvidia-ctk runtime configure "
+                                     "--runtime=docker`"))
+        elif (c := GA.choose(f.gpu_access, f.runtimes, f.docker_version)).way is None:
+            found.append(Finding("nvidia-runtime", name, c.why, c.fix))
+    return found
 
 
 def _gpu_count(seen: Seen) -> list[Finding]:
@@ -246,7 +254,8 @@ def _secrets(seen: Seen) -> list[Finding]:
 
 #: Every check, in the order `up` runs them (and `--help` lists the skippable ones).
 REGISTRY: tuple[Check, ...] = (
-    Check("nvidia-runtime", "Docker has the NVIDIA runtime (GPU clusters)", "host", _nvidia_runtime, skippable=False),
+    Check("nvidia-runtime", "Docker can give containers the GPUs: the NVIDIA toolkit's hook (--gpus) or CDI (GPU "
+          "clusters)", "host", _nvidia_runtime, skippable=False),
     Check("gpu-count", "nvidia-smi shows the GPUs the inventory expects", "host", _gpu_count, skippable=False),
     Check("gpu-driver", "the NVIDIA driver version is the same on every node", "rack", _gpu_driver),
     Check("cuda-driver", "the NVIDIA driver runs the CUDA version the image is built for (where the image is on "
