@@ -63,6 +63,24 @@ NOFILE_HARD = ("sh", "-c", "ulimit -Hn")
 DOCKER_INFO = RA.info_argv("{{.ServerVersion}} {{json .Runtimes}}")
 
 
+#: What `docker` is: Docker's CLI, or Podman's emulation of it (podman-docker).
+DOCKER_VERSION = ("sh", "-c", "docker --version 2>&1")
+#: Podman's docker (the podman-docker package, or an alias), named for what it is: (what, fix).
+PODMAN = ("`docker` here is Podman (its Docker emulation: podman-docker), not Docker Engine: bootstrap needs "
+          "dockerd (`docker info`'s server version, --gpus through the NVIDIA toolkit, restart policies, "
+          "`docker save | docker load` between hosts)",
+          "install Docker Engine (docs.docker.com/engine/install) and remove podman-docker, or leave this host "
+          "out of the inventory")
+
+
+def is_podman(text: str) -> bool:
+    """Podman's docker said it: its banner ("Emulate Docker CLI using podman"), its version line
+    ("podman version 4.3.1"), or a template error on its own info type (system.infoReport, define.Info):
+    tests/data/hosts/podman-docker-*.txt."""
+    low = text.lower()
+    return "using podman" in low or "podman version" in low or "system.inforeport" in low or "define.info" in low
+
+
 def inspect_both_cmd(container: str, image: str) -> tuple[str, ...]:
     """The container and the image in one `docker inspect`: one JSON object per line for each
     argument that names something, in argument order (exit 1 when one does not)."""

@@ -127,7 +127,8 @@ def choose(f: GpuAccessFacts | None, runtimes: tuple[str, ...] = (), docker_vers
     if f.mode == "cdi":
         if f.cdi_ready:
             return Choice("cdi", f"the toolkit is in CDI mode; Docker reads {', '.join(f.gpu_specs)}")
-        lacks = _cdi_lacks(f, docker_version) if f.gpu_specs else f"no CDI spec for {CDI_KIND}"
+        lacks = " and ".join(x for x in ((_cdi_lacks(f, docker_version) if not f.docker_cdi or f.gpu_specs else ""),
+                                         ("" if f.gpu_specs else f"no CDI spec for {CDI_KIND}")) if x)
         cdi = [CDI_ON if _has_cdi(docker_version) else "upgrade Docker to 25+"] if not f.docker_cdi else []
         cdi += [] if f.gpu_specs else [GENERATE]
         return Choice(None, f"the NVIDIA Container Toolkit is in mode \"cdi\" ({TOOLKIT_CONFIG}), where `docker run "

@@ -61,6 +61,8 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool, cluster:
             raise CommandFailed(ssh.name, shlex.join(F.DOCKER_INFO), 0, "no server version")
     except CommandFailed as exc:
         text = exc.output_tail
+        if F.is_podman(text) or F.is_podman(ssh.run(F.DOCKER_VERSION, timeout=30, check=False, query=True).stdout):
+            raise PreflightFailed(ssh.name, *F.PODMAN) from None
         if "permission denied" in text.lower():
             hint = "add the SSH user to the docker group (or log in as a user that may use Docker)"
         elif "not found" in text:
