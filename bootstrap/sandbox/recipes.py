@@ -103,8 +103,10 @@ rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt/* /var/log/dpkg.lo
 """
 
 NODE_PACKAGES = (
-    "docker.io openssh-server iproute2 iptables nftables python3 rsync procps ca-certificates sudo"
+    "docker.io openssh-server iproute2 iptables nftables python3 rsync procps ca-certificates sudo firewalld dbus"
 )
+#: firewalld is installed on every node and started on none: a test starts it where a host of its rack
+#: runs it (tests/support/sandbox.py firewalld_on), as RHEL, Rocky and some Ubuntu hosts do.
 #: A login on every node that is not root, as stock Ubuntu and DGX OS give one: in the docker group, and
 #: in sudo's, whose rule (Debian's /etc/sudoers: `%sudo ALL=(ALL:ALL) ALL`) asks for the user's password.
 #: The password is the sandbox's own (nodes.sudo_password), set when the node starts.

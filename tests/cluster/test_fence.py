@@ -29,6 +29,7 @@ def test_guard_facts_parse_what_the_host_prints_and_survive_garbage():
     g = FN.parse_guard(GUARD_FACTS)
     assert (g.home, g.client, g.sshd_port, g.root, g.nft, g.ephemeral, g.token) == (
         "/root", "10.0.0.100", 22, True, True, (32768, 60999), "0123456789abcdef")
+    assert FN.parse_guard("uid=0\nfirewalld=yes\n").firewalld and not FN.parse_guard("firewalld=no\n").firewalld
     odd = FN.parse_guard("home=\nclient=not-an-ip\nsshd_port=99999\nuid=1000\nsudo=yes\nephemeral=9 1\n")
     assert (odd.home, odd.client, odd.sshd_port, odd.root, odd.sudo, odd.nft, odd.ephemeral, odd.token) == (
         None, None, None, False, True, False, FN.DEFAULT_EPHEMERAL, "")

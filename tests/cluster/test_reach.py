@@ -119,6 +119,13 @@ def test_a_dropped_port_is_named_on_the_node_whose_port_it_is_with_who_could_not
                              "(no answer within 2s: a firewall drops it)")
     assert "6379, 8000 and the ephemeral range" in found[0].fix
     assert "refused: a firewall rejects it" in found[1].what and "ephemeral" in found[1].what
+    # where firewalld runs (guard facts), its own fix: a ufw or iptables rule does not override its zone's
+    # reject (what `firewall-cmd` prints as that fix was run on a sandbox node: test_sandbox_serve)
+    fw = RC.findings(inv, inv.hosts, bound, bad, frozenset({"node2"}))
+    assert fw[0].fix == found[0].fix and "ufw allow" not in fw[1].fix
+    assert fw[1].fix.startswith("firewalld runs on node2") and (
+        f"`sudo firewall-cmd --permanent --zone=trusted --add-source={h1.ip} --add-source={h3.ip} && sudo "
+        "firewall-cmd --reload`") in fw[1].fix, fw[1].fix
 
 
 def test_a_port_that_cannot_be_bound_for_another_reason_is_a_finding():

@@ -17,6 +17,8 @@ from tests.support.sandbox import (
     CONTAINER,
     cli,
     container_id,
+    firewalld_off,
+    firewalld_on,
     listeners,
     nft_ruleset,
     on_node,
@@ -59,8 +61,10 @@ def three(sandbox3, tmp_path_factory):
     """The 3-node Ray cluster as the README's main job leaves it, on a mixed rack (issue 63): node2 and node3
     are reached as a user that is not root (the sandbox's SUDO_USER, in the docker group), whose sudo asks
     for its password, as stock Ubuntu and DGX OS set it; the password is given as a script gives it
-    ($BOOTSTRAP_BECOME_PASSWORD), for every test of this module. Before that, without it and with a wrong
-    one, `up` is refused at its preflight in one line per host with a fix that works, and changes nothing."""
+    ($BOOTSTRAP_BECOME_PASSWORD), for every test of this module; node3 runs firewalld with its default
+    zone. Before that, `up` is refused at its preflight in one line per host with a fix that works, and
+    changes nothing: firewalld's reject of the other nodes (the fix, run as printed, lets them in), then
+    no password, then a wrong one."""
     from bootstrap.sandbox.recipes import SUDO_USER
 
     inv = write_inventory(sandbox3.inventory, tmp_path_factory.mktemp("mixed") / "mixed.yaml",
@@ -68,6 +72,15 @@ def three(sandbox3, tmp_path_factory):
     password = sandbox3.sudo_password_file.read_text().strip()
     cli("down", "--yes", "-i", str(sandbox3.inventory))
     os.environ.pop(BECOME_ENV, None)
+    node3 = sandbox3.nodes[2]
+    firewalld_on(node3)  # its default zone rejects the other nodes: the port probe meets it, and names its fix
+    blocked = cli("up", "--yes", "-i", inv)
+    assert blocked.returncode == 3, blocked.stderr
+    line = next(ln for ln in blocked.stderr.splitlines() if ln.startswith("error:"))
+    assert f"{node3.name}: TCP port " in line and f"firewalld runs on {node3.name}" in line, line
+    fix = line.split("`")[1]
+    assert fix.startswith("sudo firewall-cmd --permanent --zone=trusted --add-source="), fix
+    on_node(node3, "sh", "-c", fix.replace("sudo ", ""))  # the fix as printed (the node's root runs it)
     before = [nft_ruleset(n) for n in sandbox3.nodes]
     refused = cli("up", "--yes", "-i", inv)
     assert refused.returncode == 3, refused.stderr
@@ -86,6 +99,10 @@ def three(sandbox3, tmp_path_factory):
     assert up.returncode == 0 and password not in up.stdout + up.stderr, up.stderr
     for n in sandbox3.nodes:  # the fence, put by sudo with the password on node2 and node3
         assert "table inet bootstrap_" in nft_tables(n), n.name
+    # beside firewalld: its reload (and a complete one) leaves our table alone
+    on_node(node3, "firewall-cmd", "--reload")
+    on_node(node3, "firewall-cmd", "--complete-reload")
+    assert "table inet firewalld" in nft_tables(node3) and "table inet bootstrap_" in nft_tables(node3)
     yield sandbox3, inv, password
     try:
         cli("serve", "-i", inv, "--stop", "--yes")
@@ -94,6 +111,7 @@ def three(sandbox3, tmp_path_factory):
         assert not any("table inet bootstrap_" in nft_tables(n) for n in sandbox3.nodes)
     finally:
         os.environ.pop(BECOME_ENV, None)
+        firewalld_off(node3)
 
 
 def test_serve_with_no_flags_on_three_nodes_plans_from_the_model_and_answers(three):

@@ -187,3 +187,17 @@ def up_serve_down(sb, inv, *serve_args):
     for n in sb.nodes:  # down leaves nothing of the fleet behind
         left = on_node(n, "docker", "ps", "-a", "--format", "{{.Names}}").stdout.split()
         assert not [c for c in left if c.startswith("bootstrap-vllm")], (n.name, left)
+
+
+def firewalld_on(node):
+    """Start firewalld on a node (installed on every node, started on none: bootstrap/sandbox/recipes.py),
+    with its default zone (public: SSH in, every other port rejected), as a RHEL or Rocky host runs it."""
+    on_node(node, "sh", "-c", "mkdir -p /run/dbus && (pgrep -x dbus-daemon >/dev/null || dbus-daemon --system --fork) "
+            "&& (pgrep -x firewalld >/dev/null || firewalld) && for i in $(seq 60); do "
+            "[ \"$(firewall-cmd --state 2>/dev/null)\" = running ] && exit 0; sleep 0.5; done; exit 1")
+
+
+def firewalld_off(node):
+    """firewalld stopped (its rules go with it: CleanupOnExit) and its permanent zones as installed."""
+    on_node(node, "sh", "-c", "pkill -x firewalld; for i in $(seq 40); do pgrep -x firewalld >/dev/null || break; "
+            "sleep 0.25; done; rm -f /etc/firewalld/zones/*.xml /etc/firewalld/zones/*.xml.old", check=False)

@@ -60,6 +60,7 @@ if command -v iptables-restore >/dev/null 2>&1 && command -v ip6tables-restore >
   echo iptables=yes; else echo iptables=no; fi
 if [ "$(id -u)" != 0 ] && sudo -n true >/dev/null 2>&1; then echo sudo=yes; else echo sudo=no; fi
 printf 'runfs=%s\n' "$(stat -f -c %T /run 2>/dev/null)"
+if pgrep -x firewalld >/dev/null 2>&1; then echo firewalld=yes; else echo firewalld=no; fi
 printf 'ephemeral=%s\n' "$(cat /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)"
 f="$HOME/@DIR@/@NAME@/ray-auth-token"
 if [ -s "$f" ]; then printf 'token=%s\n' "$(sha256sum < "$f" | cut -c1-16)"; else echo token=; fi
@@ -95,6 +96,8 @@ class GuardFacts:
     #: sudo's answer when it refused the become password given (-K, $BOOTSTRAP_BECOME_PASSWORD, the
     #: host's ansible_become_password); None when none was given or sudo took it (then `sudo` is True)
     become_refused: str | None = None
+    #: firewalld runs on the host (its reject is what a port probe meets there: ports.findings' fix)
+    firewalld: bool = False
 
 
 #: A port number as a host prints it (ASCII digits: str.isdigit() also takes '²', which int() refuses).
@@ -113,7 +116,8 @@ def parse_guard(out: str) -> GuardFacts:
                       sshd_port=int(port) if _PORT_RX.fullmatch(port) and 0 < int(port) < 65536 else None,
                       root=kv.get("uid") == "0", sudo=kv.get("sudo") == "yes", nft=kv.get("nft") == "yes",
                       iptables=kv.get("iptables") == "yes",
-                      ephemeral=eph, token=kv.get("token", "").strip(), run_fs=kv.get("runfs", "").strip() or None)
+                      ephemeral=eph, token=kv.get("token", "").strip(), run_fs=kv.get("runfs", "").strip() or None,
+                      firewalld=kv.get("firewalld") == "yes")
 
 
 def _ip_or_none(text: str) -> str | None:

@@ -234,7 +234,10 @@ def _memlock(seen: Seen) -> list[Finding]:
 def _ports(seen: Seen) -> list[Finding]:
     if seen.inv is None:
         return []
-    return ports.findings(seen.inv, [h for h in seen.hosts if h.name in seen.bound], seen.bound, seen.dialled)
+    firewalld = frozenset(h.name for h in seen.hosts
+                          if (f := seen.facts.get(h.name)) is not None and f.guard is not None and f.guard.firewalld)
+    return ports.findings(seen.inv, [h for h in seen.hosts if h.name in seen.bound], seen.bound, seen.dialled,
+                          firewalld)
 
 
 def _fence(seen: Seen) -> list[Finding]:

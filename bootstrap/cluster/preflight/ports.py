@@ -76,10 +76,12 @@ def _hostport(ip: str, port: int) -> str:
 
 
 def findings(inv: Inventory, hosts: Sequence[Host], bound: Mapping[str, Mapping[str, object]],
-             dialled: Mapping[str, Sequence[Mapping[str, object]]]) -> list[Finding]:
+             dialled: Mapping[str, Sequence[Mapping[str, object]]], firewalld: frozenset[str] = frozenset()
+             ) -> list[Finding]:
     """A finding per node and port that another node could not reach (named on the node whose port
     it is: its firewall, or the path to it, drops or rejects it), and per port a node could not
-    listen on for another reason than being busy."""
+    listen on for another reason than being busy. `firewalld`: the hosts where firewalld runs (its
+    zone's reject is overridden only by firewalld itself: the fix says firewall-cmd there)."""
     plan = planned_ports(inv)
     by_target: dict[str, tuple[str, int, str]] = {}
     for h in hosts:
@@ -104,10 +106,16 @@ def findings(inv: Inventory, hosts: Sequence[Host], bound: Mapping[str, Mapping[
         how = ("no answer within %gs: a firewall drops it" % CONNECT_TIMEOUT if errors == ["timeout"] else
                "refused: a firewall rejects it" if errors == ["refused"] else ", ".join(errors))
         src_names = ", ".join(s for s, _ in srcs)
-        out.append(Finding(
-            CHECK, dst, f"TCP port {port} ({what}) is not reachable from {src_names} ({how})",
-            f"allow TCP from the other nodes' data-plane IPs to {dst} (`ufw allow from SUBNET`, "
-            f"`iptables -I INPUT -s SUBNET -j ACCEPT`), ports {_listed(plan.get(dst, ()))}"))
+        ips = {h.name: h.ip for h in inv.hosts}
+        if dst in firewalld:
+            fix = (f"firewalld runs on {dst} (a ufw or iptables rule does not override its zone's reject): trust the "
+                   "other nodes there, `sudo firewall-cmd --permanent --zone=trusted "
+                   + " ".join(f"--add-source={ips[h.name]}" for h in inv.hosts if h.name != dst)
+                   + " && sudo firewall-cmd --reload`")
+        else:
+            fix = (f"allow TCP from the other nodes' data-plane IPs to {dst} (`ufw allow from SUBNET`, "
+                   f"`iptables -I INPUT -s SUBNET -j ACCEPT`), ports {_listed(plan.get(dst, ()))}")
+        out.append(Finding(CHECK, dst, f"TCP port {port} ({what}) is not reachable from {src_names} ({how})", fix))
     order = {h.name: i for i, h in enumerate(hosts)}
     return sorted(out, key=lambda f: (order.get(f.host, 0), f.what))
 

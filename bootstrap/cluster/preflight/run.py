@@ -120,10 +120,12 @@ def port_probe(sess: Session, hosts: Sequence[Host]) -> tuple[dict, dict, list[s
     return bound, dialled, unchecked
 
 
-def port_reachability(sess: Session, hosts: Sequence[Host]) -> tuple[list[Finding], list[str]]:
-    """The port probe judged by the checks that read it: the findings, and the hosts not checked."""
+def port_reachability(sess: Session, hosts: Sequence[Host], facts: Mapping[str, F.HostFacts] | None = None
+                      ) -> tuple[list[Finding], list[str]]:
+    """The port probe judged by the checks that read it (with the hosts' facts: firewalld's fix): the
+    findings, and the hosts not checked."""
     bound, dialled, unchecked = port_probe(sess, hosts)
-    seen = Seen.of(sess.inv, hosts, {}, bound=bound, dialled=dialled)
+    seen = Seen.of(sess.inv, hosts, dict(facts or {}), bound=bound, dialled=dialled)
     return judge(seen, CK.reading("ports")), unchecked
 
 
@@ -166,7 +168,7 @@ class _Rounds:
         # without one are not touched.
         if self.full.cluster.fence:
             GD.put_fences(self.sess, self.facts, self.full, hosts=self.live, only_fenced=True)
-        found, unchecked = port_reachability(self.sess, self.live)
+        found, unchecked = port_reachability(self.sess, self.live, self.facts)
         for n in unchecked:
             self.sess.reporter.event(n, "ports", "warning", "could not run checks/port_probe.py with the host's "
                                      "python3: node-to-node ports not checked there")
