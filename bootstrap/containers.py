@@ -6,8 +6,10 @@ bootstrap.remote never imports bootstrap.cluster; cluster/facts.py re-exports th
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 
 @dataclass(frozen=True)
@@ -64,3 +66,22 @@ def parse_container_inspect(out: str) -> ContainerState | None:
                           labels=dict(config.get("Labels") or {}), started_at=state.get("StartedAt", ""),
                           env=dict(e.split("=", 1) for e in config.get("Env") or [] if "=" in e),
                           args=args, path=path)
+
+
+#: What an image runs as, from its config: the fields both image stores report alike (Docker 26's containerd
+#: store leaves out what `docker commit` put in the classic store's Config: Hostname, AttachStdout, Image).
+_IMAGE_CONFIG_KEYS = ("User", "Env", "Cmd", "Entrypoint", "WorkingDir", "Labels", "Volumes", "ExposedPorts",
+                      "StopSignal")
+
+
+def image_content_key(inspect: Mapping[str, Any]) -> str | None:
+    """One image's identity by its content, from `docker image inspect`: its layers (RootFS.Layers, the
+    uncompressed layers' digests) and what it runs as (_IMAGE_CONFIG_KEYS). The same on Docker's classic
+    store, whose Id is the config's digest, and its containerd store, whose Id is the manifest's (pulled) or
+    one of its own (loaded): tests/data/hosts/images. None without layers."""
+    layers = (inspect.get("RootFS") or {}).get("Layers") or []
+    if not layers:
+        return None
+    config = inspect.get("Config") or {}
+    doc = {"layers": list(layers), "config": {k: config.get(k) or None for k in _IMAGE_CONFIG_KEYS}}
+    return "content:" + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()

@@ -16,7 +16,8 @@ import click
 
 from bootstrap import face
 from bootstrap.cli import render, runlog
-from bootstrap.cli.params import INVENTORY_BEFORE, become_option, inventory_before_option
+from bootstrap.cli.become import become_option
+from bootstrap.cli.params import INVENTORY_BEFORE, inventory_before_option
 from bootstrap.errors import BootstrapError, ExitStatus
 from bootstrap.face import OptionError
 

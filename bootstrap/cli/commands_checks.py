@@ -9,10 +9,10 @@ import click
 from bootstrap import face
 from bootstrap.cli import render
 from bootstrap.cli.app import _run, exit_on, main
+from bootstrap.cli.become import become_option
 from bootstrap.cli.params import (
     SECONDS,
     accept_keys_option,
-    become_option,
     check_host_names,
     check_hosts,
     check_kv_port,

@@ -7,10 +7,10 @@ import click
 from bootstrap import face
 from bootstrap.cli import render
 from bootstrap.cli.app import _run, exit_on, main
+from bootstrap.cli.become import become_option
 from bootstrap.cli.params import (
     SECONDS,
     Seconds,
-    become_option,
     check_command_words,
     check_host_names,
     confirm,

@@ -9,11 +9,11 @@ import click
 from bootstrap import face
 from bootstrap.cli import render
 from bootstrap.cli.app import _run, exit_on, main
+from bootstrap.cli.become import become_option
 from bootstrap.cli.params import (
     SECONDS,
     Seconds,
     accept_keys_option,
-    become_option,
     host_options,
     inventory_option,
     json_option,

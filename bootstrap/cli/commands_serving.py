@@ -7,12 +7,12 @@ import click
 from bootstrap import face
 from bootstrap.cli import render
 from bootstrap.cli.app import _run, exit_on, main
+from bootstrap.cli.become import become_option
 from bootstrap.cli.params import (
     SECONDS,
     FilePath,
     PassThrough,
     accept_keys_option,
-    become_option,
     check_fleet_flags,
     check_listen,
     check_name,

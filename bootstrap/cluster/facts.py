@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from bootstrap.containers import ContainerState, parse_container_inspect
+from bootstrap.containers import ContainerState, image_content_key, parse_container_inspect
 from bootstrap.remote import argv as RA
 
 # The container inspect and its parser live in the neutral pure bootstrap/containers.py, which
@@ -34,8 +34,12 @@ class HostFacts:
     gpus: tuple[GPU, ...] | None = None
     nofile_hard: int | None = None
     container: ContainerState | None = None
-    #: ID of the cluster image on the host (None: not present).
+    #: ID of the cluster image on the host (None: not present): the host's own name for it (each image
+    #: store names an image its own way), for what runs there.
     image_id: str | None = None
+    #: The image by its content (containers.image_content_key): the same image on every host, whatever
+    #: its image store; what the image check and the image's distribution compare across hosts.
+    image_key: str | None = None
     #: Markers of image IDs whose `ray` was checked on this host (ray_ok_marker names).
     ray_ok: frozenset[str] = frozenset()
     #: Markers of image IDs found without `ray` on this host (ray_none_marker names).
@@ -89,6 +93,35 @@ def inspect_both_cmd(container: str, image: str) -> tuple[str, ...]:
 
 def image_id_cmd(image: str) -> tuple[str, ...]:
     return RA.image_inspect_argv(image, "{{.Id}}")
+
+
+def image_cmd(image: str) -> tuple[str, ...]:
+    """The image's inspect as JSON: its ID and its content key (parse_image)."""
+    return RA.image_inspect_argv(image, "{{json .}}")
+
+
+def parse_image(out: str) -> tuple[str | None, str | None]:
+    """image_cmd's output -> (the host's ID of the image, its content key); (None, None) when absent."""
+    try:
+        obj = json.loads(out.strip() or "null")
+    except json.JSONDecodeError:
+        return None, None
+    if not isinstance(obj, dict) or not str(obj.get("Id", "")).startswith("sha256:"):
+        return None, None
+    return obj["Id"], image_content_key(obj)
+
+
+def parse_image_key(out: str) -> str | None:
+    """The image's content key from inspect_both_cmd's output (the object without a State); None when
+    the image is not in it."""
+    for line in out.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and "State" not in obj:
+            return image_content_key(obj)
+    return None
 
 
 #: ray_in_image_cmd's exit status when the image has no `ray` (0: it has, and `ray --version` ran).

@@ -105,13 +105,17 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool, cluster:
         # not checked: Docker answered `docker info` above, so a failed inspect here means "no such
         # container" / "no such image"
         ci = ssh.run(container_inspect_cmd(container), timeout=30, check=False, query=True)
-        ii = ssh.run(F.image_id_cmd(image), timeout=30, check=False, query=True)
-        both = (parse_container_inspect(ci.stdout) if ci.ok else None, ii.stdout.strip() if ii.ok else None)
+        ii = ssh.run(F.image_cmd(image), timeout=30, check=False, query=True)
+        both = (parse_container_inspect(ci.stdout) if ci.ok else None, F.parse_image(ii.stdout)[0] if ii.ok else None)
+        image_key = F.parse_image(ii.stdout)[1] if ii.ok else None
+    else:
+        image_key = F.parse_image_key(got["inspect"].stdout)
     cstate, image_id = both
     driver_cuda = F.parse_driver_cuda(got["cuda"].stdout) if "cuda" in got and got["cuda"].ok else None
     return F.HostFacts(docker_version=version, runtimes=runtimes, gpus=gpus,
                      nofile_hard=F.parse_nofile(got["nofile"].stdout), container=cstate,
-                     image_id=image_id or None, ray_ok=F.parse_ray_ok(got["ray_ok"].stdout),
+                     image_id=image_id or None, image_key=image_key if image_id else None,
+                     ray_ok=F.parse_ray_ok(got["ray_ok"].stdout),
                      ray_none=F.parse_ray_ok(got["ray_ok"].stdout, F.RAY_NONE_PREFIX),
                      # not checked: a host without iproute2 or /sys/class/infiniband prints less; what
                      # is missing is not checked (the preflight's checks skip facts they do not have)

@@ -209,8 +209,8 @@ def _prepare(sess: Session, facts: dict[str, F.HostFacts], full: Inventory, *, l
     image_from = IM.distribute(sess, facts, image, load=load, pull=pull)
     todo = [h for h in sess.inv.hosts if h.name in image_from]
     if todo:
-        ids = sess.stage("image-id", todo, lambda h: sess.ssh[h.name].run(F.image_id_cmd(image)).stdout.strip())
-        facts = {n: replace(f, image_id=ids.get(n, f.image_id)) for n, f in facts.items()}
+        ids = sess.stage("image-id", todo, lambda h: F.parse_image(sess.ssh[h.name].run(F.image_cmd(image)).stdout))
+        facts = {n: replace(f, image_id=ids[n][0], image_key=ids[n][1]) if n in ids else f for n, f in facts.items()}
     why = settle_runtime(sess, facts)
     facts = GD.share_token(sess, facts)
     GD.put_secrets(sess, sess.inv.hosts, prune=True)  # before any container of ours that may be (re)started reads them

@@ -19,11 +19,12 @@ from docker import types
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.utils import parse_repository_tag
 
+from bootstrap.containers import image_content_key
 from bootstrap.errors import CommandFailed, PreflightFailed
 
 __all__ = [
     "APIError", "DockerException", "DockerUnavailable", "ERRORS", "ImageNotFound", "NotFound", "SAVE_CHUNK",
-    "client", "explain", "image_id", "image_labels", "save", "split_ref", "types",
+    "client", "explain", "image_id", "image_key", "image_labels", "save", "split_ref", "types",
 ]
 
 #: What the SDK raises: its own errors, and requests' for a connection that broke or timed out.
@@ -91,6 +92,14 @@ def image_id(ref: str) -> str | None:
     """The ID (sha256:...) of a local image, or None when this machine has no image of that name."""
     try:
         return client().api.inspect_image(ref)["Id"]
+    except NotFound:
+        return None
+
+
+def image_key(ref: str) -> str | None:
+    """A local image's content key (containers.image_content_key), or None when there is no such image."""
+    try:
+        return image_content_key(client().api.inspect_image(ref))
     except NotFound:
         return None
 

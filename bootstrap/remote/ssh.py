@@ -22,6 +22,7 @@ from fabric import Config, Connection
 
 from bootstrap.errors import CommandFailed, ConnectionLost, HostUnreachable, LockBusy, LockLost
 from bootstrap.model import Host, SSHSettings
+from bootstrap.remote.become import BECOME, become_password, password_first
 
 Argv = Sequence[str]
 
@@ -294,20 +295,20 @@ class SSHHost:
         """Run one command as root: as it is where the SSH user is root, else by sudo. With a become
         password (the host's, else the settings': -K, $BOOTSTRAP_BECOME_PASSWORD) it travels as the
         first line of the channel's stdin, never on a command line: sudo reads it through an askpass
-        program (_BECOME) only when it asks, so a NOPASSWD rule or a cached login never passes it to
+        program (become.BECOME) only when it asks, so a NOPASSWD rule or a cached login never passes it to
         the command. Without one, `sudo -n`. ``chunks`` follow on the command's stdin."""
         password = self.become_password
         shown = "(as root) " + (display or shlex.join(argv))
         if password is None:
-            wrapped, sent = ("sh", "-c", _BECOME, "sh", "n", *argv), chunks
+            wrapped, sent = ("sh", "-c", BECOME, "sh", "n", *argv), chunks
         else:
-            wrapped, sent = ("sh", "-c", _BECOME, "sh", "pw", *argv), _password_first(password, chunks)
+            wrapped, sent = ("sh", "-c", BECOME, "sh", "pw", *argv), password_first(password, chunks)
         try:
             return self._exec(wrapped, sent, timeout=timeout, check=check, display=shown)
         except ConnectionLost:
             if not query:
                 raise
-        return self._exec(wrapped, _password_first(password, chunks) if password is not None else chunks,
+        return self._exec(wrapped, password_first(password, chunks) if password is not None else chunks,
                           timeout=timeout, check=check, display=shown)
 
     def _exec(self, argv: Argv, chunks: Iterable[bytes], *, timeout: float | None, check: bool,
@@ -568,41 +569,6 @@ _LOCK = ('command -v flock >/dev/null 2>&1 || { echo NOFLOCK; exit 71; }; f="$1"
          '[ -e "$f" ] || (umask 022; : >>"$f") 2>/dev/null; exec 9<"$f" || { echo NOFILE; exit 70; }; '
          'if ! flock -n 9; then echo WAITING; cat "$f"; flock -w "$2" 9 || exit 75; fi; '
          '[ -O "$f" ] && printf "%s\\n" "$3" >"$f"; echo LOCKED; exec cat >/dev/null 2>&1')
-
-
-# `sh -c _BECOME sh MODE CMD...`: CMD as root. Root runs it as it is; MODE n: `sudo -n`; MODE pw: the
-# first line of stdin is the password, kept in a shell variable (never argv, never this shell's
-# environ) and handed to sudo's askpass program through sudo's own environment (a setuid process: only
-# root reads it); sudo runs the program only when it asks for a password, and one time at most
-# (_ASKPASS), so a wrong password costs one failed attempt, not sudo's three.
-# The askpass program holds no secret: ~/.bootstrap/askpass, written when it is missing or differs.
-#: The askpass program, line by line: the password from sudo's environment, the first time only.
-_ASKPASS = ("#!/bin/sh",
-            "# bootstrap's askpass for sudo: the password comes from sudo's own environment, once per command",
-            '[ -n "$BOOTSTRAP_ASKPASS_ONCE" ] && mkdir "$BOOTSTRAP_ASKPASS_ONCE" 2>/dev/null || exit 1',
-            'printf "%s\\n" "$BOOTSTRAP_ASKPASS_VALUE"')
-_BECOME = (
-    'm=$1; shift; if [ "$(id -u)" = 0 ]; then [ "$m" = pw ] && IFS= read -r _; exec "$@"; fi; '
-    '[ "$m" = pw ] || exec sudo -n -- "$@"; '
-    'IFS= read -r p || { echo "bootstrap: no become password on stdin" >&2; exit 1; }; '
-    'command -v sudo >/dev/null 2>&1 || { echo "sudo: command not found" >&2; exit 127; }; '
-    'd="${HOME:-/tmp}/.bootstrap"; a="$d/askpass"; want=$(printf "%s\\n" ' + " ".join(shlex.quote(x) for x in _ASKPASS)
-    + '); if [ "$(cat "$a" 2>/dev/null)" != "$want" ]; then (umask 077; mkdir -p "$d" && '
-    'printf "%s\\n" "$want" > "$a.new" && chmod 700 "$a.new" && mv -f "$a.new" "$a") || exit 1; fi; '
-    'o=$(mktemp -u "${TMPDIR:-/tmp}/bootstrap-askpass.XXXXXXXX") || exit 1; '
-    'BOOTSTRAP_ASKPASS_VALUE=$p BOOTSTRAP_ASKPASS_ONCE=$o SUDO_ASKPASS=$a sudo -A -p "[bootstrap] sudo password: " '
-    '-- "$@"; rc=$?; rmdir "$o" 2>/dev/null; exit $rc'
-)
-
-
-def become_password(host: Host, settings: SSHSettings) -> str | None:
-    """The password sudo gets on this host: the inventory's for the host, else the run's (-K, env)."""
-    return host.ssh.become_password if host.ssh.become_password is not None else settings.become_password
-
-
-def _password_first(password: str, chunks: Iterable[bytes]) -> Iterable[bytes]:
-    yield password.encode() + b"\n"
-    yield from chunks
 
 
 def stream_file(fh: BinaryIO, chunk: int = STREAM_CHUNK) -> Iterable[bytes]:

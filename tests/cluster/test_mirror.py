@@ -1,6 +1,7 @@
 """The registry mirror of a cold `up` (bootstrap/cluster/imagedist/plan.py and run.py, checks/mirror_forward.py): names,
 nginx's configuration, the commands, and the forwarder over real sockets."""
 import http.server
+import json
 import socket
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bootstrap.cluster.imagedist import plan as MR
+from bootstrap.containers import image_content_key
 
 FORWARD = Path(__file__).resolve().parents[2] / "checks" / "mirror_forward.py"
 
@@ -163,6 +165,10 @@ class Events:
         self.seen.append((host, stage, status, detail))
 
 
+#: `docker image inspect --format '{{json .}}' IMAGE` of the image every host pulled (its ID and content)
+INSPECT_ABC = '{"Id": "sha256:abc", "RootFS": {"Type": "layers", "Layers": ["sha256:l1"]}, "Config": {}}\n'
+
+
 def _mirror_cluster(tmp_path, head_answers=(), node_answers=None, n=3):
     from bootstrap.cluster import facts as F
     from tests.support.fake_hosts import FakeHost, fake_session
@@ -173,7 +179,7 @@ def _mirror_cluster(tmp_path, head_answers=(), node_answers=None, n=3):
     node_answers = node_answers or {}
     fakes = {}
     for h in inv.hosts:
-        common = [("docker tag", (0, "", "")), ("'{{.Id}}' " + IMAGE, (0, "sha256:abc\n", "")),
+        common = [("docker tag", (0, "", "")), ("'{{json .}}' " + IMAGE, (0, INSPECT_ABC, "")),
                   ("'{{.Size}}' " + IMAGE, (0, "2147483648\n", ""))]
         if h.is_head:
             answers = [*head_answers, ("'{{.Id}}' reg/nginx:1", (0, "sha256:ngx\n", "")),
@@ -239,7 +245,8 @@ def test_a_node_whose_pull_through_the_mirror_fails_is_left_for_a_peer_copy(tmp_
     inv, sess, fakes, facts, ev = _mirror_cluster(
         tmp_path, node_answers={"h2": [("docker pull", (3, "", "mirror_forward: 127.0.0.1:8476 is taken"))]})
     got, head_id = IM._through_mirror(sess, inv.head, list(inv.hosts), IMAGE)
-    assert got == {"h0": "registry", "h1": "h0"} and head_id == "sha256:abc"
+    # the head's image by its content (hosts of either image store compare alike: facts.image_key)
+    assert got == {"h0": "registry", "h1": "h0"} and head_id == image_content_key(json.loads(INSPECT_ABC))
     warn = [(h, d) for h, s, st, d in ev.seen if s == "pull-mirror" and st == "warning"]
     assert warn and warn[0][0] == "h2" and "127.0.0.1:8476 is taken" in warn[0][1] and "from a peer" in warn[0][1]
 

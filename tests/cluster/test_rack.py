@@ -1,6 +1,8 @@
 """The rack preflight (bootstrap/cluster/rack.py): the facts command's output parsed, and each check
 refusing what breaks a multi-node vLLM, naming the host and the fix; a healthy rack passes. The
 sandbox runs it for real on every `up` (a healthy sandbox passes: tests/sandbox)."""
+from pathlib import Path
+
 import pytest
 
 from bootstrap.cluster import facts as F
@@ -29,9 +31,9 @@ def output(ip="10.10.0.11", mtu=9000, clock="1764108000.250000000", shm="tmpfs 6
 
 
 def node(name="a", ip="10.10.0.11", env=None, driver="580.159.04", nofile=1048576, sent=1764108000.0,
-         received=1764108000.5, image_id=None, **kw):
+         received=1764108000.5, image_key=None, **kw):
     facts = F.parse_rack(output(ip=ip, **kw), sent=sent, received=received)
-    return PR.RackNode(name, ip, facts, env or {}, driver, nofile, image_id)
+    return PR.RackNode(name, ip, facts, env or {}, driver, nofile, image_key)
 
 
 def test_the_facts_command_output_is_parsed():
@@ -124,13 +126,40 @@ def test_drivers_clocks_shm_and_nofile():
 def test_a_node_whose_tag_names_another_build_of_the_image_is_refused():
     """A tag moved on one node only: that node would run another build. A node without the image
     is not a finding (`up` gives it the image)."""
-    new, old = "sha256:" + "ab" * 32, "sha256:" + "cd" * 32
-    nodes = [node("a", image_id=new), node("b", "10.10.0.12", image_id=old), node("c", "10.10.0.13", image_id=new),
+    new, old = "content:" + "ab" * 32, "content:" + "cd" * 32
+    nodes = [node("a", image_key=new), node("b", "10.10.0.12", image_key=old), node("c", "10.10.0.13", image_key=new),
              node("d", "10.10.0.14")]
     found = CK.check_rack(nodes)
     assert checks(found) == [("image", "b")]
-    assert found[0].what == "the image's ID: cdcdcdcdcdcd, the other nodes abababababab" and "up --pull" in found[0].fix
+    assert found[0].what == ("the image's content (layers and config): cdcdcdcdcdcd, the other nodes abababababab"
+                             ) and "up --pull" in found[0].fix
     assert CK.check_rack(nodes[:1] + nodes[2:]) == []
+
+
+def test_one_image_in_a_classic_and_a_containerd_image_store_is_the_same_image():
+    """Docker 20.10's overlay2 store names an image by its config's digest, Docker 26's containerd store by
+    its manifest's (pulled) or by one of its own (loaded from a `docker save` of the other): three IDs,
+    one image (tests/data/hosts/images, recorded on sandbox nodes). Compared by content, a mixed rack's
+    image check passes, and a node with another build is still refused."""
+    import json
+
+    from bootstrap.cluster import facts as F
+    from bootstrap.containers import image_content_key
+
+    images = Path(__file__).resolve().parents[1] / "data" / "hosts" / "images"
+    seen = {f.stem: json.loads(f.read_text())[0] for f in images.glob("*.json")}
+    assert len(seen) == 3 and len({o["Id"] for o in seen.values()}) == 3
+    keys = {image_content_key(o) for o in seen.values()}
+    assert len(keys) == 1 and None not in keys
+    (key,) = keys
+    for name, o in seen.items():  # the facts' own parser, on each store's inspect, gives the same key
+        assert F.parse_image(json.dumps(o)) == (o["Id"], key), name
+    nodes = [node("a", image_key=key), node("b", "10.10.0.12", image_key=key), node("c", "10.10.0.13", image_key=key)]
+    assert CK.check_rack(nodes) == []
+    other = dict(seen["classic-20.10-pulled"], Config={**seen["classic-20.10-pulled"]["Config"], "Cmd": ["other"]})
+    assert image_content_key(other) != key
+    found = CK.check_rack([*nodes, node("d", "10.10.0.14", image_key=image_content_key(other))])
+    assert checks(found) == [("image", "d")]
 
 
 def test_a_docker_that_cannot_raise_memlock_is_refused_where_rdma_needs_it():

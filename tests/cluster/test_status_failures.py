@@ -81,10 +81,11 @@ def test_a_wrong_image_that_cannot_be_removed_is_said_beside_the_refusal():
     from bootstrap.cluster.imagedist.run import receive_image
 
     s = FakeHost("h1", [("docker load", (0, "Loaded image: img\n", "")),
-                        ("image inspect", (0, "sha256:" + "b" * 64 + "\n", "")),
+                        ("image inspect", (0, '{"Id": "sha256:%s", "RootFS": {"Layers": ["sha256:%s"]}}\n'
+                                           % ("b" * 64, "c" * 64), "")),
                         ("image rm", (1, "", "Error response from daemon: conflict: unable to remove repository "
                                             "reference \"img\" (must force) - container 0a1b is using it"))])
     with pytest.raises(PreflightFailed, match="refused") as ei:
-        receive_image(s, "img", "sha256:" + "a" * 64, "h0", "10.0.0.1", 5000)
+        receive_image(s, "img", "content:" + "a" * 64, "h0", "10.0.0.1", 5000)  # another image (by content)
     notes = notes_of(ei.value)
     assert len(notes) == 1 and "h1: could not remove the wrong image img" in notes[0] and "conflict" in notes[0]

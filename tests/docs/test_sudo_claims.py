@@ -1,6 +1,6 @@
 """The pages say one thing about root (issue 51, point 10): the SSH user needs docker access, and the
 fence and the secrets need root, passwordless sudo or sudo with the password given on the hosts
-(bootstrap/remote/ssh.py run_as_root, issue 63). No page says sudo is never needed."""
+(bootstrap/remote/become.py, issue 63). No page says sudo is never needed."""
 import re
 from pathlib import Path
 
@@ -18,7 +18,7 @@ def test_no_page_says_sudo_is_not_needed():
 def test_the_code_needs_sudo_where_the_pages_say():
     fence = (ROOT / "bootstrap" / "cluster" / "guard" / "fence.py").read_text()
     secrets = (ROOT / "bootstrap" / "cluster" / "guard" / "secretstore.py").read_text()
-    ssh = (ROOT / "bootstrap" / "remote" / "ssh.py").read_text()
+    ssh = (ROOT / "bootstrap" / "remote" / "become.py").read_text()
     assert "sudo -n" in fence and "sudo -n" in secrets
     assert "exec sudo -n" in ssh and "sudo -A" in ssh  # run_as_root: sudo -n, or sudo with the password
 

@@ -1,4 +1,4 @@
-"""run_as_root's remote half (remote/ssh.py _BECOME), run here with stand-ins for `id` and `sudo` on PATH:
+"""run_as_root's remote half (remote/become.py BECOME), run here with stand-ins for `id` and `sudo` on PATH:
 the password is read from the first line of stdin and reaches sudo's askpass program only, once; the
 command gets the rest of stdin and never the password; without a password, `sudo -n`; as root, no
 sudo at all. (The real sudo, asking a real password over a real sshd, is the mixed rack's sandbox
@@ -6,7 +6,7 @@ test: tests/sandbox/test_sandbox_serve.py.)"""
 import os
 import subprocess
 
-from bootstrap.remote import ssh as S
+from bootstrap.remote import become as B
 
 #: A sudo that asks through SUDO_ASKPASS (as `sudo -A` does) when it is told to ask, and records what
 #: it saw: its argv and the password its askpass gave (asked twice: the second must fail).
@@ -48,7 +48,7 @@ def _run(tmp_path, uid, mode, stdin, argv, **env):
     log.write_text("")
     full = {"PATH": f"{b}:/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(tmp_path), "FAKE_LOG": str(log),
             **env}
-    r = subprocess.run(["sh", "-c", S._BECOME, "sh", mode, *argv], input=stdin, capture_output=True, env=full,
+    r = subprocess.run(["sh", "-c", B.BECOME, "sh", mode, *argv], input=stdin, capture_output=True, env=full,
                        timeout=30)
     return r, log.read_text(), home
 

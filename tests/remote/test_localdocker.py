@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pytest
 
 from bootstrap.cluster.imagedist import run as IM
+from bootstrap.containers import image_content_key
 from bootstrap.errors import CommandFailed, GroupError, PreflightFailed
 from bootstrap.remote import localdocker as LD
 from bootstrap.remote.session import Session, Timings
@@ -194,7 +195,7 @@ def test_an_unreachable_daemon_is_one_preflight_error_naming_localhost(monkeypat
     assert str(err.value).startswith("localhost: cannot reach this machine's Docker daemon: ")
     assert "DOCKER_HOST" in str(err.value)
     with pytest.raises(PreflightFailed):
-        IM.local_image_id("anything")
+        IM.local_image_key("anything")
 
 
 def test_image_id_and_save_of_a_local_image(needs_docker, tmp_path):
@@ -207,10 +208,12 @@ def test_image_id_and_save_of_a_local_image(needs_docker, tmp_path):
         tar.addfile(info, io.BytesIO(data))
     subprocess.run(["docker", "import", str(layer), name], check=True, capture_output=True)
     try:
-        want = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", name], check=True,
-                              capture_output=True, text=True).stdout.strip()
-        assert LD.image_id(name) == IM.local_image_id(name) == want
-        assert LD.image_id(name + "-missing") is None and IM.local_image_id(name + "-missing") is None
+        inspect = json.loads(subprocess.run(["docker", "image", "inspect", name], check=True, capture_output=True,
+                                            text=True).stdout)[0]
+        assert LD.image_id(name) == inspect["Id"]
+        # up --load-image compares this machine's image with the hosts' by content (facts.image_key)
+        assert LD.image_key(name) == IM.local_image_key(name) == image_content_key(inspect) is not None
+        assert LD.image_id(name + "-missing") is None and IM.local_image_key(name + "-missing") is None
         chunks = list(LD.save(name, chunk_size=1 << 20))
         assert all(len(c) >= 1 << 20 for c in chunks[:-1])  # gathered to the chunk size
         with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from bootstrap.cli.params import BECOME_ENV
+from bootstrap.cli.become import BECOME_ENV
 from tests.support.sandbox import (
     CONTAINER,
     cli,

@@ -22,13 +22,13 @@ from bootstrap.remote.session import Session, check_script, last_json
 from bootstrap.remote.ssh import SSHHost
 
 
-def local_image_id(image: str) -> str | None:
-    """The ID of ``image`` in this machine's Docker (the Docker SDK), None when it has no such image;
-    PreflightFailed (localhost) when the daemon does not answer."""
+def local_image_key(image: str) -> str | None:
+    """``image`` in this machine's Docker (the Docker SDK) by its content (facts.image_key), None when it
+    has no such image; PreflightFailed (localhost) when the daemon does not answer."""
     from bootstrap.remote import localdocker as LD
 
     try:
-        return LD.image_id(image)
+        return LD.image_key(image)
     except LD.ERRORS as exc:
         raise PreflightFailed("localhost", f"cannot inspect image {image} in this machine's Docker: "
                                            f"{LD.explain(exc)}") from None
@@ -189,9 +189,11 @@ def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, l
     from hosts that have it, over the data plane (imagedist/plan.py). A host whose copy fails
     falls back to the registry (or this machine), and the event says so."""
     inv = sess.inv
-    ids = {n: f.image_id for n, f in facts.items()}
+    # the image by its content on every host: hosts with Docker's classic image store and hosts with its
+    # containerd store give one image different IDs (facts.image_key)
+    ids = {n: f.image_key if f.image_id else None for n, f in facts.items()}
     if load:
-        want_id = local_image_id(image)
+        want_id = local_image_key(image)
         if want_id is None:
             raise PreflightFailed("localhost", f"image {image} is not in this machine's Docker",
                                   f"docker pull {image} (or build it) here before --load-image")
@@ -226,7 +228,7 @@ def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, l
         source([first])
         got_from[first.name] = origin
         seeds, rest = [first], [h for h in todo if h is not first]
-        got = sess.ssh[first.name].run(F.image_id_cmd(image), timeout=30).stdout.strip()
+        got = F.parse_image(sess.ssh[first.name].run(F.image_cmd(image), timeout=30).stdout)[1] or ""
         if want_id is None:
             want_id = got
         if pull:  # hosts that already had what the registry just sent need nothing
@@ -244,7 +246,8 @@ def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, l
 def _through_mirror(sess: Session, head: Host, todo: Sequence[Host], image: str) -> tuple[dict[str, str], str]:
     """Every host of ``todo`` pulls the image at once through a registry mirror on ``head``
     (imagedist/plan.py), which is removed afterwards. Return where each host that got it got it
-    ("registry" for the head, the head's name for the others), and the head's image ID: nothing
+    ("registry" for the head, the head's name for the others), and the head's image by its content
+    (facts.image_key): nothing
     when the mirror could not serve (the reason in a warning; the head then pulls and copies as
     before). A host whose pull failed, or whose image differs from the head's, is left out (it gets
     the image from a peer)."""
@@ -338,9 +341,10 @@ def _pull_through(sess: Session, h: Host, head: Host, ref: str, image: str, scri
 def _mirrored(sess: Session, head: Host, todo: Sequence[Host], image: str,
               res: GroupResult) -> tuple[dict[str, str], str]:
     """After the pulls through the mirror: the hosts whose image is the head's (others are removed
-    and named) with where each got it, and the head's image ID."""
+    and named) with where each got it, and the head's image by its content."""
     ids = sess.stage("image-id", [h for h in todo if h.name in res.succeeded],
-                     lambda h: sess.ssh[h.name].run(F.image_id_cmd(image), timeout=30).stdout.strip(), strict=False)
+                     lambda h: F.parse_image(sess.ssh[h.name].run(F.image_cmd(image), timeout=30).stdout)[1] or "",
+                     strict=False)
     want = ids.succeeded.get(head.name)
     got: dict[str, str] = {}
     for h in todo:
@@ -378,7 +382,8 @@ def _copy_image(sess: Session, seeds: Sequence[Host], receivers: Sequence[Host],
 
 
 def receive_image(ssh: SSHHost, image: str, want_id: str, src_name: str, src_ip: str, port: int) -> str:
-    """Load the image streamed by ``src`` (see DP.seed_argv) and check that it is ``want_id``;
+    """Load the image streamed by ``src`` (see DP.seed_argv) and check that it is ``want_id`` (by content:
+    facts.image_key);
     PreflightFailed when the stream never came, `docker load` refused it, or the ID differs (then
     the tag is removed: a wrong image is never left under the inventory's name)."""
     t0 = time.monotonic()
@@ -391,7 +396,8 @@ def receive_image(ssh: SSHHost, image: str, want_id: str, src_name: str, src_ip:
         tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.exit_code}"]
         raise PreflightFailed(ssh.name, f"the image stream from {src_name} was refused by docker load: "
                                         f"{tail[0][:300]}")
-    got = ssh.run(F.image_id_cmd(image), timeout=30, check=False).stdout.strip()  # "" when absent: refused below
+    # by content: a classic and a containerd image store load one stream under different IDs
+    got = F.parse_image(ssh.run(F.image_cmd(image), timeout=30, check=False).stdout)[1] or ""  # "": absent
     if got != want_id:
         refused = PreflightFailed(ssh.name, f"the image from {src_name} loaded as {got[:19] or 'nothing'}, not "
                                             f"{want_id[:19]}: refused")

@@ -215,9 +215,11 @@ def _nofile(seen: Seen) -> list[Finding]:
 def _image(seen: Seen) -> list[Finding]:
     # a tag moved on some nodes only: they would run another build of the image (nodes without it
     # get it from `up`)
-    return _differs("image", {n.host: n.image_id.removeprefix("sha256:")[:12] for n in seen.nodes if n.image_id},
-                    "the image's ID", "give every node the same image: `bootstrap up --pull` pulls it again "
-                    "everywhere (or `--load-image` sends this machine's)")
+    # by content (its layers and config): Docker's classic and containerd image stores name one image
+    # differently (facts.image_key)
+    return _differs("image", {n.host: n.image_key.removeprefix("content:")[:12] for n in seen.nodes if n.image_key},
+                    "the image's content (layers and config)", "give every node the same image: `bootstrap up --pull` "
+                    "pulls it again everywhere (or `--load-image` sends this machine's)")
 
 
 def _memlock(seen: Seen) -> list[Finding]:

@@ -42,8 +42,8 @@ class RackNode:
     #: NVIDIA driver version (None: not a GPU host, or unknown)
     driver: str | None = None
     nofile_hard: int | None = None
-    #: ID of the cluster image on the node (None: not there yet)
-    image_id: str | None = None
+    #: the cluster image on the node by its content (facts.image_key; None: not there yet)
+    image_key: str | None = None
     #: the newest CUDA the node's driver runs (nvidia-smi --version), and the image's CUDA variables
     driver_cuda: str | None = None
     image_cuda: Mapping[str, str] = field(default_factory=dict)
@@ -53,7 +53,7 @@ def nodes_from(hosts: Sequence[Host], facts: Mapping[str, HostFacts]) -> list[Ra
     """A RackNode for each host whose facts hold the rack facts, in the hosts' order: its data-plane IP,
     the node container's environment (plan.node_env), the driver of its first GPU, its nofile limit."""
     return [RackNode(h.name, h.ip, f.rack, node_env(h), f.gpus[0].driver if f.gpus else None, f.nofile_hard,
-                     f.image_id, f.driver_cuda, f.image_cuda)
+                     f.image_key if f.image_id else None, f.driver_cuda, f.image_cuda)
             for h in hosts if (f := facts.get(h.name)) is not None and f.rack is not None]
 
 
