@@ -106,8 +106,8 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool, cluster:
         # container" / "no such image"
         ci = ssh.run(container_inspect_cmd(container), timeout=30, check=False, query=True)
         ii = ssh.run(F.image_cmd(image), timeout=30, check=False, query=True)
-        both = (parse_container_inspect(ci.stdout) if ci.ok else None, F.parse_image(ii.stdout)[0] if ii.ok else None)
-        image_key = F.parse_image(ii.stdout)[1] if ii.ok else None
+        image_id, image_key = F.parse_image(ii.stdout) if ii.ok else (None, None)
+        both = (parse_container_inspect(ci.stdout) if ci.ok else None, image_id)
     else:
         image_key = F.parse_image_key(got["inspect"].stdout)
     cstate, image_id = both
