@@ -49,6 +49,6 @@ def sandbox3(_sandbox_session):
     """A 3-node sandbox for this module: a no-op when it is already up with 3 nodes, recreated when
     another module (test_sandbox_infra) changed or removed it."""
     from bootstrap import sandbox as S
-    from tests.support.sandbox import shared_shape
+    from tests.support.sandbox import shared_sandbox
 
-    return S.sandbox_up(3, log=lambda m: print(f"sandbox: {m}", flush=True), gpu=shared_shape())
+    return S.sandbox_up(3, log=lambda m: print(f"sandbox: {m}", flush=True), **shared_sandbox())

@@ -150,7 +150,10 @@ def sandbox():
                    "registry uplink thinner than the fabric, as on a rack. Without it: unshaped.")
 @click.option("--node-link", metavar="RATE", default=None,
               help="Cap what each node sends (Linux tc; e.g. 1gbit): the node-to-node fabric. Without it: unshaped.")
-def sandbox_up(nodes, kind, without_ray, gpus, ib, hcas, registry_link, node_link):
+@click.option("--mixed", is_flag=True,
+              help="A mixed rack: node3 runs Debian 13 with its Docker 26.1, the containerd image store on, and (with "
+                   "--gpus) its GPUs through CDI only; the others Debian 12 and Docker 20.10. Needs --nodes 3 or more.")
+def sandbox_up(nodes, kind, without_ray, gpus, ib, hcas, registry_link, node_link, mixed):
     """Build the images (cached), start the registry and N nodes, write their inventory.
 
     Example: bootstrap sandbox up --nodes 3
@@ -158,9 +161,11 @@ def sandbox_up(nodes, kind, without_ray, gpus, ib, hcas, registry_link, node_lin
     Example (GPU-shaped): bootstrap sandbox up --nodes 2 --gpus 8 --ib roce
 
     Example (rack-shaped links): bootstrap sandbox up --nodes 4 --registry-link 100mbit --node-link 1gbit
+
+    Example (a mixed rack): bootstrap sandbox up --nodes 3 --gpus 2 --mixed
     """
     _run(lambda: render.sandbox_up(face.sandbox_up(nodes, kind=kind, ray=not without_ray, gpus=gpus, ib=ib, hcas=hcas,
-                                                   registry_link=registry_link, node_link=node_link,
+                                                   registry_link=registry_link, node_link=node_link, mixed=mixed,
                                                    log=render.sandbox_log).info))
 
 

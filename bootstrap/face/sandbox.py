@@ -8,7 +8,7 @@ from bootstrap.face import results as R
 
 def sandbox_up(nodes: int, *, kind: str = "full", ray: bool = True, gpus: int = 0, ib: str | None = None,
                hcas: int = 1, registry_link: str | None = None, node_link: str | None = None,
-               log=None) -> R.SandboxResult:
+               mixed: bool = False, log=None) -> R.SandboxResult:
     """`sandbox up`: the images (cached), the registry and `nodes` nodes of this shape; log(message)
     for progress. A shape that does not hold together raises UsageError."""
     from bootstrap import sandbox as S
@@ -19,6 +19,8 @@ def sandbox_up(nodes: int, *, kind: str = "full", ray: bool = True, gpus: int = 
         raise UsageError("--gpus and --ib need --kind full (GPUs are seen through each node's Docker)")
     if hcas != 1 and not ib:
         raise UsageError("--hcas needs --ib")
+    if mixed and (kind != "full" or nodes < 3):
+        raise UsageError("--mixed needs --kind full and --nodes 3 or more (node3 is the Debian 13 one)")
     shape = S.GpuShape(gpus=gpus, ib=ib, hcas=hcas)
     try:
         links = S.LinkShape(
@@ -27,7 +29,7 @@ def sandbox_up(nodes: int, *, kind: str = "full", ray: bool = True, gpus: int = 
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
-        info = S.sandbox_up(nodes, log=log, kind=kind, ray=ray, gpu=shape, links=links)
+        info = S.sandbox_up(nodes, log=log, kind=kind, ray=ray, gpu=shape, links=links, mixed=mixed)
     except (RuntimeError, OSError, ValueError) as exc:
         raise BootstrapError(f"sandbox: {exc}") from None
     return R.SandboxResult(info)

@@ -68,7 +68,7 @@ def ensure_images(workdir: Path | str = DEFAULT_WORKDIR, log: Log = nolog) -> Sa
 
 def sandbox_up(
     nodes: int = 3, workdir: Path | str = DEFAULT_WORKDIR, log: Log = nolog, *, kind: str = "full",
-    ray: bool = True, gpu: GpuShape = NO_GPU, links: LinkShape = NO_LINKS,
+    ray: bool = True, gpu: GpuShape = NO_GPU, links: LinkShape = NO_LINKS, mixed: bool = False,
 ) -> SandboxInfo:
     """Start `nodes` nodes ("full": sshd + dockerd; "sshd": sshd only), the registry and the network.
 
@@ -79,10 +79,11 @@ def sandbox_up(
     `gpu` makes every node GPU-shaped (bootstrap.sandbox.gpu): GPUs for nvidia-smi and `docker run
     --gpus`, InfiniBand/RoCE ports; a running sandbox of another shape is recreated. `links` caps
     what the registry and each node send (bootstrap.sandbox.links, Linux tc); without it a shape set
-    before is taken off.
+    before is taken off. `mixed`: node3 is another kind of host (Debian 13, Docker 26.1 with the
+    containerd image store, GPUs through CDI: layout.MIXED_HOST); a running sandbox that differs is recreated.
     """
     workdir = Path(workdir).expanduser()
-    info = _up(nodes, workdir, log, kind=kind, gpu=gpu)
+    info = _up(nodes, workdir, log, kind=kind, gpu=gpu, mixed=mixed)
     info = _set_links(workdir, links, log)
     return _use_image(workdir, ray=ray, log=log) if kind == "full" else info
 

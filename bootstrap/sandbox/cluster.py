@@ -26,6 +26,7 @@ from ._util import (
     LABEL_KV,
     ROLE_LABEL,
     Log,
+    SandboxBadInput,
     SandboxError,
     client,
     file_lock,
@@ -38,10 +39,12 @@ from ._util import (
     timed,
 )
 from .gpu import GpuShape
-from .images import ensure_images, planned_images
+from .images import ensure_images, ensure_new_node_image, planned_images
 from .layout import (
     KINDS,
     MIRROR_REMOTE_REPO,
+    MIXED_HOST,
+    MIXED_NODE,
     NETWORK,
     NODE_CONTAINER_PREFIX,
     RAY_LESS_REMOTE_REPO,
@@ -50,6 +53,7 @@ from .layout import (
     REMOTE_REPO,
     SandboxInfo,
     SandboxNode,
+    node_host,
     node_name,
     plan_addresses,
     registry_host_port,
@@ -193,18 +197,22 @@ def sandbox_down(workdir: Path, log: Log = nolog) -> None:
 
 
 def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full",
-               gpu: GpuShape = GPU.NO_GPU) -> SandboxInfo:
+               gpu: GpuShape = GPU.NO_GPU, mixed: bool = False) -> SandboxInfo:
     """Start (or reuse) a sandbox of `nodes` nodes; returns what is running.
 
     full: every node runs sshd and its own dockerd (insecure-registries lists the sandbox registry).
     sshd: sshd only, for fan-out tests with many hosts. `gpu` gives every node GPUs and HCAs as SSH
-    and Docker see them (bootstrap.sandbox.gpu; kind full only).
+    and Docker see them (bootstrap.sandbox.gpu; kind full only). `mixed`: node3 is another kind of host
+    (layout.MIXED_HOST: Debian 13, Docker 26.1 with the containerd image store, GPUs through CDI).
     """
     workdir = Path(workdir).expanduser()
     if kind not in KINDS:
         raise SandboxError(f"unknown sandbox kind {kind!r}: use one of {', '.join(KINDS)}")
     if gpu.shaped and kind != "full":
         raise SandboxError("a GPU-shaped sandbox needs kind full: its GPUs are seen through each node's dockerd")
+    if mixed and (kind != "full" or nodes < MIXED_NODE):
+        raise SandboxBadInput(f"--mixed: a mixed rack needs {MIXED_NODE} or more full nodes (node{MIXED_NODE} is "
+                              f"the {MIXED_HOST} one)")
     subnet = subnet_from_env()
     gateway, registry_ip, ips = plan_addresses(subnet, nodes)
     port = registry_host_port()
@@ -218,7 +226,7 @@ def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full
     if current is not None:
         _, data = _read_state(workdir) or (None, {})
         same = (
-            current.kind == kind and current.subnet == subnet and current.gpu == gpu
+            current.kind == kind and current.subnet == subnet and current.gpu == gpu and current.mixed == mixed
             and data.get("node_image") == planned.node and data.get("vllm_image") == planned.vllm
             and data.get("registry_port") == port and image_exists(current.image)
         )
@@ -241,7 +249,8 @@ def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full
         client_pub = ensure_keypair(key, "bootstrap-sandbox")
         registry = f"{registry_ip}:{REGISTRY_PORT}"
         sandbox_nodes = tuple(
-            SandboxNode(name=node_name(i + 1), ip=ip, container=f"{NODE_CONTAINER_PREFIX}{i + 1}")
+            SandboxNode(name=node_name(i + 1), ip=ip, container=f"{NODE_CONTAINER_PREFIX}{i + 1}",
+                        host=node_host(i + 1, mixed))
             for i, ip in enumerate(ips)
         )
         known_hosts = _write_known_hosts(workdir, sandbox_nodes, keep, client_pub, registry, gpu)
@@ -262,7 +271,8 @@ def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full
             "node_image": images.node, "vllm_image": images.vllm, "registry_image": images.registry,
             "registry_port": port, "interface": iface, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         })
-        log(f"sandbox up: {nodes} {kind} node(s) ({gpu.describe()}) in {time.monotonic() - start:.1f}s; "
+        odd = f"; node{MIXED_NODE}: {MIXED_HOST}" if mixed else ""
+        log(f"sandbox up: {nodes} {kind} node(s) ({gpu.describe()}{odd}) in {time.monotonic() - start:.1f}s; "
             f"inventory {info.inventory}")
         return info
 
@@ -294,7 +304,7 @@ def _write_known_hosts(workdir: Path, sandbox_nodes: tuple[SandboxNode, ...], ke
         if n in keep:  # a running node keeps its files (a test may have changed its GPU shape)
             host_pub = ensure_keypair(_host_key(workdir, n.name), f"root@{n.name}")
         else:
-            _, host_pub = _prepare_node_files(workdir, n.name, client_pub, registry, i + 1, gpu)
+            _, host_pub = _prepare_node_files(workdir, n.name, client_pub, registry, i + 1, gpu, n.host)
         known.append(f"{n.ip} {' '.join(host_pub.split()[:2])}")
     known_hosts = workdir / "known_hosts"
     known_hosts.write_text("\n".join(known) + "\n")
@@ -305,9 +315,12 @@ def _start_nodes(fresh: list[SandboxNode], workdir: Path, images: SandboxImages,
                  known_hosts: Path, nodes: int, log: Log) -> None:
     """Start the `fresh` nodes and wait until each answers over SSH (and its dockerd does)."""
     workers = min(8, len(fresh))
+    node_image = {"debian12": images.node}
+    if any(n.host == MIXED_HOST for n in fresh):
+        node_image[MIXED_HOST] = ensure_new_node_image(workdir, log)
     with timed(log, f"starting {len(fresh)} {kind} node(s)"):
         with cf.ThreadPoolExecutor(max_workers=workers) as pool:
-            futs = [pool.submit(_start_node, n, workdir, images.node, kind) for n in fresh]
+            futs = [pool.submit(_start_node, n, workdir, node_image[n.host], kind) for n in fresh]
             for f in futs:
                 f.result()
     deadline = time.monotonic() + 120 + 2 * nodes

@@ -13,6 +13,12 @@ mounted read-only, so a test changes a node by writing here) holds:
   /sys/class/infiniband; node-init mounts class/ over /sys/class for the node's sshd (its own mount
   namespace: dockerd keeps the real /sys/class) and makes /dev/infiniband/uverbs<N>.
 
+A node whose GPUs come through CDI (the odd node of a mixed rack, layout.MIXED_HOST) gets no hook on
+PATH and no `nvidia` runtime: cdi.yaml is a CDI spec for nvidia.com/gpu (one device per GPU and `all`,
+each a device node /dev/nvidia<N> and NVIDIA_VISIBLE_DEVICES, and the same fake hook as the spec's
+prestart hook, at CDI_HOOK, off PATH); node-init puts it in /etc/cdi, and daemon.json turns Docker's
+CDI on, so `docker run --device nvidia.com/gpu=all` gives a container the node's GPUs and `--gpus` fails.
+
 Nothing here talks to Docker; cluster.py writes these files when it prepares a node.
 """
 from __future__ import annotations
@@ -21,6 +27,8 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from bootstrap.remote import docker as DK
 
@@ -96,8 +104,8 @@ def ib_port_files(node: int, hca: int, kind: str) -> dict[str, str]:
     return files
 
 
-def write_node(src: Path, node: int, shape: GpuShape) -> None:
-    """Make (or clear) the GPU shape of the node whose /sandbox is `src`."""
+def write_node(src: Path, node: int, shape: GpuShape, cdi: bool = False) -> None:
+    """Make (or clear) the GPU shape of the node whose /sandbox is `src` (`cdi`: its GPUs through CDI)."""
     gpu = src / "gpu"
     if gpu.exists():
         shutil.rmtree(gpu)
@@ -108,6 +116,8 @@ def write_node(src: Path, node: int, shape: GpuShape) -> None:
         shutil.copyfile(path, gpu / name)
         (gpu / name).chmod(0o755)
     (gpu / "state.json").write_text(json.dumps(gpu_state(node, shape), indent=1) + "\n")
+    if cdi and shape.gpus:
+        (gpu / "cdi.yaml").write_text(yaml.safe_dump(cdi_spec(shape.gpus), sort_keys=False))
     if shape.ib:
         for h in range(shape.hcas):
             port = gpu / "class" / "infiniband" / f"mlx5_{h}" / "ports" / "1"
@@ -117,9 +127,30 @@ def write_node(src: Path, node: int, shape: GpuShape) -> None:
         (gpu / "uverbs").write_text(f"{shape.hcas}\n")
 
 
-def daemon_runtimes(shape: GpuShape) -> dict:
-    """daemon.json's addition: the `nvidia` runtime the NVIDIA Container Toolkit registers."""
-    return {"runtimes": {"nvidia": {"path": "runc", "runtimeArgs": []}}} if shape.gpus else {}
+def daemon_runtimes(shape: GpuShape, cdi: bool = False) -> dict:
+    """daemon.json's addition: the `nvidia` runtime the NVIDIA Container Toolkit registers, or (GPUs
+    through CDI) Docker's CDI on (Docker 25-28.1: a feature flag)."""
+    if not shape.gpus:
+        return {}
+    return {"features": {"cdi": True}} if cdi else {"runtimes": {"nvidia": {"path": "runc", "runtimeArgs": []}}}
+
+
+#: Where a CDI node keeps the fake hook: off PATH, so only the CDI spec runs it.
+CDI_HOOK = "/usr/local/lib/sandbox-gpu/nvidia-container-runtime-hook"
+
+
+def cdi_spec(gpus: int) -> dict:
+    """A CDI spec (as `nvidia-ctk cdi generate` writes one, reduced to what the sandbox fakes) for `gpus` GPUs."""
+    hook = {"hookName": "prestart", "path": CDI_HOOK, "args": ["nvidia-container-runtime-hook", "prestart"],
+            "env": ["PATH=/usr/local/bin:/usr/bin:/bin"]}
+
+    def device(name: str, indexes: list[int]) -> dict:
+        return {"name": name, "containerEdits": {
+            "env": [f"NVIDIA_VISIBLE_DEVICES={name}"],
+            "deviceNodes": [{"path": f"/dev/nvidia{i}"} for i in indexes]}}
+    return {"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
+            "devices": [device(str(i), [i]) for i in range(gpus)] + [device("all", list(range(gpus)))],
+            "containerEdits": {"deviceNodes": [{"path": "/dev/nvidiactl"}], "hooks": [hook]}}
 
 
 # --- changing one node (what goes wrong on a real rack) ---------------------------------------------

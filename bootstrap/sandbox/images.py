@@ -47,7 +47,6 @@ from ._util import (
 from .recipes import (
     BASE_CHANGES,
     BASE_FILES,
-    BASE_RECIPE,
     BASE_REF,
     BASE_REPO,
     MIRROR,
@@ -58,34 +57,37 @@ from .recipes import (
     PIP_TARGET,
     RAY_LESS_REPO,
     REGISTRY_REPO,
-    ROOTFS_RECIPE,
     ROUTER_REQ,
     STAGE_REPO,
     SUITE,
+    SUITE_NEW,
     VLLM_REPO,
     SandboxImages,
     Stage,
+    base_recipe,
+    base_ref,
     mirror_stage,
     node_stage,
     ray_less_stage,
     registry_stage,
+    rootfs_recipe,
     vllm_stages,
 )
 
 # --- building --------------------------------------------------------------------------------------
 
 
-def _debootstrap(workdir: Path, tarball: Path, log: Log) -> None:
+def _debootstrap(workdir: Path, tarball: Path, log: Log, suite: str = SUITE) -> None:
     tmp = workdir / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
-    rootfs = tmp / f"rootfs-{SUITE}"
+    rootfs = tmp / f"rootfs-{suite}"
     if rootfs.exists():
         shutil.rmtree(rootfs)  # a run that was interrupted: start over
-    logs = workdir / "logs" / "debootstrap.log"
+    logs = workdir / "logs" / ("debootstrap.log" if suite == SUITE else f"debootstrap-{suite}.log")
     logs.unlink(missing_ok=True)
-    with timed(log, f"debootstrap --variant=minbase {SUITE} (log: {logs})"):
+    with timed(log, f"debootstrap --variant=minbase {suite} (log: {logs})"):
         run_logged(
-            ["debootstrap", "--variant=minbase", SUITE, str(rootfs), MIRROR],
+            ["debootstrap", "--variant=minbase", suite, str(rootfs), MIRROR],
             logs, what="debootstrap", timeout=1800,
         )
     for rel, text in BASE_FILES.items():
@@ -108,20 +110,21 @@ def _debootstrap(workdir: Path, tarball: Path, log: Log) -> None:
     shutil.rmtree(rootfs)
 
 
-def _ensure_base(workdir: Path, log: Log) -> str:
-    if image_label(BASE_REF, RECIPE_LABEL) == BASE_RECIPE:
-        log(f"image {BASE_REF}: present")
-        return BASE_REF
-    tarball = workdir / "base" / f"{SUITE}-minbase-{ROOTFS_RECIPE}.tar"
+def _ensure_base(workdir: Path, log: Log, suite: str = SUITE) -> str:
+    ref, recipe = base_ref(suite), base_recipe(suite)
+    if image_label(ref, RECIPE_LABEL) == recipe:
+        log(f"image {ref}: present")
+        return ref
+    tarball = workdir / "base" / f"{suite}-minbase-{rootfs_recipe(suite)}.tar"
     tarball.parent.mkdir(parents=True, exist_ok=True)
     if tarball.exists():
         log(f"rootfs tarball cached: {tarball}")
     else:
-        _debootstrap(workdir, tarball, log)
-    with timed(log, f"docker import {BASE_REF}"):
-        what = f"docker import {BASE_REF}"
-        repo, tag = LD.split_ref(BASE_REF)
-        changes = [f"LABEL {LABEL_KV}", f"LABEL {RECIPE_LABEL}={BASE_RECIPE}", *BASE_CHANGES]
+        _debootstrap(workdir, tarball, log, suite)
+    with timed(log, f"docker import {ref}"):
+        what = f"docker import {ref}"
+        repo, tag = LD.split_ref(ref)
+        changes = [f"LABEL {LABEL_KV}", f"LABEL {RECIPE_LABEL}={recipe}", *BASE_CHANGES]
         with sdk(what):  # the tarball is streamed from disk to the daemon
             out = client(1800).api.import_image_from_file(str(tarball), repository=repo, tag=tag, changes=changes)
         for line in str(out).splitlines():  # the daemon answers with JSON lines; a failure is one of them
@@ -131,9 +134,9 @@ def _ensure_base(workdir: Path, log: Log) -> str:
                 continue
             if err:
                 raise SandboxError(f"{what} failed: {err}")
-        if image_label(BASE_REF, RECIPE_LABEL) != BASE_RECIPE:
+        if image_label(ref, RECIPE_LABEL) != recipe:
             raise SandboxError(f"{what} failed: the image is not there afterwards ({tail(str(out), 3)})")
-    return BASE_REF
+    return ref
 
 
 def _build_stage(stage: Stage, workdir: Path, log: Log) -> str:
@@ -269,6 +272,19 @@ def ensure_ray_less_image(workdir: Path, log: Log = nolog) -> str:
         return _build_stage(ray_less_stage(images.vllm), workdir, log)
 
 
+def ensure_new_node_image(workdir: Path, log: Log = nolog) -> str:
+    """Build (or reuse) the node image on Debian 13 (its Docker 26.1), the mixed rack's odd node; return its
+    local reference. Built only when a mixed sandbox asks for it (a debootstrap and the node's packages)."""
+    workdir = Path(workdir).expanduser()
+    require_docker()
+    (workdir / "tmp").mkdir(parents=True, exist_ok=True)
+    with file_lock(workdir / ".images.lock"):
+        stage = node_stage(SUITE_NEW)
+        if not image_exists(stage.ref):
+            _ensure_base(workdir, log, SUITE_NEW)
+        return _build_stage(stage, workdir, log)
+
+
 def _prune_superseded(keep: set[str], vllm_tag: str, log: Log) -> None:
     """Untag sandbox images built from older recipes (a vLLM image is GBs); ignore ones in use."""
     cl = client()
@@ -276,6 +292,7 @@ def _prune_superseded(keep: set[str], vllm_tag: str, log: Log) -> None:
         refs = [t for img in cl.api.images(filters={"label": f"{ROLE_LABEL}=image"}) for t in img.get("RepoTags") or ()]
     except LD.ERRORS:
         refs = []
+    keep = keep | {base_ref(SUITE_NEW), node_stage(SUITE_NEW).ref}
     ours = (BASE_REPO, NODE_REPO, VLLM_REPO, REGISTRY_REPO, STAGE_REPO, RAY_LESS_REPO, MIRROR_REPO)
     stale = []
     for ref in refs:

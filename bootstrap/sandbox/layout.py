@@ -31,6 +31,16 @@ KINDS = ("full", "sshd")
 REGISTRY_OFFSET = 2
 FIRST_NODE_OFFSET = 11
 STATE_VERSION = 1
+#: The odd node of a mixed rack (`sandbox up --mixed`: node3, the third node): Debian 13 and its Docker
+#: (26.1) with the containerd image store on, and its GPUs (a GPU-shaped sandbox) through CDI only: a CDI
+#: spec for nvidia.com/gpu in /etc/cdi and Docker's CDI on, no toolkit hook on PATH and no `nvidia` runtime.
+MIXED_HOST = "debian13"
+MIXED_NODE = 3
+
+
+def node_host(number: int, mixed: bool) -> str:
+    """What node `number` (1-based) is as a host."""
+    return MIXED_HOST if mixed and number == MIXED_NODE else "debian12"
 
 #: Capabilities that make docker-in-docker work where --privileged does not (no CAP_SYS_RESOURCE):
 #: `--cap-add ALL --cap-drop SYS_RESOURCE --security-opt seccomp=unconfined --security-opt
@@ -47,6 +57,8 @@ class SandboxNode:
     name: str
     ip: str
     container: str
+    #: what the node is as a host (MIXED_HOST for the odd node of a mixed rack, `sandbox up --mixed`)
+    host: str = "debian12"
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,11 @@ class SandboxInfo:
     gpu: GpuShape = GPU.NO_GPU
     #: send rates of the registry's and the nodes' interfaces (bootstrap.sandbox.links); none by default.
     links: LK.LinkShape = LK.NO_LINKS
+
+    @property
+    def mixed(self) -> bool:
+        """A mixed rack: one node is not Debian 12 with Docker 20.10 (MIXED_HOST)."""
+        return any(n.host != "debian12" for n in self.nodes)
 
     @property
     def gpu_inventory(self) -> Path | None:

@@ -38,9 +38,20 @@ fi
 # on PATH before dockerd starts (dockerd looks the hook up when it starts), and a character device
 # per HCA under /dev/infiniband.
 GPU="$SRC/gpu"
+# A node whose GPUs come through CDI (cdi.yaml, bootstrap/sandbox/gpu.py): the spec in /etc/cdi, a device
+# node per GPU, and the hook off PATH, where only the spec runs it.
 if [ -d "$GPU" ]; then
     install -m 755 "$GPU/nvidia-smi" /usr/local/bin/nvidia-smi
-    install -m 755 "$GPU/nvidia-container-runtime-hook" /usr/local/bin/nvidia-container-runtime-hook
+    if [ -f "$GPU/cdi.yaml" ]; then
+        install -d -m 755 /etc/cdi /usr/local/lib/sandbox-gpu
+        install -m 755 "$GPU/nvidia-container-runtime-hook" /usr/local/lib/sandbox-gpu/nvidia-container-runtime-hook
+        install -m 644 "$GPU/cdi.yaml" /etc/cdi/nvidia.yaml
+        for dev in $(sed -n 's|^.*path: /dev/\(nvidia[a-z0-9]*\)$|\1|p' "$GPU/cdi.yaml" | sort -u); do
+            [ -e "/dev/$dev" ] || mknod -m 666 "/dev/$dev" c 1 3
+        done
+    else
+        install -m 755 "$GPU/nvidia-container-runtime-hook" /usr/local/bin/nvidia-container-runtime-hook
+    fi
     if [ -f "$GPU/uverbs" ]; then
         install -d -m 755 /dev/infiniband
         i=0
@@ -58,7 +69,9 @@ if [ "${SANDBOX_NO_DOCKERD:-0}" != "1" ]; then
     fi
     # A stale pid file from a previous run of this container would stop dockerd from starting.
     rm -f /var/run/docker.pid /var/run/docker/containerd/containerd.pid
-    dockerd >/var/log/dockerd.log 2>&1 &
+    # /proc/sys is read-only in a node container: Docker 26 would refuse every bridged container for not
+    # being able to turn IPv6 off on its interface (a real host lets it); this is Docker's own escape hatch.
+    DOCKER_ALLOW_IPV6_ON_IPV4_INTERFACE=1 dockerd >/var/log/dockerd.log 2>&1 &
     tries=0
     until docker version >/dev/null 2>&1; do
         tries=$((tries + 1))

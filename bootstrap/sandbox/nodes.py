@@ -22,7 +22,15 @@ from ._util import (
     timed,
 )
 from .gpu import GpuShape
-from .layout import FULL_NODE_OPTIONS, FULL_NODE_VOLUMES, KIND_LABEL, NETWORK, SandboxNode, sudo_password_path
+from .layout import (
+    FULL_NODE_OPTIONS,
+    FULL_NODE_VOLUMES,
+    KIND_LABEL,
+    MIXED_HOST,
+    NETWORK,
+    SandboxNode,
+    sudo_password_path,
+)
 from .registry import _inspect
 
 
@@ -74,9 +82,10 @@ def _host_key(workdir: Path, name: str) -> Path:
 
 
 def _prepare_node_files(workdir: Path, name: str, client_pub: str, registry: str, number: int,
-                        gpu: GpuShape) -> tuple[Path, str]:
+                        gpu: GpuShape, host: str = "debian12") -> tuple[Path, str]:
     """Write nodes/<name>/sandbox (mounted at /sandbox), with node `number`'s GPU shape; return (dir,
-    host public key line)."""
+    host public key line). The MIXED_HOST node's Docker keeps images in containerd's store and takes GPUs
+    through CDI."""
     hostkey = _host_key(workdir, name)
     host_pub = ensure_keypair(hostkey, f"root@{name}")
     src = workdir / "nodes" / name / "sandbox"
@@ -89,11 +98,13 @@ def _prepare_node_files(workdir: Path, name: str, client_pub: str, registry: str
         "insecure-registries": [registry],
         "log-driver": "json-file",
         "log-opts": {"max-size": "20m", "max-file": "2"},
-        **GPU.daemon_runtimes(gpu),
+        **GPU.daemon_runtimes(gpu, cdi=host == MIXED_HOST),
     }
+    if host == MIXED_HOST:  # as Docker 29 installs itself; Docker 26 has it behind a feature flag
+        daemon.setdefault("features", {})["containerd-snapshotter"] = True
     (src / "daemon.json").write_text(json.dumps(daemon, indent=2) + "\n")
     _write_private(src / "sudo-password", (sudo_password(workdir) + "\n").encode())
-    GPU.write_node(src, number, gpu)
+    GPU.write_node(src, number, gpu, cdi=host == MIXED_HOST)
     return src, host_pub
 
 

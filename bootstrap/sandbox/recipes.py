@@ -19,6 +19,10 @@ from ._util import (
 HERE = Path(__file__).resolve().parent
 
 SUITE = "bookworm"
+#: Debian 13: the node of a mixed rack (`sandbox up --mixed`) runs it, with its Docker (26.1), as hosts
+#: installed today do.
+SUITE_NEW = "trixie"
+SUITES = (SUITE, SUITE_NEW)
 MIRROR = os.environ.get("BOOTSTRAP_SANDBOX_MIRROR", "http://deb.debian.org/debian")
 BASE_REPO = "bootstrap-sandbox/base"
 BASE_REF = f"{BASE_REPO}:{SUITE}"
@@ -82,14 +86,30 @@ BASE_FILES: dict[str, str] = {
     ),
     "usr/sbin/policy-rc.d": "#!/bin/sh\nexit 101\n",
 }
-ROOTFS_RECIPE = digest(
-    f"debootstrap --variant=minbase {SUITE}",
-    *[f"{k}\n{v}" for k, v in sorted(BASE_FILES.items())],
-    "rm var/cache/apt/archives/*.deb var/lib/apt/lists/*; tar --numeric-owner",
-)
+
+
+def rootfs_recipe(suite: str = SUITE) -> str:
+    return digest(
+        f"debootstrap --variant=minbase {suite}",
+        *[f"{k}\n{v}" for k, v in sorted(BASE_FILES.items())],
+        "rm var/cache/apt/archives/*.deb var/lib/apt/lists/*; tar --numeric-owner",
+    )
+
+
 #: Settings given to `docker import`.
 BASE_CHANGES = (f"ENV PATH={STD_PATH}", 'CMD ["/bin/bash"]')
-BASE_RECIPE = digest(ROOTFS_RECIPE, *BASE_CHANGES)
+
+
+def base_recipe(suite: str = SUITE) -> str:
+    return digest(rootfs_recipe(suite), *BASE_CHANGES)
+
+
+def base_ref(suite: str = SUITE) -> str:
+    return f"{BASE_REPO}:{suite}"
+
+
+ROOTFS_RECIPE = rootfs_recipe()
+BASE_RECIPE = base_recipe()
 
 # --- stage scripts ---------------------------------------------------------------------------------
 
@@ -122,9 +142,11 @@ MaxStartups 200:30:400
 MaxSessions 64
 UseDNS no
 """
+#: Debian 13 splits the client out of docker.io (a Recommends, which the base does not install).
+NODE_PACKAGES_BY_SUITE = {SUITE: NODE_PACKAGES, SUITE_NEW: f"{NODE_PACKAGES} docker-cli"}
 NODE_SCRIPT = f"""\
 {APT_PROLOGUE}
-apt-get install -y -qq {NODE_PACKAGES}
+apt-get install -y -qq @PACKAGES@
 {APT_EPILOGUE}
 rm -f /etc/ssh/ssh_host_*
 install -m 644 /recipe/sshd_config /etc/ssh/sshd_config.d/00-sandbox.conf
@@ -137,6 +159,7 @@ ssh-keygen -q -t ed25519 -N '' -f /tmp/hostkey
 /usr/sbin/sshd -t -o HostKey=/tmp/hostkey
 rm -f /tmp/hostkey /tmp/hostkey.pub
 dockerd --version
+docker --version
 """
 
 REGISTRY_CONFIG = """\
@@ -409,12 +432,13 @@ def _read(name: str) -> bytes:
     return (HERE / name).read_bytes()
 
 
-def node_stage() -> Stage:
+def node_stage(suite: str = SUITE) -> Stage:
+    """The node image on Debian `suite` (bookworm: Docker 20.10; trixie: Docker 26.1), same packages and files."""
     return Stage(
-        name="node",
+        name="node" if suite == SUITE else f"node-{suite}",
         repo=NODE_REPO,
-        parent=f"{BASE_REF}@{BASE_RECIPE}",
-        script=NODE_SCRIPT,
+        parent=f"{base_ref(suite)}@{base_recipe(suite)}",
+        script=NODE_SCRIPT.replace("@PACKAGES@", NODE_PACKAGES_BY_SUITE[suite]),
         files=(("node-init.sh", _read("node-init.sh")), ("sshd_config", SSHD_CONFIG.encode())),
         changes=(
             'CMD ["/usr/local/sbin/sandbox-node-init"]',

@@ -48,9 +48,9 @@ def wait_for_holder(nodes, vip, deadline=30.0, step=0.05):
 @pytest.fixture(scope="module")
 def vipfleet(_sandbox_session, tmp_path_factory):
     from bootstrap import sandbox as S
-    from tests.support.sandbox import shared_shape
+    from tests.support.sandbox import shared_sandbox
 
-    sb = S.sandbox_up(3, log=lambda m: print(f"sandbox: {m}", flush=True), gpu=shared_shape())
+    sb = S.sandbox_up(3, log=lambda m: print(f"sandbox: {m}", flush=True), **shared_sandbox())
     vip = str(ipaddress.ip_network(sb.subnet)[250])  # no sandbox container is given .250
 
     def mutate(doc):

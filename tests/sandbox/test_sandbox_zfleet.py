@@ -61,9 +61,9 @@ def fleet(_sandbox_session, tmp_path_factory):
     if before is not None and len(before.nodes) < 4:  # the 3-node sandbox of the other modules grows
         ids = {n.name: subprocess.run(["docker", "inspect", "--format", "{{.Id}}", n.container],
                                       capture_output=True, text=True).stdout for n in before.nodes}
-    from tests.support.sandbox import shared_shape
+    from tests.support.sandbox import shared_sandbox
 
-    sb = S.sandbox_up(4, log=lambda m: print(f"sandbox: {m}", flush=True), gpu=shared_shape())
+    sb = S.sandbox_up(4, log=lambda m: print(f"sandbox: {m}", flush=True), **shared_sandbox())
     for n in sb.nodes[:len(ids)]:  # grown, not recreated: the running nodes (and their images) stayed
         assert subprocess.run(["docker", "inspect", "--format", "{{.Id}}", n.container], capture_output=True,
                               text=True).stdout == ids[n.name], n.name

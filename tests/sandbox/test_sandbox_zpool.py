@@ -35,9 +35,9 @@ KEY_VARS = {"coder": "CODER_KEY", "coder-b": "CODER_B_KEY"}
 @pytest.fixture(scope="module")
 def pool(_sandbox_session, tmp_path_factory):
     from bootstrap import sandbox as S
-    from tests.support.sandbox import shared_shape
+    from tests.support.sandbox import shared_sandbox
 
-    sb = S.sandbox_up(4, log=lambda m: print(f"sandbox: {m}", flush=True), gpu=shared_shape())
+    sb = S.sandbox_up(4, log=lambda m: print(f"sandbox: {m}", flush=True), **shared_sandbox())
     saved = {v: os.environ.get(v) for v in KEY_VARS.values()}
     os.environ.update({KEY_VARS[m]: k for m, k in KEYS.items()})  # what the user's shell holds
 

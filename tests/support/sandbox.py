@@ -25,6 +25,13 @@ def shared_shape():
     return GpuShape(gpus=2)
 
 
+def shared_sandbox() -> dict:
+    """sandbox_up's shape arguments for the shared sandbox: shared_shape()'s GPUs, on a mixed rack (issue 63):
+    node3 is Debian 13 with Docker 26.1, the containerd image store and its GPUs through CDI only, beside
+    Debian 12 nodes with Docker 20.10 and the toolkit's hook, so every module of it meets both."""
+    return {"gpu": shared_shape(), "mixed": True}
+
+
 def cli(*args, timeout=900):
     t = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "bootstrap", *args], cwd=ROOT, capture_output=True,
