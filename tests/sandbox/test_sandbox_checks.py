@@ -201,7 +201,8 @@ def test_doctor_names_an_image_without_ray(cluster, tmp_path):
 
 def test_the_same_nodes_as_a_gpu_cluster_run_the_gpu_paths_and_check_nccl_will_not_pass_on_fake_gpus(cluster):
     """The shared sandbox's nodes are GPU-shaped (2 fake GPUs each, tests/support/sandbox.shared_shape);
-    its GPU inventory makes them a GPU cluster: `up` starts every container with --gpus all and tells Ray
+    its GPU inventory makes them a GPU cluster: `up` starts every container with --gpus all (node3 of the
+    mixed rack, whose GPUs come through CDI only: --device nvidia.com/gpu=all) and tells Ray
     the GPU count (`plan` shows the same offline), the container's nvidia-smi lists that node's own
     GPUs, `status` shows them, `serve
     --dry-run` plans a copy per node (data parallel: the model fits one node), TP = GPUs per node and
@@ -229,6 +230,13 @@ def test_the_same_nodes_as_a_gpu_cluster_run_the_gpu_paths_and_check_nccl_will_n
             assert len(listed) == 2 and all(ln.startswith("GPU ") for ln in listed), (n.name, listed)
             uuids |= {ln.split("UUID: ")[1] for ln in listed}
         assert len(uuids) == 6  # each node its own GPUs
+        # by the way each host's Docker gives them (the plan above could not know: it is offline): node3 of the
+        # mixed rack has no toolkit hook, only a CDI spec, and gets them through CDI
+        reqs = {n.name: json.loads(on_node(n, "docker", "inspect", "--format", "{{json .HostConfig.DeviceRequests}}",
+                                           CONTAINER).stdout) for n in cluster.nodes}
+        assert {name: [(d["Driver"], d["DeviceIDs"], d["Capabilities"]) for d in r] for name, r in reqs.items()} == {
+            n1.name: [("", None, [["gpu"]])], n2.name: [("", None, [["gpu"]])],
+            n3.name: [("cdi", ["nvidia.com/gpu=all"], None)]}, reqs
         st = json.loads(cli("status", "-i", gpu_inv, "--json").stdout)
         assert [(x["host"], x["gpus"], x["ray_alive"]) for x in st["nodes"]] == [
             (n.name, 2.0, True) for n in cluster.nodes]

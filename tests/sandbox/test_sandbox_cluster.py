@@ -23,6 +23,7 @@ from tests.support.sandbox import (
     ray_alive_ids,
     ray_alive_ips,
     stranger_scan,
+    writable_layers,
     write_inventory,
 )
 
@@ -254,8 +255,8 @@ def test_ray_refuses_a_client_without_the_token_and_the_token_rests_nowhere_in_d
         assert "table inet bootstrap_sandbox" in on_node(n, "nft", "list", "tables").stdout
     assert len(tokens) == 1 and len(token := tokens.pop()) >= 32  # one token for the whole cluster
     for n in cluster.nodes:  # Docker's records of the container (config, host config, volumes, its writable layer)
-        upper = on_node(n, "docker", "inspect", "--format", "{{.GraphDriver.Data.UpperDir}}", CONTAINER).stdout.strip()
-        found = on_node(n, "grep", "-rlF", token, "/var/lib/docker/containers", "/var/lib/docker/volumes", upper,
+        uppers = writable_layers(n, [CONTAINER])
+        found = on_node(n, "grep", "-rlF", token, "/var/lib/docker/containers", "/var/lib/docker/volumes", *uppers,
                         check=False)
         assert found.returncode == 1 and not found.stdout, f"{n.name}: the token is in {found.stdout}"
 

@@ -140,6 +140,17 @@ def stranger_scan(nodes, network=NETWORK):
     return {(ip, int(port)): res for ip, port, res in (ln.split() for ln in r.stdout.splitlines())}
 
 
+def writable_layers(node, containers):
+    """Where the containers' writable layers are on `node`, for a search: each one's directory on Docker's
+    classic store (GraphDriver.Data.UpperDir); on its containerd store (the mixed rack's node3), which names
+    none, the snapshots directory that holds them (with the image layers: a slower search)."""
+    uppers = on_node(node, "docker", "inspect", "--format", "{{.GraphDriver.Data.UpperDir}}", *containers,
+                     check=False).stdout.split()
+    if len(uppers) == len(containers) and all(u.startswith("/") for u in uppers):
+        return uppers
+    return ["/var/lib/docker/containerd"]
+
+
 def nft_ruleset(node):
     """The node's rules (`nft -s list ruleset`: no counters) as (table, chain, line) for every rule and
     every base chain's hook and policy line, in order; a chain with no rule and an accept policy (a
