@@ -61,6 +61,25 @@ def plan(inventory, as_json):
     _run(lambda: render.plan_result(face.plan(read_inventory(inventory, check_files=False)), as_json))
 
 
+# -- sudoers -------------------------------------------------------------------------------------
+@main.command()
+@inventory_option
+@click.option("--user", default=None, metavar="NAME",
+              help="The SSH user the rule is for. Without it: every host's SSH user that is not root.")
+@click.option("--nopasswd", is_flag=True, help="Let the user run them without its password (then no -K is needed).")
+def sudoers(inventory, user, nopasswd):
+    """Print the sudoers rule that lets a non-root SSH user run exactly what bootstrap runs as root.
+
+    Every command this cluster runs as root (the fence, the secrets on /run, the exposure report's `ss`,
+    sudo's own check), whole and for this cluster's name only: least privilege where the SSH user may not
+    have `ALL`. Install it with `visudo -f /etc/sudoers.d/bootstrap` on every host; see docs/security.md.
+
+    Example: bootstrap sudoers -i hosts.yaml --user ops > bootstrap.sudoers
+    """
+    _run(lambda: render.sudoers(face.sudoers(read_inventory(inventory, check_files=False, require_secrets=False),
+                                             user, nopasswd)))
+
+
 # -- up ------------------------------------------------------------------------------------------
 @main.command()
 @inventory_option

@@ -21,6 +21,7 @@ from bootstrap.cli.render_cluster import (
     left_out,
     plan_result,
     plan_rows,
+    sudoers,
     up,
     up_approve,
     up_replica,
@@ -86,7 +87,7 @@ __all__ = [
     "logs_result", "mask_credentials", "monitor_down", "monitor_status", "monitor_up", "nccl", "out", "plan_result",
     "plan_rows", "pool_changes", "progress_reporter", "rollout", "rollout_failed", "rollout_step", "sandbox_down",
     "sandbox_log", "sandbox_up", "serve_failed", "serve_outcome", "serve_plan", "serve_plans", "serve_stopped",
-    "served", "targets", "top", "top_live", "up", "up_approve", "up_replica", "validated",
+    "served", "sudoers", "targets", "top", "top_live", "up", "up_approve", "up_replica", "validated",
 ]
 
 

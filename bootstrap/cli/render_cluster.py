@@ -219,6 +219,12 @@ def down(res) -> None:
         out.print(_escape(f"nothing to remove on {len(res.absent)} host(s): {', '.join(res.absent)}"))
 
 
+def sudoers(text: str) -> None:
+    """`sudoers`: the snippet as it is (a file to install: no markup, no wrapping)."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
 def plan_result(res, as_json: bool) -> None:
     """`plan` (face.PlanResult, or with replicas face.FleetPlanResult) and `up --dry-run`'s plan."""
     if isinstance(res, face.FleetPlanResult):

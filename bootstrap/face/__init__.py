@@ -26,6 +26,7 @@ from bootstrap.face.cluster import (
     plan,
     status,
     stop_preview,
+    sudoers,
     up,
     validate,
 )
@@ -96,5 +97,5 @@ __all__ = [
     "inventory", "load_inventory", "logs", "mode", "model_hosts", "monitor_down", "monitor_status", "monitor_up",
     "plan", "rollout",
     "sandbox_down", "sandbox_up", "serve", "serve_flags", "split_label", "ssh_tunnel_argv", "status",
-    "stop_preview", "top", "trace_commands", "up", "validate",
+    "stop_preview", "sudoers", "top", "trace_commands", "up", "validate",
 ]

@@ -6,6 +6,7 @@ Each function takes an inventory (loaded, or the path of one), decides single cl
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import replace
 
@@ -54,6 +55,23 @@ def validate(path, *, offline: bool = False) -> R.ValidateResult:
     except InventoryError as exc:
         return R.ValidateResult(str(path), None, [exc], offline)
     return R.ValidateResult(str(path), inv, [], offline)
+
+
+def sudoers(inv, user: str | None = None, nopasswd: bool = False) -> str:
+    """`sudoers`: the sudoers snippet that lets the SSH user run exactly this cluster's root commands
+    (guard.sudoers); from the inventory alone. Without `user`: every host's SSH user that is not root."""
+    from bootstrap.cluster.guard import sudoers as SU
+
+    inv = inventory(inv, check_files=False, require_secrets=False)
+    if user is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}", user):
+        raise UsageError(f"--user: {user!r} is not a user name (letters, digits, _ . -; 32 at most)")
+    users = [user] if user else sorted({h.ssh.user for h in inv.hosts if h.ssh.user and h.ssh.user != "root"})
+    if not users:
+        unnamed = [h.name for h in inv.hosts if not h.ssh.user]
+        raise UsageError(f"--user: hosts {', '.join(unnamed)} name no SSH user (ssh's config decides): name the one "
+                         "sudo is for" if unnamed else "--user: every host is reached as root, which needs no sudo "
+                         "rule; name the user that will log in instead")
+    return SU.snippet(inv, users, nopasswd=nopasswd)
 
 
 def plan(inv) -> R.PlanResult | R.FleetPlanResult:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from bootstrap.cluster.guard.allow import reaching
+from bootstrap.cluster.guard.rootsh import root_sh
 from bootstrap.cluster.guard.secretstore import API_KEY_ENV, no_root
 from bootstrap.model import NATIVE_COORD_PORT, NATIVE_MASTER_PORT
 
@@ -397,16 +398,16 @@ def iptables_restore_argv(family: int) -> tuple[str, ...]:
 def iptables_jump_argv(inv: Inventory) -> tuple[str, ...]:
     """INPUT's jump to our chain, first, once (for both families)."""
     c = chain_name(inv)
-    return ("sh", "-c", 'for t in iptables ip6tables; do $t -C INPUT -j "$1" 2>/dev/null || '
-            '$t -I INPUT 1 -j "$1" || exit 1; done', "sh", c)
+    return root_sh('for t in iptables ip6tables; do $t -C INPUT -j "$1" 2>/dev/null || '
+                   '$t -I INPUT 1 -j "$1" || exit 1; done', c)
 
 
 def iptables_remove_argv(inv: Inventory) -> tuple[str, ...]:
     """Our chain and INPUT's jumps to it gone, in both families (a no-op where they are not)."""
     c = chain_name(inv)
-    return ("sh", "-c", 'for t in iptables ip6tables; do command -v $t >/dev/null || continue; '
-            'while $t -D INPUT -j "$1" 2>/dev/null; do :; done; $t -F "$1" 2>/dev/null; $t -X "$1" 2>/dev/null; '
-            'done; true', "sh", c)
+    return root_sh('for t in iptables ip6tables; do command -v $t >/dev/null || continue; '
+                   'while $t -D INPUT -j "$1" 2>/dev/null; do :; done; $t -F "$1" 2>/dev/null; $t -X "$1" 2>/dev/null; '
+                   'done; true', c)
 
 
 def iptables_list_argv(inv: Inventory) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from typing import Mapping, Sequence
 
+from bootstrap.cluster.guard.rootsh import root_sh
 from bootstrap.containers import SECRETS_ENTRY, SECRETS_IN_CONTAINER
 from bootstrap.model import Host, Inventory, ServedModel
 
@@ -239,7 +240,10 @@ _WRITE = (
     'm=$(dirname "$3"); fs=$(stat -f -c %T "$m" 2>/dev/null); case "$fs" in ' + "|".join(MEMORY_FS) + ') ;; '
     '*) echo "$m is not a tmpfs (it is ${fs:-unknown}): a secret there would rest on disk" >&2; exit 3;; esac; '
     'umask 077; mkdir -p "$1" && chmod 700 "$3" "$1" || exit 1; keep=" "; '
-    'while IFS= read -r l; do n=${l%%=*}; d="$1/${n%/*}"; b=${n##*/}; '
+    'while IFS= read -r l; do n=${l%%=*}; case "$n" in [A-Za-z0-9_]*/[A-Za-z_]*) '
+    'case "$n" in */*/*|*[!A-Za-z0-9_/]*) n=;; esac;; *) n=;; esac; '
+    '[ -n "$n" ] || { echo "bootstrap: a line that is not SET/NAME=value" >&2; exit 4; }; '
+    'd="$1/${n%/*}"; b=${n##*/}; '
     'mkdir -p "$d" && chmod 700 "$d" || exit 1; [ -d "$d/$b" ] && rm -rf "$d/$b"; '
     'printf %s "${l#*=}" > "$d/.$b.new" && chmod 400 "$d/.$b.new" && mv -f "$d/.$b.new" "$d/$b" || exit 1; '
     'keep="$keep$n "; done; [ "$2" = prune ] || exit 0; '
@@ -258,7 +262,7 @@ def write_argv(cluster_name: str, *, prune: bool, root: str = HOST_ROOT) -> tupl
     0400 file written whole then renamed; with `prune` (`up`, which owns them) the others removed
     (a fleet's `serve` adds: the node containers may mount secrets it was not given). Refuses
     (exit 3) where /run is not in memory. Run as root (run_as_root). `root`: HOST_ROOT but in tests."""
-    return ("sh", "-c", _WRITE, "sh", f"{root}/{cluster_name}", "prune" if prune else "add", root)
+    return root_sh(_WRITE, f"{root}/{cluster_name}", "prune" if prune else "add", root)
 
 
 def write_body(secrets: Mapping[str, str]) -> bytes:
@@ -269,7 +273,7 @@ def write_body(secrets: Mapping[str, str]) -> bytes:
 
 def remove_argv(cluster_name: str, root: str = HOST_ROOT) -> tuple[str, ...]:
     """The host's secrets of this cluster gone (nothing there: nothing done)."""
-    return ("sh", "-c", _REMOVE, "sh", f"{root}/{cluster_name}", root)
+    return root_sh(_REMOVE, f"{root}/{cluster_name}", root)
 
 
 def refusal(root: bool, sudo: bool, run_fs: str | None, become_refused: str | None = None) -> tuple[str, str] | None:
