@@ -39,7 +39,7 @@ from ._util import (
     timed,
 )
 from .gpu import GpuShape
-from .images import ensure_images, ensure_new_node_image, planned_images
+from .images import ensure_images, ensure_new_node_image, new_node_ref, planned_images
 from .layout import (
     KINDS,
     MIRROR_REMOTE_REPO,
@@ -228,6 +228,7 @@ def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full
         same = (
             current.kind == kind and current.subnet == subnet and current.gpu == gpu and current.mixed == mixed
             and data.get("node_image") == planned.node and data.get("vllm_image") == planned.vllm
+            and data.get("mixed_node_image") == (new_node_ref() if mixed else None)
             and data.get("registry_port") == port and image_exists(current.image)
         )
         if same and len(current.nodes) == nodes:
@@ -269,6 +270,7 @@ def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full
         _write_inventory(info, iface)
         _write_state(info, {
             "node_image": images.node, "vllm_image": images.vllm, "registry_image": images.registry,
+            "mixed_node_image": new_node_ref() if mixed else None,
             "registry_port": port, "interface": iface, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         })
         odd = f"; node{MIXED_NODE}: {MIXED_HOST}" if mixed else ""

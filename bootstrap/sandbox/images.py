@@ -272,6 +272,11 @@ def ensure_ray_less_image(workdir: Path, log: Log = nolog) -> str:
         return _build_stage(ray_less_stage(images.vllm), workdir, log)
 
 
+def new_node_ref() -> str:
+    """The reference ensure_new_node_image would produce."""
+    return node_stage(SUITE_NEW).ref
+
+
 def ensure_new_node_image(workdir: Path, log: Log = nolog) -> str:
     """Build (or reuse) the node image on Debian 13 (its Docker 26.1), the mixed rack's odd node; return its
     local reference. Built only when a mixed sandbox asks for it (a debootstrap and the node's packages)."""

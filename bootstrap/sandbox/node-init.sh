@@ -22,17 +22,18 @@ fi
 
 install -d -m 755 /run/sshd
 
-# The login that is not root (bootstrap/sandbox/recipes.py SUDO_USER): the same key, and the sandbox's
-# password, which its sudo asks for.
-if id ops >/dev/null 2>&1; then
-    install -d -m 700 -o ops -g ops /home/ops/.ssh
+# The logins that are not root (bootstrap/sandbox/recipes.py SUDO_USER, LEAST_USER): the same key, and
+# the sandbox's password, which their sudo asks for.
+for u in ops deploy; do
+    id "$u" >/dev/null 2>&1 || continue
+    install -d -m 700 -o "$u" -g "$u" "/home/$u/.ssh"
     if [ -f "$SRC/authorized_keys" ]; then
-        install -m 600 -o ops -g ops "$SRC/authorized_keys" /home/ops/.ssh/authorized_keys
+        install -m 600 -o "$u" -g "$u" "$SRC/authorized_keys" "/home/$u/.ssh/authorized_keys"
     fi
     if [ -f "$SRC/sudo-password" ]; then
-        printf 'ops:%s\n' "$(cat "$SRC/sudo-password")" | chpasswd
+        printf '%s:%s\n' "$u" "$(cat "$SRC/sudo-password")" | chpasswd
     fi
-fi
+done
 
 # A GPU-shaped node (bootstrap/sandbox/gpu.py): nvidia-smi and the NVIDIA Container Toolkit's hook
 # on PATH before dockerd starts (dockerd looks the hook up when it starts), and a character device

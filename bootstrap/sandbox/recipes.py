@@ -131,6 +131,9 @@ NODE_PACKAGES = (
 #: in sudo's, whose rule (Debian's /etc/sudoers: `%sudo ALL=(ALL:ALL) ALL`) asks for the user's password.
 #: The password is the sandbox's own (nodes.sudo_password), set when the node starts.
 SUDO_USER = "ops"
+#: A login on every node that is not root and in no sudo group: the docker group only. Its sudo is what a
+#: test installs: `bootstrap sudoers`' least-privilege rule (docs/security.md). Same key and password.
+LEAST_USER = "deploy"
 SSHD_CONFIG = """\
 # bootstrap sandbox node: key authentication only, root with a key, room for wide fan-out.
 HostKey /etc/ssh/ssh_host_ed25519_key
@@ -153,6 +156,7 @@ install -m 644 /recipe/sshd_config /etc/ssh/sshd_config.d/00-sandbox.conf
 install -m 755 /recipe/node-init.sh /usr/local/sbin/sandbox-node-init
 install -d -m 700 /root/.ssh
 useradd -m -s /bin/bash -G docker,sudo {SUDO_USER}
+useradd -m -s /bin/bash -G docker {LEAST_USER}
 grep -q '^%sudo[[:space:]]*ALL=(ALL:ALL) ALL$' /etc/sudoers
 install -d -m 755 /run/sshd /etc/docker
 ssh-keygen -q -t ed25519 -N '' -f /tmp/hostkey

@@ -58,21 +58,33 @@ def nft_tables(node):
 
 @pytest.fixture(scope="module")
 def three(sandbox3, tmp_path_factory):
-    """The 3-node Ray cluster as the README's main job leaves it, on a mixed rack (issue 63): node2 and node3
-    are reached as a user that is not root (the sandbox's SUDO_USER, in the docker group), whose sudo asks
-    for its password, as stock Ubuntu and DGX OS set it; the password is given as a script gives it
+    """The 3-node Ray cluster as the README's main job leaves it, on a mixed rack (issue 63): node1 is reached
+    as root; node2 as a user that is not root (the sandbox's SUDO_USER, in the docker group) whose sudo asks
+    for its password and allows it all, as stock Ubuntu and DGX OS set it; node3 (Debian 13, Docker 26.1
+    with the containerd image store: the shared sandbox's odd node) as a user in the docker group only
+    (LEAST_USER), whose sudo allows exactly what `bootstrap sudoers` prints for this cluster (installed
+    here as an admin would), with its password. The password is given as a script gives it
     ($BOOTSTRAP_BECOME_PASSWORD), for every test of this module; node3 runs firewalld with its default
     zone. Before that, `up` is refused at its preflight in one line per host with a fix that works, and
     changes nothing: firewalld's reject of the other nodes (the fix, run as printed, lets them in), then
     no password, then a wrong one."""
-    from bootstrap.sandbox.recipes import SUDO_USER
+    from bootstrap.sandbox.recipes import LEAST_USER, SUDO_USER
 
+    assert sandbox3.nodes[2].host == "debian13", sandbox3.nodes
+    users = (SUDO_USER, LEAST_USER)
     inv = write_inventory(sandbox3.inventory, tmp_path_factory.mktemp("mixed") / "mixed.yaml",
-                          lambda d: [h.update(user=SUDO_USER) for h in d["hosts"][1:]])
+                          lambda d: [h.update(user=u) for h, u in zip(d["hosts"][1:], users)])
     password = sandbox3.sudo_password_file.read_text().strip()
     cli("down", "--yes", "-i", str(sandbox3.inventory))
     os.environ.pop(BECOME_ENV, None)
     node3 = sandbox3.nodes[2]
+    rule = cli("sudoers", "-i", inv, "--user", LEAST_USER)  # the least-privilege rule, as docs/security.md installs it
+    assert rule.returncode == 0 and f"{LEAST_USER} ALL=(root) BOOTSTRAP_SANDBOX" in rule.stdout, rule.stderr
+    subprocess.run(["docker", "exec", "-i", node3.container, "sh", "-c",
+                    "cat > /etc/sudoers.d/bootstrap && chmod 440 /etc/sudoers.d/bootstrap && visudo -c"],
+                   input=rule.stdout, text=True, check=True, capture_output=True)
+    allowed = on_node(node3, "sudo", "-l", "-U", LEAST_USER).stdout  # what sudo itself says the user may run
+    assert "/usr/sbin/nft list table inet bootstrap_sandbox" in allowed and " ALL\n" not in allowed, allowed
     firewalld_on(node3)  # its default zone rejects the other nodes: the port probe meets it, and names its fix
     blocked = cli("up", "--yes", "-i", inv)
     assert blocked.returncode == 3, blocked.stderr
@@ -112,6 +124,7 @@ def three(sandbox3, tmp_path_factory):
     finally:
         os.environ.pop(BECOME_ENV, None)
         firewalld_off(node3)
+        on_node(node3, "rm", "-f", "/etc/sudoers.d/bootstrap")
 
 
 def test_serve_with_no_flags_on_three_nodes_plans_from_the_model_and_answers(three):
