@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 need=()
 for pair in dockerd:docker.io debootstrap:debootstrap docker-registry:docker-registry \
             sshd:openssh-server ssh-keygen:openssh-client parallel-ssh:pssh ip:iproute2 tmux:tmux keepalived:keepalived \
+            visudo:sudo \
             chromium:chromium; do
   cmd=${pair%%:*} pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || [[ -x /usr/sbin/$cmd ]] || need+=("$pkg")

@@ -147,7 +147,7 @@ class _Command(_KnowsCommand, click.Command):
 
 #: The root help's sections: every command in one (a test checks), in the order a newcomer meets them.
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("cluster", ("validate", "plan", "up", "status", "exec", "down")),
+    ("cluster", ("validate", "plan", "sudoers", "up", "status", "exec", "down")),
     ("checks", ("check-nccl", "check-kv", "doctor", "logs")),
     ("serving", ("serve", "rollout", "drain", "undrain", "adapter", "bench")),
     ("observe", ("top", "monitor")),

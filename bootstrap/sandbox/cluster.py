@@ -206,13 +206,7 @@ def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full
     (layout.MIXED_HOST: Debian 13, Docker 26.1 with the containerd image store, GPUs through CDI).
     """
     workdir = Path(workdir).expanduser()
-    if kind not in KINDS:
-        raise SandboxError(f"unknown sandbox kind {kind!r}: use one of {', '.join(KINDS)}")
-    if gpu.shaped and kind != "full":
-        raise SandboxError("a GPU-shaped sandbox needs kind full: its GPUs are seen through each node's dockerd")
-    if mixed and (kind != "full" or nodes < MIXED_NODE):
-        raise SandboxBadInput(f"--mixed: a mixed rack needs {MIXED_NODE} or more full nodes (node{MIXED_NODE} is "
-                              f"the {MIXED_HOST} one)")
+    _check_shape(nodes, kind, gpu, mixed)
     subnet = subnet_from_env()
     gateway, registry_ip, ips = plan_addresses(subnet, nodes)
     port = registry_host_port()
@@ -277,6 +271,16 @@ def sandbox_up(nodes: int, workdir: Path, log: Log = nolog, *, kind: str = "full
         log(f"sandbox up: {nodes} {kind} node(s) ({gpu.describe()}{odd}) in {time.monotonic() - start:.1f}s; "
             f"inventory {info.inventory}")
         return info
+
+
+def _check_shape(nodes: int, kind: str, gpu: GpuShape, mixed: bool) -> None:
+    if kind not in KINDS:
+        raise SandboxError(f"unknown sandbox kind {kind!r}: use one of {', '.join(KINDS)}")
+    if gpu.shaped and kind != "full":
+        raise SandboxError("a GPU-shaped sandbox needs kind full: its GPUs are seen through each node's dockerd")
+    if mixed and (kind != "full" or nodes < MIXED_NODE):
+        raise SandboxBadInput(f"--mixed: a mixed rack needs {MIXED_NODE} or more full nodes (node{MIXED_NODE} is "
+                              f"the {MIXED_HOST} one)")
 
 
 def _fresh_start(images: SandboxImages, workdir: Path, subnet: str, gateway: str, registry_ip: str, port: int,

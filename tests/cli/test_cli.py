@@ -355,7 +355,7 @@ def test_shell_completion_completes_command_names(monkeypatch):
 
 
 #: Commands that read the inventory but contact no host (no SSH: no host keys, no parallelism).
-OFFLINE = {("validate",), ("plan",)}
+OFFLINE = {("validate",), ("plan",), ("sudoers",)}
 #: Commands that look at every host at once by design: a live view (top) or one endpoint (bench).
 ALL_AT_ONCE = {("top",), ("bench",)}
 

@@ -322,6 +322,7 @@ PLAUSIBLE = {
     "name": ["chat-sql", "org/name"],
     "source": ["/opt/models/tiny-llama-lora", "org/lora", "./lora"],
     "prompt": ["hi"],
+    "user": ["ops", "deploy", "svc-bootstrap"],
     "png": ["out.png", "nosuchdir/out.png", "out/"],
     "command": ["true", "echo", "sh", "-c", "x y"],
     "extra": ["--max-model-len", "256", "--tensor-parallel-size", "2", "--port", "1"],
@@ -354,6 +355,10 @@ INVENTORIES["pd"] = WORK / "pd.yaml"
 INVENTORIES["pd"].write_text(yaml.safe_dump(
     {"cluster": dict(BASE["cluster"], replicas=2, router={"prefill": [0]}),
      "hosts": [{"name": f"node{k}", "address": f"192.0.2.{k}"} for k in (1, 2)]}))
+#: hosts reached as a user that is not root: what sudoers writes a rule for
+INVENTORIES["user"] = WORK / "user.yaml"
+INVENTORIES["user"].write_text(yaml.safe_dump(
+    {"cluster": dict(BASE["cluster"], ssh=dict(BASE["cluster"]["ssh"], user="ops")), "hosts": BASE["hosts"]}))
 #: a pool of models (models:): what adapter acts on; its model is a name PLAUSIBLE["model"] draws
 INVENTORIES["pool"] = WORK / "pool.yaml"
 INVENTORIES["pool"].write_text(yaml.safe_dump(
@@ -361,7 +366,7 @@ INVENTORIES["pool"].write_text(yaml.safe_dump(
      "hosts": BASE["hosts"]}))
 #: the inventory a command's examples name so that they can be accepted (it acts on that kind only)
 OWN_INVENTORY = {"rollout": "fleet", "check-kv": "pd", "adapter add": "pool", "adapter remove": "pool",
-                 "adapter list": "pool", "drain": "fleet", "undrain": "fleet"}
+                 "adapter list": "pool", "drain": "fleet", "undrain": "fleet", "sudoers": "user"}
 
 
 @st.composite
