@@ -189,3 +189,28 @@ def test_a_gpu_shaped_sandbox_writes_a_gpu_inventory_that_plans_gpu_containers(t
 
     _write_inventory(info.__class__(**{**info.__dict__, "gpu": G.NO_GPU}), "eth0")  # a CPU sandbox has none
     assert not gpu_inventory_path(tmp_path).exists()
+
+
+def test_a_cdi_node_gets_a_spec_for_its_gpus_dockers_cdi_on_and_no_runtime(tmp_path):
+    """The odd node of a mixed rack (layout.MIXED_HOST): its GPUs come through CDI only. The spec lists a
+    device per GPU and `all`, each with its device nodes (node-init makes those it names) and the stand-in
+    hook off PATH; daemon.json turns Docker's CDI on and registers no `nvidia` runtime."""
+    import re
+
+    import yaml
+
+    src = tmp_path / "sandbox"
+    G.write_node(src, 3, G.GpuShape(gpus=2), cdi=True)
+    spec = yaml.safe_load((src / "gpu" / "cdi.yaml").read_text())
+    assert spec["kind"] == "nvidia.com/gpu" and [d["name"] for d in spec["devices"]] == ["0", "1", "all"]
+    assert spec["devices"][2]["containerEdits"] == {"env": ["NVIDIA_VISIBLE_DEVICES=all"],
+                                                    "deviceNodes": [{"path": "/dev/nvidia0"}, {"path": "/dev/nvidia1"}]}
+    assert [h["path"] for h in spec["containerEdits"]["hooks"]] == [G.CDI_HOOK] and "/bin/" not in G.CDI_HOOK
+    init = (Path(G.__file__).parent / "node-init.sh").read_text()
+    sed = re.search(r"sed -n '([^']+)' \"\$GPU/cdi.yaml\"", init).group(1)
+    made = subprocess.run(["sed", "-n", sed, str(src / "gpu" / "cdi.yaml")], capture_output=True, text=True).stdout
+    assert sorted(set(made.split())) == ["nvidia0", "nvidia1", "nvidiactl"]
+    assert G.daemon_runtimes(G.GpuShape(gpus=2), cdi=True) == {"features": {"cdi": True}}
+    assert "nvidia" in G.daemon_runtimes(G.GpuShape(gpus=2))["runtimes"] and G.daemon_runtimes(G.NO_GPU) == {}
+    G.write_node(src, 1, G.GpuShape(gpus=2))  # a node of the hook's kind has no spec
+    assert not (src / "gpu" / "cdi.yaml").exists()

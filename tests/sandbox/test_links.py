@@ -68,6 +68,8 @@ def test_what_tc_shows_is_checked_against_the_wanted_rate(line, bits, ok):
 @pytest.mark.parametrize("args,needle", [
     (["--registry-link", "100mb"], "--registry-link: '100mb' is not a rate"),
     (["--node-link", "0.5mbit"], "--node-link: '0.5mbit' is outside"),
+    (["--mixed"], "--mixed needs --kind full and --nodes 3 or more"),
+    (["--mixed", "--nodes", "3", "--kind", "sshd"], "--mixed needs --kind full and --nodes 3 or more"),
 ])
 def test_sandbox_up_refuses_a_bad_rate_in_one_line_before_touching_docker(args, needle, monkeypatch):
     from bootstrap import sandbox as S
