@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from bootstrap.cluster.gids import Gid, link_local_only, parse_gid_line, pick
 from bootstrap.containers import ContainerState, image_content_key, parse_container_inspect
 from bootstrap.remote import argv as RA
 
@@ -324,11 +325,12 @@ echo "== ib"
 for p in /sys/class/infiniband/*/ports/*; do
   [ -d "$p" ] || continue
   hca=${p#/sys/class/infiniband/}; hca=${hca%%/*}
-  v2=0
+  echo "$hca ${p##*/} $(tr -d ' ' < "$p/link_layer" 2>/dev/null) - $(cat "$p/state" 2>/dev/null)"
   for t in "$p"/gid_attrs/types/*; do
-    [ "$(cat "$t" 2>/dev/null)" = "RoCE v2" ] && { v2="1@${t##*/}"; break; }
+    ty=$(cat "$t" 2>/dev/null) && [ -n "$ty" ] || continue
+    i=${t##*/}; n=$(cat "$p/gid_attrs/ndevs/$i" 2>/dev/null); [ -n "$n" ] || n=-
+    echo "gid $hca ${p##*/} $i $(cat "$p/gids/$i" 2>/dev/null) $n $ty"
   done
-  echo "$hca ${p##*/} $(tr -d ' ' < "$p/link_layer" 2>/dev/null) $v2 $(cat "$p/state" 2>/dev/null)"
 done
 echo "== dockerd"
 d=$(pgrep -o -x dockerd 2>/dev/null || pidof -s dockerd 2>/dev/null)
@@ -353,12 +355,19 @@ class IBPort:
     port: int
     #: "InfiniBand" or "Ethernet" (RoCE)
     link_layer: str
-    #: the port has a RoCE v2 GID (gid_attrs/types)
+    #: the port has a RoCE v2 GID with a routable address (gids.pick)
     rocev2: bool
     #: the state word: ACTIVE, DOWN, INIT, ARMED
     state: str
-    #: the index of its first RoCE v2 GID (gid_attrs/types/N), where known
+    #: the index of the RoCE v2 GID NCCL should use (gids.pick), where known
     rocev2_index: int | None = None
+    #: its GID table (the entries in use), where read
+    gids: tuple[Gid, ...] = ()
+
+    @property
+    def link_local_only(self) -> bool:
+        """RoCE v2 GIDs, every one link-local (fe80::): its network device has no routable address."""
+        return link_local_only(self.gids)
 
 
 @dataclass(frozen=True)
@@ -408,7 +417,8 @@ def parse_rack(out: str, *, sent: float | None = None, received: float | None = 
     ib_lines = sections.get("ib", [])
     ib = None
     if ib_lines and ib_lines[0] == "present":
-        ib = tuple(p for p in (parse_ib_port(ln) for ln in ib_lines[1:]) if p is not None)
+        ib = _with_gids([p for p in (parse_ib_port(ln) for ln in ib_lines[1:] if not ln.startswith("gid "))
+                         if p is not None], [g for g in (parse_gid_line(ln) for ln in ib_lines[1:]) if g])
     memlock, sys_resource = parse_dockerd(sections.get("dockerd", []))
     nproc = (sections.get("cpus") or [""])[0].strip()
     return RackFacts(offset, links, addrs, shm, ib, memlock, sys_resource,
@@ -448,6 +458,18 @@ def parse_link(line: str) -> Link | None:
         return None
     flags = set(m[2].split(","))
     return Link(m[1], "UP" in flags and "LOWER_UP" in flags, int(m[3]))
+
+
+def _with_gids(ports: list[IBPort], gids: list[tuple[str, int, Gid]]) -> tuple[IBPort, ...]:
+    """Each port with its GID table and the RoCE v2 GID picked from it (ports without GID lines: as printed)."""
+    out = []
+    for p in ports:
+        table = tuple(g for hca, port, g in gids if (hca, port) == (p.hca, p.port))
+        if table:
+            chosen = pick(table)
+            p = replace(p, gids=table, rocev2=chosen is not None, rocev2_index=chosen.index if chosen else None)
+        out.append(p)
+    return tuple(out)
 
 
 def parse_ib_port(line: str) -> IBPort | None:

@@ -99,8 +99,12 @@ def ib_port_files(node: int, hca: int, kind: str) -> dict[str, str]:
     files = {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": RATE[kind],
              "link_layer": "InfiniBand" if kind == "infiniband" else "Ethernet",
              "gids/0": guid, "gid_attrs/types/0": "IB/RoCE v1" if kind == "roce" else ""}
-    if kind == "roce":  # RoCE v2 on the IPv4-mapped address
-        files |= {"gids/1": f"0000:0000:0000:0000:0000:ffff:0a0a:{node:02x}{hca:02x}", "gid_attrs/types/1": "RoCE v2"}
+    if kind == "roce":  # as a ConnectX port's table is (show_gids): fe80:: v1 and v2, then the IPv4 address v1 and v2
+        ndev = f"ens{hca + 1}f0np0"
+        ipv4 = f"0000:0000:0000:0000:0000:ffff:0a0a:{node:02x}{hca:02x}"
+        for i, (gid, kind_) in enumerate(((guid, "IB/RoCE v1"), (guid, "RoCE v2"), (ipv4, "IB/RoCE v1"),
+                                          (ipv4, "RoCE v2"))):
+            files |= {f"gids/{i}": gid, f"gid_attrs/types/{i}": kind_, f"gid_attrs/ndevs/{i}": ndev}
     return files
 
 
@@ -178,8 +182,9 @@ def set_gpus(workdir: Path, name: str, *, count: int | None = None, driver: str 
 
 
 def set_port(workdir: Path, name: str, hca: str = "mlx5_0", *, state: str | None = None,
-             link_layer: str | None = None, roce_v2: bool | None = None) -> None:
-    """Change one port of node `name` as /sys/class/infiniband shows it from now on."""
+             link_layer: str | None = None, roce_v2: bool | None = None, address: bool | None = None) -> None:
+    """Change one port of node `name` as /sys/class/infiniband shows it from now on (`address` False: its
+    network device loses its IPv4 address, so only the link-local GIDs are left)."""
     port = node_dir(workdir, name) / "class" / "infiniband" / hca / "ports" / "1"
     if state is not None:
         (port / "state").write_text({"ACTIVE": "4: ACTIVE", "DOWN": "1: DOWN", "INIT": "2: INIT"}[state] + "\n")
@@ -189,6 +194,11 @@ def set_port(workdir: Path, name: str, hca: str = "mlx5_0", *, state: str | None
         for t in (port / "gid_attrs" / "types").iterdir():
             if t.read_text().strip() == "RoCE v2":
                 t.write_text("IB/RoCE v1\n")
+    if address is False:  # an entry no address fills: all zeros, and no type (the kernel answers EINVAL)
+        for g in (port / "gids").iterdir():
+            if "ffff" in g.read_text():
+                g.write_text("0000:0000:0000:0000:0000:0000:0000:0000\n")
+                (port / "gid_attrs" / "types" / g.name).unlink(missing_ok=True)
 
 
 #: Rewrites the GPUs of a running container's nvidia-smi (the file the hook placed), as a busy GPU

@@ -150,6 +150,13 @@ def test_the_ib_tree_reads_as_active_roce_ports_and_a_port_set_down_is_refused(n
         ("mlx5_0", 1, "Ethernet", True, "ACTIVE"), ("mlx5_1", 1, "Ethernet", True, "ACTIVE")]
     assert [f for f in CK.check_rack([rack_of(gpu)], infiniband=True) if f.check.startswith(("ib", "roce"))] == []
 
+    # a ConnectX port's table (fe80:: v1 and v2, then the IPv4 address v1 and v2): the routable v2 one is picked
+    assert [p.rocev2_index for p in ports] == [3, 3] and [g.index for g in ports[0].gids] == [0, 1, 2, 3]
+    G.set_port(workdir, "node1", "mlx5_0", address=False)  # its device loses its address: fe80:: is all it has
+    found = {f.check: f for f in CK.check_rack([rack_of(gpu)], infiniband=True)}
+    assert "mlx5_0 port 1 has only link-local RoCE v2 GIDs" in found["roce-gid"].what, found
+    assert "give ens1f0np0 an IPv4 address" in found["roce-gid"].fix, found
+
     G.set_port(workdir, "node1", "mlx5_1", state="DOWN")
     G.set_port(workdir, "node1", "mlx5_0", roce_v2=False)
     found = {f.check: f for f in CK.check_rack([rack_of(gpu)], infiniband=True)}

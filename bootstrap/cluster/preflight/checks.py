@@ -168,11 +168,20 @@ def _ib_link_layer(seen: Seen) -> list[Finding]:
 
 
 def _roce_gid(seen: Seen) -> list[Finding]:
-    return [Finding("roce-gid", n.host, f"{p.hca} port {p.port} is RoCE without a RoCE v2 GID",
-                    "give the interface an IP address (RoCE v2 GIDs follow it), then set "
-                    "NCCL_IB_GID_INDEX to the RoCE v2 entry (`show_gids`)")
-            for n in (seen.nodes if seen.infiniband else ()) if n.facts.ib
+    return [_no_gid(n.host, p) for n in (seen.nodes if seen.infiniband else ()) if n.facts.ib
             for p in _used_ports(n) if p.link_layer == "Ethernet" and not p.rocev2]
+
+
+def _no_gid(host: str, p) -> Finding:
+    if p.link_local_only:  # fe80:: only: NCCL would take it, and no router forwards it
+        ndev = next((g.ndev for g in p.gids if g.ndev), "its network device")
+        return Finding("roce-gid", host, f"{p.hca} port {p.port} has only link-local RoCE v2 GIDs (fe80::), which no "
+                                         "router forwards: RoCE between subnets would fail or hang",
+                       f"give {ndev} an IPv4 address on the RDMA network (each address adds a RoCE v2 GID; "
+                       f"`show_gids {p.hca}` lists them), then run up again")
+    return Finding("roce-gid", host, f"{p.hca} port {p.port} is RoCE without a RoCE v2 GID",
+                   "give the interface an IP address (RoCE v2 GIDs follow it), then set "
+                   "NCCL_IB_GID_INDEX to the RoCE v2 entry (`show_gids`)")
 
 
 def _ib_hca(seen: Seen) -> list[Finding]:
@@ -272,7 +281,7 @@ REGISTRY: tuple[Check, ...] = (
     Check("ib-port", "the InfiniBand/RoCE ports NCCL will use are ACTIVE", "rack", _ib_port),
     Check("ib-link-layer", "the ports' link layer (InfiniBand or Ethernet) is the same on every node", "rack",
           _ib_link_layer),
-    Check("roce-gid", "a RoCE port has a RoCE v2 GID", "rack", _roce_gid),
+    Check("roce-gid", "a RoCE port has a routable RoCE v2 GID (not only link-local fe80::)", "rack", _roce_gid),
     Check("ib-hca", "every HCA NCCL_IB_HCA names exists on the node", "rack", _ib_hca),
     Check("clock", "the nodes' clocks agree", "rack", _clock),
     Check("shm", "/dev/shm is large enough where containers share the host's (ipc_host)", "rack", _shm),
