@@ -95,14 +95,40 @@ def cuda_findings(seen: Mapping[str, dict | None], gpus: int) -> list[D.Finding]
         cuda = doc.get("cuda")
         ev = f"torch {doc.get('torch')} (CUDA {cuda or 'none: a CPU build'}) sees {n} GPU(s)"
         ev += f": {why}" if why else ""
+        what, fix = _cuda_cause(why)
         out.append(D.Finding(
             "cuda-unusable", "error", host,
-            f"CUDA in the container sees {n} of the {gpus} GPU(s) nvidia-smi lists, so NCCL cannot run",
-            ev,
-            "use a CUDA build of the image (vllm/vllm-openai), a driver at least as new as the image's CUDA, "
-            "and --gpus all (check `docker run --rm --gpus all IMAGE nvidia-smi`); "
-            "`check-nccl --backend gloo` measures the network over CPU meanwhile"))
+            f"CUDA in the container sees {n} of the {gpus} GPU(s) nvidia-smi lists, so NCCL cannot run{what}",
+            ev, fix))
     return out
+
+
+#: CUDA's own error numbers in what initialising it said, and what each means on a GPU host.
+_CUDA_ERRORS = (
+    (("Error 802", "(802)", "cudaErrorSystemNotReady"),
+     ": CUDA error 802 (system not yet initialized), an NVSwitch host whose NVIDIA Fabric Manager is not running "
+     "or not the driver's version",
+     "install nvidia-fabricmanager of the driver's exact version and `systemctl enable --now nvidia-fabricmanager` "
+     "(`nvidia-smi -q | grep -A2 Fabric` then says Completed), then run check-nccl again"),
+    (("Error 803", "(803)"),
+     ": CUDA error 803 (unsupported display driver / cuda driver combination): the driver's libraries and its "
+     "kernel module differ",
+     "reboot the host after a driver upgrade (or reload nvidia modules) so the kernel module matches the driver"),
+    (("Error 804", "(804)"),
+     ": CUDA error 804 (forward compatibility on unsupported hardware): the image's CUDA is newer than the driver "
+     "and its compat libraries do not serve this GPU",
+     "upgrade the host's driver to one that runs the image's CUDA, or use an image built for the driver's CUDA"),
+)
+
+
+def _cuda_cause(why: str) -> tuple[str, str]:
+    """(what to add to the finding, its fix) from what initialising CUDA said."""
+    for needles, what, fix in _CUDA_ERRORS:
+        if any(n in why for n in needles):
+            return what, fix
+    return "", ("use a CUDA build of the image (vllm/vllm-openai), a driver at least as new as the image's CUDA, "
+                "and --gpus all (check `docker run --rm --gpus all IMAGE nvidia-smi`); "
+                "`check-nccl --backend gloo` measures the network over CPU meanwhile")
 
 
 def torchrun_argv(inv: Inventory, h: Host, node_rank: int, *, port: int, timeout: float,

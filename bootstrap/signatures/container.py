@@ -32,6 +32,25 @@ SIGNATURES: tuple[Signature, ...] = (
                  "https://github.com/OpenBMB/XAgent/issues/273"),
     ),
     Signature(
+        id="cuda-fabric-manager",
+        severity="error",
+        # CUDA's cudaErrorSystemNotReady as torch, vLLM and CUDA's samples print it: on an NVSwitch host
+        # (HGX/DGX A100, H100, H200, B200) nvidia-smi lists every GPU while CUDA cannot initialise
+        patterns=(
+            _p(r"Error 802: system not yet initialized", needle="Error 802"),
+            _p(r"cuda runtime error \(802\)", needle="runtime error (802)"),
+            _p(r"cudaErrorSystemNotReady"),
+        ),
+        title="CUDA cannot initialise (error 802, system not yet initialized): on an NVSwitch host the NVIDIA "
+              "Fabric Manager is not running, or is not the driver's version",
+        fix="Install nvidia-fabricmanager of the driver's exact version (driver 580.x: nvidia-fabricmanager-580) "
+            "and run `systemctl enable --now nvidia-fabricmanager`; `nvidia-smi -q | grep -A2 Fabric` then says "
+            "Completed. Then `bootstrap up` and `bootstrap check-nccl`.",
+        sources=("https://github.com/pytorch/pytorch/issues/35710",
+                 "https://github.com/aws-samples/aws-deep-learning-ami-ubuntu-dcv-desktop/issues/33",
+                 "https://github.com/huggingface/huggingface_hub/issues/4134"),
+    ),
+    Signature(
         id="secret-gone",
         severity="error",
         # cluster/guard/secretstore.py's entrypoint, when a secret's file is not on the host's tmpfs

@@ -83,6 +83,16 @@ SAMPLES: dict[str, tuple[str, ...]] = {
         "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and "
         "installed a driver from http://www.nvidia.com/Download/index.aspx",
     ),
+    "cuda-fabric-manager": (
+        # torch on an H200 whose Fabric Manager never completed (github.com/huggingface/huggingface_hub/issues/4134)
+        "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling "
+        "NumCudaDevices() that might have already set an error? Error 802: system not yet initialized",
+        # torch before 1.9 (github.com/pytorch/pytorch/issues/35710)
+        "RuntimeError: cuda runtime error (802) : system not yet initialized at "
+        "/opt/conda/conda-bld/pytorch_1579022034529/work/aten/src/THC/THCGeneral.cpp:50",
+        # CUDA's bandwidthTest sample, same issue
+        'CUDA error at bandwidthTest.cu:256 code=802(cudaErrorSystemNotReady) "cudaSetDevice(currentDevice)"',
+    ),
     "gloo-loopback": (
         # gloo-loopback__2.log, __1.log
         "[rank7]:[W806 14:25:27.650991133 ProcessGroupGloo.cpp:524] Warning: Unable to resolve hostname to a "

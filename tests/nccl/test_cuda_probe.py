@@ -58,3 +58,26 @@ def test_the_probe_on_this_machine_prints_one_line_naming_a_cpu_build_or_its_dev
     assert doc["devices"] == 0 and doc["error"]
     (f,) = cuda_findings({"here": parse_cuda_probe(r.stdout)}, 2)
     assert "sees 0 of the 2 GPU(s)" in f.title
+
+
+def test_cuda_errors_802_803_804_name_their_cause_and_fix():
+    """What torch says when CUDA cannot initialise (its words, as issues on real hosts quote them: 802 on
+    H200s whose Fabric Manager never completed, github.com/huggingface/huggingface_hub/issues/4134)."""
+    said = {
+        "802": "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before "
+               "calling NumCudaDevices() that might have already set an error? Error 802: system not yet initialized",
+        "803": "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before "
+               "calling NumCudaDevices() that might have already set an error? Error 803: system has unsupported "
+               "display driver / cuda driver combination",
+        "804": "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before "
+               "calling NumCudaDevices() that might have already set an error? Error 804: forward compatibility "
+               "was attempted on non supported HW",
+    }
+    want = {"802": ("Fabric Manager", "nvidia-fabricmanager"), "803": ("kernel module", "reboot"),
+            "804": ("newer than the driver", "upgrade the host's driver")}
+    for code, error in said.items():
+        doc = {"torch": "2.11.0+cu130", "cuda": "13.0", "devices": 0, "visible": "all", "error": error}
+        (f,) = cuda_findings({"gpu-a": doc}, 8)
+        assert f"CUDA error {code}" in f.title and want[code][0] in f.title, f.title
+        assert want[code][1] in f.fix and "--backend gloo" not in f.fix, f.fix
+        assert error in f.evidence
