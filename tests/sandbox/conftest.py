@@ -26,12 +26,14 @@ def pytest_collection_modifyitems(session, config, items):
     """Stable: tests keep their order within a module, and other directories theirs. Under
     pytest-xdist (scripts/test.sh: `-n 2 --dist loadgroup`) every test here is one group, run by one
     worker in this order, while the other worker runs the unit tests."""
-    sandbox = [i for i in items if i.path.parent.name == "sandbox"]
+    # the tests that use the sandbox (marked `sandbox`); the pure ones beside them (links, GPU shapes) run
+    # on the other worker with the unit tests
+    sandbox = [i for i in items if i.path.parent.name == "sandbox" and i.get_closest_marker("sandbox")]
     if not sandbox:
         return
     for item in sandbox:
         item.add_marker(pytest.mark.xdist_group("sandbox"))
     first = items.index(sandbox[0])
-    rest = [i for i in items if i.path.parent.name != "sandbox"]
+    rest = [i for i in items if i not in sandbox]
     ordered = sorted(sandbox, key=_rank)
     items[:] = rest[:first] + ordered + rest[first:]
