@@ -47,6 +47,7 @@ from ._util import (
 from .recipes import (
     BASE_CHANGES,
     BASE_FILES,
+    BASE_RECIPE,
     BASE_REF,
     BASE_REPO,
     MIRROR,
@@ -57,6 +58,7 @@ from .recipes import (
     PIP_TARGET,
     RAY_LESS_REPO,
     REGISTRY_REPO,
+    ROOTFS_RECIPE,
     ROUTER_REQ,
     STAGE_REPO,
     SUITE,
@@ -111,11 +113,11 @@ def _debootstrap(workdir: Path, tarball: Path, log: Log, suite: str = SUITE) -> 
 
 
 def _ensure_base(workdir: Path, log: Log, suite: str = SUITE) -> str:
-    ref, recipe = base_ref(suite), base_recipe(suite)
+    ref, recipe = (BASE_REF, BASE_RECIPE) if suite == SUITE else (base_ref(suite), base_recipe(suite))
     if image_label(ref, RECIPE_LABEL) == recipe:
         log(f"image {ref}: present")
         return ref
-    tarball = workdir / "base" / f"{suite}-minbase-{rootfs_recipe(suite)}.tar"
+    tarball = workdir / "base" / f"{suite}-minbase-{ROOTFS_RECIPE if suite == SUITE else rootfs_recipe(suite)}.tar"
     tarball.parent.mkdir(parents=True, exist_ok=True)
     if tarball.exists():
         log(f"rootfs tarball cached: {tarball}")
