@@ -74,6 +74,15 @@ _IMAGE_CONFIG_KEYS = ("User", "Env", "Cmd", "Entrypoint", "WorkingDir", "Labels"
                       "StopSignal")
 
 
+def image_platform(inspect: Mapping[str, Any]) -> str | None:
+    """"OS/ARCH[/VARIANT]" an image is built for, from `docker image inspect` ("linux/arm64/v8"); None when
+    it does not say its architecture."""
+    if not inspect.get("Architecture"):
+        return None
+    return "/".join(str(x) for x in (inspect.get("Os") or "linux", inspect["Architecture"], inspect.get("Variant"))
+                    if x)
+
+
 def image_content_key(inspect: Mapping[str, Any]) -> str | None:
     """One image's identity by its content, from `docker image inspect`: its layers (RootFS.Layers, the
     uncompressed layers' digests) and what it runs as (_IMAGE_CONFIG_KEYS). The same on Docker's classic

@@ -11,9 +11,15 @@ steps the controller runs on every node at once:
       than the probe dial these ports too (the Ray workers of a head that died reconnect to its GCS
       port from the very peers' addresses), and a listener that counted them closed the port before
       the probe came. A busy port is not listened on (whatever holds it answers).
-  port_probe.py connect SECONDS IP:PORT...
+      It also binds a UDP port on IP (its number is the line's "udp", null when it could not) and answers
+      each datagram there with its length: the payload probe's echo.
+  port_probe.py connect SECONDS TARGET...
       Connects to every target at once, each within SECONDS, and prints one JSON line
       {"results": [{"target": "IP:PORT", "ok": bool, "ms": float, "error": null | "timeout" | "refused" | "..."}]}
+      A target udp/SIZE/IP:PORT sends a SIZE-byte UDP datagram that may not be fragmented (DF set, as
+      NCCL's and Gloo's full-size TCP segments are) to a listener's UDP port, up to 3 times, and is ok
+      when the echo of its length came back: a datagram of the path's MTU that never arrives is a path
+      that drops jumbo frames (a switch port left at 1500), where TCP connects and then hangs.
 
 Standard library only; exit 0 whenever the line was printed.
 """
@@ -41,9 +47,18 @@ def listen(ip, seconds, ports):
             continue
         out[str(p)] = s.getsockname()[1]
         socks.append(s)
+    udp = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        udp.bind((ip, 0))
+    except OSError:
+        udp.close()
+        udp = None
+    if udp is not None:
+        socks.append(udp)
     pid = os.fork() if socks else 0
     if pid or not socks:
-        print(json.dumps({"ports": out, "pid": pid or None}), flush=True)
+        print(json.dumps({"ports": out, "udp": udp.getsockname()[1] if udp else None, "pid": pid or None}),
+              flush=True)
         return 0
     # the child: detached from the SSH channel, so the command returns while it listens
     os.setsid()
@@ -55,13 +70,56 @@ def listen(ip, seconds, ports):
         ready, _, _ = select.select(socks, [], [], max(0.0, end - time.monotonic()))
         for s in ready:
             try:
-                s.accept()[0].close()
+                if s is udp:
+                    data, peer = s.recvfrom(65535)
+                    s.sendto(str(len(data)).encode(), peer)
+                else:
+                    s.accept()[0].close()
             except OSError:
                 continue
     os._exit(0)
 
 
+#: Linux's IP_MTU_DISCOVER / IPV6_MTU_DISCOVER and their "do": never fragment (Python may not name them)
+_DF = {socket.AF_INET: (socket.IPPROTO_IP, getattr(socket, "IP_MTU_DISCOVER", 10), 2),
+       socket.AF_INET6: (socket.IPPROTO_IPV6, getattr(socket, "IPV6_MTU_DISCOVER", 23), 2)}
+
+
+def _datagram(target, seconds):
+    """udp/SIZE/IP:PORT: None when the echo came back, else why not."""
+    _, size, hostport = target.split("/", 2)
+    host, _, port = hostport.rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        try:
+            s.setsockopt(*_DF[family])
+        except OSError:
+            pass
+        end = time.monotonic() + seconds
+        for _ in range(3):
+            try:
+                s.sendto(b"\0" * int(size), (host, int(port)))
+            except OSError as exc:
+                return f"{type(exc).__name__}: {exc}"
+            s.settimeout(max(0.05, min(seconds / 3, end - time.monotonic())))
+            try:
+                if s.recv(64).strip() == size.encode():
+                    return None
+            except socket.timeout:
+                continue
+            except OSError as exc:
+                return f"{type(exc).__name__}: {exc}"
+    return "timeout"
+
+
 def _one(target, seconds, results, i):
+    if target.startswith("udp/"):
+        t = time.monotonic()
+        err = _datagram(target, seconds)
+        results[i] = {"target": target, "ok": err is None, "ms": round((time.monotonic() - t) * 1000, 1),
+                      "error": err}
+        return
     host, _, port = target.rpartition(":")
     host = host.strip("[]")
     t = time.monotonic()

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from bootstrap.cluster.gids import Gid, link_local_only, parse_gid_line, pick
-from bootstrap.containers import ContainerState, image_content_key, parse_container_inspect
+from bootstrap.containers import ContainerState, image_content_key, image_platform, parse_container_inspect
 from bootstrap.remote import argv as RA
 
 # The container inspect and its parser live in the neutral pure bootstrap/containers.py, which
@@ -56,6 +56,9 @@ class HostFacts:
     guard: "GuardFacts | None" = None
     #: How Docker can give a container the GPUs (bootstrap.cluster.gpuaccess; None: not gathered).
     gpu_access: "GpuAccessFacts | None" = None
+    #: The platform the cluster image on the host is built for ("linux/amd64", "linux/arm64/v8"; None:
+    #: the image is not there, or does not say).
+    image_platform: str | None = None
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -195,6 +198,36 @@ def parse_inspect_both(out: str, container: str, image: str) -> tuple[ContainerS
     return cstate, image_id
 
 
+#: `uname -m` -> the architecture's name in image platforms (Go's GOARCH, as Docker and OCI write it).
+ARCH_OF_UNAME = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "ppc64le": "ppc64le",
+                 "s390x": "s390x", "riscv64": "riscv64", "armv7l": "arm", "i686": "386", "i386": "386"}
+
+
+def host_arch(uname: str | None) -> str | None:
+    """The image platform's architecture for a host's `uname -m` (its own word where unknown); None: not read."""
+    word = (uname or "").strip()
+    return ARCH_OF_UNAME.get(word, word) or None
+
+
+def platform_arch(platform: str | None) -> str | None:
+    """"arm64" of "linux/arm64/v8"; None when there is none."""
+    parts = (platform or "").split("/")
+    return parts[1] if len(parts) > 1 and parts[1] else None
+
+
+def parse_image_platform(out: str) -> str | None:
+    """"OS/ARCH[/VARIANT]" of the image (the object without a State) in inspect_both_cmd's or image_cmd's
+    output; None when the image is not in it or does not say its architecture."""
+    for line in out.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and "State" not in obj and obj.get("Architecture"):
+            return image_platform(obj)
+    return None
+
+
 #: The image variables the CUDA check reads (bootstrap.cluster.preflight.checks, check cuda-driver).
 IMAGE_CUDA_VARS = ("CUDA_VERSION", "NVIDIA_REQUIRE_CUDA")
 
@@ -320,6 +353,7 @@ echo "== link"; ip -o link show 2>/dev/null
 echo "== addr"; ip -o addr show 2>/dev/null
 echo "== shm"; df -P -B1 /dev/shm 2>/dev/null | tail -n 1
 echo "== cpus"; nproc 2>/dev/null
+echo "== arch"; uname -m 2>/dev/null
 echo "== ib"
 [ -d /sys/class/infiniband ] && echo present
 for p in /sys/class/infiniband/*/ports/*; do
@@ -388,6 +422,12 @@ class RackFacts:
     cpus: int | None = None
     #: each address with its prefix length (``10.0.0.5/24``): the networks the host is on
     nets: tuple[str, ...] = ()
+    #: `uname -m` ("x86_64", "aarch64"; None: not read); host_arch() names it as image platforms do
+    machine: str | None = None
+
+    @property
+    def arch(self) -> str | None:
+        return host_arch(self.machine)
 
 
 def parse_rack(out: str, *, sent: float | None = None, received: float | None = None) -> RackFacts:
@@ -423,7 +463,8 @@ def parse_rack(out: str, *, sent: float | None = None, received: float | None = 
     nproc = (sections.get("cpus") or [""])[0].strip()
     return RackFacts(offset, links, addrs, shm, ib, memlock, sys_resource,
                      int(nproc) if nproc.isdigit() and int(nproc) > 0 else None,
-                     parse_ip_nets("\n".join(sections.get("addr", []))))
+                     parse_ip_nets("\n".join(sections.get("addr", []))),
+                     (sections.get("arch") or [""])[0].strip() or None)
 
 
 #: CAP_SYS_RESOURCE's bit in /proc/PID/status CapEff

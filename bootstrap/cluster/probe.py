@@ -108,8 +108,10 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool, cluster:
         ii = ssh.run(F.image_cmd(image), timeout=30, check=False, query=True)
         image_id, image_key = F.parse_image(ii.stdout) if ii.ok else (None, None)
         both = (parse_container_inspect(ci.stdout) if ci.ok else None, image_id)
+        image_out = ii.stdout if ii.ok else ""
     else:
         image_key = F.parse_image_key(got["inspect"].stdout)
+        image_out = got["inspect"].stdout
     cstate, image_id = both
     driver_cuda = F.parse_driver_cuda(got["cuda"].stdout) if "cuda" in got and got["cuda"].ok else None
     return F.HostFacts(docker_version=version, runtimes=runtimes, gpus=gpus,
@@ -122,6 +124,7 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool, cluster:
                      rack=F.parse_rack(got["rack"].stdout, sent=sent.get("rack"), received=received.get("rack")),
                      driver_cuda=driver_cuda,
                      image_cuda=F.parse_image_cuda(got["inspect"].stdout) if image_id else {},
+                     image_platform=F.parse_image_platform(image_out) if image_id else None,
                      guard=GR.become_checked(ssh, FN.parse_guard(got["guard"].stdout)) if "guard" in got else None,
                      gpu_access=GA.parse(got["gpu_access"].stdout) if "gpu_access" in got else None)
 

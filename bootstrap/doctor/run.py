@@ -13,6 +13,7 @@ from bootstrap.cluster import probe
 from bootstrap.cluster import ray as R
 from bootstrap.cluster import runtime as RT
 from bootstrap.cluster.preflight import checks as CK
+from bootstrap.cluster.preflight import run as PR
 from bootstrap.cluster.preflight.registry import Seen, by_host, judge
 from bootstrap.doctor import logsources as LS
 from bootstrap.errors import PreflightFailed
@@ -56,7 +57,11 @@ def doctor(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Report
         sizes = (DK.image_size(sess.ssh[n], inv.cluster.image) for n in _image_holders(order, got))
         image_size = next((x for x in sizes if x is not None), None)  # the first host that tells
         findings += D.check_cluster(reports, image_size_bytes=image_size)
-        findings += _rack_findings(inv, {n: g[0] for n, g in got.succeeded.items() if g and g[0]}, order)
+        facts = {n: g[0] for n, g in got.succeeded.items() if g and g[0]}
+        findings += _rack_findings(inv, facts, order)
+        # the path between the nodes: what `up`'s mtu-path check sends, on the running cluster
+        findings += [D.Finding(f"rack-{x.check}", "error", x.host, CK.CHECKS[x.check], x.what, x.fix)
+                     for x in PR.path_mtu(sess, [h for h in order if h.name in facts], facts)]
         findings += D.scan_sources(texts, infiniband=inv.cluster.infiniband)
         # runtime unset: what the containers were started with
         inv = RT.from_containers(inv, {n: g[0].container for n, g in got.succeeded.items() if g and g[0]})

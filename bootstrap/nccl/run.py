@@ -278,10 +278,14 @@ def _judge(inv: Inventory, order: list[Host], outputs: Mapping[str, str], codes:
     timed_out = tuple(h.name for h in order if codes.get(h.name) == -1)
     nodes = _node_rows(report, order, codes, timed_out, deadline, inv.gpus_per_node or 1)
     warnings = cleanup_warnings(name, cleanup)
-    if transport is not None:
-        w = N.fallback_to_socket(transport, inv.cluster.infiniband)
-        if w:
-            warnings.append(w)
+    fell_back = N.fallback_to_socket(transport, inv.cluster.infiniband) if transport is not None else None
+    if fell_back:  # a verdict, not a note: the cluster would serve at a fraction of its fabric's bandwidth
+        findings = [*findings, D.Finding(
+            "nccl-socket-fallback", "error", None, "NCCL went over TCP sockets where the inventory expects RDMA "
+            "(infiniband: true)", fell_back.removeprefix("WARNING: "),
+            "mend the cause named (the HCAs in the container, NCCL_IB_HCA, NCCL_IB_DISABLE); on AWS EFA the image "
+            "needs NCCL's EFA plugin (aws-ofi-nccl with libfabric), which vllm/vllm-openai does not ship; or set "
+            "infiniband: false where sockets are what the rack has")]
     ok = report.ok and all(n.ok for n in nodes)
     errors = [f for f in findings if f.severity == "error"]
     if ok and not errors:

@@ -20,6 +20,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.utils import parse_repository_tag
 
 from bootstrap.containers import image_content_key
+from bootstrap.containers import image_platform as containers_platform
 from bootstrap.errors import CommandFailed, PreflightFailed
 
 __all__ = [
@@ -100,6 +101,14 @@ def image_key(ref: str) -> str | None:
     """A local image's content key (containers.image_content_key), or None when there is no such image."""
     try:
         return image_content_key(client().api.inspect_image(ref))
+    except NotFound:
+        return None
+
+
+def image_platform(ref: str) -> str | None:
+    """The platform a local image is built for (containers.image_platform), or None when there is no such image."""
+    try:
+        return containers_platform(client().api.inspect_image(ref))
     except NotFound:
         return None
 

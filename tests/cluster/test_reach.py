@@ -133,3 +133,50 @@ def test_a_port_that_cannot_be_bound_for_another_reason_is_a_finding():
     (f,) = RC.findings(inv, inv.hosts, {"node1": {"6379": "error: [Errno 99] Cannot assign requested address"}},
                        {})
     assert f.host == "node1" and "cannot listen on port 6379" in f.what
+
+
+def test_the_listener_echoes_datagrams_of_any_size_and_a_datagram_nobody_answers_is_not_ok():
+    """The payload probe for real on loopback: the listener's UDP port echoes a small datagram and one of
+    a 9000-byte MTU (DF set); a UDP port nobody listens on answers nothing the probe counts."""
+    doc = probe("listen", "127.0.0.1", "10")
+    assert doc["ports"] == {} and isinstance(doc["udp"], int) and isinstance(doc["pid"], int)
+    try:
+        nobody = _free_port()
+        got = probe("connect", "1", f"udp/64/127.0.0.1:{doc['udp']}", f"udp/8972/127.0.0.1:{doc['udp']}",
+                    f"udp/64/127.0.0.1:{nobody}")["results"]
+    finally:
+        os.kill(doc["pid"], signal.SIGTERM)
+    assert [(r["target"].split("/")[1], r["ok"]) for r in got] == [("64", True), ("8972", True), ("64", False)], got
+    assert got[2]["error"] and got[2]["error"] != "None"
+
+
+def test_a_full_size_datagram_lost_where_a_small_one_arrives_is_named_on_the_receiver_with_its_senders():
+    import dataclasses
+
+    from bootstrap.cluster.facts import HostFacts, Link, RackFacts
+    inv = cpu_inventory(3, peer_copy=False)
+    h1, h2, h3 = inv.hosts
+    facts = {h.name: HostFacts("26.1.5", rack=RackFacts(links=(Link("eth0", True, 9000), Link("lo", True, 65536)),
+                                                         addrs=(("eth0", h.ip),))) for h in inv.hosts}
+    facts["node3"] = dataclasses.replace(facts["node3"], rack=RackFacts(links=(Link("eth0", True, 1500),),
+                                                                        addrs=(("eth0", h3.ip),)))
+    mtus = RC.data_mtus(inv.hosts, facts)
+    assert mtus == {"node1": 9000, "node2": 9000, "node3": 1500}
+    udp = {"node1": 50001, "node2": 50002, "node3": 50003}
+    dial = RC.payload_targets(inv.hosts, udp, mtus)
+    # the smaller MTU of each pair (a node at 1500 is the mtu check's finding, not a lost frame)
+    assert dial["node1"] == [f"udp/64/{h2.ip}:50002", f"udp/8972/{h2.ip}:50002", f"udp/64/{h3.ip}:50003",
+                             f"udp/1472/{h3.ip}:50003"]
+    assert RC.payload_targets(inv.hosts, {"node1": 50001}, {})["node2"] == [f"udp/64/{h1.ip}:50001"]
+    ok = {n: [{"target": t, "ok": True} for t in ts] for n, ts in dial.items()}
+    assert RC.payload_findings(inv.hosts, ok) == []
+    # the path into node2 drops 9000-byte frames (from node1); from node3 at 1500 they arrive
+    bad = {n: [dict(r, ok=not (n == "node1" and r["target"].startswith("udp/8972/"))) for r in rs]
+           for n, rs in ok.items()}
+    (f,) = RC.payload_findings(inv.hosts, bad)
+    assert (f.check, f.host) == ("mtu-path", "node2"), f
+    assert f.what.startswith("a 9000-byte packet (the data-plane MTU) from node1 never arrives while a small one does")
+    assert "MTU of at least 9000" in f.fix and "ip link set DEV mtu 1500" in f.fix
+    # neither arrives: UDP dropped (a firewall), not a frame size: the ports check's business, not this one's
+    none = {n: [dict(r, ok=False) for r in rs] for n, rs in ok.items()}
+    assert RC.payload_findings(inv.hosts, none) == []

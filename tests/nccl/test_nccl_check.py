@@ -616,3 +616,32 @@ def test_all_log_excerpts_name_their_source():
     for f in logs:
         first = f.read_text().splitlines()[0]
         assert first.startswith("# source: https://github.com/") and "/issues/" in first, f
+
+
+def test_a_passing_all_reduce_over_sockets_where_the_inventory_expects_rdma_is_a_failed_check():
+    """check-nccl's verdict (issue 64): NCCL that fell back to TCP sockets on an `infiniband: true` cluster
+    (EFA without NCCL's plugin, HCAs not in the container) fails the check; the same run passes where the
+    inventory expects sockets."""
+    import dataclasses
+    import json
+
+    from bootstrap.nccl.run import _judge
+    from bootstrap.remote.fanout import GroupResult
+    from tests.support.plan_fixtures import cpu_inventory
+
+    inv = cpu_inventory(2)
+    lines = [json.dumps({"event": "phase", "phase": "done", "ok": True, "rank": r, "local_rank": 0,
+                         "node_rank": r, "host": h.name, "vllm_host_ip": h.ip, "t": 1.0}) for r, h in
+             enumerate(inv.hosts)]
+    lines.append(json.dumps({"event": "result", "ok": True, "world_size": 2, "backend": "nccl", "nnodes": 2}))
+    socket_log = _log("socket_nccl_tests188.log")
+    outputs = {"node1": lines[0] + "\n" + lines[2] + "\n" + socket_log, "node2": lines[1]}
+    codes = GroupResult({"node1": 0, "node2": 0})
+    run = _judge(inv, list(inv.hosts), outputs, codes, {}, [], 60, 0.0)
+    assert run.ok and run.verdict.startswith("PASS"), run.verdict
+    ib = dataclasses.replace(inv, cluster=dataclasses.replace(inv.cluster, infiniband=True))
+    run = _judge(ib, list(ib.hosts), outputs, codes, {}, [], 60, 0.0)
+    assert not run.ok and run.verdict.startswith("FAIL on the cluster: NCCL went over TCP sockets where the "
+                                                 "inventory expects RDMA"), run.verdict
+    (f,) = [f for f in run.findings if f.id == "nccl-socket-fallback"]
+    assert f.severity == "error" and "NCCL_IB_DISABLE=1" in f.evidence and "aws-ofi-nccl" in f.fix

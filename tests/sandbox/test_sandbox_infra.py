@@ -92,8 +92,9 @@ def test_bad_kind_is_refused_before_touching_anything(tmp_path):
 # --- against the real thing ------------------------------------------------------------------------
 
 N_NODES = 2
-#: the nodes are GPU-shaped (the CPU tests below do not notice): 8 H100s and two InfiniBand HCAs each
-SHAPE = GpuShape(gpus=8, ib="infiniband", hcas=2)
+#: the nodes are GPU-shaped (the CPU tests below do not notice): 8 H100s and two RoCE HCAs each, whose GID
+#: tables are a ConnectX port's (fe80:: RoCE v1 and v2, then the port's IPv4 address v1 and v2: issue 64)
+SHAPE = GpuShape(gpus=8, ib="roce", hcas=2)
 
 
 @pytest.fixture(scope="module")
@@ -298,7 +299,7 @@ def test_rack_shaped_links_cap_what_the_registry_and_each_node_send_and_come_off
 @pytest.mark.sandbox
 def test_gpu_shaped_nodes_look_like_gpu_hosts_to_ssh_and_docker(sandbox):
     """Over real SSH and the node's own dockerd: nvidia-smi lists 8 GPUs, `docker info` the nvidia
-    runtime, /sys/class/infiniband two ACTIVE ports; `docker run --gpus all` gets all 8 into the
+    runtime, /sys/class/infiniband two ACTIVE RoCE ports; `docker run --gpus all` gets all 8 into the
     container (the hook's work), `--gpus '"device=0,1"'` two, no --gpus none; a port set DOWN on this
     machine shows at once to the rack preflight's script; a broken toolkit fails every --gpus start."""
     from bootstrap.sandbox.images import BASE_REF
@@ -313,7 +314,7 @@ def test_gpu_shaped_nodes_look_like_gpu_hosts_to_ssh_and_docker(sandbox):
         rc, out = _run(client, "docker info --format '{{json .Runtimes}}'")
         assert rc == 0 and "nvidia" in json.loads(out), out
         rc, out = _run(client, "ls /dev/infiniband && cat /sys/class/infiniband/mlx5_1/ports/1/link_layer")
-        assert rc == 0 and out.split() == ["uverbs0", "uverbs1", "InfiniBand"], out
+        assert rc == 0 and out.split() == ["uverbs0", "uverbs1", "Ethernet"], out
 
         def gpus_in(opts: str) -> int | str:
             rc, out = _run(client, f"docker run --rm {opts} {base} sh -c "
@@ -343,7 +344,7 @@ def test_gpu_shaped_nodes_look_like_gpu_hosts_to_ssh_and_docker(sandbox):
 
 @pytest.mark.sandbox
 def test_up_on_the_gpu_shaped_nodes_checks_the_gpus_and_refuses_what_rdma_would_break(sandbox):
-    """`up` with the sandbox's GPU inventory (8 GPUs, InfiniBand): the NVIDIA runtime and the GPU count
+    """`up` with the sandbox's GPU inventory (8 GPUs, RoCE): the NVIDIA runtime and the GPU count
     pass, and the preflight refuses before any container starts, on every node: these nodes' Docker
     cannot give a container the unlimited locked memory RDMA needs (dockerd's limit is 8 MiB and it
     lacks CAP_SYS_RESOURCE), which would otherwise fail at `docker run` with "error setting rlimit type 8"."""
@@ -369,6 +370,34 @@ def _gpu_inventory_without_env(sandbox, tmp_path) -> str:
                            lambda d: d["cluster"].pop("env", None))
 
 
+def _retagged_arm64(saved: bytes, tag: str) -> bytes:
+    """A `docker save` archive whose image says it is built for linux/arm64/v8, tagged TAG: what an arm64
+    build of it would be to Docker (its layers are this machine's; nothing in it is run)."""
+    import hashlib
+    import io
+    import tarfile
+
+    src = tarfile.open(fileobj=io.BytesIO(saved))
+    manifest = json.loads(src.extractfile("manifest.json").read())
+    config = json.loads(src.extractfile(manifest[0]["Config"]).read())
+    config.update(architecture="arm64", variant="v8")
+    data = json.dumps(config).encode()
+    name = hashlib.sha256(data).hexdigest() + ".json"
+    old = manifest[0]["Config"]
+    manifest[0].update(Config=name, RepoTags=[tag])
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as dst:
+        for m in src.getmembers():
+            if m.name in ("manifest.json", "repositories", old):
+                continue
+            dst.addfile(m, src.extractfile(m) if m.isfile() else None)
+        for fname, body in ((name, data), ("manifest.json", json.dumps(manifest).encode())):
+            info = tarfile.TarInfo(fname)
+            info.size = len(body)
+            dst.addfile(info, io.BytesIO(body))
+    return out.getvalue()
+
+
 def _argv_env(action: dict) -> dict[str, str]:
     argv = action["argv"]
     return dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "-e")
@@ -378,10 +407,11 @@ def _argv_env(action: dict) -> dict[str, str]:
 def test_the_gpu_plan_takes_each_nodes_own_facts_and_a_fault_in_one_node_is_refused_before_anything_starts(
         sandbox, tmp_path):
     """The fault matrix of the rack preflight on a healthy GPU-shaped sandbox (2 nodes, 8 GPUs, two
-    InfiniBand HCAs each; memlock skipped: these nodes' Docker cannot raise it, see the test above).
+    RoCE HCAs each; memlock skipped: these nodes' Docker cannot raise it, see the test above).
     Each fault is made the way it happens on a rack (a port file DOWN, a node with 7 GPUs or another
-    driver, another link layer, `ip link set mtu`, an iptables rule dropping Ray's GCS port between the
-    nodes, a driver older than the image's CUDA), `up` refuses in one line naming the host, the check
+    driver, another link layer, a RoCE port left with link-local GIDs only, `ip link set mtu`, a path that
+    drops jumbo frames, an iptables rule dropping Ray's GCS port between the nodes, an arm64 build of the image
+    on an x86_64 node, a driver older than the image's CUDA), `up` refuses in one line naming the host, the check
     and the fix, nothing starts on any node, and the fault is undone. Clock skew is not injected: a
     node's clock is this machine's kernel clock (setting it in a node would set it here)."""
     from tests.support.sandbox import cli, on_node
@@ -401,9 +431,10 @@ def test_the_gpu_plan_takes_each_nodes_own_facts_and_a_fault_in_one_node_is_refu
         assert a["argv"][a["argv"].index("--gpus") + 1] == "all" and "--num-gpus=8" in a["argv"]
         assert "/dev/infiniband" in a["argv"] and "memlock=-1:-1" in a["argv"]
         assert env["VLLM_HOST_IP"] == n.ip
-        # from the node's own facts: the interface holding its IP, its ACTIVE HCAs
-        assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"], env["NCCL_IB_HCA"]) == \
-            ("eth0", "eth0", "mlx5_0,mlx5_1")
+        # from the node's own facts: the interface holding its IP, its ACTIVE HCAs, and the index of the RoCE v2
+        # GID carrying the ports' IPv4 address (3 on a ConnectX port; 1 is fe80::, which no router forwards)
+        assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"], env["NCCL_IB_HCA"], env["NCCL_IB_GID_INDEX"]) \
+            == ("eth0", "eth0", "mlx5_0,mlx5_1", "3")
 
     gpu_dir = sb_gpu.node_dir(sandbox.workdir, n2.name)
     saved = {p: p.read_bytes() for p in gpu_dir.rglob("*") if p.is_file()}
@@ -417,6 +448,11 @@ def test_the_gpu_plan_takes_each_nodes_own_facts_and_a_fault_in_one_node_is_refu
         state = json.loads((gpu_dir / "state.json").read_text())
         (gpu_dir / "state.json").write_text(json.dumps({**state, "driver": "560.35.03", "cuda": "12.6"}))
 
+    def arm64_image_on_node2():  # an arm64 build of the image on an x86_64 host (as --load-image or a copy puts it)
+        saved_tar = subprocess.run(["docker", "save", BASE_REF], check=True, capture_output=True, timeout=300).stdout
+        subprocess.run(["docker", "exec", "-i", n2.container, "docker", "load", "-q"], input=_retagged_arm64(
+            saved_tar, image), check=True, capture_output=True, timeout=300)
+
     drop_gcs = ["INPUT", "-p", "tcp", "--dport", "6379", "-s", n2.ip, "-j", "DROP"]
     faults = [
         ("ib-port", lambda: sb_gpu.set_port(sandbox.workdir, n2.name, "mlx5_1", state="DOWN"),
@@ -425,22 +461,35 @@ def test_the_gpu_plan_takes_each_nodes_own_facts_and_a_fault_in_one_node_is_refu
          [f"{n2.name}: nvidia-smi shows 7 GPU(s), the inventory expects 8"]),
         ("gpu-driver", lambda: sb_gpu.set_gpus(sandbox.workdir, n2.name, driver="570.86.15"),
          [f"{n2.name}: NVIDIA driver: 570.86.15", "[gpu-driver]"]),
-        ("ib-link-layer", lambda: [sb_gpu.set_port(sandbox.workdir, n2.name, h, link_layer="Ethernet")
+        ("ib-link-layer", lambda: [sb_gpu.set_port(sandbox.workdir, n2.name, h, link_layer="InfiniBand")
                                    for h in ("mlx5_0", "mlx5_1")],
-         [f"{n2.name}: InfiniBand link layer: Ethernet", "[ib-link-layer]"]),
+         [f"{n2.name}: InfiniBand link layer: InfiniBand", "[ib-link-layer]"]),
+        # the port's netdev lost its IPv4 address: only the fe80:: GIDs are left (NCCL would pick the link-local one)
+        ("roce-gid", lambda: sb_gpu.set_port(sandbox.workdir, n2.name, "mlx5_0", address=False),
+         [f"{n2.name}: mlx5_0 port 1 has only link-local RoCE v2 GIDs (fe80::)", "give ens1f0np0 an IPv4 address",
+          "[roce-gid]"]),
         ("mtu", lambda: on_node(n2, "ip", "link", "set", "eth0", "mtu", "1400"),
          [f"{n2.name}: data-plane MTU: 1400", "[mtu]"]),
+        # both nodes at 9000 behind the sandbox's bridge, whose ports stay at 1500: a switch that drops jumbo
+        # frames. Every TCP handshake still passes; a 9000-byte datagram with DF set never arrives.
+        ("mtu-path", lambda: [on_node(n, "ip", "link", "set", "eth0", "mtu", "9000") for n in (n1, n2)],
+         ["a 9000-byte packet (the data-plane MTU) from ", " never arrives while a small one does", "[mtu-path]"]),
         ("ports", lambda: on_node(n1, "iptables", "-I", *drop_gcs),
          [f"{n1.name}: TCP port 6379 (Ray's GCS) is not reachable from {n2.name} (no answer within 2s: a "
           "firewall drops it) [ports]"]),
+        ("image-arch", arm64_image_on_node2,
+         [f"{n2.name}: the cluster image on it is built for linux/arm64/v8, the host is amd64 (x86_64)",
+          "[image-arch]"]),
         ("cuda-driver", cuda_image_on_node2,
          [f"{n2.name}: its NVIDIA driver 560.35.03 runs CUDA up to 12.6, the image is built for CUDA 13.0 "
           "[cuda-driver]"]),
     ]
     undo = {
         "mtu": lambda: on_node(n2, "ip", "link", "set", "eth0", "mtu", "1500"),
+        "mtu-path": lambda: [on_node(n, "ip", "link", "set", "eth0", "mtu", "1500") for n in (n1, n2)],
         "ports": lambda: on_node(n1, "iptables", "-D", *drop_gcs),
         "cuda-driver": lambda: on_node(n2, "docker", "rmi", "-f", image),
+        "image-arch": lambda: on_node(n2, "docker", "rmi", "-f", image),
     }
     seen: dict[str, float] = {}
     for name, inject, expected in faults:

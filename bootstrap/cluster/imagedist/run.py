@@ -42,6 +42,9 @@ def pull_image(ssh: SSHHost, image: str) -> int | None:
         low = exc.output_tail.lower()
         if "no space left" in low:
             exc.hint = "the host's disk is full: free space under /var/lib/docker"
+        elif "no matching manifest" in low or "does not match the specified platform" in low:
+            exc.hint = ("the image has no build for this host's CPU architecture (`uname -m`): use an image published "
+                        "for it (or for several platforms) as cluster.image, or leave the host out")
         elif "not found" in low or "manifest unknown" in low:
             exc.hint = "check cluster.image (name and tag)"
         elif "connection refused" in low or "no such host" in low or "timeout" in low:
@@ -180,6 +183,24 @@ def _stream_to(sess: Session, group: list[Host], image: str, queue_chunks: int) 
         reader.join(timeout=10)
 
 
+def _same_arch(facts: Mapping[str, F.HostFacts], image: str) -> None:
+    """PreflightFailed (the first host) where this machine's image is built for another CPU architecture than a
+    host's: `docker load` takes it, and every program in it then fails with "exec format error"."""
+    from bootstrap.remote import localdocker as LD
+
+    try:
+        platform = LD.image_platform(image)
+    except LD.ERRORS:
+        return  # local_image_key says why, next
+    for name, f in facts.items():
+        arch = f.rack.arch if f.rack is not None else None
+        if arch and F.platform_arch(platform) not in (None, arch):
+            raise PreflightFailed(name, f"--load-image: this machine's {image} is built for {platform}, {name} is "
+                                        f"{arch} ({f.rack.machine}): its programs would fail there with \"exec "
+                                        "format error\"", f"build or pull {image} for linux/{arch} here "
+                                        f"(`docker pull --platform linux/{arch} {image}`), then run up again")
+
+
 def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, load: bool,
                pull: bool) -> dict[str, str]:
     """Get the image onto every host that lacks it (or all, with --pull); return where each of
@@ -197,6 +218,7 @@ def distribute(sess: Session, facts: Mapping[str, F.HostFacts], image: str, *, l
         if want_id is None:
             raise PreflightFailed("localhost", f"image {image} is not in this machine's Docker",
                                   f"docker pull {image} (or build it) here before --load-image")
+        _same_arch(facts, image)
         origin = "this machine"
 
         def source(hosts: list[Host]) -> object:

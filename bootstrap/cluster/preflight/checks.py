@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Mapping, Sequence
 
 from bootstrap.cluster import gpuaccess as GA
-from bootstrap.cluster.facts import HostFacts, Link
+from bootstrap.cluster.facts import HostFacts, Link, platform_arch
 from bootstrap.cluster.guard import fence as FN
 from bootstrap.cluster.guard import secretstore as SS
 from bootstrap.cluster.preflight import ports
@@ -231,6 +231,20 @@ def _image(seen: Seen) -> list[Finding]:
                     "pulls it again everywhere (or `--load-image` sends this machine's)")
 
 
+def _arch(seen: Seen) -> list[Finding]:
+    return _differs("arch", {n.host: n.facts.arch for n in seen.nodes if n.facts.arch}, "CPU architecture",
+                    "run the cluster on nodes of one architecture (one image build serves all the ranks, and the "
+                    "peers copy the image to each other): an inventory per architecture")
+
+
+def _image_arch(seen: Seen) -> list[Finding]:
+    return [Finding("image-arch", n.host, f"the cluster image on it is built for {n.image_platform}, the host is "
+                    f"{n.facts.arch} ({n.facts.machine}): every program in it would fail with \"exec format error\"",
+                    f"use an image built for linux/{n.facts.arch} (or one published for several platforms) as "
+                    "cluster.image, then `bootstrap up --pull`")
+            for n in seen.nodes if n.facts.arch and platform_arch(n.image_platform) not in (None, n.facts.arch)]
+
+
 def _memlock(seen: Seen) -> list[Finding]:
     return [Finding("memlock", n.host, f"its Docker cannot give the containers unlimited locked memory "
                     f"(--ulimit memlock=-1, which RDMA needs): dockerd's own limit is "
@@ -249,6 +263,10 @@ def _ports(seen: Seen) -> list[Finding]:
                           if (f := seen.facts.get(h.name)) is not None and f.guard is not None and f.guard.firewalld)
     return ports.findings(seen.inv, [h for h in seen.hosts if h.name in seen.bound], seen.bound, seen.dialled,
                           firewalld)
+
+
+def _mtu_path(seen: Seen) -> list[Finding]:
+    return ports.payload_findings([h for h in seen.hosts if h.name in seen.bound], seen.dialled)
 
 
 def _fence(seen: Seen) -> list[Finding]:
@@ -287,8 +305,12 @@ REGISTRY: tuple[Check, ...] = (
     Check("shm", "/dev/shm is large enough where containers share the host's (ipc_host)", "rack", _shm),
     Check("nofile", "the open-files limit is high enough for Ray and vLLM", "rack", _nofile),
     Check("image", "the cluster image has the same ID on every node that holds it", "rack", _image),
+    Check("arch", "the nodes have one CPU architecture (`uname -m`)", "rack", _arch),
+    Check("image-arch", "the cluster image on a node is built for the node's CPU architecture", "rack", _image_arch),
     Check(ports.CHECK, "every node opens TCP to the others' cluster ports (Ray GCS, vLLM, an ephemeral port) on "
           "the data-plane IPs, tested between the nodes", "ports", _ports),
+    Check(ports.PATH_CHECK, "a packet of the data-plane MTU crosses between every pair of nodes (a path that drops "
+          "jumbo frames hangs NCCL's and Gloo's sockets), tested between the nodes", "ports", _mtu_path),
     Check("memlock", "Docker can give the containers the unlimited locked memory RDMA needs (infiniband)", "rack",
           _memlock),
     Check("fence", "the fence can be put on the host (cluster.fence)", "guard", _fence, skippable=False),

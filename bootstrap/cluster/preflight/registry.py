@@ -47,13 +47,15 @@ class RackNode:
     #: the newest CUDA the node's driver runs (nvidia-smi --version), and the image's CUDA variables
     driver_cuda: str | None = None
     image_cuda: Mapping[str, str] = field(default_factory=dict)
+    #: the platform the cluster image on the node is built for (facts.image_platform; None: not there)
+    image_platform: str | None = None
 
 
 def nodes_from(hosts: Sequence[Host], facts: Mapping[str, HostFacts]) -> list[RackNode]:
     """A RackNode for each host whose facts hold the rack facts, in the hosts' order: its data-plane IP,
     the node container's environment (plan.node_env), the driver of its first GPU, its nofile limit."""
     return [RackNode(h.name, h.ip, f.rack, node_env(h), f.gpus[0].driver if f.gpus else None, f.nofile_hard,
-                     f.image_key if f.image_id else None, f.driver_cuda, f.image_cuda)
+                     f.image_key if f.image_id else None, f.driver_cuda, f.image_cuda, f.image_platform)
             for h in hosts if (f := facts.get(h.name)) is not None and f.rack is not None]
 
 

@@ -81,14 +81,18 @@ def secret_refusals(inv: Inventory, facts: Mapping[str, F.HostFacts], hosts: Seq
 _BY_ID = {c.id: c for c in CK.REGISTRY}
 
 
-def port_probe(sess: Session, hosts: Sequence[Host]) -> tuple[dict, dict, list[str]]:
-    """What the ports check reads: every node listens on its planned ports (checks/port_probe.py on the
-    host, with its python3), then every node dials every other's, at once (preflight.ports). Returns
-    what each listener bound, what each node's connections got, and the hosts where the probe could
-    not run (no python3, a failed SSH command): not checked there."""
+def port_probe(sess: Session, hosts: Sequence[Host], facts: Mapping[str, F.HostFacts] | None = None, *,
+               tcp: bool = True) -> tuple[dict, dict, list[str]]:
+    """What the ports checks read: every node listens on its planned ports and a UDP port
+    (checks/port_probe.py on the host, with its python3), then every node dials every other's and sends
+    its payload datagrams (preflight.ports, at the data-plane MTUs the facts tell), at once. Returns what
+    each listener bound, what each node's connections got, and the hosts where the probe could not run
+    (no python3, a failed SSH command): not checked there. `tcp` False: the payload only (a running
+    cluster holds the ports)."""
     inv = sess.inv
-    plan = PT.planned_ports(inv)
+    plan = PT.planned_ports(inv) if tcp else {h.name: [] for h in hosts}
     pids: dict[str, int] = {}
+    udp: dict[str, int] = {}
 
     def listen(h: Host) -> dict | None:
         doc = N.of(sess, h).ask_host("port_probe.py", "listen", h.ip, f"{PT.LISTEN_SECONDS:g}",
@@ -97,16 +101,19 @@ def port_probe(sess: Session, hosts: Sequence[Host]) -> tuple[dict, dict, list[s
             return None
         if isinstance(doc.get("pid"), int):
             pids[h.name] = doc["pid"]
+        if isinstance(doc.get("udp"), int):
+            udp[h.name] = doc["udp"]
         return doc["ports"]
 
     bound = {n: v for n, v in sess.stage("ports-listen", hosts, listen, strict=False).items()
              if isinstance(v, dict)}
     listening = [h for h in hosts if h.name in bound]
     dial = PT.targets(listening, bound)
+    payload = PT.payload_targets(listening, udp, PT.data_mtus(listening, facts or {}))
 
     def connect(h: Host) -> list | None:
         doc = N.of(sess, h).ask_host("port_probe.py", "connect", f"{PT.CONNECT_TIMEOUT:g}", *dial[h.name],
-                                     timeout=30 + PT.CONNECT_TIMEOUT).doc
+                                     *payload[h.name], timeout=30 + PT.CONNECT_TIMEOUT).doc
         return doc["results"] if doc and isinstance(doc.get("results"), list) else None
 
     try:
@@ -122,11 +129,19 @@ def port_probe(sess: Session, hosts: Sequence[Host]) -> tuple[dict, dict, list[s
 
 def port_reachability(sess: Session, hosts: Sequence[Host], facts: Mapping[str, F.HostFacts] | None = None
                       ) -> tuple[list[Finding], list[str]]:
-    """The port probe judged by the checks that read it (with the hosts' facts: firewalld's fix): the
-    findings, and the hosts not checked."""
-    bound, dialled, unchecked = port_probe(sess, hosts)
+    """The port probe judged by the checks that read it (with the hosts' facts: firewalld's fix, the
+    data-plane MTUs): the findings, and the hosts not checked."""
+    bound, dialled, unchecked = port_probe(sess, hosts, facts)
     seen = Seen.of(sess.inv, hosts, dict(facts or {}), bound=bound, dialled=dialled)
     return judge(seen, CK.reading("ports")), unchecked
+
+
+def path_mtu(sess: Session, hosts: Sequence[Host], facts: Mapping[str, F.HostFacts]) -> list[Finding]:
+    """The payload check alone, on a cluster that runs (doctor): what `up`'s mtu-path check finds."""
+    if len(hosts) <= 1:
+        return []
+    _, dialled, _ = port_probe(sess, hosts, facts, tcp=False)
+    return PT.payload_findings(hosts, dialled)
 
 
 class _Rounds:
