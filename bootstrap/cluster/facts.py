@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from bootstrap.cluster import fabric as FB
 from bootstrap.cluster.gids import Gid, link_local_only, parse_gid_line, pick
 from bootstrap.containers import ContainerState, image_content_key, image_platform, parse_container_inspect
 from bootstrap.remote import argv as RA
@@ -356,6 +357,7 @@ echo "== cpus"; nproc 2>/dev/null
 echo "== arch"; uname -m 2>/dev/null
 echo "== ib"
 [ -d /sys/class/infiniband ] && echo present
+""" + FB.HCA_LINES.strip("\n") + r"""
 for p in /sys/class/infiniband/*/ports/*; do
   [ -d "$p" ] || continue
   hca=${p#/sys/class/infiniband/}; hca=${hca%%/*}
@@ -366,6 +368,7 @@ for p in /sys/class/infiniband/*/ports/*; do
     echo "gid $hca ${p##*/} $i $(cat "$p/gids/$i" 2>/dev/null) $n $ty"
   done
 done
+""" + FB.GDR_LINES.strip("\n") + r"""
 echo "== dockerd"
 d=$(pgrep -o -x dockerd 2>/dev/null || pidof -s dockerd 2>/dev/null)
 if [ -n "$d" ]; then
@@ -397,6 +400,13 @@ class IBPort:
     rocev2_index: int | None = None
     #: its GID table (the entries in use), where read
     gids: tuple[Gid, ...] = ()
+    #: the HCA's PCI driver ("mlx5_core", "efa"; None: not read)
+    driver: str | None = None
+
+    @property
+    def efa(self) -> bool:
+        """An AWS EFA device (fabric.is_efa): NCCL reaches it through its EFA plugin only."""
+        return FB.is_efa(self.driver)
 
     @property
     def link_local_only(self) -> bool:
@@ -424,6 +434,8 @@ class RackFacts:
     nets: tuple[str, ...] = ()
     #: `uname -m` ("x86_64", "aarch64"; None: not read); host_arch() names it as image platforms do
     machine: str | None = None
+    #: what GPUDirect RDMA could use (fabric.GpuDirect; None: not read)
+    gdr: FB.GpuDirect | None = None
 
     @property
     def arch(self) -> str | None:
@@ -457,14 +469,17 @@ def parse_rack(out: str, *, sent: float | None = None, received: float | None = 
     ib_lines = sections.get("ib", [])
     ib = None
     if ib_lines and ib_lines[0] == "present":
-        ib = _with_gids([p for p in (parse_ib_port(ln) for ln in ib_lines[1:] if not ln.startswith("gid "))
-                         if p is not None], [g for g in (parse_gid_line(ln) for ln in ib_lines[1:]) if g])
+        drivers = FB.parse_hca_lines(ib_lines[1:])
+        ports = [p for p in (parse_ib_port(ln) for ln in ib_lines[1:] if not ln.startswith(("gid ", "hca ")))
+                 if p is not None]
+        ib = _with_gids([replace(p, driver=drivers.get(p.hca)) if p.hca in drivers else p for p in ports],
+                        [g for g in (parse_gid_line(ln) for ln in ib_lines[1:]) if g])
     memlock, sys_resource = parse_dockerd(sections.get("dockerd", []))
     nproc = (sections.get("cpus") or [""])[0].strip()
     return RackFacts(offset, links, addrs, shm, ib, memlock, sys_resource,
                      int(nproc) if nproc.isdigit() and int(nproc) > 0 else None,
                      parse_ip_nets("\n".join(sections.get("addr", []))),
-                     (sections.get("arch") or [""])[0].strip() or None)
+                     (sections.get("arch") or [""])[0].strip() or None, FB.parse_gdr(sections.get("gdr", [])))
 
 
 #: CAP_SYS_RESOURCE's bit in /proc/PID/status CapEff

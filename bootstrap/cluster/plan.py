@@ -145,8 +145,9 @@ def network_of(host: Host, facts: HostFacts | None) -> str | None:
 def derived_env(inv: Inventory, host: Host, facts: HostFacts | None) -> dict[str, str]:
     """NCCL's and Gloo's per-node variables from the node's own facts, for those its env leaves unset:
     the socket interface is the one holding its data-plane IP; with InfiniBand, NCCL_IB_HCA lists its
-    ACTIVE HCAs, and on RoCE NCCL_IB_GID_INDEX is the RoCE v2 GID's index when every active port has it
-    at the same index (NCCL takes one index for all HCAs). {} without facts (an offline plan)."""
+    ACTIVE HCAs (AWS EFA devices left out: NCCL reaches them through its EFA plugin only), and on RoCE
+    NCCL_IB_GID_INDEX is the RoCE v2 GID's index when every active port has it at the same index (NCCL
+    takes one index for all HCAs). {} without facts (an offline plan)."""
     rack = facts.rack if facts is not None else None
     if rack is None:
         return {}
@@ -154,7 +155,8 @@ def derived_env(inv: Inventory, host: Host, facts: HostFacts | None) -> dict[str
     holder = interface_of(host, facts)
     if holder:
         out.update(NCCL_SOCKET_IFNAME=holder, GLOO_SOCKET_IFNAME=holder)
-    active = [p for p in rack.ib or () if p.state == "ACTIVE"]
+    # EFA devices are NCCL's EFA plugin's (aws-ofi-nccl), never its IB transport's: not named to it
+    active = [p for p in rack.ib or () if p.state == "ACTIVE" and not p.efa]
     if inv.cluster.infiniband and active:
         out["NCCL_IB_HCA"] = ",".join(sorted({p.hca for p in active}))
         roce = [p for p in active if p.link_layer == "Ethernet"]

@@ -201,6 +201,27 @@ def set_port(workdir: Path, name: str, hca: str = "mlx5_0", *, state: str | None
                 (port / "gid_attrs" / "types" / g.name).unlink(missing_ok=True)
 
 
+def make_efa(workdir: Path, name: str) -> list[str]:
+    """Make node `name`'s HCAs AWS EFA devices as the kernel shows them (each renamed rdmap<16+N>s27, its
+    port's link_layer "Unknown", only GID 0, its PCI driver `efa`): returns the new names. The test undoes it
+    by removing them and writing back the files it saved."""
+    root = node_dir(workdir, name) / "class" / "infiniband"
+    made = []
+    for h, hca in enumerate(sorted(p for p in root.iterdir() if p.name.startswith("mlx5_"))):
+        new = root / f"rdmap{16 + h}s27"
+        hca.rename(new)
+        port = new / "ports" / "1"
+        (port / "link_layer").write_text("Unknown\n")
+        for sub in ("gids", "gid_attrs/types", "gid_attrs/ndevs"):
+            for f in (port / sub).iterdir() if (port / sub).is_dir() else ():
+                if f.name != "0":
+                    f.unlink()
+        (new / "device").mkdir(exist_ok=True)
+        (new / "device" / "driver").symlink_to("../../../bus/pci/drivers/efa")
+        made.append(new.name)
+    return made
+
+
 #: Rewrites the GPUs of a running container's nvidia-smi (the file the hook placed), as a busy GPU
 #: shows to nvidia-smi at once: python3 -c CODE UTILIZATION MEMORY_USED (in the container).
 _LOAD_CODE = """

@@ -163,6 +163,16 @@ def test_the_ib_tree_reads_as_active_roce_ports_and_a_port_set_down_is_refused(n
     assert "mlx5_1" in found["ib-port"].what and "mlx5_0" in found["roce-gid"].what, found
 
 
+def test_hcas_made_efa_read_as_efa_devices_through_the_racks_own_script(node):
+    workdir, gpu = node
+    assert G.make_efa(workdir, "node1") == ["rdmap16s27", "rdmap17s27"]
+    ports = rack_of(gpu).facts.ib
+    assert [(p.hca, p.link_layer, p.driver, p.efa, p.gids and len(p.gids)) for p in ports] == [
+        ("rdmap16s27", "Unknown", "efa", True, 1), ("rdmap17s27", "Unknown", "efa", True, 1)]
+    # (memlock: this machine's dockerd, which the script reads here, is not the point)
+    assert {f.check for f in CK.check_rack([rack_of(gpu)], infiniband=True)} - {"memlock"} == {"efa"}
+
+
 def test_a_cpu_node_has_no_gpu_files_and_shapes_are_checked(tmp_path):
     src = tmp_path / "sandbox"
     G.write_node(src, 1, G.GpuShape(gpus=2))

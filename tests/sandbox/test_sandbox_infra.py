@@ -12,6 +12,7 @@ import io
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import tarfile
 import time
@@ -409,11 +410,12 @@ def test_the_gpu_plan_takes_each_nodes_own_facts_and_a_fault_in_one_node_is_refu
     """The fault matrix of the rack preflight on a healthy GPU-shaped sandbox (2 nodes, 8 GPUs, two
     RoCE HCAs each; memlock skipped: these nodes' Docker cannot raise it, see the test above).
     Each fault is made the way it happens on a rack (a port file DOWN, a node with 7 GPUs or another
-    driver, another link layer, a RoCE port left with link-local GIDs only, `ip link set mtu`, a path that
-    drops jumbo frames, an iptables rule dropping Ray's GCS port between the nodes, an arm64 build of the image
-    on an x86_64 node, a driver older than the image's CUDA), `up` refuses in one line naming the host, the check
-    and the fix, nothing starts on any node, and the fault is undone. Clock skew is not injected: a
-    node's clock is this machine's kernel clock (setting it in a node would set it here)."""
+    driver, another link layer, a RoCE port left with link-local GIDs only, EFA devices without NCCL's
+    plugin, `ip link set mtu`, a path that drops jumbo frames, an iptables rule dropping Ray's GCS port
+    between the nodes, an arm64 build of the image on an x86_64 node, a driver older than the image's
+    CUDA), `up` refuses in one line naming the host, the check and the fix, nothing starts on any node,
+    and the fault is undone. Clock skew is not injected: a node's clock is this machine's kernel clock
+    (setting it in a node would set it here)."""
     from tests.support.sandbox import cli, on_node
 
     inv = _gpu_inventory_without_env(sandbox, tmp_path)
@@ -468,6 +470,10 @@ def test_the_gpu_plan_takes_each_nodes_own_facts_and_a_fault_in_one_node_is_refu
         ("roce-gid", lambda: sb_gpu.set_port(sandbox.workdir, n2.name, "mlx5_0", address=False),
          [f"{n2.name}: mlx5_0 port 1 has only link-local RoCE v2 GIDs (fe80::)", "give ens1f0np0 an IPv4 address",
           "[roce-gid]"]),
+        # AWS EFA devices where the inventory says infiniband: NCCL needs its EFA plugin, which the image lacks
+        ("efa", lambda: sb_gpu.make_efa(sandbox.workdir, n2.name),
+         [f"{n2.name}: its RDMA devices rdmap16s27, rdmap17s27 are AWS EFA, which NCCL reaches only through its EFA "
+          "plugin (aws-ofi-nccl with libfabric)", "[efa]"]),
         ("mtu", lambda: on_node(n2, "ip", "link", "set", "eth0", "mtu", "1400"),
          [f"{n2.name}: data-plane MTU: 1400", "[mtu]"]),
         # both nodes at 9000 behind the sandbox's bridge, whose ports stay at 1500: a switch that drops jumbo
@@ -486,6 +492,7 @@ def test_the_gpu_plan_takes_each_nodes_own_facts_and_a_fault_in_one_node_is_refu
     ]
     undo = {
         "mtu": lambda: on_node(n2, "ip", "link", "set", "eth0", "mtu", "1500"),
+        "efa": lambda: [shutil.rmtree(p) for p in (gpu_dir / "class" / "infiniband").glob("rdmap*")],
         "mtu-path": lambda: [on_node(n, "ip", "link", "set", "eth0", "mtu", "1500") for n in (n1, n2)],
         "ports": lambda: on_node(n1, "iptables", "-D", *drop_gcs),
         "cuda-driver": lambda: on_node(n2, "docker", "rmi", "-f", image),
@@ -497,10 +504,11 @@ def test_the_gpu_plan_takes_each_nodes_own_facts_and_a_fault_in_one_node_is_refu
         try:
             r = cli("up", "--yes", "-i", inv, *skip)
         finally:
-            for p, data in saved.items():
-                p.write_bytes(data)
             if name in undo:
                 undo[name]()
+            for p, data in saved.items():
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_bytes(data)
         seen[name] = r.seconds
         assert r.returncode == 3, (name, r.stderr[-2000:])
         err = next(ln for ln in r.stderr.splitlines() if ln.startswith("error: "))

@@ -184,6 +184,29 @@ def _no_gid(host: str, p) -> Finding:
                    "NCCL_IB_GID_INDEX to the RoCE v2 entry (`show_gids`)")
 
 
+def _efa(seen: Seen) -> list[Finding]:
+    out = []
+    for n in (n for n in seen.nodes if seen.infiniband and n.facts.ib):
+        efa = sorted({p.hca for p in _used_ports(n) if p.efa})
+        if efa:
+            out.append(Finding("efa", n.host, f"its RDMA devices {', '.join(efa)} are AWS EFA, which NCCL reaches only "
+                               "through its EFA plugin (aws-ofi-nccl with libfabric); vllm/vllm-openai ships none, "
+                               "and without it NCCL falls back to TCP sockets",
+                               "use an image with aws-ofi-nccl and libfabric (AWS's EFA installer in an image built "
+                               "FROM the vLLM one) and `up --skip-check efa` (check-nccl then fails if NCCL still "
+                               "goes over sockets), or set infiniband: false to run over sockets knowingly"))
+    return out
+
+
+def _gpudirect(seen: Seen) -> list[Finding]:
+    return [Finding("gpudirect", n.host, f"{g.describe()}: NCCL would stage every transfer through host memory "
+                    "(a fraction of the fabric's bandwidth; FlashInfer's autotune has hung on it, vllm#52291)",
+                    "`sudo modprobe nvidia-peermem` (and name it in /etc/modules-load.d), or NVIDIA's open kernel "
+                    "modules on Linux 5.12+ for DMA-BUF; or `up --skip-check gpudirect` to run without")
+            for n in (seen.nodes if seen.infiniband and seen.want_gpus else ())
+            if n.facts.ib and (g := n.facts.gdr) is not None and g.known and not g.usable]
+
+
 def _ib_hca(seen: Seen) -> list[Finding]:
     out = []
     for n in (n for n in seen.nodes if seen.infiniband and n.facts.ib):
@@ -300,6 +323,10 @@ REGISTRY: tuple[Check, ...] = (
     Check("ib-link-layer", "the ports' link layer (InfiniBand or Ethernet) is the same on every node", "rack",
           _ib_link_layer),
     Check("roce-gid", "a RoCE port has a routable RoCE v2 GID (not only link-local fe80::)", "rack", _roce_gid),
+    Check("efa", "RDMA devices that are AWS EFA are named with what NCCL needs for them (its EFA plugin)", "rack",
+          _efa),
+    Check("gpudirect", "GPUDirect RDMA can work where NCCL uses the HCAs (nvidia-peermem, or DMA-BUF)", "rack",
+          _gpudirect),
     Check("ib-hca", "every HCA NCCL_IB_HCA names exists on the node", "rack", _ib_hca),
     Check("clock", "the nodes' clocks agree", "rack", _clock),
     Check("shm", "/dev/shm is large enough where containers share the host's (ipc_host)", "rack", _shm),
@@ -334,7 +361,7 @@ def check_preflight(name: str, facts: HostFacts, *, want_gpus: int | None) -> No
 
 
 def check_rack(nodes: Sequence[RackNode], *, infiniband: bool = False, ipc_host: bool = True,
-               skip: frozenset[str] = frozenset()) -> list[Finding]:
+               skip: frozenset[str] = frozenset(), want_gpus: int | None = None) -> list[Finding]:
     """Every finding of the node checks not skipped, the head's first (put it first), then by host."""
-    seen = Seen(nodes=tuple(nodes), infiniband=infiniband, ipc_host=ipc_host)
+    seen = Seen(nodes=tuple(nodes), infiniband=infiniband, ipc_host=ipc_host, want_gpus=want_gpus)
     return by_host(judge(seen, reading("rack"), skip), [n.host for n in nodes])

@@ -60,7 +60,8 @@ def rack_refusals(inv: Inventory, facts: Mapping[str, F.HostFacts], hosts: Seque
     """The node checks (those reading "rack") over the hosts' facts: host -> PreflightFailed with every
     finding on it (what, then the fixes), or True when it has none."""
     seen = Seen.of(inv, hosts, facts)
-    return refusals(CK.check_rack(seen.nodes, infiniband=seen.infiniband, ipc_host=seen.ipc_host, skip=skip), hosts)
+    return refusals(CK.check_rack(seen.nodes, infiniband=seen.infiniband, ipc_host=seen.ipc_host, skip=skip,
+                                  want_gpus=seen.want_gpus), hosts)
 
 
 def _one_check(inv: Inventory, facts: Mapping[str, F.HostFacts], hosts: Sequence[Host], check: Check) -> GroupResult:
