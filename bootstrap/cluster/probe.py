@@ -12,11 +12,13 @@ import time
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from bootstrap import exposure
+from bootstrap.cluster import cuda as CU
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import gpuaccess as GA
 from bootstrap.cluster import runtime as RT
 from bootstrap.cluster.guard import fence as FN
 from bootstrap.cluster.guard import run as GR
+from bootstrap.cluster.plan import gpu_flags
 from bootstrap.containers import parse_container_inspect
 from bootstrap.errors import CommandFailed, PreflightFailed
 from bootstrap.model import Host
@@ -127,6 +129,27 @@ def gather(ssh: Runner, *, container: str, image: str, want_gpus: bool, cluster:
                      image_platform=F.parse_image_platform(image_out) if image_id else None,
                      guard=GR.become_checked(ssh, FN.parse_guard(got["guard"].stdout)) if "guard" in got else None,
                      gpu_access=GA.parse(got["gpu_access"].stdout) if "gpu_access" in got else None)
+
+
+def cuda_init(sess: Session, h: Host, facts: F.HostFacts | None) -> str | None:
+    """Does CUDA initialise with the host's GPUs in the cluster image: checks/cuda_probe.py in a throw-away
+    container of it, given the GPUs as the node container will be (plan.gpu_flags). PreflightFailed where it
+    sees fewer than the inventory's GPUs per node (the cause named: 802 without Fabric Manager, 803, 804, a
+    driver too old) or cannot tell; a warning (returned) where the image's torch has no CUDA to ask."""
+    inv = sess.inv
+    r = N.of(sess, h).ask_image(inv.cluster.image, "cuda_probe.py", options=gpu_flags(facts)).result
+    doc = CU.parse_probe(r.stdout)
+    if doc is None:
+        raise PreflightFailed(h.name, "a container of the image given the GPUs answered no CUDA probe: "
+                                      + ((r.stderr or r.stdout).strip()[-300:] or f"exit {r.exit_code}"),
+                              "start one by hand (`docker run --rm --gpus all IMAGE nvidia-smi`) and read its error")
+    if CU.cpu_build(doc):
+        return (f"the image's torch ({doc.get('torch') or 'none'}) has no CUDA: whether CUDA initialises on "
+                "the GPUs was not probed")
+    bad = CU.short(doc, inv.gpus_per_node)
+    if bad is not None:
+        raise PreflightFailed(h.name, f"{bad[0]} ({bad[1]})", bad[2])
+    return None
 
 
 def gather_hosts(sess: Session, hosts: Iterable[Host] | None = None) -> dict[str, F.HostFacts]:

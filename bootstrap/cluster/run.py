@@ -156,6 +156,8 @@ def up_in(sess: Session, *, dry_run: bool = False, load_image: bool | None = Non
         approve(inv, stopping)
     if changing and ray and full.cluster.runtime == "ray":
         _ray_in_image(sess, changing, facts)
+    if changing and inv.cluster.accelerator == "gpu" and inv.gpus_per_node:
+        _cuda_in_image(sess, changing, facts)
     head_view, workers = _start(sess, actions, wait, ray=ray)
     if not ray:
         sess.stage("running", inv.hosts, lambda h: _running(sess, h))
@@ -249,6 +251,17 @@ def _ray_in_image(sess: Session, changing: Sequence[HostAction], facts: Mapping[
     if by_id:
         sess.stage("ray-in-image", [inv.host(n) for n in by_id.values()],
                    lambda h: R.check_ray(sess.ssh[h.name], inv.cluster.image, facts[h.name].image_id))
+
+
+def _cuda_in_image(sess: Session, changing: Sequence[HostAction], facts: Mapping[str, F.HostFacts]) -> None:
+    """GPU clusters: CUDA initialises with each changing host's GPUs in the image (probe.cuda_init), before any
+    container starts: nvidia-smi lists GPUs that CUDA cannot use (802, 803, 804) and a start would die later."""
+    inv = sess.inv
+    said = sess.stage("cuda-init", [inv.host(a.host) for a in changing],
+                      lambda h: probe.cuda_init(sess, h, facts.get(h.name)))
+    for name, warning in said.items():
+        if isinstance(warning, str):
+            sess.reporter.event(name, "cuda-init", "warning", warning)
 
 
 def _start(sess: Session, actions: Sequence[HostAction], wait: float, *,

@@ -81,6 +81,12 @@ def _look(sess: Session, inv: Inventory, h: Host, findings: list[D.Finding], log
     except PreflightFailed as exc:
         findings.append(D.Finding("preflight", "error", h.name, exc.reason, exc.reason[:300], exc.hint))
         f = None
+    if f is not None and f.gpus and f.image_id and inv.cluster.accelerator == "gpu" and inv.gpus_per_node:
+        try:  # what `up` probes before it starts anything: CUDA initialising with the node's GPUs in the image
+            probe.cuda_init(sess, h, f)
+        except PreflightFailed as exc:
+            findings.append(D.Finding("cuda-unusable", "error", h.name, exc.reason.split(" (", 1)[0], exc.reason[:300],
+                                      exc.hint))
     before = clock()
     # not checked: doctor gathers what it can; a look that fails yields no finding of its own
     # (no clock, no free space), and the failure behind it is a finding already (preflight)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from bootstrap import signatures as D
+from bootstrap.cluster import cuda as CU
 from bootstrap.cluster import probe
 from bootstrap.errors import CommandFailed, PreflightFailed
 from bootstrap.model import Host, Inventory
@@ -17,7 +18,7 @@ from bootstrap.nccl import parse as N
 from bootstrap.remote import docker as DK
 from bootstrap.remote import node as RN
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, GroupResult, fan_out
-from bootstrap.remote.session import Reporter, Session, check_script, last_json
+from bootstrap.remote.session import Reporter, Session, check_script
 from bootstrap.signatures import rules as DR
 
 CHECK_PATH = "/tmp/bootstrap_nccl_check.py"
@@ -74,61 +75,16 @@ def cleanup_warnings(container: str, cleanup: Mapping[str, object]) -> list[str]
     return out
 
 
-def parse_cuda_probe(out: str) -> dict | None:
-    """checks/cuda_probe.py's JSON line (the last one of the output), or None."""
-    doc = last_json(out)
-    return doc if doc is not None and "devices" in doc else None
-
-
 def cuda_findings(seen: Mapping[str, dict | None], gpus: int) -> list[D.Finding]:
-    """A finding per host whose container's CUDA sees fewer GPUs than nvidia-smi listed (pure)."""
+    """A finding per host whose container's CUDA sees fewer GPUs than nvidia-smi listed (pure; cluster.cuda)."""
     out = []
     for host, doc in seen.items():
         if doc is None:
             out.append(D.Finding("cuda-unusable", "error", host, "the CUDA probe printed nothing in the container",
                                  "no answer from checks/cuda_probe.py", "run `bootstrap doctor`; read the node's log"))
-            continue
-        n = int(doc.get("devices") or 0)
-        if n >= gpus:
-            continue
-        why = doc.get("error") or ""
-        cuda = doc.get("cuda")
-        ev = f"torch {doc.get('torch')} (CUDA {cuda or 'none: a CPU build'}) sees {n} GPU(s)"
-        ev += f": {why}" if why else ""
-        what, fix = _cuda_cause(why)
-        out.append(D.Finding(
-            "cuda-unusable", "error", host,
-            f"CUDA in the container sees {n} of the {gpus} GPU(s) nvidia-smi lists, so NCCL cannot run{what}",
-            ev, fix))
+        elif (bad := CU.short(doc, gpus)) is not None:
+            out.append(D.Finding("cuda-unusable", "error", host, bad[0], bad[1], bad[2]))
     return out
-
-
-#: CUDA's own error numbers in what initialising it said, and what each means on a GPU host.
-_CUDA_ERRORS = (
-    (("Error 802", "(802)", "cudaErrorSystemNotReady"),
-     ": CUDA error 802 (system not yet initialized), an NVSwitch host whose NVIDIA Fabric Manager is not running "
-     "or not the driver's version",
-     "install nvidia-fabricmanager of the driver's exact version and `systemctl enable --now nvidia-fabricmanager` "
-     "(`nvidia-smi -q | grep -A2 Fabric` then says Completed), then run check-nccl again"),
-    (("Error 803", "(803)"),
-     ": CUDA error 803 (unsupported display driver / cuda driver combination): the driver's libraries and its "
-     "kernel module differ",
-     "reboot the host after a driver upgrade (or reload nvidia modules) so the kernel module matches the driver"),
-    (("Error 804", "(804)"),
-     ": CUDA error 804 (forward compatibility on unsupported hardware): the image's CUDA is newer than the driver "
-     "and its compat libraries do not serve this GPU",
-     "upgrade the host's driver to one that runs the image's CUDA, or use an image built for the driver's CUDA"),
-)
-
-
-def _cuda_cause(why: str) -> tuple[str, str]:
-    """(what to add to the finding, its fix) from what initialising CUDA said."""
-    for needles, what, fix in _CUDA_ERRORS:
-        if any(n in why for n in needles):
-            return what, fix
-    return "", ("use a CUDA build of the image (vllm/vllm-openai), a driver at least as new as the image's CUDA, "
-                "and --gpus all (check `docker run --rm --gpus all IMAGE nvidia-smi`); "
-                "`check-nccl --backend gloo` measures the network over CPU meanwhile")
 
 
 def torchrun_argv(inv: Inventory, h: Host, node_rank: int, *, port: int, timeout: float,
@@ -191,7 +147,7 @@ def _cuda_short(sess: Session, order: list[Host], findings: list[D.Finding], bac
     gpus = inv.gpus_per_node if inv.cluster.accelerator == "gpu" else 0
     if not gpus or backend == "gloo":
         return None
-    seen = sess.stage("cuda", order, lambda h: parse_cuda_probe(
+    seen = sess.stage("cuda", order, lambda h: CU.parse_probe(
         RN.of(sess, h, name).ask("cuda_probe.py", timeout=60).result.stdout))
     short = cuda_findings(seen, gpus)
     if not short:

@@ -49,10 +49,12 @@ PYTHON = ('R=$(command -v ray); if [ -n "$R" ]; then PY=$(head -n1 "$R" | sed "s
 _PY_OF_RAY = LOAD_SECRETS + '; ' + PYTHON + '; exec $PY - "$@"'
 
 
-def run_python_argv(image: str, args: Sequence[str]) -> tuple[str, ...]:
+def run_python_argv(image: str, args: Sequence[str], options: Sequence[str] = ()) -> tuple[str, ...]:
     """Run the Python script on stdin in a throw-away container of the image: no network, no
-    capabilities, removed when it ends (what the image offers, read before anything uses it)."""
-    return RA.docker_argv(RA.RunSpec(image, rm=True, interactive=True, options=("--network", "none", *RA.hardened()),
+    capabilities, removed when it ends (what the image offers, read before anything uses it); `options`:
+    docker run's own beside those (the GPUs: `--gpus all`)."""
+    return RA.docker_argv(RA.RunSpec(image, rm=True, interactive=True,
+                                     options=("--network", "none", *RA.hardened(), *options),
                                      entrypoint="sh", command=("-c", _PY_OF_RAY, "sh", *args)))
 
 

@@ -104,9 +104,11 @@ class Node:
         r = self.ssh.run_with_input(("python3", "-", *args), [check_script(script)], timeout=timeout, check=False)
         return reply(self.name, f"python3 {script}", r)
 
-    def ask_image(self, image: str, script: str, *args: str, timeout: float = 240) -> Reply:
-        """checks/SCRIPT with ARGS in a throw-away container of IMAGE (docker.run_python_argv)."""
-        r = self.ssh.run_with_input(DK.run_python_argv(image, list(args)), [check_script(script)],
+    def ask_image(self, image: str, script: str, *args: str, timeout: float = 240,
+                  options: Sequence[str] = ()) -> Reply:
+        """checks/SCRIPT with ARGS in a throw-away container of IMAGE (docker.run_python_argv, with docker run's
+        `options`: the GPUs)."""
+        r = self.ssh.run_with_input(DK.run_python_argv(image, list(args), options), [check_script(script)],
                                     timeout=timeout, check=False)
         return reply(self.name, f"docker run {image} {script}", r)
 

@@ -41,6 +41,7 @@ from ._util import (
 from .gpu import GpuShape
 from .images import ensure_images, ensure_new_node_image, new_node_ref, planned_images
 from .layout import (
+    CUDA_SHAPED_REMOTE_REPO,
     KINDS,
     MIRROR_REMOTE_REPO,
     MIXED_HOST,
@@ -78,14 +79,26 @@ def push_ray_less(workdir: Path, log: Log = nolog) -> str:
     returns the reference the nodes pull."""
     from .images import ensure_ray_less_image
 
+    return _push_variant(workdir, ensure_ray_less_image, RAY_LESS_REMOTE_REPO, log)
+
+
+def push_cuda_shaped(workdir: Path, log: Log = nolog) -> str:
+    """The CUDA-shaped variant of the vLLM image (fake_cuda_torch.py as its `torch`: the CUDA faults of a GPU
+    node, gpu.set_gpus(cuda_error=...)) in the running sandbox's registry; the reference the nodes pull."""
+    from .images import ensure_cuda_shaped_image
+
+    return _push_variant(workdir, ensure_cuda_shaped_image, CUDA_SHAPED_REMOTE_REPO, log)
+
+
+def _push_variant(workdir: Path, ensure, repo: str, log: Log) -> str:
     workdir = Path(workdir).expanduser()
     info = sandbox_info(workdir)
     if info is None:
         raise SandboxError("no sandbox is running: `bootstrap sandbox up` first")
     images = ensure_images(workdir, log)
-    source = ensure_ray_less_image(workdir, log)
+    source = ensure(workdir, log)
     return _push_image(images, workdir, info.registry.split(":")[0], registry_host_port(), log,
-                       source=source, repo=RAY_LESS_REMOTE_REPO)
+                       source=source, repo=repo)
 
 
 # --- public ----------------------------------------------------------------------------------------

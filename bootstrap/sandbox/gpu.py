@@ -164,11 +164,15 @@ def node_dir(workdir: Path, name: str) -> Path:
 
 
 def set_gpus(workdir: Path, name: str, *, count: int | None = None, driver: str | None = None,
-             utilization: int | None = None, memory_used: int | None = None) -> None:
+             utilization: int | None = None, memory_used: int | None = None, cuda_error: int | None = None) -> None:
     """Change node `name`'s GPUs as nvidia-smi reports them from now on (containers started before
-    keep what they were given)."""
+    keep what they were given). `cuda_error`: what CUDA says when it initialises there (802: the
+    Fabric Manager is not running, 803, 804; 0: CUDA works), read by the CUDA-shaped image's torch
+    (fake_cuda_torch.py) while nvidia-smi lists the GPUs as before."""
     path = node_dir(workdir, name) / "state.json"
     state = json.loads(path.read_text())
+    if cuda_error is not None:
+        state["cuda_error"] = cuda_error
     if count is not None:
         state["gpus"] = state["gpus"][:count]
     if driver is not None:

@@ -50,6 +50,7 @@ from .recipes import (
     BASE_RECIPE,
     BASE_REF,
     BASE_REPO,
+    CUDA_SHAPED_REPO,
     MIRROR,
     MIRROR_REPO,
     NIXL_REQS,
@@ -68,6 +69,7 @@ from .recipes import (
     Stage,
     base_recipe,
     base_ref,
+    cuda_shaped_stage,
     mirror_stage,
     node_stage,
     ray_less_stage,
@@ -240,7 +242,7 @@ def ensure_images(workdir: Path, log: Log = nolog) -> SandboxImages:
             stages = vllm_stages(workdir / "wheels")
             _prune_superseded(
                 {BASE_REF, planned.node, planned.registry, planned.mirror, *(s.ref for s in stages),
-                 ray_less_stage(planned.vllm).ref}, planned.vllm_tag, log
+                 *_variants(planned.vllm)}, planned.vllm_tag, log
             )
             return planned
         start = time.monotonic()
@@ -261,17 +263,31 @@ def ensure_images(workdir: Path, log: Log = nolog) -> SandboxImages:
                     _build_stage(stage, workdir, log)
         vllm = stages[-1].ref
         log(f"images ready in {time.monotonic() - start:.1f}s")
-        _prune_superseded({BASE_REF, node, registry, mirror, *(s.ref for s in stages), ray_less_stage(vllm).ref},
+        _prune_superseded({BASE_REF, node, registry, mirror, *(s.ref for s in stages), *_variants(vllm)},
                           stages[-1].recipe, log)
         return SandboxImages(base=BASE_REF, node=node, vllm=vllm, registry=registry, mirror=mirror)
 
 
+def _variants(vllm: str) -> tuple[str, ...]:
+    """The variants of the vLLM image `vllm` (built on demand, kept while it is)."""
+    return ray_less_stage(vllm).ref, cuda_shaped_stage(vllm).ref
+
+
 def ensure_ray_less_image(workdir: Path, log: Log = nolog) -> str:
     """Build (or reuse) the Ray-less variant of the vLLM image; return its local reference."""
+    return _ensure_variant(workdir, ray_less_stage, log)
+
+
+def ensure_cuda_shaped_image(workdir: Path, log: Log = nolog) -> str:
+    """Build (or reuse) the CUDA-shaped variant of the vLLM image (recipes.cuda_shaped_stage); its local reference."""
+    return _ensure_variant(workdir, cuda_shaped_stage, log)
+
+
+def _ensure_variant(workdir: Path, stage_of, log: Log) -> str:
     workdir = Path(workdir).expanduser()
     images = ensure_images(workdir, log)
     with file_lock(workdir / ".images.lock"):
-        return _build_stage(ray_less_stage(images.vllm), workdir, log)
+        return _build_stage(stage_of(images.vllm), workdir, log)
 
 
 def new_node_ref() -> str:
@@ -300,7 +316,7 @@ def _prune_superseded(keep: set[str], vllm_tag: str, log: Log) -> None:
     except LD.ERRORS:
         refs = []
     keep = keep | {base_ref(SUITE_NEW), node_stage(SUITE_NEW).ref}
-    ours = (BASE_REPO, NODE_REPO, VLLM_REPO, REGISTRY_REPO, STAGE_REPO, RAY_LESS_REPO, MIRROR_REPO)
+    ours = (BASE_REPO, NODE_REPO, VLLM_REPO, REGISTRY_REPO, STAGE_REPO, RAY_LESS_REPO, MIRROR_REPO, CUDA_SHAPED_REPO)
     stale = []
     for ref in refs:
         repo, _, tag = ref.rpartition(":")

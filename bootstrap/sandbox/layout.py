@@ -23,6 +23,7 @@ REGISTRY_PORT = 5000
 REMOTE_REPO = "bootstrap/vllm-cpu"
 #: ... and of its Ray-less variant (`sandbox up --without-ray`).
 RAY_LESS_REMOTE_REPO = "bootstrap/vllm-cpu-noray"
+CUDA_SHAPED_REMOTE_REPO = "bootstrap/vllm-cpu-fakecuda"
 #: Repository of the registry mirror's image (cluster.image_mirror) inside the sandbox registry.
 MIRROR_REMOTE_REPO = "bootstrap/nginx"
 KIND_LABEL = "bootstrap.sandbox.kind"

@@ -382,6 +382,12 @@ if python -c 'import ray' 2>/dev/null; then echo 'ray still imports' >&2; exit 1
 vllm --version
 """
 
+#: The CUDA-shaped variant (the GPU-shaped sandbox's CUDA faults): the vLLM image with fake_cuda_torch.py
+#: first on PYTHONPATH as `torch`, so checks/cuda_probe.py in it reads the node's fake GPUs as CUDA would.
+CUDA_SHAPED_REPO = "bootstrap-sandbox/vllm-cpu-fakecuda"
+CUDA_SHAPED_DIR = "/opt/sandbox-cuda"
+CUDA_SHAPED_SCRIPT = f"install -D -m 644 /recipe/fake_cuda_torch.py {CUDA_SHAPED_DIR}/torch/__init__.py\n"
+
 #: Bumped when the way stages are run and committed changes (part of every stage's hash).
 BUILDER_VERSION = "stage-builder/2"
 
@@ -538,6 +544,13 @@ def vllm_stages(wheels: Path) -> list[Stage]:
         changes=(f"LABEL bootstrap.sandbox.models={TINY_MODEL_DIR},{TINY_QWEN_DIR},{TINY_LORA_DIR}",),
     )
     return [apt, torch, pip, model, router, monitor, nixl, vip, spin, fork, amx, models]
+
+
+def cuda_shaped_stage(vllm_ref: str) -> Stage:
+    """The vLLM image whose `torch` answers as a CUDA build on the node's fake GPUs (one thin layer)."""
+    return Stage(name="vllm-fakecuda", repo=CUDA_SHAPED_REPO, parent=vllm_ref, script=CUDA_SHAPED_SCRIPT,
+                 files=(("fake_cuda_torch.py", _read("fake_cuda_torch.py")),),
+                 changes=(f"ENV PYTHONPATH={CUDA_SHAPED_DIR}",))
 
 
 def ray_less_stage(vllm_ref: str) -> Stage:

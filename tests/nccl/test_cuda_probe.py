@@ -1,5 +1,5 @@
 """check-nccl's CUDA probe (checks/cuda_probe.py) and what the controller makes of it
-(bootstrap.nccl.run.parse_cuda_probe / cuda_findings), on lines recorded on a real H200
+(bootstrap.cluster.cuda.parse_probe, bootstrap.nccl.run.cuda_findings), on lines recorded on a real H200
 (tests/data/gpu/h200-cuda-probe.txt) and on the probe run here."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bootstrap.nccl.run import cuda_findings, parse_cuda_probe
+from bootstrap.cluster.cuda import parse_probe as parse_cuda_probe
+from bootstrap.nccl.run import cuda_findings
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = (ROOT / "tests" / "data" / "gpu" / "h200-cuda-probe.txt").read_text()

