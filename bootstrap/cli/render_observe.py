@@ -119,9 +119,8 @@ def sandbox_up(info) -> None:
                       + (f"; {info.gpu.describe()}" if info.gpu.shaped else "")
                       + (f"; {info.links.describe()}" if info.links.shaped else "")))
     for n in info.nodes:
-        if n.host != "debian12":
-            out.print(_escape(f"{n.name}: {n.host} (Docker 26.1, containerd image store"
-                              + (", GPUs through CDI)" if info.gpu.gpus else ")")))
+        if n.odd:
+            out.print(_escape(f"{n.name}: {n.host} ({n.docker}" + (", GPUs through CDI)" if info.gpu.gpus else ")")))
     out.print(_escape(f"inventory: {info.inventory}"))
     if info.gpu_inventory:
         out.print(_escape(f"GPU inventory: {info.gpu_inventory} (the same nodes as a GPU cluster; vLLM still "

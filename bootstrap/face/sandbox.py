@@ -19,8 +19,8 @@ def sandbox_up(nodes: int, *, kind: str = "full", ray: bool = True, gpus: int = 
         raise UsageError("--gpus and --ib need --kind full (GPUs are seen through each node's Docker)")
     if hcas != 1 and not ib:
         raise UsageError("--hcas needs --ib")
-    if mixed and (kind != "full" or nodes < 3):
-        raise UsageError("--mixed needs --kind full and --nodes 3 or more (node3 is the Debian 13 one)")
+    if mixed and (why := S.mixed_refusal(nodes, kind)):
+        raise UsageError(why)
     shape = S.GpuShape(gpus=gpus, ib=ib, hcas=hcas)
     try:
         links = S.LinkShape(

@@ -28,7 +28,7 @@ from .cluster import set_links as _set_links
 from .cluster import use_image as _use_image
 from .gpu import NO_GPU, GpuShape
 from .images import ensure_images as _ensure_images
-from .layout import DEFAULT_SUBNET, NETWORK, REGISTRY_CONTAINER, SandboxInfo, SandboxNode, plan_addresses
+from .layout import DEFAULT_SUBNET, NETWORK, REGISTRY_CONTAINER, SandboxInfo, SandboxNode, mixed_refusal, plan_addresses
 from .links import NO_LINKS, LinkShape, parse_rate
 from .nodes import ssh_run
 from .recipes import TINY_MODEL_DIR, SandboxImages
@@ -51,6 +51,7 @@ __all__ = [
     "SandboxInfo",
     "SandboxNode",
     "ensure_images",
+    "mixed_refusal",
     "parse_rate",
     "plan_addresses",
     "sandbox_down",

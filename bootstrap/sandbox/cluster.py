@@ -42,6 +42,7 @@ from .gpu import GpuShape
 from .images import ensure_images, ensure_new_node_image, new_node_ref, planned_images
 from .layout import (
     CUDA_SHAPED_REMOTE_REPO,
+    HOST,
     KINDS,
     MIRROR_REMOTE_REPO,
     MIXED_HOST,
@@ -54,6 +55,7 @@ from .layout import (
     REMOTE_REPO,
     SandboxInfo,
     SandboxNode,
+    mixed_refusal,
     node_host,
     node_name,
     plan_addresses,
@@ -291,9 +293,8 @@ def _check_shape(nodes: int, kind: str, gpu: GpuShape, mixed: bool) -> None:
         raise SandboxError(f"unknown sandbox kind {kind!r}: use one of {', '.join(KINDS)}")
     if gpu.shaped and kind != "full":
         raise SandboxError("a GPU-shaped sandbox needs kind full: its GPUs are seen through each node's dockerd")
-    if mixed and (kind != "full" or nodes < MIXED_NODE):
-        raise SandboxBadInput(f"--mixed: a mixed rack needs {MIXED_NODE} or more full nodes (node{MIXED_NODE} is "
-                              f"the {MIXED_HOST} one)")
+    if mixed and (why := mixed_refusal(nodes, kind)):
+        raise SandboxBadInput(why)
 
 
 def _fresh_start(images: SandboxImages, workdir: Path, subnet: str, gateway: str, registry_ip: str, port: int,
@@ -334,7 +335,7 @@ def _start_nodes(fresh: list[SandboxNode], workdir: Path, images: SandboxImages,
                  known_hosts: Path, nodes: int, log: Log) -> None:
     """Start the `fresh` nodes and wait until each answers over SSH (and its dockerd does)."""
     workers = min(8, len(fresh))
-    node_image = {"debian12": images.node}
+    node_image = {HOST: images.node}
     if any(n.host == MIXED_HOST for n in fresh):
         node_image[MIXED_HOST] = ensure_new_node_image(workdir, log)
     with timed(log, f"starting {len(fresh)} {kind} node(s)"):

@@ -37,11 +37,23 @@ STATE_VERSION = 1
 #: spec for nvidia.com/gpu in /etc/cdi and Docker's CDI on, no toolkit hook on PATH and no `nvidia` runtime.
 MIXED_HOST = "debian13"
 MIXED_NODE = 3
+#: What the odd node's Docker is, as `sandbox up` says it.
+MIXED_DOCKER = "Docker 26.1, containerd image store"
+#: What every other node is as a host: Debian 12 and its Docker (20.10) with the toolkit's hook.
+HOST = "debian12"
 
 
 def node_host(number: int, mixed: bool) -> str:
     """What node `number` (1-based) is as a host."""
-    return MIXED_HOST if mixed and number == MIXED_NODE else "debian12"
+    return MIXED_HOST if mixed and number == MIXED_NODE else HOST
+
+
+def mixed_refusal(nodes: int, kind: str) -> str | None:
+    """Why `--mixed` cannot make a sandbox of `nodes` nodes of this kind (None: it can)."""
+    if kind != "full" or nodes < MIXED_NODE:
+        return (f"--mixed needs --kind full and --nodes {MIXED_NODE} or more (node{MIXED_NODE} is the "
+                f"{MIXED_HOST} one)")
+    return None
 
 #: Capabilities that make docker-in-docker work where --privileged does not (no CAP_SYS_RESOURCE):
 #: `--cap-add ALL --cap-drop SYS_RESOURCE --security-opt seccomp=unconfined --security-opt
@@ -59,7 +71,17 @@ class SandboxNode:
     ip: str
     container: str
     #: what the node is as a host (MIXED_HOST for the odd node of a mixed rack, `sandbox up --mixed`)
-    host: str = "debian12"
+    host: str = HOST
+
+    @property
+    def odd(self) -> bool:
+        """The odd node of a mixed rack (MIXED_HOST), not the usual HOST."""
+        return self.host != HOST
+
+    @property
+    def docker(self) -> str:
+        """Its Docker, as `sandbox up` says it."""
+        return MIXED_DOCKER if self.odd else "Docker 20.10, classic image store"
 
 
 @dataclass(frozen=True)
@@ -86,7 +108,7 @@ class SandboxInfo:
     @property
     def mixed(self) -> bool:
         """A mixed rack: one node is not Debian 12 with Docker 20.10 (MIXED_HOST)."""
-        return any(n.host != "debian12" for n in self.nodes)
+        return any(n.odd for n in self.nodes)
 
     @property
     def gpu_inventory(self) -> Path | None:

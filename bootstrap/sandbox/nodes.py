@@ -25,6 +25,7 @@ from .gpu import GpuShape
 from .layout import (
     FULL_NODE_OPTIONS,
     FULL_NODE_VOLUMES,
+    HOST,
     KIND_LABEL,
     MIXED_HOST,
     NETWORK,
@@ -82,7 +83,7 @@ def _host_key(workdir: Path, name: str) -> Path:
 
 
 def _prepare_node_files(workdir: Path, name: str, client_pub: str, registry: str, number: int,
-                        gpu: GpuShape, host: str = "debian12") -> tuple[Path, str]:
+                        gpu: GpuShape, host: str = HOST) -> tuple[Path, str]:
     """Write nodes/<name>/sandbox (mounted at /sandbox), with node `number`'s GPU shape; return (dir,
     host public key line). The MIXED_HOST node's Docker keeps images in containerd's store and takes GPUs
     through CDI."""

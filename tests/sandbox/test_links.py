@@ -78,3 +78,16 @@ def test_sandbox_up_refuses_a_bad_rate_in_one_line_before_touching_docker(args, 
     r = CliRunner().invoke(main, ["sandbox", "up", "--nodes", "1", *args])
     assert r.exit_code == 2, r.output
     assert needle in r.output and "Traceback" not in r.output
+
+
+def test_a_mixed_rack_has_one_odd_node_described_by_its_docker_and_the_library_refuses_what_the_cli_does():
+    from bootstrap.sandbox import layout as L
+
+    hosts = [L.node_host(i, mixed=True) for i in (1, 2, 3, 4)]
+    assert hosts == [L.HOST, L.HOST, L.MIXED_HOST, L.HOST] and [L.node_host(3, mixed=False)] == [L.HOST]
+    odd, usual = L.SandboxNode("node3", "10.0.0.13", "c3", L.MIXED_HOST), L.SandboxNode("node1", "10.0.0.11", "c1")
+    assert (odd.odd, odd.docker) == (True, "Docker 26.1, containerd image store")
+    assert (usual.odd, usual.docker) == (False, "Docker 20.10, classic image store")
+    assert L.mixed_refusal(3, "full") is None
+    assert L.mixed_refusal(2, "full") == L.mixed_refusal(3, "sshd") == (
+        "--mixed needs --kind full and --nodes 3 or more (node3 is the debian13 one)")
