@@ -65,6 +65,9 @@ def plan_rows(actions, as_json: bool, live: bool, runtime: str | None = "", why:
         out.print(f"[bold]{_escape(v.host)}[/] ({_escape(v.role)}): as {_escape(base)}'s, but "
                   + (_escape(" ".join(said)) if said else "no option differs")
                   + (f"; runs {_escape(_argv(runs))}" if runs else ""), soft_wrap=True)
+    for a in actions:  # from the nodes' facts (up --dry-run): what the fabric gave NCCL, and why
+        for note in a.fabric:
+            out.print(f"fabric: {_escape(a.host)}: {_escape(note)}", soft_wrap=True)
 
 
 def fleet_plan(replicas, routers, router_url: str, keeper_argv, as_json: bool, standby: str | None = None,

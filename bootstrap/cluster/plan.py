@@ -10,12 +10,13 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Mapping, Sequence
 
 from bootstrap.cluster import facts as F
 from bootstrap.cluster import gpuaccess as GA
 from bootstrap.cluster.facts import HostFacts
+from bootstrap.cluster.gids import ROCE_V2
 from bootstrap.cluster.guard import fence as FN
 from bootstrap.cluster.guard import secretstore as SS
 from bootstrap.exposure import RAY_DASHBOARD_DEFAULT, dashboard_address
@@ -105,6 +106,8 @@ class HostAction:
     action: Action
     reason: str
     spec: ContainerSpec
+    #: what the node's fabric gave its NCCL variables, and why (fabric_notes; () without facts)
+    fabric: tuple[str, ...] = ()
 
 
 def nofile_for(inv: Inventory, facts: HostFacts | None) -> int | None:
@@ -165,6 +168,40 @@ def derived_env(inv: Inventory, host: Host, facts: HostFacts | None) -> dict[str
             out["NCCL_IB_GID_INDEX"] = str(indexes.pop())
     own = dict(host.env)
     return {k: v for k, v in out.items() if k not in own}
+
+
+def fabric_notes(inv: Inventory, host: Host, facts: HostFacts | None) -> tuple[str, ...]:
+    """What `up --dry-run` says of the node's fabric (pure): the RoCE v2 GID NCCL_IB_GID_INDEX names and the
+    link-local ones left out, or why the variable is left unset; EFA devices left out of NCCL_IB_HCA; how
+    GPUDirect RDMA can work. () without facts or infiniband."""
+    rack = facts.rack if facts is not None else None
+    if rack is None or not inv.cluster.infiniband or not rack.ib:
+        return ()
+    out = []
+    active = [p for p in rack.ib if p.state == "ACTIVE"]
+    roce = [p for p in active if p.link_layer == "Ethernet" and not p.efa]
+    chosen = {p.hca: next((g for g in p.gids if g.index == p.rocev2_index), None) for p in roce}
+    own = dict(host.env).get("NCCL_IB_GID_INDEX")
+    if own is not None and roce:
+        out.append(f"NCCL_IB_GID_INDEX={own} as its env sets it (the routable RoCE v2 GIDs are at "
+                   + ", ".join(f"{p.hca}: {p.rocev2_index}" for p in roce) + ")")
+    elif len({p.rocev2_index for p in roce}) == 1 and None not in {p.rocev2_index for p in roce}:
+        local = sorted({g.index for p in roce for g in p.gids if g.link_local and g.type == ROCE_V2})
+        out.append(f"NCCL_IB_GID_INDEX={roce[0].rocev2_index}: the RoCE v2 GID of "
+                   + ", ".join(f"{h} ({g.ipv4 or g.address}{' on ' + g.ndev if g.ndev else ''})"
+                               for h, g in chosen.items() if g)
+                   + (f"; link-local fe80:: RoCE v2 at {', '.join(map(str, local))} left out (no router forwards it)"
+                      if local else ""))
+    elif roce:
+        out.append("NCCL_IB_GID_INDEX left unset: the ports' routable RoCE v2 GIDs are at different indexes ("
+                   + ", ".join(f"{p.hca}: {p.rocev2_index if p.rocev2_index is not None else 'none'}" for p in roce)
+                   + "), and NCCL 2.21+ picks each port's routable one itself")
+    efa = sorted({p.hca for p in active if p.efa})
+    if efa:
+        out.append(f"{', '.join(efa)}: AWS EFA, left out of NCCL_IB_HCA (NCCL's EFA plugin, aws-ofi-nccl, uses them)")
+    if rack.gdr is not None and rack.gdr.known:
+        out.append(rack.gdr.describe())
+    return tuple(out)
 
 
 def ucx_env(inv: Inventory, host: Host, facts: HostFacts | None) -> dict[str, str]:
@@ -271,11 +308,11 @@ def plan_up(inv: Inventory, facts: Mapping[str, HostFacts]) -> tuple[HostAction,
         f = facts.get(host.name)
         spec = container_spec(inv, host, nofile_for(inv, f), derived_env(inv, host, f), ray_auth(inv, f), gpu_flags(f))
         action, reason = _decide(spec, f)
-        actions.append(HostAction(host.name, action, reason, spec))
+        actions.append(HostAction(host.name, action, reason, spec, fabric_notes(inv, host, f)))
     head = actions[0]
     if head.action != "keep":
         actions = [head] + [
-            a if a.action != "keep" else HostAction(a.host, "recreate", "the head is (re)started", a.spec)
+            a if a.action != "keep" else replace(a, action="recreate", reason="the head is (re)started")
             for a in actions[1:]
         ]
     return tuple(actions)

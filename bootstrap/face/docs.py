@@ -14,7 +14,7 @@ from bootstrap.nccl import parse as N
 def _host_doc(a, runtime: str | None) -> dict:
     return {"host": a.host, "role": a.spec.role, "action": a.action, "reason": a.reason,
             "runtime": runtime if runtime is not None else RUNTIME_UNDECIDED,
-            "spec_hash": a.spec.spec_hash, "argv": list(a.spec.run_argv())}
+            "spec_hash": a.spec.spec_hash, "argv": list(a.spec.run_argv()), "fabric": list(a.fabric)}
 
 
 def plan_doc(actions, runtime: str | None = "") -> dict:

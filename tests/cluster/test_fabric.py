@@ -85,3 +85,52 @@ def test_the_script_prints_what_the_parsers_read():
     script = F.RACK_FACTS[2]
     for part in ("device/driver", "== gdr", "/sys/module/$m", "/proc/driver/nvidia/version", "uname -r"):
         assert part in script
+
+
+def test_the_dry_run_says_what_the_fabric_gave_nccl_and_why():
+    """`up --dry-run` (plan_up with the nodes' facts): the GID index chosen and the link-local ones left out, an
+    index the env sets, indexes that differ (left unset), EFA left out, GPUDirect's way; nothing offline."""
+    import dataclasses
+
+    from bootstrap.cluster.plan import fabric_notes, plan_up
+
+    inv = cpu_inventory(2)
+    ib = dataclasses.replace(inv, cluster=dataclasses.replace(inv.cluster, infiniband=True))
+    h = ib.hosts[0]
+    fe80, v4 = "fe80:0000:0000:0000:0c42:a1ff:fe00:0001", "0000:0000:0000:0000:0000:ffff:0a0a:0001"
+    table = [f"gid mlx5_0 1 {i} {g} ens1f0np0 {t}" for i, (g, t) in enumerate((
+        (fe80, "IB/RoCE v1"), (fe80, "RoCE v2"), (v4, "IB/RoCE v1"), (v4, "RoCE v2")))]
+    roce = ["hca mlx5_0 mlx5_core", "mlx5_0 1 Ethernet - 4: ACTIVE", *table]
+    gdr = ["module nvidia_peermem", f"driver {PROPRIETARY}", "kernel 5.15.0-1063-nvidia"]
+    facts = F.HostFacts("28.1.1", rack=rack(roce, gdr, ip=h.ip))
+    notes = fabric_notes(ib, h, facts)
+    assert notes == ("NCCL_IB_GID_INDEX=3: the RoCE v2 GID of mlx5_0 (10.10.0.1 on ens1f0np0); link-local fe80:: "
+                     "RoCE v2 at 1 left out (no router forwards it)", "GPUDirect RDMA through nvidia_peermem"), notes
+    assert fabric_notes(inv, h, facts) == () and fabric_notes(ib, h, None) == ()  # no infiniband, no facts
+    own = dataclasses.replace(h, env={**dict(h.env), "NCCL_IB_GID_INDEX": "1"})
+    assert fabric_notes(ib, own, facts)[0] == "NCCL_IB_GID_INDEX=1 as its env sets it (the routable RoCE v2 GIDs are " \
+                                               "at mlx5_0: 3)"
+    two = roce + ["hca mlx5_1 mlx5_core", "mlx5_1 1 Ethernet - 4: ACTIVE",
+                  "gid mlx5_1 1 5 0000:0000:0000:0000:0000:ffff:0a0b:0001 ens2f0np0 RoCE v2"]
+    split = fabric_notes(ib, h, F.HostFacts("28.1.1", rack=rack(two, ip=h.ip)))
+    assert split == ("NCCL_IB_GID_INDEX left unset: the ports' routable RoCE v2 GIDs are at different indexes "
+                     "(mlx5_0: 3, mlx5_1: 5), and NCCL 2.21+ picks each port's routable one itself",), split
+    assert fabric_notes(ib, h, F.HostFacts("28.1.1", rack=rack(EFA, ip=h.ip))) == (
+        "rdmap16s27, rdmap32s27: AWS EFA, left out of NCCL_IB_HCA (NCCL's EFA plugin, aws-ofi-nccl, uses them)",)
+    actions = plan_up(ib, {h.name: facts})
+    assert actions[0].fabric == notes and actions[1].fabric == ()
+    # as `up --dry-run` prints them, and in its JSON
+    import io
+
+    from rich.console import Console
+
+    from bootstrap.cli import render_cluster as RC
+    from bootstrap.face.docs import plan_doc
+    buf = io.StringIO()
+    saved, RC.out = RC.out, Console(file=buf, width=400, no_color=True)
+    try:
+        RC.plan_rows(actions, False, live=True)
+    finally:
+        RC.out = saved
+    assert f"fabric: {h.name}: NCCL_IB_GID_INDEX=3: the RoCE v2 GID of mlx5_0" in buf.getvalue(), buf.getvalue()
+    assert plan_doc(actions)["replicas"][0]["hosts"][0]["fabric"] == list(notes)

@@ -437,6 +437,10 @@ def test_the_gpu_plan_takes_each_nodes_own_facts_and_a_fault_in_one_node_is_refu
         # GID carrying the ports' IPv4 address (3 on a ConnectX port; 1 is fe80::, which no router forwards)
         assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"], env["NCCL_IB_HCA"], env["NCCL_IB_GID_INDEX"]) \
             == ("eth0", "eth0", "mlx5_0,mlx5_1", "3")
+        # and says why: the GID with each port's IPv4 address, the link-local one left out
+        assert a["fabric"][0].startswith("NCCL_IB_GID_INDEX=3: the RoCE v2 GID of mlx5_0 (10.10.") and \
+            a["fabric"][0].endswith("on ens2f0np0); link-local fe80:: RoCE v2 at 1 left out (no router forwards it)"), \
+            a["fabric"]
 
     gpu_dir = sb_gpu.node_dir(sandbox.workdir, n2.name)
     saved = {p: p.read_bytes() for p in gpu_dir.rglob("*") if p.is_file()}
