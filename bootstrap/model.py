@@ -414,6 +414,18 @@ class ServedModel:
     api_key: str | None = None
     #: where it is written (FILE:LINE: models[i]), for errors found after loading (serve's checks)
     where: str = ""
+    #: the line of each of its keys written in the file ((key, line), ...), so that a rule judged after
+    #: loading (the pool's rules) names the line of the field it refuses: line_of("args")
+    lines: tuple[tuple[str, int], ...] = ()
+
+    def line_of(self, key: str) -> int | None:
+        """The line `key` of this model is written on (None: not known); where() names it."""
+        return dict(self.lines).get(key)
+
+    @property
+    def field(self) -> str:
+        """Its field in the inventory: "models[i]" (from where)."""
+        return self.where.split(": ", 1)[1] if ": " in self.where else "models"
 
 
 @dataclass(frozen=True)

@@ -54,8 +54,10 @@ def _top_table(inv, frame) -> Table:
     n = Table(title_justify="left")
     for col in ("node", "replica", "CPU %", "mem %", "GPU %", "GPU mem %", "why down"):
         n.add_column(col, justify="left" if col in ("node", "why down") else "right")
+    idle = {h.name for h in inv.idle}  # a pool's hosts that serve no model
     for r in (r for r in frame.rows if r.kind == "node"):
-        n.add_row(_escape(r.name), "-" if r.replica is None else str(r.replica), f(r.cpu), f(r.mem),
+        replica = ("idle" if r.name in idle else "-") if r.replica is None else str(r.replica)
+        n.add_row(_escape(r.name), replica, f(r.cpu), f(r.mem),
                   f(r.gpu_util), f(r.gpu_mem), "" if r.up else _escape(f"DOWN: {r.error}"),
                   style=None if r.up else "red")
     grid = Table.grid()

@@ -7,11 +7,14 @@ stage, which it does not), every remote command with its exit status and time, a
 bootstrap keeps secrets off command lines, so none reaches it. `-v/--verbose` prints the same events
 and commands on stderr as they happen.
 
-$BOOTSTRAP_RUNS: another folder for the logs; `off`: none. The newest KEEP logs are kept.
+$BOOTSTRAP_RUNS: another folder for the logs; `off`: none. The newest KEEP logs are kept: only files named as
+run logs are (OWN: `20261207T130525.041011Z-serve.log`), so a folder shared with other programs' logs loses
+none of theirs, and the log just opened is never among them.
 """
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -23,6 +26,8 @@ from typing import Callable
 RUNS_ENV = "BOOTSTRAP_RUNS"
 #: how many run logs are kept (the oldest go first)
 KEEP = 100
+#: the name of a run log (start): a UTC stamp to the microsecond, the command's name; nothing else is ours
+OWN = re.compile(r"\d{8}T\d{6}\.\d{6}Z-[A-Za-z0-9-]{1,24}\.log")
 
 
 def runs_dir() -> Path | None:
@@ -88,8 +93,9 @@ def start(argv: list[str]) -> RunLog | None:
         where.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
         name = next((a for a in argv[1:] if not a.startswith("-")), "bootstrap")
-        current = RunLog(where / f"{stamp}-{''.join(c for c in name if c.isalnum() or c == '-')[:24]}.log")
-        _prune(where)
+        name = "".join(c for c in name if c.isascii() and (c.isalnum() or c == "-"))[:24] or "bootstrap"
+        current = RunLog(where / f"{stamp}-{name}.log")
+        _prune(where, current.path)
     except OSError:
         current = None
         return None
@@ -103,9 +109,10 @@ def start(argv: list[str]) -> RunLog | None:
     return current
 
 
-def _prune(where: Path) -> None:
-    logs = sorted(where.glob("*.log"))
-    for old in logs[:-KEEP]:
+def _prune(where: Path, keep: Path) -> None:
+    """The oldest run logs in `where` beyond KEEP removed: files named as run logs only (OWN), never `keep`."""
+    logs = sorted(p for p in where.glob("*.log") if OWN.fullmatch(p.name) and p != keep)
+    for old in logs[:max(0, len(logs) - (KEEP - 1))]:
         try:
             old.unlink()
         except OSError:

@@ -14,6 +14,7 @@ from bootstrap.cluster import plan as PL
 from bootstrap.cluster import run as A
 from bootstrap.errors import BootstrapError, InventoryError, InventoryErrors, UsageError
 from bootstrap.face import results as R
+from bootstrap.fleet.plan import pool_problems
 from bootstrap.inventory import Inventory
 from bootstrap.inventory import load_inventory as _load
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
@@ -26,6 +27,9 @@ def load_inventory(path, *, check_files: bool = True, require_secrets: bool = Tr
     its SSH settings trust host keys not yet known; become_password: sudo's password where the SSH user is
     not root (a host's own in the inventory wins); collect: every field error at once (InventoryErrors)."""
     inv = _load(path, check_files=check_files, require_secrets=require_secrets, collect=collect)
+    pool = pool_problems(inv)
+    if pool:
+        raise InventoryErrors(pool) if collect else pool[0]
     if accept_new_host_keys:
         inv = replace(inv, cluster=replace(inv.cluster, ssh=replace(inv.cluster.ssh, accept_new_host_keys=True)))
     if become_password is not None:
@@ -48,7 +52,7 @@ def fleet(inv) -> bool:
 def validate(path, *, offline: bool = False) -> R.ValidateResult:
     """`validate`, a linter's run: every field error of the file at once, no host contacted; offline:
     the file alone (not the key files nor the secrets' values, which live on the machine that runs `up`)."""
-    try:
+    try:  # the file's rules, then the pool's (pool_problems) on a file that passed them
         inv = load_inventory(path, check_files=not offline, require_secrets=not offline, collect=True)
     except InventoryErrors as exc:
         return R.ValidateResult(str(path), None, exc.errors, offline)

@@ -90,16 +90,13 @@ def _serve_fleet(inv, model, *, stop, dry_run, parallel, reporter, on_plan, on_f
 
 
 def check_pool(inv) -> None:
-    """A pool's models' own vLLM flags (models[].args), judged as serve judges the words after --,
-    before any host is contacted (the image's table judges them again); OptionError naming the model."""
-    from bootstrap.errors import ServePlanError
-    from bootstrap.serve import flags as FG
+    """A pool's models' own vLLM flags (models[].args; fleet.plan.pool_problems, which loading the inventory
+    runs too), for an Inventory built without face.load_inventory: before any host is contacted."""
+    from bootstrap.fleet.plan import pool_problems
 
-    for m in inv.models:
-        try:
-            FG.check_extra(m.args)
-        except ServePlanError as exc:
-            raise R.OptionError(f"{m.where}.args: {exc}") from None
+    problems = pool_problems(inv)
+    if problems:
+        raise problems[0]
 
 
 def adapter(inv, action: str, model: str, name: str | None = None, source: str | None = None, *,

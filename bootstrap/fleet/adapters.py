@@ -16,7 +16,8 @@ from bootstrap.fleet import names as FN
 from bootstrap.fleet import plan as FP
 from bootstrap.fleet import routers as FRT
 from bootstrap.fleet.steps import _probe, _route, rewrite_workers
-from bootstrap.model import Inventory, ServedModel, model_ref_problem
+from bootstrap.inventory import modelfields as MF
+from bootstrap.model import Inventory, ServedModel
 from bootstrap.remote.fanout import DEFAULT_PARALLEL, fan_out
 from bootstrap.remote.session import Reporter, Session
 
@@ -40,14 +41,20 @@ def check(inv: Inventory, action: str, model: str, name: str | None, source: str
     if not m.lora:
         raise FleetError(f"{m.where} ({m.name}) has no adapters: key, so LoRA is off on its replicas: add "
                          "`adapters: []` (or its adapters) to the model and run bootstrap serve")
+    why = MF.served_name_problem(name or "")
+    if why:
+        raise FleetError(f"adapter name: {why}")
     taken = {n: f"model {x.name}" for x in inv.models for n in (x.name,)}
     taken.update({a: f"an adapter of {x.name} in {inv.path}" for x in inv.models for a, _ in x.adapters})
     if action == "add":
         if name in taken:
             raise FleetError(f"{name!r} is already the name of {taken[name]}: give the adapter a name of its own")
-        why = model_ref_problem(source or "")
+        why = MF.adapter_source_problem(source or "")
         if why:
             raise FleetError(f"adapter source: {why}")
+    elif name in taken and name not in dict(m.adapters):  # a model, or another model's adapter: not m's to remove
+        raise FleetError(f"{name!r} is the name of {taken[name]}, not an adapter of {m.name}: nothing to remove "
+                         f"(bootstrap adapter list -i {inv.path} {m.name} lists its adapters)")
     elif name in dict(m.adapters):
         raise FleetError(f"{name!r} is in {m.where}.adapters: remove it there and run bootstrap serve (an adapter "
                          "of the inventory comes back with every replica restart)")

@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 
 from bootstrap.cluster import plan as PL
 from bootstrap.cluster.guard import secretstore as SS
-from bootstrap.errors import FleetError
+from bootstrap.errors import FleetError, InventoryError, ServePlanError
 from bootstrap.fleet import kvevents as KV
 from bootstrap.fleet.names import (
     COORD_PORT,
@@ -220,6 +220,29 @@ def model_inventory(inv: Inventory, mi: int) -> Inventory:
 #: vLLM's switch for loading and unloading adapters through its API (/v1/load_lora_adapter): on for
 #: the replicas of a model that declares adapters (bootstrap adapter add|remove)
 LORA_RUNTIME_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+
+
+#: vLLM's LoRA flags, set by the plan from a pool model's adapters: and lora_rank: (lora_flags) -> what to use instead
+LORA_OWNED = {f: "adapters: and lora_rank: on the model, from which the plan sets vLLM's LoRA flags"
+              for f in ("--enable-lora", "--max-loras", "--max-lora-rank", "--lora-modules", "--max-cpu-loras",
+                        "--lora-dtype")}
+
+
+def pool_problems(inv: Inventory) -> list[InventoryError]:
+    """A pool's models' own vLLM flags (models[].args) judged as serve judges the words after `--`, offline:
+    a flag the plan sets (serve's own, the LoRA ones, a disaggregated or KV-event fleet's), a credential, a
+    listener, the container's files (passthrough.FENCED). One error per model, at the line of its args:;
+    `validate`, and every command that loads the inventory, refuse them before any host is contacted."""
+    from bootstrap.serve import flags as FG
+
+    owned = {**plan_sets(inv), **LORA_OWNED}
+    out: list[InventoryError] = []
+    for m in inv.models:
+        try:
+            FG.check_extra(m.args, plan_sets=owned)
+        except ServePlanError as exc:
+            out.append(InventoryError(inv.path, m.line_of("args"), f"{m.field}.args", str(exc)))
+    return out
 
 
 def lora_flags(m: ServedModel) -> tuple[str, ...]:

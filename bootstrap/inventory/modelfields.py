@@ -9,8 +9,9 @@ fleet does per replica (up, the fence, the keeper, status, down) works per model
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
+from bootstrap.inventory.envvars import looks_like_credential
 from bootstrap.inventory.hostfields import _host_name
 from bootstrap.inventory.values import Validator, _check_mapping, _choice, _described, _int, _string
 from bootstrap.inventory.yamlfile import _MAX_HOSTS, _describe, _Loc, _quote
@@ -22,20 +23,46 @@ _NAME_RX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 MAX_MODELS = 64
 
 
-def _served_name(value: Any, loc: _Loc) -> str:
-    value = _string(value, loc)
+def served_name_problem(value: str) -> str | None:
+    """Why `value` cannot be a served name (a model's or an adapter's: what clients send as `model`), or
+    None; the inventory and `bootstrap adapter` judge names by it."""
+    if looks_like_credential(value):
+        return "looks like a credential (not shown): a served name is sent by every client and logged"
     if not _NAME_RX.fullmatch(value):
-        loc.fail(f"{_quote(value)} is not a served model name: letters, digits and '.', '_', ':', '/', '-', "
-                 "starting with a letter or digit, at most 128 characters (clients send it as `model`)")
-    return value
+        return (f"{_quote(value)} is not a served model name: letters, digits and '.', '_', ':', '/', '-', "
+                "starting with a letter or digit, at most 128 characters (clients send it as `model`)")
+    return None
 
 
-def _source(value: Any, loc: _Loc) -> str:
-    value = _string(value, loc)
-    why = model_ref_problem(value)
-    if why is not None:
-        loc.fail(why)
-    return value
+def adapter_source_problem(value: str) -> str | None:
+    """Why `value` cannot be an adapter's source, or None: a model reference every replica loads the same way
+    (model_ref_problem), nothing vLLM's --lora-modules would read as another entry (`=`, `,`, a space), and
+    nothing credential-shaped (it would reach every replica's command line). The inventory's adapters: and
+    `bootstrap adapter add` judge sources by it."""
+    if looks_like_credential(value):
+        return ("looks like a credential (not shown): an adapter's source reaches every replica's command line; "
+                "give its Hugging Face id or path, and the token as HF_TOKEN in cluster.secrets")
+    bad = next((c for c in "=, " if c in value), None)
+    if bad is not None:
+        return (f"{_quote(value)} holds {_quote(bad)}, a separator to vLLM's --lora-modules (NAME=PATH entries): "
+                "every replica would fail to start; rename the path")
+    return model_ref_problem(value)
+
+
+def _judged_by(problem: Callable[[str], str | None]) -> Validator:
+    """A string field refused with `problem`'s reason (the rule `bootstrap adapter` applies too)."""
+    def check(value: Any, loc: _Loc) -> str:
+        value = _string(value, loc)
+        why = problem(value)
+        if why is not None:
+            loc.fail(why)
+        return value
+    return check
+
+
+_served_name = _judged_by(served_name_problem)
+_adapter_source = _judged_by(adapter_source_problem)
+_source = _judged_by(model_ref_problem)
 
 
 def _groups(value: Any, loc: _Loc) -> tuple[tuple[str, ...], ...]:
@@ -81,7 +108,8 @@ def _lora_rank(value: Any, loc: _Loc) -> int:
 
 _ADAPTER_FIELDS: dict[str, Validator] = {
     "name": _described("the name clients send as `model` for this adapter", _served_name),
-    "source": _described("a Hugging Face id or an absolute path in the containers (default: name)", _source),
+    "source": _described("a Hugging Face id or an absolute path in the containers (default: name)",
+                         _adapter_source),
 }
 
 
@@ -92,7 +120,7 @@ def _adapters(value: Any, loc: _Loc) -> tuple[tuple[str, str], ...]:
     for i, entry in enumerate(value):
         aloc = loc.item(value, i)
         values, _ = _check_mapping(entry, aloc, _ADAPTER_FIELDS, "a mapping with name and source")
-        if "name" not in values:
+        if "name" not in values and not (isinstance(entry, dict) and "name" in entry):  # not one it refused
             aloc.fail("name is missing: the name clients send as `model`, e.g. {name: chat-sql, source: org/lora}")
         out.append((values["name"], values.get("source", values["name"])))
     return tuple(out)
@@ -130,7 +158,7 @@ _MODEL_FIELDS: dict[str, Validator] = {
 
 def _model(value: Any, loc: _Loc) -> ServedModel:
     values, locs = _check_mapping(value, loc, _MODEL_FIELDS, "a mapping with name (and source, replicas, ...)")
-    if "name" not in values:
+    if "name" not in values and not (isinstance(value, dict) and "name" in value):  # not one it refused
         loc.fail("name is missing: the name clients send as `model`, e.g. {name: chat, source: org/model}")
     if "lora_rank" in values and "adapters" not in values:
         locs["lora_rank"].fail("does nothing without adapters (LoRA is off); add adapters: (or adapters: [])")
@@ -147,14 +175,18 @@ def _model(value: Any, loc: _Loc) -> ServedModel:
         nodes=len(groups[0]) if groups else values.get("nodes", 1), hosts=groups,
         tp=values.get("tp"), pp=values.get("pp"), args=values.get("args", ()), policy=values.get("policy"),
         adapters=values.get("adapters", ()), lora="adapters" in values, lora_rank=values.get("lora_rank"),
-        api_key=values.get("api_key"), where=f"{loc.file}:{line}: {loc.field}")
+        api_key=values.get("api_key"), where=f"{loc.file}:{line}: {loc.field}",
+        lines=tuple((k, x.line) for k, x in locs.items() if x.line is not None))
 
 
 def _models(value: Any, loc: _Loc) -> tuple[tuple[ServedModel, ...], list[_Loc]]:
     """The models: list, each entry checked; names are unique. Returns them and where each is."""
     if value is None:
         return (), []
-    if not isinstance(value, list) or not value:
+    if value == []:
+        loc.fail("an empty list: list at least one model ({name, source, replicas...}), or remove models: to serve "
+                 "one model with `bootstrap serve MODEL`")
+    if not isinstance(value, list):
         loc.fail(f"expected a list of models, each a mapping with name (and source, replicas...), "
                  f"got {_describe(value)}")
     if len(value) > MAX_MODELS:
@@ -169,7 +201,11 @@ def _models(value: Any, loc: _Loc) -> tuple[tuple[ServedModel, ...], list[_Loc]]
         for j, name in enumerate((m.name, *(a for a, _ in m.adapters))):
             field = f"{mloc.field}.name" if j == 0 else f"{mloc.field}.adapters[{j - 1}].name"
             if name in seen:
-                mloc.at(field=field).fail(f"{_quote(name)} is already the name of {seen[name]}: clients tell models "
+                at = mloc.at(field=field)
+                if j:  # the adapter's own line
+                    seq = entry.get("adapters")
+                    at = mloc.key(entry, "adapters").item(seq, j - 1).at(field=field)
+                at.fail(f"{_quote(name)} is already the name of {seen[name]}: clients tell models "
                                           "and adapters apart by name")
             seen[name] = field.removesuffix(".name")
         models.append(m)

@@ -147,8 +147,9 @@ def check_model_keys(models: Sequence[ServedModel], where: Sequence[_Loc], route
             continue
         at = loc.sub("api_key")
         if name not in listed:
-            at.fail(f"{name} is not listed in cluster.secrets: list it there and set its value in your environment "
-                    "(the key stays out of the inventory)")
+            at.fail("that name is not listed in cluster.secrets (the value is not shown: it may be the key itself): "
+                    "name a secret listed there and set its value in your environment (the key stays out of the "
+                    "inventory)")
         if name in (vrrp, "HF_TOKEN"):
             at.fail(f"{name} would be {m.name}'s API key (held by its clients) and {_what(name, None, vrrp)}: one "
                     "secret in two roles, exposed differently; give each role a secret of its own")

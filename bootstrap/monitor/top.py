@@ -32,12 +32,14 @@ class Target:
 
 
 def targets(inv: Inventory) -> list[Target]:
-    """Every host once; the head of each replica also reads its vLLM's /metrics."""
+    """Every host once; the head of each replica also reads its vLLM's /metrics. A pool's idle host (in no
+    replica: Inventory.idle) is read in its cluster container, with no replica."""
     if FN.is_fleet(inv):
         heads = {group[0].name: k for k, group in enumerate(inv.replicas)}
         replica_of = {h.name: k for k, group in enumerate(inv.replicas) for h in group}
         return [Target(h, FN.serve_name(inv), replica_of[h.name],
                        FN.replica_url(inv, heads[h.name]) + "/metrics" if h.name in heads else None)
+                if h.name in replica_of else Target(h, inv.cluster.container_name, None, None)
                 for h in inv.hosts]
     url = FN.http_url(inv.head.ip, inv.cluster.ports.vllm) + "/metrics"
     return [Target(h, inv.cluster.container_name, None, url if h.name == inv.head.name else None)

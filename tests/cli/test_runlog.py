@@ -76,3 +76,24 @@ def test_the_log_masks_credentials_and_keeps_the_newest(tmp_path, monkeypatch):
     text = path.read_text()
     assert "sk-secret" not in text and "--api-key ***" in text
     assert "h1: $ docker ps  -> 0 in 0.25s" in text
+
+
+def test_a_folder_shared_with_other_logs_keeps_every_one_of_theirs(tmp_path, monkeypatch):
+    """Issue 68.1: $BOOTSTRAP_RUNS pointing at a folder that holds 150 other programs' *.log files (dated
+    earlier, so they sort first): pruning takes run logs only, and never the one just opened."""
+    monkeypatch.setenv(runlog.RUNS_ENV, str(tmp_path))
+    monkeypatch.setattr(runlog, "KEEP", 3)
+    theirs = [tmp_path / f"access-2019{i:04d}.log" for i in range(150)]
+    for p in theirs:
+        p.write_text("theirs\n")
+    (tmp_path / "20190101T000000.000000Z-.log").write_text("not one of ours either\n")
+    paths = []
+    for argv in (["bootstrap", "plan"], ["bootstrap", "./x"], ["bootstrap", "up"], ["bootstrap", "serve"],
+                 ["bootstrap", "status"]):
+        assert runlog.start(argv) is not None
+        paths.append(runlog.finish(0))
+    assert all(p.read_text() == "theirs\n" for p in theirs)
+    assert (tmp_path / "20190101T000000.000000Z-.log").exists()
+    ours = sorted(p for p in tmp_path.glob("*.log") if runlog.OWN.fullmatch(p.name))
+    assert ours == paths[-3:], (ours, paths)
+    assert paths[1].name.endswith("-x.log"), paths[1]

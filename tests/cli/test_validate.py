@@ -94,3 +94,56 @@ def test_other_commands_still_stop_at_the_first_mistake(tmp_path):
                        text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.splitlines() == [
         f"error: {p}:3: cluster: unknown key 'gpus_per_nod' (did you mean 'gpus_per_node'?)"], r.stderr
+
+
+POOL_MISTAKES = """\
+cluster: {accelerator: none, secrets: [HF_TOKEN]}
+models:
+  - name: bad name!
+    adapters:
+      - {name: sql!, source: /loras/sql}
+  - name: coder
+    args: [--max-model-len, '4096', --port, '9000']
+  - name: other
+    args: [--max-lora-rank, '64']
+hosts:
+  - {name: a, address: 192.0.2.1}
+  - {name: b, address: 192.0.2.2}
+  - {name: c, address: 192.0.2.3}
+"""
+
+
+def test_a_pools_mistakes_are_listed_once_each_with_no_false_missing_name(tmp_path):
+    """Issue 68.4: a model or adapter whose name is refused is not also said to have none (c7795f8 added
+    "name is missing"); a file whose fields pass has its models' args judged as serve judges them, at the line
+    of each args: (the plan's own flags, LoRA's included), by validate and by every command before any contact."""
+    p = tmp_path / "pool.yaml"
+    p.write_text(POOL_MISTAKES)
+    r = validate("--offline", "-i", str(p))
+    assert r.returncode == 2 and r.stdout == "", r.stderr
+    lines = r.stderr.splitlines()
+    assert [ln.split(": ")[2] for ln in lines] == ["models[0].name", "models[0].adapters[0].name"], lines
+    assert not any("is missing" in ln for ln in lines), lines
+    p.write_text(POOL_MISTAKES.replace("bad name!", "chat").replace("sql!", "sql"))
+    r = validate("--offline", "-i", str(p))
+    assert r.returncode == 2 and r.stdout == "", r.stderr
+    assert r.stderr.splitlines() == [
+        f"error: {p}:7: models[1].args: --port is set by the serve plan; do not pass it as an extra vllm argument "
+        "(use cluster.ports.vllm in the inventory)",
+        f"error: {p}:9: models[2].args: --max-lora-rank is set by the serve plan; do not pass it as an extra vllm "
+        "argument (use adapters: and lora_rank: on the model, from which the plan sets vLLM's LoRA flags)"]
+    for command in (["plan"], ["serve", "--dry-run"], ["rollout", "--model", "coder"], ["adapter", "list", "chat"]):
+        r = subprocess.run([sys.executable, "-m", "bootstrap", *command, "-i", str(p)], cwd=ROOT, capture_output=True,
+                           text=True, timeout=60, env={**os.environ, "HF_TOKEN": "hf_x"})
+        assert r.returncode == 2 and r.stderr.startswith(f"error: {p}:7: models[1].args: --port is set"), (
+            command, r.stderr)
+
+
+def test_a_key_in_a_models_args_is_refused_without_being_shown(tmp_path):
+    p = tmp_path / "pool.yaml"
+    key = "Zq8vN3mK9pL2xR7tY4wB6cD1"
+    p.write_text(POOL_MISTAKES.replace("bad name!", "chat").replace("sql!", "sql")
+                 .replace("--port, '9000'", f"--api-key, {key}").replace("--max-lora-rank, '64'", "--enforce-eager"))
+    r = validate("--offline", "-i", str(p))
+    assert r.returncode == 2 and key not in r.stderr, r.stderr
+    assert r.stderr.startswith(f"error: {p}:7: models[1].args: --api-key would put a credential"), r.stderr

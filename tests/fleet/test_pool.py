@@ -226,7 +226,8 @@ def test_a_models_own_flags_are_judged_before_any_host_is_contacted(tmp_path):
     path = write(tmp_path, text)
     r = CliRunner().invoke(main, ["serve", "-i", str(path)])
     assert r.exit_code == 2, r.output
-    assert f"{path}:{line_of(path, '- name: chat')}: models[0].args: " in r.output and "--port" in r.output, r.output
+    # the line of args: (issue 68.4; c7795f8 named the model's line)
+    assert f"{path}:{line_of(path, 'args: [--port')}: models[0].args: " in r.output and "--port" in r.output, r.output
 
 
 LORA_MODELS = """
@@ -309,11 +310,19 @@ def test_bad_adapters_are_refused_in_one_line(tmp_path, models, needle, field, p
     (["add", "chat", "chat-sql", "/x"], "'chat-sql' is already the name of an adapter of chat"),
     (["add", "chat", "new", "./x"], "adapter source: './x' is a relative path"),
     (["remove", "chat", "chat-sql"], "'chat-sql' is in "),
+    # issue 68.4: the inventory's rules for names and sources; what is not the model's adapter is not removed
+    (["add", "chat", "sql!", "/x"], "adapter name: 'sql!' is not a served model name"),
+    (["add", "chat", "new", "/loras/a=b"], "adapter source: '/loras/a=b' holds '=', a separator"),
+    (["add", "chat", "new", "/loras/a,b"], "adapter source: '/loras/a,b' holds ','"),
+    (["add", "chat", "new", "hf_AdapterTokenValue0123456789abcd"], "adapter source: looks like a credential (not "),
+    (["remove", "chat", "chat"], "'chat' is the name of model chat, not an adapter of chat: nothing to remove"),
+    (["remove", "chat", "coder"], "'coder' is the name of model coder, not an adapter of chat"),
 ])
 def test_adapter_refuses_before_any_host_is_contacted(tmp_path, args, words):
     path = write(tmp_path, pool_yaml(models=LORA_MODELS))
     r = CliRunner().invoke(main, ["adapter", args[0], "-i", str(path), *args[1:]])
     assert r.exit_code == 2 and words in r.output, r.output
+    assert "hf_AdapterTokenValue" not in r.output
 
 
 def test_adapter_on_a_model_without_lora_or_outside_a_pool_is_refused(tmp_path):

@@ -195,3 +195,31 @@ def test_window_means_from_the_histograms_sums_and_counts():
          M.HostSample(t=2, vllm=M.VllmSample(ttft=((math.inf, 6.0),), ttft_sum=3.0))]
     r = M.replica_row("replica 0", 0, ["a"], h)
     assert r.ttft_mean == 0.5 and r.itl_mean is None and json.loads(json.dumps(r.to_dict()))["ttft_mean"] == 0.5
+
+
+def test_a_pool_with_an_idle_host_is_one_row_per_host_and_no_crash(tmp_path):
+    """Issue 68: `top` on a pool whose models take fewer hosts than hosts: has (KeyError in targets on c7795f8).
+    The idle host is read in its cluster container, with no replica and no /metrics; its row says idle."""
+    import yaml
+
+    from bootstrap.cli import render_observe
+    from bootstrap.inventory import load_inventory
+    from bootstrap.monitor import top as T
+
+    doc = yaml.safe_load((pathlib.Path(__file__).resolve().parents[2] / "inventory" / "models.yaml").read_text())
+    doc["hosts"].append({"name": "gpu-f", "address": "192.0.2.16", "ip": "198.51.100.16"})
+    (tmp_path / "pool.yaml").write_text(yaml.safe_dump(doc))
+    inv = load_inventory(tmp_path / "pool.yaml", check_files=False, require_secrets=False)
+    assert [h.name for h in inv.idle] == ["gpu-f"]
+    got = {t.host.name: t for t in T.targets(inv)}
+    assert list(got) == [h.name for h in inv.hosts]
+    assert (got["gpu-f"].container, got["gpu-f"].replica, got["gpu-f"].metrics_url) == (
+        inv.cluster.container_name, None, None)
+    assert sum(t.metrics_url is not None for t in got.values()) == len(inv.replicas)
+    rows = tuple(M.node_row(name, t.replica, []) for name, t in got.items())
+    frame = T.Frame(1.0, 1.0, 0.0, rows)
+    from rich.console import Console
+    console = Console(width=200, record=True)
+    console.print(render_observe._top_table(inv, frame))
+    text = console.export_text()
+    assert any(ln.replace("│", " ").split()[:2] == ["gpu-f", "idle"] for ln in text.splitlines() if ln.strip()), text
