@@ -118,13 +118,50 @@ def up(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Reporter |
             raise interrupted(sess, "up") from None
 
 
-def up_in(sess: Session, *, dry_run: bool = False, load_image: bool | None = None, pull: bool = False,
-          wait: float = 180.0, allow_partial: bool = False, lock_wait: float = 0.0,
-          skip_checks: frozenset[str] = frozenset(), approve: Approve | None = None) -> UpResult:
-    """`up` of sess.inv (one group) in a session the caller holds: fleet.lifecycle.up_fleet runs every
-    replica group's at once, each in its own session, and turns an interrupt into interrupted() of each.
-    approve(inv, actions) is called with the actions that stop a running container (plan.disruptive)
-    once they are known and before any is taken; it raises to leave every container as it is."""
+@dataclass
+class Staged:
+    """What `up` of one group will do, found without changing anything on a host but its images
+    (stage_up): the facts as they will be, the actions, and those that stop a running container."""
+    facts: dict[str, F.HostFacts]
+    actions: tuple[HostAction, ...]
+    #: the actions that stop a running container (plan.disruptive): what approve is asked about
+    stopping: tuple[HostAction, ...]
+    #: Ray's view of a kept cluster, read before any change (None: the head is (re)started)
+    members: RayView | None
+    token: GD.TokenPlan | None
+    #: the facts as read (before the token's digest), for write_token
+    read: dict[str, F.HostFacts]
+    wait: float
+    #: UpResult's skipped, warnings, image_from, runtime, runtime_why
+    done: dict
+    #: the whole inventory (--allow-partial sets hosts aside: they stay members of the fence)
+    full: Inventory
+
+    @property
+    def changing(self) -> list[HostAction]:
+        return [a for a in self.actions if a.action != "keep"]
+
+
+def up_in(sess: Session, *, approve: Approve | None = None, **opts) -> UpResult:
+    """`up` of sess.inv (one group) in a session the caller holds: stage_up, approve(inv, actions) with
+    the actions that stop a running container (plan.disruptive) before any change to a host (it raises
+    to leave every host as it was), then apply_up. fleet.lifecycle.up_fleet stages every replica group
+    at once, asks once for all of them, then applies each."""
+    staged = stage_up(sess, **opts)
+    if isinstance(staged, UpResult):
+        return staged
+    if staged.stopping and approve is not None:
+        approve(sess.inv, staged.stopping)
+    return apply_up(sess, staged)
+
+
+def stage_up(sess: Session, *, dry_run: bool = False, load_image: bool | None = None, pull: bool = False,
+             wait: float = 180.0, allow_partial: bool = False, lock_wait: float = 0.0,
+             skip_checks: frozenset[str] = frozenset()) -> Staged | UpResult:
+    """Everything `up` reads and checks before its first change: the facts (under the cluster lock), the
+    preflight, the image on every host (a pull or a load: what runs is unchanged), the runtime, Ray's
+    token as it will be (read, not written), the plan, Ray's view of a kept cluster, and the image's
+    Ray and CUDA in throw-away containers. A dry run: its UpResult."""
     full = sess.inv
     load = full.cluster.load_image if load_image is None else load_image
     skipped: dict[str, BaseException] = {}
@@ -142,26 +179,36 @@ def up_in(sess: Session, *, dry_run: bool = False, load_image: bool | None = Non
         return UpResult(plan_up(inv, facts), None, sess.timings, changed=False, dry_run=True,
                         skipped=_reasons(skipped), warnings=warns, runtime=inv.cluster.runtime,
                         runtime_why=why)
-
     facts, image_from, why = _prepare(sess, facts, full, load=load, pull=pull)
+    token, planned = GD.plan_token(sess, facts)
     inv = sess.inv
     warns = probe.exposure_warnings(sess) if inv.cluster.runtime == "ray" else []
     done = dict(skipped=_reasons(skipped), warnings=warns, image_from=image_from, runtime=inv.cluster.runtime,
                 runtime_why=why)
     ray = inv.cluster.runtime == "ray"
-    actions, members = _with_members(sess, plan_up(inv, facts), wait) if ray else (plan_up(inv, facts), None)
-    changing = [a for a in actions if a.action != "keep"]
-    stopping = disruptive(actions, facts)
-    if stopping and approve is not None:
-        approve(inv, stopping)
-    if changing and ray and full.cluster.runtime == "ray":
-        _ray_in_image(sess, changing, facts)
-    if changing and inv.cluster.accelerator == "gpu" and inv.gpus_per_node:
-        _cuda_in_image(sess, changing, facts)
+    actions, members = _with_members(sess, plan_up(inv, planned), wait) if ray else (plan_up(inv, planned), None)
+    staged = Staged(planned, actions, tuple(disruptive(actions, planned)), members, token, facts, wait, done, full)
+    if staged.changing and ray and full.cluster.runtime == "ray":
+        _ray_in_image(sess, staged.changing, planned)
+    if staged.changing and inv.cluster.accelerator == "gpu" and inv.gpus_per_node:
+        _cuda_in_image(sess, staged.changing, planned)
+    return staged
+
+
+def apply_up(sess: Session, staged: Staged) -> UpResult:
+    """What stage_up found, done: the fence (before anything of ours listens), Ray's token, the secrets
+    (before any container that reads them starts), then the containers, and Ray's view of them."""
+    inv = sess.inv
+    GD.put_fences(sess, staged.read, staged.full)  # members: every host of the inventory, set aside or not
+    GD.write_token(sess, staged.read, staged.token)
+    GD.put_secrets(sess, inv.hosts, prune=True)
+    actions, members, changing, wait = staged.actions, staged.members, staged.changing, staged.wait
+    ray = inv.cluster.runtime == "ray"
     head_view, workers = _start(sess, actions, wait, ray=ray)
     if not ray:
         sess.stage("running", inv.hosts, lambda h: _running(sess, h))
-        return UpResult(actions, None, sess.timings, changed=bool(changing), host_timings=_host_timings(sess), **done)
+        return UpResult(actions, None, sess.timings, changed=bool(changing), host_timings=_host_timings(sess),
+                        **staged.done)
     # Poll Ray again only when what we already saw does not prove the cluster ready: a lone head
     # that head-ready saw, or a cluster where nothing changed and every node (with its GPUs) was
     # alive in the ray-members view a moment ago.
@@ -174,7 +221,8 @@ def up_in(sess: Session, *, dry_run: bool = False, load_image: bool | None = Non
                                  stale=stale_registrations(inv, actions, members))
     ready_at = time.time()
     return UpResult(actions, view, sess.timings, changed=bool(changing), host_timings=_host_timings(sess),
-                    ready_at=ready_at, head_clock_offset=sess.head_clock_offset, gcs_open=sess.gcs_open, **done)
+                    ready_at=ready_at, head_clock_offset=sess.head_clock_offset, gcs_open=sess.gcs_open,
+                    **staged.done)
 
 
 def _gather(sess: Session, *, dry_run: bool, lock_wait: float, allow_partial: bool,
@@ -203,20 +251,15 @@ def _set_aside(sess: Session, full: Inventory, skipped: Mapping[str, BaseExcepti
 
 def _prepare(sess: Session, facts: dict[str, F.HostFacts], full: Inventory, *, load: bool,
              pull: bool) -> tuple[dict[str, F.HostFacts], Mapping[str, str], str]:
-    """Before any container: the fence, the image on every host, the runtime settled, Ray's token and
-    the secrets. Returns the facts as they are now, where each host got the image, and why the runtime."""
+    """The image on every host (a running container keeps the image it runs) and the runtime settled.
+    Returns the facts as they are now, where each host got the image, and why the runtime."""
     image = full.cluster.image
-    # the fence before anything of ours listens (members, this machine and SSH pass)
-    GD.put_fences(sess, facts, full)
     image_from = IM.distribute(sess, facts, image, load=load, pull=pull)
     todo = [h for h in sess.inv.hosts if h.name in image_from]
     if todo:
         ids = sess.stage("image-id", todo, lambda h: F.parse_image(sess.ssh[h.name].run(F.image_cmd(image)).stdout))
         facts = {n: replace(f, image_id=ids[n][0], image_key=ids[n][1]) if n in ids else f for n, f in facts.items()}
-    why = settle_runtime(sess, facts)
-    facts = GD.share_token(sess, facts)
-    GD.put_secrets(sess, sess.inv.hosts, prune=True)  # before any container of ours that may be (re)started reads them
-    return facts, image_from, why
+    return facts, image_from, settle_runtime(sess, facts)
 
 
 def _with_members(sess: Session, actions: tuple[HostAction, ...],

@@ -82,40 +82,51 @@ def up_fleet(inv: Inventory, *, parallel: int = DEFAULT_PARALLEL, reporter: Repo
     _fleet_only(inv, "up_fleet", "up")
     groups = [FP.replica_inventory(inv, k) for k in range(inv.cluster.replicas)]
     opts = dict(dry_run=dry_run, load_image=load_image, pull=pull, wait=wait, allow_partial=allow_partial,
-                lock_wait=lock_wait, skip_checks=skip_checks, approve=approve)
+                lock_wait=lock_wait, skip_checks=skip_checks)
     with contextlib.ExitStack() as stack:
         sessions = [stack.enter_context(Session(g, parallel=parallel, reporter=reporter,
                                                 accept_new_host_keys=accept_new_host_keys)) for g in groups]
         try:
-            return _up_groups(sessions, opts, on_replica, on_done)
+            return _up_groups(inv, sessions, opts, on_replica, on_done, approve)
         except KeyboardInterrupt:
             raise _interrupted(sessions) from None
 
 
-def _up_groups(sessions: list[Session], opts: dict, on_replica: Callable[[int, Inventory], None] | None,
-               on_done: Callable[[ReplicaUp], None] | None) -> list[ReplicaUp]:
-    """cluster.run.up_in in every session at once; on_done as each group is up; the first error after all."""
+def _up_groups(inv: Inventory, sessions: list[Session], opts: dict,
+               on_replica: Callable[[int, Inventory], None] | None, on_done: Callable[[ReplicaUp], None] | None,
+               approve: CR.Approve | None) -> list[ReplicaUp]:
+    """cluster.run.stage_up in every session at once, then one question (approve(inv, the actions of every
+    group that stop a running container)) before any group changes a host, then apply_up in every staged
+    session at once; on_done as each group is up; the first error after all (a group that fails does
+    not stop the others)."""
     if on_replica is not None:
         for k, sess in enumerate(sessions):
             on_replica(k, sess.inv)
     started: dict[int, tuple[float, float]] = {}
     done: dict[int, ReplicaUp] = {}
 
-    def one(k: int) -> CR.UpResult:
+    def stage(k: int) -> CR.Staged | CR.UpResult:
         started[k] = (time.monotonic(), time.time())
-        return CR.up_in(sessions[k], **opts)
+        return CR.stage_up(sessions[k], **opts)
 
     def arrived(k: object, outcome: object) -> None:
-        if isinstance(outcome, BaseException):
+        if isinstance(outcome, BaseException) or not isinstance(outcome, CR.UpResult):
             return
-        assert isinstance(k, int) and isinstance(outcome, CR.UpResult)
+        assert isinstance(k, int)
         t0, at = started[k]
         done[k] = ReplicaUp(k, sessions[k].inv, outcome, time.monotonic() - t0, at)
         if on_done is not None:
             on_done(done[k])
-    got = outcomes(range(len(sessions)), one, key=lambda k: k, threads=len(sessions), name="up-replica",
-                   on_outcome=arrived)
-    failed = {k: exc for k, exc in got.items() if isinstance(exc, BaseException)}
+    ks = range(len(sessions))
+    staged = outcomes(ks, stage, key=lambda k: k, threads=len(sessions), name="up-replica", on_outcome=arrived)
+    failed = {k: x for k, x in staged.items() if isinstance(x, BaseException)}
+    todo = {k: x for k, x in staged.items() if isinstance(x, CR.Staged)}
+    stopping = tuple(a for k in sorted(todo) for a in todo[k].stopping)
+    if stopping and approve is not None:
+        approve(inv, stopping)
+    got = outcomes(sorted(todo), lambda k: CR.apply_up(sessions[k], todo[k]), key=lambda k: k,
+                   threads=max(1, len(todo)), name="up-replica", on_outcome=arrived)
+    failed.update({k: x for k, x in got.items() if isinstance(x, BaseException)})
     if failed:
         raise _one_error([failed[k] for k in sorted(failed)])
     return [done[k] for k in sorted(done)]

@@ -203,13 +203,13 @@ def _up_result(inv):
 
 def test_up_brings_every_group_up_at_once_with_the_same_options(fleet, monkeypatch):
     calls, seen = [], []
-    both = threading.Barrier(2, timeout=10)  # broken (an error) unless both groups are in up_in together
+    both = threading.Barrier(2, timeout=10)  # broken (an error) unless both groups are in stage_up together
 
     def up_in(sess, **kw):
         calls.append(([h.name for h in sess.inv.hosts], sess.inv.cluster.replicas, sess.parallel, kw))
         both.wait()
         return _up_result(sess.inv)
-    monkeypatch.setattr(A, "up_in", up_in)
+    monkeypatch.setattr(A, "stage_up", up_in)
     out = FLC.up_fleet(fleet, parallel=3, pull=True, wait=42.0, lock_wait=5.0, allow_partial=True,
                        on_replica=lambda k, g: seen.append(("start", k, g.head.name)),
                        on_done=lambda r: seen.append(("done", r.index, r.inv.head.name)))
@@ -231,7 +231,7 @@ def test_a_group_that_fails_does_not_stop_the_others_and_its_error_is_raised_aft
         if sess.inv.head.name == "h0":
             raise GroupError("preflight", {"h0": HostUnreachable("h0", "timed out"), "h1": None})
         return _up_result(sess.inv)
-    monkeypatch.setattr(A, "up_in", up_in)
+    monkeypatch.setattr(A, "stage_up", up_in)
     with pytest.raises(GroupError) as ei:
         FLC.up_fleet(fleet, on_done=lambda r: done.append(r.index))
     assert sorted(calls) == ["h0", "h2"] and done == [1]
@@ -242,10 +242,47 @@ def test_groups_failing_in_one_stage_are_one_error_naming_every_host(fleet, monk
     def up_in(sess, **kw):
         head = sess.inv.head.name
         raise GroupError("preflight", {head: HostUnreachable(head, "timed out")})
-    monkeypatch.setattr(A, "up_in", up_in)
+    monkeypatch.setattr(A, "stage_up", up_in)
     with pytest.raises(GroupError) as ei:
         FLC.up_fleet(fleet)
     assert set(ei.value.failures) == {"h0", "h2"} and "h0, h2" in str(ei.value)
+
+
+@pytest.mark.parametrize("answer", ["yes", "no"])
+def test_a_fleet_is_asked_once_for_every_group_before_any_group_changes_a_host(fleet, monkeypatch, answer):
+    """Issue 68.2: every group staged (read, checked, planned), then one question naming every group's
+    containers that would stop, then each group applied; refused, no group is applied."""
+    from bootstrap.cluster.plan import HostAction
+    from bootstrap.errors import Declined
+
+    events = []
+
+    def stage_up(sess, **kw):
+        head = sess.inv.head.name
+        events.append(("staged", head))
+        stop = (HostAction(head, "recreate", "the image changed", None),)
+        return A.Staged({}, stop, stop, None, None, {}, 1.0, {}, sess.inv)
+
+    def apply_up(sess, staged):
+        events.append(("applied", sess.inv.head.name))
+        return _up_result(sess.inv)
+
+    def approve(inv, actions):
+        events.append(("asked", tuple(a.host for a in actions)))
+        if answer == "no":
+            raise Declined("not confirmed: nothing was changed")
+    monkeypatch.setattr(A, "stage_up", stage_up)
+    monkeypatch.setattr(A, "apply_up", apply_up)
+    if answer == "no":
+        with pytest.raises(Declined):
+            FLC.up_fleet(fleet, approve=approve)
+        assert sorted(events) == [("asked", ("h0", "h2")), ("staged", "h0"), ("staged", "h2")]
+        assert events[-1] == ("asked", ("h0", "h2"))
+    else:
+        out = FLC.up_fleet(fleet, approve=approve)
+        assert [r.index for r in out] == [0, 1]
+        assert events.index(("asked", ("h0", "h2"))) == 2 and sorted(events[3:]) == [("applied", "h0"),
+                                                                                   ("applied", "h2")]
 
 
 def test_an_interrupt_stops_every_group_and_reports_every_host(fleet, monkeypatch):
@@ -260,7 +297,7 @@ def test_an_interrupt_stops_every_group_and_reports_every_host(fleet, monkeypatc
 
     def on_done(rep):
         raise KeyboardInterrupt  # Ctrl-C while the first group to finish is shown
-    monkeypatch.setattr(A, "up_in", up_in)
+    monkeypatch.setattr(A, "stage_up", up_in)
     monkeypatch.setattr(A, "interrupted", interrupted)
     with pytest.raises(Interrupted) as ei:
         FLC.up_fleet(fleet, on_done=on_done)
@@ -314,7 +351,7 @@ def test_cli_down_on_a_fleet_calls_down_fleet_and_prints_each_group(tmp_path, mo
 
 def test_cli_up_on_a_fleet_names_each_replica_and_prints_its_table(tmp_path, monkeypatch, no_hosts):
     path = write(tmp_path, fleet_yaml(4, 2))
-    monkeypatch.setattr(A, "up_in", lambda sess, **kw: _up_result(sess.inv))
+    monkeypatch.setattr(A, "stage_up", lambda sess, **kw: _up_result(sess.inv))
     r = invoke("up", "-i", str(path))
     assert r.exit_code == 0, r.output
     assert [ln for ln in r.stderr.splitlines() if ln.startswith("replica ")] == ["replica 0: h0, h1",
@@ -425,23 +462,28 @@ def test_down_of_a_pool_removes_its_idle_hosts_node_containers_too(tmp_path, mon
 
 def test_cli_up_names_the_running_containers_it_would_recreate_and_asks(tmp_path, monkeypatch, no_hosts):
     """Issue 51.1: up names each running container it would stop and recreate and asks; with no
-    terminal and no --yes it is refused (exit 2) before any is stopped; --yes goes on; a fleet's
-    groups, brought up at once, ask one at a time."""
+    terminal and no --yes it is refused (exit 2) before any is stopped; --yes goes on. A fleet's groups,
+    staged at once, are asked about in one question before any group changes a host (issue 68.2; on
+    c7795f8 each group asked on its own, after the others had gone on)."""
     from bootstrap.cluster.plan import HostAction
 
     path = write(tmp_path, fleet_yaml(4, 2))
     went_on = []
 
-    def up_in(sess, approve=None, **kw):
-        worker = sess.inv.hosts[1]
-        approve(sess.inv, (HostAction(worker.name, "recreate", "spec changed", None),))
-        went_on.append(worker.name)  # only after the question was answered
+    def stage_up(sess, **kw):
+        stop = (HostAction(sess.inv.hosts[1].name, "recreate", "spec changed", None),)
+        return A.Staged({}, stop, stop, None, None, {}, 1.0, {}, sess.inv)
+
+    def apply_up(sess, staged):
+        went_on.append(sess.inv.hosts[1].name)  # only after the question was answered
         return _up_result(sess.inv)
-    monkeypatch.setattr(A, "up_in", up_in)
+    monkeypatch.setattr(A, "stage_up", stage_up)
+    monkeypatch.setattr(A, "apply_up", apply_up)
     r = invoke("up", "-i", str(path))
     assert r.exit_code == 2 and went_on == [], r.output
     assert "recreate: h1 (spec changed): its running container is stopped" in r.stderr
-    assert f"up stops and recreates 1 running container of the cluster 'vllm' (h1; head h0); inventory {path}" \
+    assert "recreate: h3 (spec changed): its running container is stopped" in r.stderr
+    assert f"up stops and recreates 2 running containers of the cluster 'vllm' (h1, h3; head h0); inventory {path}" \
         in r.stderr and "No terminal to ask: pass --yes to go on" in r.stderr
     r = invoke("up", "-i", str(path), "--yes")
     assert r.exit_code == 0 and sorted(went_on) == ["h1", "h3"], r.output

@@ -95,7 +95,7 @@ def test_bench_of_a_model_sends_that_models_key(tmp_path):
 
 @pytest.mark.parametrize("cluster,models,env,field,parts", [
     ("secrets: [HF_TOKEN]", MODELS, None, "models[1].api_key",
-     ("CODER_KEY is not listed in cluster.secrets",)),
+     ("that name is not listed in cluster.secrets (the value is not shown",)),
     ("secrets: [HF_TOKEN, CODER_KEY]\nrouter:\n  vip: {address: 192.0.2.100, secret: CODER_KEY}", MODELS,
      {**ENV, "CODER_KEY": "vrrp8chr"}, "models[1].api_key", ("one secret in two roles", "VRRP's password")),
     ("secrets: [HF_TOKEN]", MODELS.replace("CODER_KEY", "HF_TOKEN"), None, "models[1].api_key",

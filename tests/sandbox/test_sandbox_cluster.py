@@ -330,13 +330,35 @@ def test_second_up_changes_nothing(cluster):
     assert "nothing changed" in human.stdout
 
 
-def test_changed_spec_recreates_only_that_host(cluster, tmp_path):
+def what_up_may_change(node):
+    """The fence (nft's ruleset), the secrets on /run (names and digests) and Ray's token file of a node."""
+    found = on_node(node, "sh", "-c", "nft list ruleset 2>&1; echo ==; find /run/bootstrap -type f -exec sha256sum "
+                    "{} + 2>/dev/null | sort; echo ==; sha256sum /root/.bootstrap/*/ray-auth-token "
+                    "/home/*/.bootstrap/*/ray-auth-token 2>/dev/null").stdout
+    assert "table inet bootstrap_" in found and "ray-auth-token" in found, found
+    return found
+
+
+def test_changed_spec_recreates_only_that_host(cluster, tmp_path, monkeypatch):
     before = [container_id(n) for n in cluster.nodes]
     old_ids = ray_alive_ids(cluster.nodes[0]).get(cluster.nodes[2].ip, [])
 
     def add_env(doc):
         doc["hosts"][2]["env"] = {"NCCL_DEBUG": "INFO", "ODD_VALUE": "it's $(touch /tmp/pwned) `x`"}
     inv = write_inventory(cluster.inventory, tmp_path / "changed.yaml", add_env)
+    # issue 68.2: up refused at its question changes nothing on any host, though what it would do also
+    # changes every fence (another allowed network) and puts a new secret (c7795f8 had put both by then)
+    monkeypatch.setenv("ASKED_FIRST", "a-new-secret-value")
+
+    def more(doc):
+        add_env(doc)
+        doc["cluster"]["fence_allow"] = [*doc["cluster"].get("fence_allow", []), "198.51.100.0/24"]
+        doc["cluster"]["secrets"] = [*doc["cluster"].get("secrets", []), "ASKED_FIRST"]
+    kept = [what_up_may_change(n) for n in cluster.nodes]
+    refused = cli("up", "-i", write_inventory(cluster.inventory, tmp_path / "more.yaml", more))
+    assert refused.returncode == 2 and "No terminal to ask: pass --yes to go on" in refused.stderr, refused.stderr
+    assert [what_up_may_change(n) for n in cluster.nodes] == kept
+    assert [container_id(n) for n in cluster.nodes] == before
     # it would stop a running container: named, then asked; no terminal and no --yes: refused, nothing stopped
     refused = cli("up", "-i", inv)
     assert refused.returncode == 2, refused.stderr

@@ -2,15 +2,16 @@
 plan).
 
 `up` runs the preflight's fence and secrets checks first (bootstrap.cluster.preflight, nothing
-changed yet), then `put_fences` before any container starts, `share_token` before the plan and `put_secrets` before the
-containers start (`serve` and `rollout` of a fleet: `check_secret_store`, then `put_secrets`); `down`
+changed yet), `plan_token` before the plan (it reads only: up asks before its first change), then
+`put_fences`, `write_token` and `put_secrets` before the containers start (`serve` and `rollout` of a
+fleet: `check_secret_store`, then `put_secrets`); `down`
 calls `take_down` after the containers are gone. Each remote step is one command per host; the
 token and the secrets travel on stdin only.
 """
 from __future__ import annotations
 
 import secrets as _secrets
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from bootstrap.cluster import facts as F
@@ -111,36 +112,50 @@ def _fenced(s, inv: Inventory, g: FN.GuardFacts) -> bool:
     return bool(g.iptables) and s.run_as_root(FN.iptables_list_argv(inv), timeout=30, check=False).exit_code == 0
 
 
-def share_token(sess: Session, facts: dict[str, F.HostFacts]) -> dict[str, F.HostFacts]:
-    """Ray's token on every host: the head's when it has one, else a new one; written where a
-    host's differs. Returns the facts with each host's token digest as it is now."""
+@dataclass(frozen=True)
+class TokenPlan:
+    """Ray's token as `up` shares it (plan_token): its value and the hosts whose file differs."""
+    token: str
+    hosts: tuple[str, ...]
+
+
+def plan_token(sess: Session, facts: dict[str, F.HostFacts]) -> tuple[TokenPlan | None, dict[str, F.HostFacts]]:
+    """Ray's token for every host, read and decided without writing anything (up asks before it changes a
+    host): the head's when it has one, else a new one. Returns what write_token writes (None: token
+    authentication is off) and the facts with each host's token digest as it will be."""
     inv = sess.inv
     if not FN.ray_auth_on(inv):
-        return facts
+        return None, facts
     name = inv.cluster.name
+    no_home = ("its home directory is unknown: Ray's token file cannot be placed",
+               "set HOME for the SSH user, or set cluster.ray_auth: off")
     head_g = facts[inv.head.name].guard
     if head_g is None or not head_g.home:
-        raise PreflightFailed(inv.head.name, "its home directory is unknown: Ray's token file cannot be placed",
-                              "set HOME for the SSH user, or set cluster.ray_auth: off")
+        raise PreflightFailed(inv.head.name, *no_home)
+    missing = next((h.name for h in inv.hosts if not (facts[h.name].guard and facts[h.name].guard.home)), None)
+    if missing is not None:
+        raise PreflightFailed(missing, *no_home)
     token = ""
     if head_g.token:
         token = sess.ssh[inv.head.name].run(FN.read_token_cmd(head_g.home, name), timeout=30).stdout.strip()
     if not token:
         token = _secrets.token_hex(32)
     digest = FN.token_digest(token)
+    todo = tuple(h.name for h in inv.hosts if (facts[h.name].guard or FN.GuardFacts()).token != digest)
+    return TokenPlan(token, todo), {n: replace(f, guard=replace(f.guard, token=digest)) if f.guard is not None
+                                    else f for n, f in facts.items()}
+
+
+def write_token(sess: Session, facts: Mapping[str, F.HostFacts], planned: TokenPlan | None) -> None:
+    """plan_token's token written on the hosts whose file differs (on stdin: never on a command line)."""
+    if planned is None or not planned.hosts:
+        return
+    name = sess.inv.cluster.name
 
     def write(h: Host) -> None:
-        g = facts[h.name].guard
-        if g is None or not g.home:
-            raise PreflightFailed(h.name, "its home directory is unknown: Ray's token file cannot be placed",
-                                  "set HOME for the SSH user, or set cluster.ray_auth: off")
-        sess.ssh[h.name].run_with_input(FN.write_token_cmd(g.home, name), [token.encode()], timeout=30)
-
-    todo = [h for h in inv.hosts if (facts[h.name].guard or FN.GuardFacts()).token != digest]
-    if todo:
-        sess.stage("ray-token", todo, write)
-    return {n: replace(f, guard=replace(f.guard, token=digest)) if f.guard is not None else f
-            for n, f in facts.items()}
+        sess.ssh[h.name].run_with_input(FN.write_token_cmd(facts[h.name].guard.home, name),
+                                        [planned.token.encode()], timeout=30)
+    sess.stage("ray-token", [sess.inv.host(n) for n in planned.hosts], write)
 
 
 def _remove(s, inv: Inventory, g: FN.GuardFacts) -> None:
