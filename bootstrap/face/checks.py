@@ -48,10 +48,12 @@ def model_hosts(inv, model: str, names=()) -> tuple[str, ...]:
         raise R.OptionError(f"--model: {exc}") from None
     hosts = tuple(h.name for k in groups for h in inv.replicas[k])
     if names:
-        picked = tuple(n for n in hosts if n in set(names))
-        if not picked:
-            raise R.OptionError(f"--model: none of {', '.join(names)} serves {model} (its hosts: {', '.join(hosts)})")
-        return picked
+        outside = [n for n in names if n not in hosts]  # each host named is shown, or the command is refused
+        if outside:
+            raise R.OptionError(f"--model: {', '.join(outside)} {'serves' if len(outside) == 1 else 'serve'} no "
+                                f"replica of {model} (its hosts: {', '.join(hosts)}); name its hosts or leave out "
+                                "--model")
+        return tuple(n for n in hosts if n in set(names))
     return hosts
 
 

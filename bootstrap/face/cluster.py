@@ -17,6 +17,7 @@ from bootstrap.face import results as R
 from bootstrap.fleet.plan import pool_problems
 from bootstrap.inventory import Inventory
 from bootstrap.inventory import load_inventory as _load
+from bootstrap.model import kv_events_on
 from bootstrap.remote.fanout import DEFAULT_PARALLEL
 
 
@@ -85,6 +86,7 @@ def plan(inv) -> R.PlanResult | R.FleetPlanResult:
     if not fleet(inv):
         rt = inv.cluster.runtime
         return R.PlanResult(PL.plan_offline(inv), rt, f"cluster.runtime: {rt}" if rt else PL.UNDECIDED_NOTE)
+    from bootstrap.fleet import kvevents as KV
     from bootstrap.fleet import names as FN
     from bootstrap.fleet import plan as FP
     from bootstrap.fleet import routers as FRT
@@ -93,7 +95,10 @@ def plan(inv) -> R.PlanResult | R.FleetPlanResult:
     urls = [FN.replica_url(inv, k) for k in range(n)]
     groups = [PL.plan_offline(FP.replica_inventory(inv, k)) for k in range(n)]
     ifaces = {h.name: f"<the interface of {h.ip}>" for h in FN.router_hosts(inv)}
-    return R.FleetPlanResult(list(zip(urls, groups)), FRT.plan_routers(inv, urls, ifaces=ifaces), FN.router_url(inv),
+    # kv_aware subscribes to what the replicas serve, which `serve MODEL` names: a stand-in here
+    kv = KV.of(inv, "<the model serve is given>", None, ()) if kv_events_on(inv) else None
+    return R.FleetPlanResult(list(zip(urls, groups)), FRT.plan_routers(inv, urls, ifaces=ifaces, kv=kv),
+                             FN.router_url(inv),
                              FRT.keeper_create_argv(inv), FN.standby_name(inv) if inv.cluster.standby else None,
                              inv.cluster.runtime, [{"model": m.name, "source": m.source} for m in
                                                    (inv.model_of(k) for k in range(n)) if m is not None],

@@ -170,6 +170,7 @@ def bench(url: str | None, load=None, *, png: str | None = None, prompt: str | N
     target, fleet_inv = url, None
     if target is None:
         inv = inventory(load(False))
+        _served_by(inv, cfg.get("model"))
         target = "http://" + PL.hostport(inv.head.ip, inv.cluster.ports.vllm)
         if fleet(inv):
             from bootstrap.fleet import names as FN
@@ -189,6 +190,14 @@ def bench(url: str | None, load=None, *, png: str | None = None, prompt: str | N
     if png:
         B.write_png(res, png)
     return R.BenchResult(res, spread, png)
+
+
+def _served_by(inv, model: str | None) -> None:
+    """A pool's --model names one of its models or their adapters (what its router routes), before any load."""
+    names = [n for m in inv.models for n in (m.name, *(a for a, _ in m.adapters))]
+    if model is not None and names and model not in names:
+        raise R.OptionError(f"--model {model!r}: the pool of {inv.path} serves {', '.join(names)}; its router "
+                            "answers no other name")
 
 
 def bench_ab(load, policies, *, workload: str = "shared-prefix", trace: str | None = None, repeats: int = 2,

@@ -41,7 +41,7 @@ from bootstrap.inventory.native import _native
 from bootstrap.inventory.portfields import _check_ssh_port
 from bootstrap.inventory.yamlfile import _MAX_FILE_BYTES as _MAX_FILE_BYTES  # re-exported: tests read it
 from bootstrap.inventory.yamlfile import _describe, _Loc, _open_nonblocking, _quote, _read_yaml
-from bootstrap.model import IDLE, Cluster, Host, Inventory, SSHTarget, Vip
+from bootstrap.model import IDLE, Cluster, Host, Inventory, SSHTarget, Vip, idle_setting
 
 __all__ = ["load_inventory"]
 
@@ -103,6 +103,11 @@ def _load(path, environ, check_files: bool, require_secrets: bool) -> Inventory:
     placement: list[int] = []
     if models:
         SR.check_model_keys(models, model_locs, cluster.router, cluster.secrets)
+        routing = {m.policy or cluster.router.policy for m in models}
+        for name, at in facts["router_setting_locs"].items():
+            why = idle_setting(name, routing)
+            if why is not None:
+                at.fail(why)
         _identities(specs, ssh_defaults)
         groups, placement = _placed(specs, models, model_locs, models_loc)
         cluster = replace(cluster, replicas=len(groups))

@@ -232,7 +232,22 @@ def _check_bootstrap_vars(variables: Mapping[Any, Any], loc: _Loc, top: bool) ->
                 loc.keyname(variables, name).fail(f"the models are read only from all.vars.{MODELS_VAR}")
             continue
         if name.startswith("bootstrap_") and name not in _BOOTSTRAP_VARS:
-            loc.keyname(variables, name).fail(_unknown_key(name, _BOOTSTRAP_VARS, "variable"))
+            loc.keyname(variables, name).fail(_unknown_bootstrap_var(name))
+
+
+#: names a user gives the cluster's settings, which are all.vars.bootstrap
+_CLUSTER_VAR_GUESSES = ("bootstrap_cluster", "bootstrap_config", "bootstrap_settings", "bootstrap_vars")
+
+
+def _unknown_bootstrap_var(name: str) -> str:
+    """A bootstrap_* variable of none of ours: the closest among the hosts' variables, bootstrap_models
+    (the pool) and bootstrap (the cluster's settings), each where it is read."""
+    if name in _CLUSTER_VAR_GUESSES:
+        return f"unknown variable {_quote(name)} (did you mean 'bootstrap'? the cluster's settings, in all.vars)"
+    said = _unknown_key(name, [*_BOOTSTRAP_VARS, MODELS_VAR], "variable")
+    if f"did you mean {_quote(MODELS_VAR)}?" in said:
+        return said[:-1] + " the pool's models, in all.vars)"
+    return said
 
 
 #: The Ansible variables bootstrap reads (a misspelling of one is most likely what a typo meant).

@@ -42,7 +42,15 @@ from bootstrap.inventory.values import (
     _user,
 )
 from bootstrap.inventory.yamlfile import _MAX_HOSTS, _Loc
-from bootstrap.model import HF_CACHE_IN_CONTAINER, MAX_GPUS_PER_HOST, Cluster, Router, Secret, SSHSettings
+from bootstrap.model import (
+    HF_CACHE_IN_CONTAINER,
+    MAX_GPUS_PER_HOST,
+    SETTING_POLICY,
+    Cluster,
+    Router,
+    Secret,
+    SSHSettings,
+)
 
 
 class _Offline(dict):
@@ -191,8 +199,9 @@ def _cluster(
             vloc.fail(_SECRET_IN_ENV.format(name=name))
     kwargs["secrets"] = tuple(secrets)
     kwargs["env"] = tuple(sorted((k, v) for k, (v, _) in env.items()))
-    kwargs["router"], router_host_loc, vip_loc = _router(values.get("router"), locs.get("router", loc.sub("router")),
-                                                kwargs["ports"], values.get("replicas", 1), secret_names)
+    rloc = locs.get("router", loc.sub("router"))
+    kwargs["router"], router_host_loc, vip_loc = _router(values.get("router"), rloc, kwargs["ports"],
+                                                         values.get("replicas", 1), secret_names, pool)
     _secret_roles(value, locs.get("router", loc.sub("router")), kwargs["router"], secrets, secret_locs)
     r = kwargs["router"]
     if values.get("fence") is False and (r.policy == "kv_aware" or r.kv_events):
@@ -214,6 +223,9 @@ def _cluster(
         "secret_names": secret_names,
         "replicas_loc": locs.get("replicas"),
         "router_host_loc": router_host_loc,
+        #: where each router setting is written (a pool's are judged against its models' policies)
+        "router_setting_locs": {k: rloc.key(values["router"], k) for k in SETTING_POLICY
+                                if isinstance(values.get("router"), dict) and k in values["router"]},
         "vip_loc": vip_loc,
         "monitor_host_loc": monitor_host_loc,
     }

@@ -20,7 +20,7 @@ from bootstrap.inventory.values import (
     _string,
 )
 from bootstrap.inventory.yamlfile import _describe, _Loc, _quote
-from bootstrap.model import ROUTER_POLICIES, ROUTER_SETTINGS, Ports, Router, Vip
+from bootstrap.model import ROUTER_POLICIES, ROUTER_SETTINGS, SETTING_POLICY, Ports, Router, Vip, idle_setting
 
 
 def _vip_address(value: Any, loc: _Loc) -> tuple[str, int]:
@@ -134,7 +134,8 @@ def _secret_ref(value: Any, loc: _Loc) -> str:
 
 
 def _router(value: Any, loc: _Loc, ports: Ports, replicas: int = 1,
-            secret_names: frozenset[str] | set[str] = frozenset()) -> tuple[Router, _Loc | None, _Loc | None]:
+            secret_names: frozenset[str] | set[str] = frozenset(),
+            pool: bool = False) -> tuple[Router, _Loc | None, _Loc | None]:
     """The router's settings, where its host(s) and its floating address were named (both checked
     against the hosts later).
     With replicas and no `router` mapping the defaults run, so their ports are checked too."""
@@ -158,6 +159,12 @@ def _router(value: Any, loc: _Loc, ports: Ports, replicas: int = 1,
     if router.api_key is not None and router.api_key not in secret_names:
         locs["api_key"].fail(f"that name is not listed in cluster.secrets: {_API_KEY_HINT}")
     _check_prefill(router, locs, ports, replicas)
+    # a setting of a policy that does not route does nothing (a pool's models may route with their own:
+    # settings: the inventory's last rules, idle_settings)
+    for name in (n for n in SETTING_POLICY if n in values and not pool):
+        why = idle_setting(name, {router.policy})
+        if why is not None:
+            locs[name].fail(why)
     return router, locs.get("hosts") or locs.get("host"), vip_locs.get("address") or locs.get("vip")
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from bootstrap.errors import UsageError
-from bootstrap.model import ROUTER_POLICIES, ROUTER_SETTINGS
+from bootstrap.model import ROUTER_POLICIES, ROUTER_SETTINGS, idle_setting
 from bootstrap.serve.benchstats import BenchResult, Sample, percentile
 
 #: what the router answers when it sheds a request (no worker can take it, or its rate limit)
@@ -48,6 +48,9 @@ def arm_router(label: str) -> tuple[str, dict[str, float]]:
                              f"got {text!r}") from None
         if not lo <= value <= hi:
             raise UsageError(f"{label!r}: {name} must be from {lo:g} to {hi:g}, got {text}")
+        why = idle_setting(name, {policy})
+        if why is not None:  # an arm that measures the policy alone, under the settings' name
+            raise UsageError(f"{label!r}: {name} {why}")
         settings[name] = value
     return policy, settings
 

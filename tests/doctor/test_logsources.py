@@ -225,10 +225,14 @@ def test_a_pools_vllm_logs_name_their_model_and_logs_model_picks_its_hosts(tmp_p
                     ("h4", "vllm")]
     assert LS.candidates(inv, ["h2"], ["vllm"])[0].describe() == "vllm[coder] on h2 (container bootstrap-vllm-serve)"
     assert face.model_hosts(inv, "coder") == ("h2", "h3")
-    assert face.model_hosts(inv, "chat", ("h1", "h3")) == ("h1",)
+    assert face.model_hosts(inv, "chat", ("h1",)) == ("h1",)
     path = write(tmp_path, pool_yaml(5))
+    # issue 68.5: a host named beside --model that serves no replica of it is refused, not dropped (c7795f8
+    # read h1 alone for `--model chat h1 h3`)
     for args, words in ((["--model", "nope"], "--model: 'nope' is not a model of"),
-                        (["--model", "chat", "h3"], "--model: none of h3 serves chat (its hosts: h0, h1)")):
+                        (["--model", "chat", "h3"], "--model: h3 serves no replica of chat (its hosts: h0, h1)"),
+                        (["--model", "chat", "h1", "h3"], "--model: h3 serves no replica of chat (its hosts: h0, h1)"),
+                        (["--model", "chat", "h2", "h3"], "--model: h2, h3 serve no replica of chat")):
         r = CliRunner().invoke(main, ["logs", "-i", str(path), *args])
         assert r.exit_code == 2 and words in r.output, r.output
     (tmp_path / "single").mkdir()

@@ -87,6 +87,22 @@ def test_kv_aware_without_what_is_served_is_refused(tmp_path):
         FRT.router_run_argv(inv, ["http://u1", "http://u2"])
 
 
+def test_plan_of_a_kv_aware_fleet_shows_its_routers_subscribing_to_every_replica(tmp_path):
+    """Issue 68.5: `plan` refused every kv_aware fleet that validate accepts (the model is serve's to name)."""
+    from click.testing import CliRunner
+
+    from bootstrap.cli import main
+    from tests.support.fleet_inventories import ENVIRON, write
+
+    path = write(tmp_path, fleet_yaml(cluster="router: {policy: kv_aware}"))
+    r = CliRunner().invoke(main, ["plan", "-i", str(path)], env=ENVIRON)
+    assert r.exit_code == 0, r.output
+    router = next(ln for ln in r.output.splitlines() if "vllm-router" in ln and "--kv-event-source" in ln)
+    assert "--policy kv_aware" in router and "--kv-event-model '<the model serve is given>'" in router, router
+    assert router.count("--kv-event-source") == load(tmp_path, fleet_yaml(cluster="router: {policy: kv_aware}")
+                                                     ).cluster.replicas
+
+
 def test_kv_aware_with_data_parallel_engines_is_refused(tmp_path):
     inv = load(tmp_path, fleet_yaml(cluster="router: {policy: kv_aware}"))
     with pytest.raises(FleetError, match="kv_aware with 2 data parallel engines per replica is not planned"):
@@ -214,7 +230,10 @@ def test_policy_settings_from_the_inventory_and_an_ab_arm_reach_the_router(tmp_p
     for label, words in (("cache_aware:cache_threshold=2", "must be from 0 to 1"),
                          ("cache_aware:threshold=0.5", "is not NAME=VALUE"),
                          ("kv_aware:session_ttl=1.5", "takes an integer"),
-                         ("fastest", "no policy 'fastest'")):
+                         ("fastest", "no policy 'fastest'"),
+                         # issue 68.5: an arm whose settings do nothing would measure the policy alone
+                         ("round_robin:cache_threshold=0.5", "reads cache_threshold for policy cache_aware only"),
+                         ("power_of_two:session_ttl=60", "reads session_ttl for policy kv_aware only")):
         with pytest.raises(UsageError, match=words):
             AB.arm_router(label)
 

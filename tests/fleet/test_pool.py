@@ -456,3 +456,11 @@ def test_serve_stop_of_one_model_says_what_it_stops_and_refuses_a_model_the_pool
     doc = {m["model"]: m for m in D.models_doc(FleetState("http://192.0.2.1:30000/v1", "h0", "running", [], placed,
                                                           [], None, None))}
     assert (doc["coder"]["replicas"], doc["coder"]["healthy"], doc["coder"]["source"]) == ([2], 0, "/models/coder")
+
+
+def test_bench_model_on_a_pool_names_one_of_its_models_or_adapters_before_any_load(tmp_path, no_hosts):
+    """Issue 68.5: `bench --model nosuch` on a pool was sent to the router (which answers no such name)."""
+    path = write(tmp_path, pool_yaml(models=LORA_MODELS))
+    r = CliRunner().invoke(main, ["bench", "-i", str(path), "--model", "nosuch", "-n", "1"])
+    assert r.exit_code == 2, r.output
+    assert f"--model 'nosuch': the pool of {path} serves chat, chat-sql, org/chat-legal, coder" in r.output, r.output
