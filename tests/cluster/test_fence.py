@@ -393,3 +393,34 @@ def test_docs_security_shows_what_the_fence_admits_generated_with_the_bound_in_t
     assert said and (int(said[1]), int(said[2])) == (AL.BOUND_PREFIX[4], AL.BOUND_PREFIX[6])
     for lo, hi, _ in FN.port_table(cpu_inventory(1).cluster):
         assert (f"| {lo} |" if lo == hi else f"| {lo}-{hi} |") in shown
+
+
+#: `nft list table inet bootstrap_sandbox` on a sandbox node after `up` (nft merges adjacent members into
+#: prefixes; an IPv6 range as nft prints one)
+LISTED = """table inet bootstrap_sandbox {
+\tset members4 {
+\t\ttype ipv4_addr
+\t\tflags interval
+\t\telements = { 172.31.240.1, 172.31.240.11,
+\t\t\t     172.31.240.12/31 }
+\t}
+
+\tset members6 {
+\t\ttype ipv6_addr
+\t\tflags interval
+\t\telements = { 2001:db8::1-2001:db8::3 }
+\t}
+}"""
+
+
+def test_the_fences_members_are_read_as_nft_prints_them():
+    """Issue 68.2: preflight reads whether an earlier fence admits every node (no change) before it would
+    bring its members in line: prefixes and ranges as nft merges them."""
+    import ipaddress
+
+    nets = GD.fence_members(LISTED)
+    def admitted(ip):
+        return any(ipaddress.ip_address(ip) in n for n in nets)
+    assert [admitted(ip) for ip in ("172.31.240.11", "172.31.240.13", "172.31.240.14", "2001:db8::2",
+                                    "2001:db8::4")] == [True, True, False, True, False]
+    assert GD.fence_members("table inet bootstrap_sandbox {\n}") == []

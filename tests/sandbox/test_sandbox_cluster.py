@@ -2,6 +2,7 @@
 
 Every claim is checked from outside the tool, with `docker exec` into the simulated hosts.
 """
+import difflib
 import io
 import json
 import os
@@ -331,8 +332,9 @@ def test_second_up_changes_nothing(cluster):
 
 
 def what_up_may_change(node):
-    """The fence (nft's ruleset), the secrets on /run (names and digests) and Ray's token file of a node."""
-    found = on_node(node, "sh", "-c", "nft list ruleset 2>&1; echo ==; find /run/bootstrap -type f -exec sha256sum "
+    """The fence (nft's ruleset, without counters), the secrets on /run (names and digests) and Ray's token
+    file of a node."""
+    found = on_node(node, "sh", "-c", "nft -s list ruleset 2>&1; echo ==; find /run/bootstrap -type f -exec sha256sum "
                     "{} + 2>/dev/null | sort; echo ==; sha256sum /root/.bootstrap/*/ray-auth-token "
                     "/home/*/.bootstrap/*/ray-auth-token 2>/dev/null", check=False).stdout
     assert "table inet bootstrap_" in found and "ray-auth-token" in found, found
@@ -357,7 +359,9 @@ def test_changed_spec_recreates_only_that_host(cluster, tmp_path, monkeypatch):
     kept = [what_up_may_change(n) for n in cluster.nodes]
     refused = cli("up", "-i", write_inventory(cluster.inventory, tmp_path / "more.yaml", more))
     assert refused.returncode == 2 and "No terminal to ask: pass --yes to go on" in refused.stderr, refused.stderr
-    assert [what_up_may_change(n) for n in cluster.nodes] == kept
+    for n, was in zip(cluster.nodes, kept):
+        now = what_up_may_change(n)
+        assert now == was, (n.name, "\n".join(difflib.unified_diff(was.splitlines(), now.splitlines(), lineterm="")))
     assert [container_id(n) for n in cluster.nodes] == before
     # it would stop a running container: named, then asked; no terminal and no --yes: refused, nothing stopped
     refused = cli("up", "-i", inv)

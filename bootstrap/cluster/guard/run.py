@@ -10,6 +10,8 @@ token and the secrets travel on stdin only.
 """
 from __future__ import annotations
 
+import ipaddress
+import re
 import secrets as _secrets
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
@@ -110,6 +112,53 @@ def _fenced(s, inv: Inventory, g: FN.GuardFacts) -> bool:
     if g.nft and s.run_as_root(FN.list_argv(inv), timeout=30, check=False).exit_code == 0:
         return True
     return bool(g.iptables) and s.run_as_root(FN.iptables_list_argv(inv), timeout=30, check=False).exit_code == 0
+
+
+_ELEMENTS_RX = re.compile(r"set members[46] \{[^}]*?elements = \{([^}]*)\}", re.S)
+
+
+def fence_members(listing: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """The addresses our nftables table admits (`nft list table`: its members4/members6 sets, whose
+    elements nft prints as addresses, prefixes and ranges A-B)."""
+    out: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+    for body in _ELEMENTS_RX.findall(listing):
+        for word in (w.strip() for w in body.replace("\n", " ").split(",")):
+            if not word:
+                continue
+            try:
+                if "-" in word:
+                    lo, hi = (ipaddress.ip_address(x.strip()) for x in word.split("-", 1))
+                    out.extend(ipaddress.summarize_address_range(lo, hi))  # type: ignore[arg-type]
+                else:
+                    out.append(ipaddress.ip_network(word, strict=False))
+            except ValueError:
+                continue
+    return out
+
+
+def _admitted(ip: str, nets: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> bool:
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    return any(address in n for n in nets)
+
+
+def fence_admits(sess: Session, host: Host, facts: Mapping[str, F.HostFacts], ips: Sequence[str]) -> bool:
+    """Whether `host` needs no change for `ips` to reach it: no fence of ours is there, or our nftables
+    fence's members already admit every one of them. Reads only (up asks before its first change); an
+    iptables fence is not read: False."""
+    g = (facts[host.name].guard if host.name in facts else None) or FN.GuardFacts()
+    s = sess.ssh[host.name]
+    if not (g.root or g.sudo):
+        return True
+    if g.nft:
+        r = s.run_as_root(FN.list_argv(sess.inv), timeout=30, check=False)
+        if r.exit_code != 0:
+            return not (g.iptables and _fenced(s, sess.inv, replace(g, nft=False)))
+        nets = fence_members(r.stdout)
+        return all(_admitted(ip, nets) for ip in ips)
+    return not _fenced(s, sess.inv, g)
 
 
 @dataclass(frozen=True)

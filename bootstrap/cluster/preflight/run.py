@@ -179,11 +179,15 @@ class _Rounds:
         if len(self.live) <= 1 or all(c.id in self.skip for c in CK.reading("ports") if c.skippable):
             return
         # A fence of ours from an earlier `up` admits that run's members only: a node added to the
-        # inventory since would be refused by it below. Where a fence of ours is, its members are
-        # brought in line with this inventory first (what `up` does to it later anyway); hosts
-        # without one are not touched.
+        # inventory since would be refused by it below. Where a fence of ours does not admit every
+        # live node yet, its members are brought in line with this inventory first (what `up` does to
+        # it later anyway); a fence that admits them all, and hosts without one, are not touched (up
+        # asks before its first change: only a node added since the last `up` changes a fence sooner).
         if self.full.cluster.fence:
-            GD.put_fences(self.sess, self.facts, self.full, hosts=self.live, only_fenced=True)
+            ips = [h.ip for h in self.live]
+            todo = [h for h in self.live if not GD.fence_admits(self.sess, h, self.facts, ips)]
+            if todo:
+                GD.put_fences(self.sess, self.facts, self.full, hosts=todo, only_fenced=True)
         found, unchecked = port_reachability(self.sess, self.live, self.facts)
         for n in unchecked:
             self.sess.reporter.event(n, "ports", "warning", "could not run checks/port_probe.py with the host's "
