@@ -46,7 +46,7 @@ measured, with the reason: one N only or no N=1 gives no scaling ratio, see perf
     up(Nmax)/up(1) <= 1.3     overhead < 2 s at every N     convergence < 1 s at every N
     re-run up <= 20% of the first up (at Nmax)
 
-Example: python -m perf.bringup --nodes 1,2,4,8 --reps 3 --png bringup.png
+Example: python -m perf.bringup --nodes 1,2,4,8 --reps 3 --png perf/out/bringup.png
 """
 from __future__ import annotations
 
@@ -334,6 +334,7 @@ def stage_table(rows: list[Row]) -> str:
 
 def write_png(rows: list[Row], path: str, title: str) -> None:
     """Median up, down and floor vs N."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     line_plot(path, title, [r.n for r in rows],
               {label: [getattr(r, attr) for r in rows]
                for attr, label in (("up", "bootstrap up"), ("down", "bootstrap down"),
@@ -377,7 +378,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", default="1,2,4,8", help="node counts, comma-separated (default 1,2,4,8)")
     p.add_argument("--reps", type=int, default=3, help="measured up/down per N (median; default 3)")
-    p.add_argument("--png", default="bringup.png", help="time vs N plot (default bringup.png; '' for none)")
+    p.add_argument("--png", default="perf/out/bringup.png",
+                   help="time vs N plot (default perf/out/bringup.png; '' for none)")
     p.add_argument("--keep", action="store_true", help="leave the sandbox up at the end")
     p.add_argument("--inventory", type=Path, help="use this native inventory's first N hosts (no sandbox)")
     a = p.parse_args(argv)

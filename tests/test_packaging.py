@@ -38,3 +38,18 @@ def test_every_install_hint_names_an_extra_this_project_has():
             if m[1] != "." or not set(m[2].split(",")) <= extras:
                 wrong.append(f"{f.relative_to(ROOT)}: {m[0]}")
     assert seen >= 4 and wrong == [], wrong
+
+
+#: what the repository's root holds: the layout the mission names (bootstrap/, inventory/, scripts/, checks/,
+#: tests/, setup.cfg, README.md), the docs and their site, the benchmarks, the dashboards and the CI entry
+ROOT_ENTRIES = {".ci", ".gitignore", "README.md", "bootstrap", "checks", "dashboards", "docs", "inventory",
+                "mkdocs.yml", "perf", "pyproject.toml", "scripts", "setup.cfg", "tests"}
+
+
+def test_the_root_holds_the_layout_and_nothing_a_run_left_behind():
+    """Issue 67: router.pid and bringup.png had been committed at the root (a benchmark's plot, a pid file)."""
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    top = {line.split("/")[0] for line in tracked.splitlines() if line}
+    assert top - ROOT_ENTRIES == set(), sorted(top - ROOT_ENTRIES)

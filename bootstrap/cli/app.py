@@ -186,6 +186,13 @@ class _Group(_KnowsCommand, click.Group):
     def list_commands(self, ctx) -> list[str]:
         return list(self.commands)
 
+    def format_commands(self, ctx, formatter) -> None:
+        rows = [(n, self.commands[n].get_short_help_str(SUMMARY_LIMIT))
+                for n in self.list_commands(ctx) if not self.commands[n].hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def resolve_command(self, ctx, args):
         name, cmd, rest = super().resolve_command(ctx, args)
         if cmd is not None and not isinstance(cmd, click.Group):
@@ -194,6 +201,11 @@ class _Group(_KnowsCommand, click.Group):
                 and not any(p.name == "inventory" for p in cmd.params)):
             raise click.UsageError(f"{ctx.command_path} {name} reads no inventory: remove -i/--inventory", ctx)
         return name, cmd, rest
+
+
+#: a command's summary in the lists of commands: its docstring's first sentence whole (click cuts it at the
+#: terminal's width with "..." by default), wrapped by the help formatter
+SUMMARY_LIMIT = 400
 
 
 class _Main(_Group):
@@ -211,7 +223,7 @@ class _Main(_Group):
         listed = {n for _, names in SECTIONS for n in names}
         rest = sorted(n for n in self.list_commands(ctx) if n not in listed)
         for title, names in (*SECTIONS, ("other", tuple(rest))):
-            rows = [(n, self.commands[n].get_short_help_str(formatter.width - 6 - 12))
+            rows = [(n, self.commands[n].get_short_help_str(SUMMARY_LIMIT))
                     for n in names if n in self.commands and not self.commands[n].hidden]
             if rows:
                 with formatter.section(title):

@@ -436,3 +436,13 @@ def test_a_forced_split_that_one_replica_of_several_sizes_cannot_hold_is_refused
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "--tp/--pp: TP 2 x PP 1 = 2 workers, but the CPU cluster has 1 node(s)" in r.stderr
     assert "the replicas have 1/2 nodes: leave them out to have each replica's split planned" in r.stderr
+
+
+def test_the_help_lists_every_commands_summary_whole():
+    """Issue 67: every summary in `bootstrap --help` (and a group's) was cut with "..." at the terminal's width."""
+    from click.testing import CliRunner
+
+    for argv in (["--help"], ["monitor", "--help"], ["sandbox", "--help"]):
+        out = CliRunner().invoke(main, argv, terminal_width=80).output
+        cut = [ln for ln in out.splitlines() if ln.rstrip().endswith("...") and not ln.startswith("Usage:")]
+        assert out.count("\n") > 10 and not cut, out
