@@ -1,5 +1,6 @@
 """CI's closing report, read from pytest's JUnit XML: the 25 slowest tests (setup + call + teardown),
-the whole run's time, and two ways to fail that pytest's exit status does not cover.
+the slowest modules and the sandbox modules' sum (the run's critical path), the whole run's time, and
+two ways to fail that pytest's exit status does not cover.
 
 - The run took longer than the budget (60 minutes of CI's 90): the margin is watched on every landing.
 - A test was skipped for a reason CI can meet: a skip is allowed only for what this machine can
@@ -16,6 +17,9 @@ import xml.etree.ElementTree as ET
 #: Skip reasons CI cannot meet: CI runs as root, and root reads a file whatever its mode.
 ALLOWED_SKIPS = ("root reads anything",)
 SLOWEST = 25
+#: how many modules the per-module totals list (the sandbox modules run one after another on one worker:
+#: their sum is the run's critical path)
+MODULES = 12
 
 
 def read(path: str) -> tuple[list[tuple[float, str]], list[tuple[str, str]], int]:
@@ -48,6 +52,15 @@ def main(argv: list[str]) -> int:
     print(f"\n== the {SLOWEST} slowest tests (setup + call + teardown) ==")
     for secs, name in sorted(times, reverse=True)[:SLOWEST]:
         print(f"{secs:9.1f}s  {name}")
+    per_module: dict[str, float] = {}
+    for secs, name in times:
+        module = name.split("::")[0]
+        per_module[module] = per_module.get(module, 0.0) + secs
+    print(f"== the {MODULES} slowest modules (their tests' sum) ==")
+    for module, secs in sorted(per_module.items(), key=lambda kv: -kv[1])[:MODULES]:
+        print(f"{secs:9.1f}s  {module}")
+    sandbox = sum(s for m, s in per_module.items() if ".sandbox.test_sandbox_" in f".{m}")
+    print(f"== the sandbox modules together (one worker, in order): {minutes(sandbox)} ==")
     in_tests = sum(t for t, _ in times)
     print(f"== total: {minutes(elapsed)} for the whole of .ci/run; {len(times)} tests took {minutes(in_tests)}; "
           f"budget {minutes(budget)} ==")

@@ -26,6 +26,8 @@ with nothing but the standard library.
   repolicy ROUTER NAME POLICY URL...
                           a pool model's policy changed in place: its URLs out, then in under NAME
 """
+import http.client as http_client
+import io
 import json
 import os
 import socket
@@ -402,23 +404,74 @@ def pool_workers(router):
 def repolicy(router, name, policy, urls):
     """A pool model's policy changed in place: every URL of it out, then in again under NAME with POLICY.
     vllm-router 0.1.17 keeps a model's policy from its first worker until its last leaves
-    (policies/registry.rs); the gap between is milliseconds, and a request that meets it is held by the
-    router's retries (measured: no request failed with gaps up to 200 ms, 503s from 500 ms on)."""
+    (policies/registry.rs), and routes a request for a model with no worker to any worker, another model's
+    replica included, whose vLLM refuses it with 404 (reproduced against stub workers). So the last URL's
+    DELETE and its POST go in one write on one connection (`swap`): the router answers them in turn and
+    the window without a worker of NAME is the router's own time between the two, not a round trip of
+    ours. `gap_ms`: how long that exchange took, the window's upper bound."""
+    if not urls:
+        return {"ok": False, "error": f"no URL of {name} given"}
     start = time.monotonic()
-    for url in urls:
+    for url in urls[:-1]:
         code, answer = http("DELETE", f"{router}/workers/{urllib.parse.quote(url, safe='')}", timeout=30)
         if code not in (200, 202, 204, 404):
             return {"ok": False, "error": f"DELETE {url} answered {code}: {answer[:200].decode(errors='replace')}"}
-    for url in urls:
+    t = time.monotonic()
+    try:
+        (dcode, danswer), (pcode, panswer) = swap(router, urls[-1], name, policy)
+    except (OSError, http_client.HTTPException) as e:
+        return {"ok": False, "error": f"DELETE and POST of {urls[-1]} on one connection: {e}"}
+    gap = round(1000 * (time.monotonic() - t), 1)
+    if dcode not in (200, 202, 204, 404):
+        return {"ok": False, "error": f"DELETE {urls[-1]} answered {dcode}: {danswer[:200].decode(errors='replace')}"}
+    if pcode >= 300:
+        why = panswer[:200].decode(errors="replace")
+        return {"ok": False, "error": f"POST /workers {urls[-1]} answered {pcode}: {why}"}
+    for url in urls[:-1]:
         code, answer = http("POST", router + "/workers", {"url": url, "model_id": name, "labels": {"policy": policy}},
                             timeout=30)
         if code >= 300:
             why = answer[:200].decode(errors="replace")
             return {"ok": False, "error": f"POST /workers {url} answered {code}: {why}"}
-    gap = round(1000 * (time.monotonic() - start), 1)
     seen = pool_workers(router)
     missing = [u for u in urls if (seen.get("workers") or {}).get(u) != name]
-    return {"ok": not missing, "gap_ms": gap, **({"error": f"not listed under {name}: {missing}"} if missing else {})}
+    return {"ok": not missing, "gap_ms": gap, "took_ms": round(1000 * (time.monotonic() - start), 1),
+            **({"error": f"not listed under {name}: {missing}"} if missing else {})}
+
+
+class _Kept(io.BufferedReader):
+    """A buffered reader that the first answer cannot close (http.client closes its file once read)."""
+
+    def close(self):
+        pass
+
+
+def swap(router, url, name, policy, timeout=30.0):
+    """DELETE /workers/URL and POST /workers (URL under NAME with POLICY) pipelined: both requests in one
+    write on one HTTP/1.1 connection, then both answers read in turn. [(status, body), (status, body)]."""
+    parts = urllib.parse.urlsplit(router)
+    body = json.dumps({"url": url, "model_id": name, "labels": {"policy": policy}}).encode()
+    key = os.environ.get("VLLM_API_KEY")
+    auth = f"Authorization: Bearer {key}\r\n" if key else ""
+    host = parts.netloc
+    wire = (f"DELETE /workers/{urllib.parse.quote(url, safe='')} HTTP/1.1\r\nHost: {host}\r\n{auth}"
+            "Content-Length: 0\r\n\r\n"
+            f"POST /workers HTTP/1.1\r\nHost: {host}\r\n{auth}Content-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    with socket.create_connection((parts.hostname, parts.port or 80), timeout=timeout) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(wire)
+        reader = _Kept(socket.SocketIO(sock, "rb"))
+
+        class _Shared:  # both answers read from one buffered file: the second's bytes are not lost
+            def makefile(self, *args, **kwargs):
+                return reader
+        answers = []
+        for method in ("DELETE", "POST"):
+            resp = http_client.HTTPResponse(_Shared(), method=method)
+            resp.begin()
+            answers.append((resp.status, resp.read()))
+        return answers
 
 
 def holds(address):

@@ -7,13 +7,15 @@ from tests.support.sandbox import ROOT
 SUMMARY = ROOT / ".ci" / "summary.py"
 
 
-def junit(tmp_path, cases):
-    """cases: (name, seconds, kind, message) with kind one of pass, skip, fail."""
+def junit(tmp_path, cases, module="tests.m"):
+    """cases: (name, seconds, kind, message) with kind one of pass, skip, fail; a name may carry its own
+    module as `MODULE::NAME`."""
     body = []
     for name, secs, kind, msg in cases:
+        classname, _, name = name.rpartition("::") if "::" in name else (module, "", name)
         inner = {"pass": "", "skip": f'<skipped type="pytest.skip" message="{msg}"/>',
                  "fail": f'<failure message="{msg}">boom</failure>'}[kind]
-        body.append(f'<testcase classname="tests.m" name="{name}" time="{secs}">{inner}</testcase>')
+        body.append(f'<testcase classname="{classname}" name="{name}" time="{secs}">{inner}</testcase>')
     path = tmp_path / "junit.xml"
     path.write_text('<?xml version="1.0"?><testsuites><testsuite name="pytest">' + "".join(body)
                     + "</testsuite></testsuites>")
@@ -35,6 +37,19 @@ def test_prints_the_slowest_first_and_the_counts_last(tmp_path):
     assert [ln.split("::")[1] for ln in slow] == [f"t{i}" for i in range(29, 4, -1)]
     assert "20.6 min (1234 s) for the whole of .ci/run" in r.stdout
     assert lines[-1] == "30 passed, 1 failed"
+
+
+def test_each_modules_sum_and_the_sandbox_modules_together(tmp_path):
+    cases = [("tests.sandbox.test_sandbox_a::x", 100, "pass", ""), ("tests.sandbox.test_sandbox_a::y", 20, "pass", ""),
+             ("tests.sandbox.test_sandbox_b::z", 60, "pass", ""), ("tests.sandbox.test_links::w", 500, "pass", ""),
+             ("tests.unit::u", 70, "pass", "")]
+    r = summary(junit(tmp_path, cases), 900)
+    lines = r.stdout.splitlines()
+    start = lines.index("== the 12 slowest modules (their tests' sum) ==")
+    assert [ln.split() for ln in lines[start + 1:start + 5]] == [
+        ["500.0s", "tests.sandbox.test_links"], ["120.0s", "tests.sandbox.test_sandbox_a"],
+        ["70.0s", "tests.unit"], ["60.0s", "tests.sandbox.test_sandbox_b"]]
+    assert "== the sandbox modules together (one worker, in order): 3.0 min (180 s) ==" in lines, r.stdout
 
 
 def test_over_budget_fails_with_one_line(tmp_path):

@@ -168,13 +168,71 @@ def test_the_probe_takes_every_url_of_a_model_out_before_it_adds_them_back_with_
     def http(method, url, body=None, timeout=5.0, key=None):
         calls.append((method, url.split("/workers")[-1], (body or {}).get("labels")))
         return (200, json.dumps(workers).encode()) if method == "GET" else (200, b"{}")
+
+    def swap(router, url, name, policy, timeout=30.0):
+        calls.append(("SWAP", url, {"policy": policy}))
+        return [(200, b"{}"), (200, b"{}")]
     monkeypatch.setattr(probe, "http", http)
+    monkeypatch.setattr(probe, "swap", swap)
     assert probe.pool_workers("http://r")["policies"] == {"http://a:8000": "random", "http://b:8000": "random"}
     calls.clear()
     got = probe.repolicy("http://r", "coder", "round_robin", ["http://a:8000", "http://b:8000"])
     assert got["ok"] and got["gap_ms"] >= 0, got
-    assert [c[0] for c in calls] == ["DELETE", "DELETE", "POST", "POST", "GET"]
-    assert calls[2][2] == calls[3][2] == {"policy": "round_robin"}
+    # every URL but the last out, the last one out and in again in one write, then the others in
+    assert [c[0] for c in calls] == ["DELETE", "SWAP", "POST", "GET"], calls
+    assert calls[1][1] == "http://b:8000" and calls[1][2] == calls[2][2] == {"policy": "round_robin"}
     workers["workers"] = workers["workers"][:1]  # the router lost one: said, not hidden
     got = probe.repolicy("http://r", "coder", "round_robin", ["http://a:8000", "http://b:8000"])
     assert not got["ok"] and "http://b:8000" in got["error"]
+
+
+def test_the_last_workers_delete_and_post_reach_the_router_in_one_write_and_both_answers_are_read():
+    """fleet_probe.swap against a real HTTP/1.1 server on loopback: the DELETE and the POST arrive on one
+    connection, in that order, with the key, and each answer is read whole (the second is not lost in the
+    first's buffer)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from tests.support.checks import load_check
+
+    probe = load_check("fleet_probe")
+    seen = []
+
+    class Router(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def _answer(self, code, body):
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_DELETE(self):
+            seen.append(("DELETE", self.path, self.client_address[1], self.headers.get("Authorization")))
+            self._answer(200, b'{"success":true,"message":"removed"}')
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append(("POST", self.path, self.client_address[1], body))
+            self._answer(200, b'{"success":true,"added":"' + body["url"].encode() + b'"}')
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Router)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        import os
+        os.environ["VLLM_API_KEY"] = "sk-test-key"
+        try:
+            answers = probe.swap(f"http://127.0.0.1:{server.server_port}", "http://10.0.0.5:8000", "coder", "random")
+        finally:
+            del os.environ["VLLM_API_KEY"]
+    finally:
+        server.shutdown()
+    assert answers == [(200, b'{"success":true,"message":"removed"}'),
+                       (200, b'{"success":true,"added":"http://10.0.0.5:8000"}')], answers
+    assert [(s[0], s[1]) for s in seen] == [("DELETE", "/workers/http%3A%2F%2F10.0.0.5%3A8000"), ("POST", "/workers")]
+    assert seen[0][2] == seen[1][2]  # one connection: the same client port
+    assert seen[0][3] == "Bearer sk-test-key"
+    assert seen[1][3] == {"url": "http://10.0.0.5:8000", "model_id": "coder", "labels": {"policy": "random"}}

@@ -269,8 +269,10 @@ def test_serve_stop_of_one_model_leaves_the_others_serving_and_serve_starts_it_a
 
 def test_a_models_policy_changed_alone_changes_in_the_router_in_place(pool):
     """coder's policy edited in models: and `serve` again, under load on coder: the router takes the new
-    policy in place (coder's workers out and back in a few milliseconds, which its retries cover); no
-    replica restarts and no coder request fails."""
+    policy in place (coder's workers out, the last one out and back in one write); no replica restarts.
+    A coder request may meet the window (about a millisecond) in which vllm-router 0.1.17 has no worker
+    of coder and sends it to a chat replica: at most one such, refused 404 by chat's vLLM, and serve
+    says so (perf/router_repolicy.py measured 1 in 2,700 at 4 clients; docs/models.md)."""
     sb, inv, served = pool
     endpoint = endpoint_of(served.stdout)
     before = started_at(sb.nodes)
@@ -285,7 +287,11 @@ def test_a_models_policy_changed_alone_changes_in_the_router_in_place(pool):
     changes = [ln.split(":", 2)[1].split() for ln in r.stdout.splitlines() if ln.startswith("change: ")]
     assert changes == [["keep", "chat"], ["keep", "chat"], ["policy", "coder"]], r.stdout
     assert "router policy power_of_two -> round_robin, in place" in r.stdout, r.stdout
-    assert coder.samples and not coder.failed(), coder.failed()[:3]
+    assert "with no worker of coder in the router: a request of it in that moment may have been refused 404" \
+        in r.stdout + r.stderr, r.stderr[-3000:]
+    failed = coder.failed()
+    assert coder.samples and len(failed) <= 1, failed[:3]
+    assert all("HTTP 404" in f.error and "does not exist" in f.error for f in failed), failed
     assert started_at(sb.nodes) == before  # nothing restarted
     logs = on_node(sb.nodes[0], "docker", "logs", ROUTER, check=False)
     text = re.sub(r"\x1b\[[0-9;]*m", "", logs.stdout + logs.stderr)
