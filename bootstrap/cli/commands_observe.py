@@ -14,11 +14,13 @@ from bootstrap.cli.params import (
     SECONDS,
     Seconds,
     accept_keys_option,
+    confirm,
     host_options,
     inventory_option,
     json_option,
     read_inventory,
     renamed,
+    yes_option,
 )
 from bootstrap.cli.render import LineReporter
 from bootstrap.errors import ExitStatus
@@ -107,16 +109,22 @@ def monitor_status(inventory, parallel, as_json):
 
 @monitor.command("down")
 @host_options
-@click.option("--purge", is_flag=True, help="Also delete Prometheus' stored samples (its data volume).")
+@click.option("--purge", is_flag=True, help="Also delete Prometheus' stored samples (its data volume); asks first.")
+@yes_option
 @json_option
-def monitor_down(inventory, parallel, purge, as_json):
+def monitor_down(inventory, parallel, purge, yes, as_json):
     """Remove Prometheus and the exporters from every host.
 
-    Example: bootstrap monitor down -i hosts.yaml --purge
+    With --purge it also deletes Prometheus' stored samples, and asks first (`[y/N]`; --yes where no
+    terminal can answer).
+
+    Example: bootstrap monitor down -i hosts.yaml --purge --yes
     """
     def go():
-        res = face.monitor_down(read_inventory(inventory, require_secrets=False), parallel=parallel, purge=purge,
-                                reporter=LineReporter(quiet=as_json))
+        inv = read_inventory(inventory, require_secrets=False)
+        if purge:
+            confirm(face.purge_preview(inv), yes)
+        res = face.monitor_down(inv, parallel=parallel, purge=purge, reporter=LineReporter(quiet=as_json))
         render.monitor_down(res.result, purge, as_json)
     _run(go)
 

@@ -402,7 +402,6 @@ def check_own_words(ctx: click.Context, positional: int, example: str) -> None:
     """Every word before `--` must be bootstrap's: one of its options (with its value) or one of its
     `positional` arguments. Anything else is refused with one line naming it (with the option it
     resembles), before any host is touched: vLLM's flags go after `--` only."""
-    import difflib
 
     opts: dict[str, click.Option] = {}
     for p in ctx.command.params:
@@ -420,15 +419,24 @@ def check_own_words(ctx: click.Context, positional: int, example: str) -> None:
             if p is None and not w.startswith("--") and w[:2] in opts:  # -ihosts.yaml
                 continue
             if p is None:
-                close = difflib.get_close_matches(flag, [o for o in opts if o.startswith("--")], n=1, cutoff=0.75)
-                hint = f" (did you mean {close[0]}?)" if close else ""
-                raise click.UsageError(f"no such option: {flag}{hint}; options for vLLM go after --, e.g. {example}")
+                raise click.UsageError(f"no such option: {flag}{resembles(ctx, flag)}; options for vLLM go after --, "
+                                       f"e.g. {example}")
             if not (p.is_flag or p.count) and "=" not in w:
                 i += 1  # its value
             continue
         seen += 1
         if seen > positional:
             raise click.UsageError(f"unexpected argument {w!r}: arguments for vLLM go after --, e.g. {example}")
+
+
+def resembles(ctx: click.Context, flag: str) -> str:
+    """" (did you mean --stop?)" where `flag` is close to one of this command's long options, else ""."""
+    import difflib
+
+    longs = [o for p in ctx.command.params if isinstance(p, click.Option) for o in (*p.opts, *p.secondary_opts)
+             if o.startswith("--")]
+    close = difflib.get_close_matches(flag.split("=", 1)[0], longs, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _options_of(cmd: click.Command | None) -> set[str]:
@@ -470,7 +478,7 @@ def check_serve_args(ctx: click.Context, model: str | None, extra: tuple[str, ..
     if model is None:
         return  # a pool's serve (the inventory's models:), or missing MODEL: check_pool_serve, once it is read
     if model.startswith("-"):
-        raise click.UsageError(f"no such option: {model} (vLLM's flags go after MODEL and --)")
+        raise click.UsageError(f"no such option: {model}{resembles(ctx, model)} (vLLM's flags go after MODEL and --)")
     try:
         P.check_model_ref(model)
     except ServePlanError as exc:

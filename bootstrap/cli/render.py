@@ -189,12 +189,20 @@ def status(inv, st, as_json: bool) -> None:
         t.add_column(col)
     for r in rows:
         cont = _escape(r.container) if r.reachable else "[red]unreachable[/]"
-        t.add_row(_escape(r.host), _escape(r.ip), _escape(r.role), cont,
-                  "[green]alive[/]" if r.ray_alive else "[red]no[/]",
-                  f"{r.gpus:g}" if r.ray_alive else "-", _escape(r.error[:120]))
+        told = r.ray_alive or (r.reachable and not st.ray_error)
+        t.add_row(_escape(r.host), _escape(r.ip), _escape(r.role), cont, _alive_cell(r, st.ray_error),
+                  f"{r.gpus:g}" if r.ray_alive else ("-" if told else "?"), _escape(r.error[:120]))
     out.print(t)
     for line in _status_lines(inv, st):
         out.print(line)
+
+
+def _alive_cell(r, ray_error: str) -> str:
+    """A node's Ray (or native node) cell: alive, no, or unknown where nobody could tell (the host did not
+    answer, or Ray's view could not be read from the head): never "no" for "not known"."""
+    if r.ray_alive:
+        return "[green]alive[/]"
+    return "[red]no[/]" if r.reachable and not ray_error else "[yellow]unknown[/]"
 
 
 def exposure(inv, found, as_json: bool) -> None:
@@ -267,7 +275,7 @@ def fleet_status(inv, groups, fs, as_json: bool) -> None:
     for k, r in nodes:
         cont = _escape(r.container) if r.reachable else "[red]unreachable[/]"
         t.add_row(str(k), _escape(r.host), _escape(r.ip), _escape(r.role), cont,
-                  "[green]alive[/]" if r.ray_alive else "[red]no[/]", _escape(r.error[:120]))
+                  _alive_cell(r, groups[k].ray_error), _escape(r.error[:120]))
     out.print(t)
     pd = any(r.role for r in fs.replicas)
     t = Table(title=f"serving through the router on {_escape(fs.router_host)} ({_escape(fs.router)})"

@@ -30,7 +30,7 @@ from bootstrap.face.cluster import (
     up,
     validate,
 )
-from bootstrap.face.observe import TopView, monitor_down, monitor_status, monitor_up, top
+from bootstrap.face.observe import TopView, monitor_down, monitor_status, monitor_up, purge_preview, top
 from bootstrap.face.results import (
     BenchResult,
     DoctorResult,
@@ -95,7 +95,7 @@ __all__ = [
     "docs", "doctor", "down", "down_preview", "drain", "exec_all", "experts", "fence", "fleet_plan", "format_bandwidth",
     "image_problem",
     "inventory", "load_inventory", "logs", "mode", "model_hosts", "monitor_down", "monitor_status", "monitor_up",
-    "plan", "rollout",
+    "plan", "purge_preview", "rollout",
     "sandbox_down", "sandbox_up", "serve", "serve_flags", "split_label", "ssh_tunnel_argv", "status",
     "stop_preview", "sudoers", "top", "trace_commands", "up", "validate",
 ]

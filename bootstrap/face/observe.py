@@ -87,6 +87,17 @@ def monitor_status(inv, *, parallel: int = DEFAULT_PARALLEL) -> R.MonitorResult:
         return R.MonitorResult(inv, MON.monitor_status(sess), "status")
 
 
+def purge_preview(inv) -> str:
+    """What `monitor down --purge` deletes, in one sentence from the inventory alone (no host contacted):
+    what its confirmation shows."""
+    from bootstrap.monitor import plan as MP
+
+    inv = inventory(inv)
+    return (f"monitor down --purge deletes the cluster {inv.cluster.name!r}'s stored Prometheus samples (the volume "
+            f"{MP.volume_name(inv)} on {MP.monitor_host(inv).name}) and removes monitoring from {len(inv.hosts)} "
+            f"host(s); inventory {inv.path}")
+
+
 def monitor_down(inv, *, parallel: int = DEFAULT_PARALLEL, purge: bool = False, reporter=None) -> R.MonitorResult:
     """`monitor down`: Prometheus and the exporters removed from every host (purge: its samples too)."""
     from bootstrap.monitor import run as MON

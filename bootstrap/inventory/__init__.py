@@ -61,7 +61,8 @@ def load_inventory(
     with it or require_secrets=False, listed secrets may be unset (nothing will receive them).
     Raises InventoryError for every problem; with collect=True (`validate`) every key of every table is
     checked and all their errors come at once as InventoryErrors, in the order of the file (the rules
-    across fields run only when every field is right: judged on a field left out, they would mislead).
+    across fields run only when every field is right: judged on a field left out, they would mislead; a
+    secret unset here or a key file missing here leaves no field out, so those never hide another error).
     """
     if not collect:
         return _load(path, environ, check_files, require_secrets)
@@ -69,8 +70,10 @@ def load_inventory(
     token = V.FOUND.set(found)
     try:
         return _load(path, environ, check_files, require_secrets)
-    except Exception:  # noqa: BLE001 -- after a field error, what fails next may follow from it
-        if not found:
+    except Exception as exc:  # noqa: BLE001 -- after a field error, what fails next may follow from it
+        if isinstance(exc, InventoryError) and found and all(getattr(e, "standalone", False) for e in found):
+            found.append(exc)  # only secrets and key files failed before it (values.gathered): it stands
+        elif not found:
             raise
     finally:
         V.FOUND.reset(token)
@@ -114,7 +117,8 @@ def _load(path, environ, check_files: bool, require_secrets: bool) -> Inventory:
         facts["groups"] = groups
     hosts = _build_hosts(specs, (cluster, facts), ssh_defaults, check_files)
     if check_files and ssh_defaults.known_hosts_loc and cluster.ssh.known_hosts is not None:
-        _check_file(cluster.ssh.known_hosts, ssh_defaults.known_hosts_loc, private=False)
+        with V.gathered():
+            _check_file(cluster.ssh.known_hosts, ssh_defaults.known_hosts_loc, private=False)
     return Inventory(path=file, cluster=cluster, hosts=hosts, models=models, placement=tuple(placement))
 
 
@@ -178,7 +182,8 @@ def _build_hosts(
         if check_files and ssh["key"] is not None and ssh["key"] not in keys_checked:
             keys_checked.add(ssh["key"])
             where = spec.where("key") if spec.given("key") else defaults.locs["key"]
-            _check_file(ssh["key"], where, private=True)
+            with V.gathered():  # validate: every missing key file named, and the file's other errors too
+                _check_file(ssh["key"], where, private=True)
         env = dict(facts["env"])
         for env_name, (env_value, env_loc) in (spec.values.get("env") or {}).items():
             if env_name in facts["secret_names"]:

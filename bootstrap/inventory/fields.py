@@ -40,6 +40,7 @@ from bootstrap.inventory.values import (
     _shm_size,
     _string,
     _user,
+    gathered,
 )
 from bootstrap.inventory.yamlfile import _MAX_HOSTS, _Loc
 from bootstrap.model import (
@@ -282,7 +283,8 @@ def _secrets(value: Any, values: dict[str, Any], locs: dict[str, _Loc], loc: _Lo
         seq = _raw(value, "secrets")
         for i, name in enumerate(values["secrets"]):
             item_loc = secret_locs[name] = locs["secrets"].item(seq, i).at(field=locs["secrets"].field)
-            secrets.append(_listed_secret(name, values["secrets"][:i], item_loc, environ))
+            with gathered():  # validate: every unset secret named, and the file's other errors too
+                secrets.append(_listed_secret(name, values["secrets"][:i], item_loc, environ))
     elif environ.get("HF_TOKEN", "").strip() and "HF_TOKEN" not in env:  # blank: unset, like empty
         if _BREAKS_ENV_FILE.search(environ["HF_TOKEN"]):
             loc.sub("secrets").fail(_BROKEN_SECRET.format(name="HF_TOKEN"))

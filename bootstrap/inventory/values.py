@@ -6,6 +6,7 @@ words what a validator takes (the inventory reference prints it).
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import math
 import os
@@ -326,6 +327,21 @@ def _check_mapping(
 #: `validate`'s linter run: the field errors found so far, each key of every table checked (None: the first
 #: error stops the load, as for every other command). load_inventory(collect=True) sets it.
 FOUND: contextvars.ContextVar[list[InventoryError] | None] = contextvars.ContextVar("inventory_errors", default=None)
+
+
+@contextlib.contextmanager
+def gathered():
+    """A check that stands alone (a secret's value in this environment, a key file on this machine): in
+    `validate`'s run (FOUND set) its error is recorded and the run goes on past the block, so that it never
+    hides the file's other errors; in any other run it is raised."""
+    try:
+        yield
+    except InventoryError as exc:
+        found = FOUND.get()
+        if found is None:
+            raise
+        exc.standalone = True  # what fails after it is no consequence of it (load_inventory keeps going)
+        found.append(exc)
 
 
 # What the plain validators take, in words (the inventory reference; see `accepts`).

@@ -134,7 +134,8 @@ def test_every_malformed_inventory_is_one_line_exit_2_through_the_cli(source, tm
     third = raw.split(b"\n")[2]
     field = third[len(b"# field: "):].decode().strip() if third.startswith(b"# field: ") else None
     for command in ("validate", "up", "down"):
-        r = CliRunner().invoke(main, [command, "-i", str(path)], env={"HF_TOKEN": "hf_TOPSECRET"})
+        # MYKEY set: a file whose one mistake is elsewhere lists only it (validate names every unset secret too)
+        r = CliRunner().invoke(main, [command, "-i", str(path)], env={"HF_TOKEN": "hf_TOPSECRET", "MYKEY": "mk-1"})
         assert r.exit_code == 2, r.output
         assert r.stdout == ""
         lines = r.stderr.strip().splitlines()
@@ -279,6 +280,31 @@ def test_remote_text_in_the_status_table_is_literal(tmp_path, monkeypatch):
     assert r.exit_code == 1 and (r.exception is None or isinstance(r.exception, SystemExit)), r.output
     assert "[bold]running[/]" in r.stdout and "x[/]\\n\\x1b[2Jcleared" in r.stdout and "\\[red]down" in r.stdout
     assert "\x1b" not in r.stdout
+
+
+def test_status_says_unknown_where_nobody_could_tell_never_no(tmp_path, monkeypatch):
+    """Issue 67: a host that did not answer, or Ray's view unread on the head, is "unknown" in the ray and
+    GPUs columns (and serving "unknown" with the reason), never "no" / "-" / "nothing"."""
+    from bootstrap.cluster.run import ClusterStatus, NodeStatus
+
+    inv = tmp_path / "ok.yaml"
+    inv.write_text("cluster: {accelerator: none, runtime: ray}\n"
+                   "hosts: [{name: a, address: 192.0.2.1}, {name: b, address: 192.0.2.2}]\n")
+    rows = [NodeStatus("a", "192.0.2.1", "head", False, "unknown", False, 0.0, "cannot connect over SSH"),
+            NodeStatus("b", "192.0.2.2", "worker", True, "running", False, 0.0, "")]
+    monkeypatch.setattr("bootstrap.monitor.run.running_url", lambda inv: None)  # never dial 192.0.2.1
+
+    def table(st):
+        monkeypatch.setattr("bootstrap.cluster.run.cluster_status", lambda inv, parallel, serving: st)
+        r = CliRunner().invoke(main, ["status", "-i", str(inv)], terminal_width=200)
+        cells = [[c.strip() for c in ln.split("│")[1:-1]] for ln in r.stdout.splitlines() if ln.startswith("│")]
+        return {c[0]: c for c in cells}, r
+    rows_of, r = table(ClusterStatus(rows, None, None, "ray", ray_error="the head did not answer",
+                                     serving_error="the head did not answer"))
+    assert rows_of["a"][4:6] == ["unknown", "?"] and rows_of["b"][4:6] == ["unknown", "?"], r.stdout
+    assert "serving: unknown: the head did not answer" in r.stdout and "serving: nothing" not in r.stdout
+    rows_of, r = table(ClusterStatus(rows, None, None, "ray"))  # Ray read: b is known not to be in it
+    assert rows_of["a"][4:6] == ["unknown", "?"] and rows_of["b"][4:6] == ["no", "-"], r.stdout
 
 
 def test_a_domain_error_with_markup_and_newlines_is_one_literal_line(capsys):

@@ -80,6 +80,26 @@ def test_without_offline_what_up_needs_on_this_machine_is_checked_too(tmp_path):
     assert validate("--offline", "-i", str(p)).returncode == 0 and validate("--offline", "-i", str(q)).returncode == 0
 
 
+def test_every_kind_of_mistake_at_once_unset_secrets_and_missing_key_files_hide_nothing(tmp_path):
+    """Issue 67: two secrets unset, two key files missing and a field error in one file: validate lists all
+    five in one run (before, the first unset secret was the only line, and the others came one per run)."""
+    p = tmp_path / "hosts.yaml"
+    p.write_text("cluster:\n  accelerator: none\n  secrets: [HF_TOKEN, OTHER_TOKEN]\n  ssh: {key: /nonexistent/k1}\n"
+                 "hosts:\n  - {name: a, address: 192.0.2.1, key: /nonexistent/k2}\n"
+                 "  - {name: b, address: 192.0.2.2, gpus: -1}\n")
+    r = validate("-i", str(p))
+    assert r.returncode == 2 and r.stdout == "", r.stderr
+    assert r.stderr.splitlines() == [
+        f"error: {p}:3: cluster.secrets: HF_TOKEN is not set in your environment",
+        f"error: {p}:3: cluster.secrets: OTHER_TOKEN is not set in your environment",
+        f"error: {p}:4: cluster.ssh.key: /nonexistent/k1: no such file",
+        f"error: {p}:6: hosts[0].key: /nonexistent/k2: no such file",
+        f"error: {p}:7: hosts[1].gpus: must be between 0 and 64, got -1",
+    ], r.stderr
+    r = validate("-i", str(p), env={"HF_TOKEN": "hf_x", "OTHER_TOKEN": "y"})  # set: only the rest remains
+    assert [ln.split(": ")[2] for ln in r.stderr.splitlines()] == ["cluster.ssh.key", "hosts[0].key", "hosts[1].gpus"]
+
+
 def test_a_yaml_syntax_error_is_still_one_line(tmp_path):
     p = tmp_path / "hosts.yaml"
     p.write_text("hosts:\n  - {name: a, address: 192.0.2.1\n")

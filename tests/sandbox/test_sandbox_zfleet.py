@@ -389,7 +389,11 @@ def test_monitor_scrapes_every_target_counts_every_request_and_feeds_every_panel
         *[(n.name, 22) for n in sb.nodes], (sb.nodes[0].name, 30000)}
     assert {x["port"] for x in rows if x["host"] == sb.nodes[0].name and x["reach"] == "members"} >= {9090, 9100, 8000}
 
-    r = cli("monitor", "down", "-i", inv, "--purge")
+    r = cli("monitor", "down", "-i", inv, "--purge")  # asks; no terminal here: refused before anything goes
+    assert r.returncode == 2 and "No terminal to ask: pass --yes" in r.stderr, r.stderr[-2000:]
+    vols = on_node(sb.nodes[0], "docker", "volume", "ls", "--format", "{{.Name}}").stdout.split()
+    assert "bootstrap-vllm-prometheus-data" in vols  # nothing removed
+    r = cli("monitor", "down", "-i", inv, "--purge", "--yes")
     assert r.returncode == 0, r.stderr[-2000:]
     for n in sb.nodes:
         left = on_node(n, "docker", "ps", "-a", "--format", "{{.Names}}").stdout.split()
