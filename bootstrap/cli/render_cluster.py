@@ -27,6 +27,8 @@ def validated(res, as_json: bool = False) -> None:
     gpus = f", {inv.gpus_per_node} GPU(s) per node" if inv.cluster.accelerator == "gpu" else ""
     offline = " (offline: the key files and the secrets' values not checked)" if res.offline else ""
     out.print(_escape(f"{inv.path}: ok: {len(inv.hosts)} host(s), head {inv.head.name} ({inv.head.ip}){gpus}{offline}"))
+    for note in res.notes:
+        out.print(f"[yellow]note:[/] {_escape(note)}")
 
 
 # -- plan ----------------------------------------------------------------------------------------

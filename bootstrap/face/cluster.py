@@ -59,7 +59,16 @@ def validate(path, *, offline: bool = False) -> R.ValidateResult:
         return R.ValidateResult(str(path), None, exc.errors, offline)
     except InventoryError as exc:
         return R.ValidateResult(str(path), None, [exc], offline)
-    return R.ValidateResult(str(path), inv, [], offline)
+    return R.ValidateResult(str(path), inv, [], offline, tuple(_unnamed_sources(inv)))
+
+
+def _unnamed_sources(inv: Inventory):
+    """A pool's model without `source:` whose name is no Hugging Face org/name nor a path: vLLM will load the
+    name itself as a model id, which is right for `gpt2` and a late download failure for `chat`."""
+    for m in inv.models:
+        if m.line_of("source") is None and "/" not in m.name:
+            yield (f"{m.where}: no source: vLLM loads {m.name!r} itself as the model (a Hugging Face id); if it is "
+                   "only the name clients send, say what to load with source: (org/name or /path)")
 
 
 def sudoers(inv, user: str | None = None, nopasswd: bool = False) -> str:

@@ -309,13 +309,15 @@ class ValidateResult:
     inventory: object
     errors: list
     offline: bool = False
+    #: what is right but may not be what was meant, one line each (FILE:LINE: FIELD: text)
+    notes: tuple = ()
 
     @property
     def exit_status(self) -> ExitStatus:
         return ExitStatus.OK if not self.errors else ExitStatus.BAD_INPUT
 
     def to_doc(self):
-        doc = {"path": self.path, "ok": not self.errors,
+        doc = {"path": self.path, "ok": not self.errors, "notes": list(self.notes),
                "checked": {"key_files": not self.offline, "secrets": not self.offline},
                "errors": [{"line": e.line, "column": e.column, "field": e.field, "message": e.message, "text": str(e)}
                           for e in self.errors]}

@@ -167,3 +167,20 @@ def test_a_key_in_a_models_args_is_refused_without_being_shown(tmp_path):
     r = validate("--offline", "-i", str(p))
     assert r.returncode == 2 and key not in r.stderr, r.stderr
     assert r.stderr.startswith(f"error: {p}:7: models[1].args: --api-key would put a credential"), r.stderr
+
+
+def test_a_pool_model_without_source_whose_name_is_no_model_id_gets_a_note(tmp_path):
+    """Issue 67: `- name: chat` with no source loads `chat` as a Hugging Face id (a late download failure);
+    validate passes it (a bare id like gpt2 is a model) with one note naming the line and the fix; a model
+    with source:, or named org/name, gets none; --json carries the notes."""
+    p = tmp_path / "pool.yaml"
+    p.write_text("cluster: {accelerator: none}\nmodels:\n  - name: chat\n  - {name: small, source: gpt2}\n"
+                 "  - name: org/model\nhosts:\n  - {name: a, address: 192.0.2.1}\n  - {name: b, address: 192.0.2.2}\n"
+                 "  - {name: c, address: 192.0.2.3}\n")
+    r = validate("--offline", "-i", str(p))
+    assert r.returncode == 0, r.stderr
+    notes = [ln for ln in r.stdout.splitlines() if ln.startswith("note: ")]
+    assert notes == [f"note: {p}:3: models[0]: no source: vLLM loads 'chat' itself as the model (a Hugging Face id); "
+                     "if it is only the name clients send, say what to load with source: (org/name or /path)"], r.stdout
+    doc = json.loads(validate("--offline", "--json", "-i", str(p)).stdout)
+    assert doc["ok"] is True and [n.split(": ")[1] for n in doc["notes"]] == ["models[0]"], doc
