@@ -91,8 +91,8 @@ def fleet_status_doc(groups, fs) -> dict:
 def models_doc(fs) -> list[dict]:
     """What a pool serves, by model (the served name its replicas' labels carry): its source, its
     replicas, how many are healthy and in the router's rotation, and each LoRA adapter with the number
-    of its replicas that serve it now. Empty when every replica serves one model under no name of its
-    own (a fleet of one model)."""
+    of its replicas that serve it now; a pool of one model lists it too. Empty when no replica serves
+    under a name of its own (a fleet of one model, which clients name by its path)."""
     by: dict[str, dict] = {}
     for r in fs.replicas:
         # what serves there, else (nothing does: stopped, starting) what the inventory places there
@@ -109,7 +109,7 @@ def models_doc(fs) -> list[dict]:
         m["in_router"] += bool(r.in_rotation)
         for a in r.adapters or ():
             m["adapters"][a] = m["adapters"].get(a, 0) + 1
-    return list(by.values()) if len(by) > 1 else []
+    return list(by.values())
 
 
 def down_doc(groups, fleet=None) -> dict:

@@ -70,6 +70,8 @@ class ReplicaState:
     def to_dict(self) -> dict:
         return {"replica": self.index, "hosts": self.hosts, "url": self.url, "containers": self.containers,
                 "restarts": self.restarts, "model": self.spec.model if self.spec else None,
+                # what clients send as `model`: its served name, else vLLM's default, the model as loaded
+                "served_name": (self.spec.served_name or self.spec.model) if self.spec else None,
                 "extra": list(self.spec.extra) if self.spec else None, "health": self.health,
                 "in_rotation": self.in_rotation, "running": self.running, "waiting": self.waiting,
                 "succeeded": self.succeeded, "router_healthy": self.router_healthy,

@@ -391,6 +391,26 @@ def test_status_names_each_models_adapters_and_how_many_of_its_replicas_serve_th
     assert fs.replicas[0].to_dict()["adapters"] == ["chat-sql", "chat-lora"]
 
 
+def test_status_names_what_clients_send_a_pool_of_one_model_included():
+    """Issue 67: a pool reshaped to one model lists that model (it used to be "models": []), and each
+    replica's JSON carries served_name, the name clients send (its source path is `model`); a fleet of
+    one model without a served name lists no model and its replicas' served_name is the path vLLM serves."""
+    from bootstrap.face import docs as D
+    from bootstrap.fleet.status import FleetState, ReplicaState
+
+    def rep(k, spec):
+        return ReplicaState(k, [f"h{k}"], f"http://192.0.2.{k + 1}:8000", {f"h{k}": "running"}, 0, spec, "healthy",
+                            True)
+    chat = FP.Spec("/models/chat", (), "img", "chat")
+    one = FleetState("http://192.0.2.1:30000/v1", "h0", "running", [], [rep(0, chat), rep(1, chat)], [], None, None)
+    assert [(m["model"], m["source"], m["replicas"], m["healthy"]) for m in D.models_doc(one)] == [
+        ("chat", "/models/chat", [0, 1], 2)]
+    assert [(r["model"], r["served_name"]) for r in one.to_dict()["replicas"]] == [("/models/chat", "chat")] * 2
+    plain = FleetState("http://192.0.2.1:30000/v1", "h0", "running", [], [rep(0, FP.Spec("/models/llama", (), "img"))],
+                       [], None, None)
+    assert D.models_doc(plain) == [] and plain.to_dict()["replicas"][0]["served_name"] == "/models/llama"
+
+
 def test_the_status_probe_reads_each_healthy_replicas_adapters_from_its_own_model_list():
     probe = load_check("fleet_probe")
     models = {"data": [{"id": "chat", "root": "/m/chat", "parent": None},
