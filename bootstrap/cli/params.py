@@ -418,6 +418,9 @@ def check_own_words(ctx: click.Context, positional: int, example: str) -> None:
             p = opts.get(flag)
             if p is None and not w.startswith("--") and w[:2] in opts:  # -ihosts.yaml
                 continue
+            if p is None and flag in ("-y", "--yes"):
+                raise click.UsageError(f"no such option: {flag}: bootstrap {ctx.info_name} asks no question before it "
+                                       "acts, so there is nothing to answer")
             if p is None:
                 raise click.UsageError(f"no such option: {flag}{resembles(ctx, flag)}; options for vLLM go after --, "
                                        f"e.g. {example}")
