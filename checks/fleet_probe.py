@@ -156,14 +156,35 @@ def exited_since(path, since):
 
 
 def served(doc):
-    """(the models /v1/models lists, the ones to complete): vLLM's answer (OpenAI's `data`) lists the
-    served name first, then its adapters: the first is completed; vllm-router's multi-model mode (a
-    pool) answers {"models": [names]}, one per model: each is completed."""
+    """(the models /v1/models lists, the ones to complete): OpenAI's `data`, where an adapter names its
+    `parent` (vLLM's answer: the served name, then its adapters; a pool router's front: every model
+    and adapter): each name without a parent is completed. A pool router made before the front
+    answers vllm-router's own {"models": [names]}: each is completed."""
     if isinstance(doc.get("models"), list):
         names = [m for m in doc["models"] if isinstance(m, str)]
         return names, names
-    ids = [m.get("id") for m in doc.get("data", [])]
-    return ids, ids[:1]
+    data = [m for m in doc.get("data", []) if isinstance(m, dict)]
+    return [m.get("id") for m in data], [m.get("id") for m in data if not m.get("parent")]
+
+
+def listed(url):
+    """GET /v1/models with each key the container holds, the lists merged: a pool router's front
+    lists a model with a key of its own only to that key (checks/router_entry.py)."""
+    merged, last = None, None
+    for key in dict.fromkeys(model_keys(None)):
+        code, body = http("GET", url + "/v1/models", key=key)
+        if code != 200:
+            last = f"/v1/models answered {code}: {body[:200].decode(errors='replace')}"
+            continue
+        doc = json.loads(body)
+        if merged is None or not isinstance(doc.get("data"), list):
+            merged = doc
+        else:
+            ids = {m.get("id") for m in merged.get("data", [])}
+            merged.setdefault("data", []).extend(m for m in doc["data"] if m.get("id") not in ids)
+    if merged is None:
+        raise RuntimeError(last)
+    return merged
 
 
 def ready(url, deadline, exited=None):
@@ -179,8 +200,7 @@ def ready(url, deadline, exited=None):
         try:
             code, _ = http("GET", url + "/health", timeout=3)
             if code == 200:
-                _, body = http("GET", url + "/v1/models")
-                models, each = served(json.loads(body))
+                models, each = served(listed(url))
                 for model in each:
                     code, body = complete(url, model)
                     if code != 200 or not json.loads(body).get("choices"):

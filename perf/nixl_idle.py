@@ -25,7 +25,30 @@ ARMS = {
     "no agent": None,
     "vLLM's agent (progress thread on)": {"num_threads": 4, "capture_telemetry": True},
     "the same, progress thread off": {"num_threads": 4, "capture_telemetry": True, "enable_prog_thread": False},
+    "on, 1 ms between passes": {"num_threads": 4, "capture_telemetry": True, "pthr_delay_us": 1000},
+    "on, 10 ms between passes": {"num_threads": 4, "capture_telemetry": True, "pthr_delay_us": 10000},
 }
+
+
+def pace(delay_us: int) -> None:
+    """Make every NIXL agent made after this call wait `delay_us` between its progress thread's passes.
+
+    NIXL 1.5.1's Python API hard-codes `pthrDelay = 0` (a pass right after the last, a spinning core);
+    the C++ agent takes the delay as a setting. This wraps the binding's agent constructor to set it."""
+    import nixl._api as api
+
+    real = api.nixlBind
+
+    class Paced:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        @staticmethod
+        def nixlAgent(name, cfg):  # noqa: N802 (the binding's name)
+            cfg.pthrDelay = delay_us
+            return real.nixlAgent(name, cfg)
+
+    api.nixlBind = Paced()
 
 
 def one(config: dict | None, seconds: float) -> dict:
@@ -33,6 +56,10 @@ def one(config: dict | None, seconds: float) -> dict:
     buf = (ctypes.c_char * (16 << 20))()
     if config is not None:
         from nixl._api import nixl_agent, nixl_agent_config
+
+        config = dict(config)
+        if "pthr_delay_us" in config:
+            pace(config.pop("pthr_delay_us"))
 
         agent = nixl_agent("idle", nixl_agent_config(**config))
         agent.register_memory([(ctypes.addressof(buf), len(buf), 0, "")], mem_type="DRAM")

@@ -30,9 +30,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=4, help="UCX threads (vLLM's default 4)")
     ap.add_argument("--seconds", type=float, default=90.0, help="how long the target stays up")
     ap.add_argument("-n", type=int, default=10, help="READs by the initiator")
+    ap.add_argument("--pthr-delay-us", type=int, default=None,
+                    help="microseconds between the progress thread's passes (NIXL's Python API: 0)")
     a = ap.parse_args(argv)
     import torch  # the serving image has both
     from nixl._api import nixl_agent, nixl_agent_config
+
+    if a.pthr_delay_us is not None:
+        from perf.nixl_idle import pace
+
+        pace(a.pthr_delay_us)
 
     agent = nixl_agent(a.mode, nixl_agent_config(num_threads=a.threads, capture_telemetry=True))
     rows = max(4, a.mib * 1024 * 1024 // (BLOCK_FLOATS * 4))

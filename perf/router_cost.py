@@ -101,6 +101,7 @@ class Arm:
     name: str
     port: int
     argv: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
     ttft: list[float] = field(default_factory=list)
     total: list[float] = field(default_factory=list)
     failed: int = 0
@@ -117,10 +118,10 @@ def set_body(model: str, tokens: int) -> None:
                        "temperature": 0, "stream_options": {"include_usage": True}}).encode()
 
 
-def one(port: int, conn: http.client.HTTPConnection | None) -> tuple[float, float]:
+def one(port: int, conn: http.client.HTTPConnection | None, host: str = "127.0.0.1") -> tuple[float, float]:
     """TTFT and total of one streamed completion, in seconds (a new connection unless one is given)."""
     t0 = time.perf_counter()
-    c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c = conn or http.client.HTTPConnection(host, port, timeout=10)
     c.request("POST", "/v1/completions", body=BODY,
               headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
     r = c.getresponse()
@@ -142,15 +143,33 @@ def one(port: int, conn: http.client.HTTPConnection | None) -> tuple[float, floa
     return first - t0, time.perf_counter() - t0
 
 
-def wait_ready(port: int, deadline_s: float = 60) -> None:
+def wait_ready(port: int, deadline_s: float = 60, host: str = "127.0.0.1") -> None:
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         try:
-            one(port, None)
+            one(port, None, host)
             return
         except (OSError, RuntimeError, http.client.HTTPException):
             time.sleep(0.3)
-    raise SystemExit(f"nothing answers a completion on 127.0.0.1:{port} within {deadline_s:g} s")
+    raise SystemExit(f"nothing answers a completion on {host}:{port} within {deadline_s:g} s")
+
+
+#: The arm of a pool's router: the same vllm-router behind checks/router_entry.py's front, which a pool's
+#: router container runs on the router's address (vllm-router itself on loopback, the same port).
+FRONT = "router + pool's front"
+FRONT_HOST = "127.0.0.3"
+
+
+def front_main(port: int) -> None:
+    """checks/router_entry.py's front on FRONT_HOST:PORT, passing on to vllm-router on 127.0.0.1:PORT."""
+    import importlib.util
+    import threading
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "checks", "router_entry.py")
+    spec = importlib.util.spec_from_file_location("router_entry", path)
+    entry = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(entry)
+    entry.run_front(entry.Front("127.0.0.1", port, "[]"), FRONT_HOST, threading.Event())
 
 
 def free_port() -> int:
@@ -209,6 +228,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     st.add_argument("port", type=int)
     st.add_argument("--no-nodelay", action="store_true")
     st.add_argument("--itl-ms", type=float, default=0.0)
+    fr = sub.add_parser("front")
+    fr.add_argument("port", type=int)
     ap.add_argument("--router", default="vllm-router", help="the vllm-router executable")
     ap.add_argument("--requests", type=int, default=1000, help="per arm")
     ap.add_argument("--block", type=int, default=25, help="requests per arm before the next arm's turn")
@@ -241,26 +262,30 @@ def start(a: argparse.Namespace, procs: list[subprocess.Popen]) -> tuple[list[in
         argv_ = router_argv(a.router, port, stubs, SETTINGS[name])
         procs.append(subprocess.Popen(argv_, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         arms.append(Arm(name, port, argv_))
+        if name == "router (bootstrap's)":  # and the same router behind a pool's front
+            argv_ = (sys.executable, "-m", "perf.router_cost", "front", str(port))
+            procs.append(subprocess.Popen(argv_, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+            arms.append(Arm(FRONT, port, argv_, FRONT_HOST))
     for arm in arms[1:]:
-        wait_ready(arm.port)
+        wait_ready(arm.port, host=arm.host)
     return stubs, arms
 
 
 def measure(a: argparse.Namespace, arms: list[Arm]) -> float:
     """Warm every arm alike, then a.requests per arm in blocks of a.block, arm after arm; the seconds it took."""
     def conn(arm: Arm) -> http.client.HTTPConnection | None:
-        return http.client.HTTPConnection("127.0.0.1", arm.port, timeout=10) if a.keepalive else None
+        return http.client.HTTPConnection(arm.host, arm.port, timeout=10) if a.keepalive else None
 
     conns = {arm.name: conn(arm) for arm in arms}
     for arm in arms:
         for _ in range(20):
-            one(arm.port, conns[arm.name])
+            one(arm.port, conns[arm.name], arm.host)
     t0 = time.monotonic()
     while len(arms[-1].total) + arms[-1].failed < a.requests:
         for arm in arms:
             for _ in range(min(a.block, a.requests - len(arm.total) - arm.failed)):
                 try:
-                    f, t = one(arm.port, conns[arm.name])
+                    f, t = one(arm.port, conns[arm.name], arm.host)
                     arm.ttft.append(f)
                     arm.total.append(t)
                 except (OSError, RuntimeError, http.client.HTTPException):
@@ -271,6 +296,8 @@ def measure(a: argparse.Namespace, arms: list[Arm]) -> float:
 
 #: Issue 53.3's targets for the router's own cost (TTFT through it minus alone, per percentile), ms.
 TARGETS = ((50, 2.0), (99, 10.0))
+#: Issue 67's for the pool's front (TTFT through router and front minus the router alone, p50), ms.
+FRONT_TARGET = 1.0
 
 
 def checks(arms: list[Arm]) -> list[V.Check]:
@@ -284,6 +311,13 @@ def checks(arms: list[Arm]) -> list[V.Check]:
                                       unit=" ms"))
         else:
             out.append(V.Check(name, "<=", limit, (pct(router.ttft, q) - pct(arms[0].ttft, q)) * 1e3, unit=" ms"))
+    front = next((x for x in arms if x.name == FRONT), None)
+    name = "pool's front TTFT +p50 (router and front minus router)"
+    if router is None or front is None or not front.ttft or not router.ttft:
+        out.append(V.not_measured(name, "<=", FRONT_TARGET, "the router as bootstrap runs it was not among --settings",
+                                  unit=" ms"))
+    else:
+        out.append(V.Check(name, "<=", FRONT_TARGET, (pct(front.ttft, 50) - pct(router.ttft, 50)) * 1e3, unit=" ms"))
     return out
 
 
@@ -311,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     if a.cmd == "stub":
         stub_main(a.port, not a.no_nodelay, a.itl_ms / 1e3)
+        return 0
+    if a.cmd == "front":
+        front_main(a.port)
         return 0
     procs: list[subprocess.Popen] = []
     try:

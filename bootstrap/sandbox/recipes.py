@@ -301,6 +301,21 @@ python -c 'import inspect; from vllm.distributed.device_communicators.shm_broadc
 d = inspect.signature(S).parameters["busy_loop_s"].default; print("busy_loop_s", d); assert d == {SPIN_SECONDS}'
 """
 
+#: The sandbox's fourth change, to NIXL (vLLM's NixlConnector, the disaggregated fleet's KV transfer):
+#: NIXL 1.5.1's Python API makes every agent with `pthrDelay = 0`, so its progress thread polls without
+#: pause and holds a core per engine even while nothing moves (perf/nixl_idle.py in this image, --cpus 2:
+#: 100 % of a core with vLLM's agent settings, 0.1 % without the progress thread). A rack gives each engine
+#: cores of its own; the sandbox's three PD engines share this machine's 2 cores with everything else. Here
+#: the thread waits 1 ms between passes: 3.0 % of a core idle (10 ms: 0.7 %), and a READ of four 128-KiB
+#: blocks between two containers (perf/nixl_read.py) 2.3-3.1 ms against 1.7-2.6 ms unpaced; with the
+#: thread off entirely (the only switch vLLM passes) READs took ~500 ms each. Measured 2026-12-07.
+NIXL_PTHR_DELAY_US = "1000"
+NIXL_PACE_SCRIPT = f"""\
+F=$(python -c 'import nixl._api as a; print(a.__file__)')
+sed -i 's/^\\( *agent_config.pthrDelay = \\)0$/\\1{NIXL_PTHR_DELAY_US}/' "$F"
+grep -qx '        agent_config.pthrDelay = {NIXL_PTHR_DELAY_US}' "$F"
+"""
+
 #: The sandbox's third change: vLLM's CPU platform forces `spawn` for its processes (cpu.py sets
 #: VLLM_WORKER_MULTIPROC_METHOD in its config check; GPU platforms default to `fork`), so the engine
 #: core and every worker import torch and vLLM again: three imports in a row per start, 22-25 s each
@@ -543,7 +558,12 @@ def vllm_stages(wheels: Path) -> list[Stage]:
         files=tuple((f, _read(f)) for f in ("make_tiny_model.py", "make_tiny_extra.py")),
         changes=(f"LABEL bootstrap.sandbox.models={TINY_MODEL_DIR},{TINY_QWEN_DIR},{TINY_LORA_DIR}",),
     )
-    return [apt, torch, pip, model, router, monitor, nixl, vip, spin, fork, amx, models]
+    pace = Stage(
+        name="vllm-nixlpace", repo=VLLM_REPO, tag_prefix="pace-",
+        parent=models.ref, script=NIXL_PACE_SCRIPT, inputs=(NIXL_PTHR_DELAY_US,),
+        changes=(f"LABEL bootstrap.sandbox.nixl-pthr-delay-us={NIXL_PTHR_DELAY_US}",),
+    )
+    return [apt, torch, pip, model, router, monitor, nixl, vip, spin, fork, amx, models, pace]
 
 
 def cuda_shaped_stage(vllm_ref: str) -> Stage:

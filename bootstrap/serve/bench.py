@@ -67,8 +67,9 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
 
 
 def discover_model(url: str, timeout: float = 30, api_key: str | None = None) -> str:
-    """The first model id that GET {url}/v1/models lists; BenchError when there is none, or when a
-    pool's router lists several (vllm-router's multi-model answer, {"models": [names]})."""
+    """The model GET {url}/v1/models lists (an adapter, which names its `parent`, is not one); BenchError
+    when there is none, or when a pool's router lists several (its front's OpenAI list, or vllm-router's
+    own {"models": [names]} from a router made before the front)."""
     conn, base = _connection(url, timeout)
     try:
         conn.request("GET", f"{base}/v1/models", headers={"Accept": "application/json", **auth_headers(api_key)})
@@ -79,7 +80,8 @@ def discover_model(url: str, timeout: float = 30, api_key: str | None = None) ->
         data = json.loads(body)
         pool = data.get("models") if isinstance(data.get("models"), list) else None
         models = ([m for m in pool if isinstance(m, str) and m] if pool is not None else
-                  [m.get("id") for m in data.get("data", []) if isinstance(m, dict) and m.get("id")])
+                  [m.get("id") for m in data.get("data", []) if isinstance(m, dict) and m.get("id")
+                   and not m.get("parent")])
     except BenchError:
         raise
     except (OSError, http.client.HTTPException, ValueError, AttributeError) as exc:
@@ -88,7 +90,7 @@ def discover_model(url: str, timeout: float = 30, api_key: str | None = None) ->
         conn.close()
     if not models:
         raise BenchError(f"bench: {url} serves no model (GET /v1/models listed none); pass --model")
-    if pool is not None and len(models) > 1:  # a pool's router (vllm-router's multi-model mode): no first one
+    if len(models) > 1:  # a pool's router: no first one
         raise BenchError(f"bench: {url} serves several models ({', '.join(models)}): pass --model NAME")
     return models[0]
 

@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import openai
 import pytest
 import yaml
 
@@ -75,9 +76,20 @@ def post(url, body, timeout=120, key=None):
         return e.code, json.loads(e.read() or b"{}")
 
 
-def get(url, timeout=10):
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return json.loads(resp.read())
+def client(endpoint, key="none"):
+    """OpenAI's own Python client on the endpoint (it sends a key always: "none" opens what asks none)."""
+    return openai.OpenAI(base_url=endpoint, api_key=key, max_retries=0, timeout=30)
+
+
+def listed(endpoint, key=None):
+    """The ids `models.list()` gives with KEY; None: with every key of the pool, merged."""
+    ids = set()
+    for k in [key] if key is not None else ["none", *KEYS.values()]:
+        try:
+            ids |= {m.id for m in client(endpoint, k).models.list().data}
+        except openai.AuthenticationError:
+            pass
+    return sorted(ids)
 
 
 def routed_names(sb) -> set[str]:
@@ -94,7 +106,24 @@ def test_one_endpoint_routes_each_model_to_its_own_replicas(pool):
     placed = [(r["model"], [h["host"] for h in r["hosts"]]) for r in plan["replicas"]]
     assert placed == [("chat", ["node1"]), ("chat", ["node2"]), ("coder", ["node3", "node4"])]
     assert plan["models"] == ["chat", "coder"]
-    assert sorted(get(endpoint + "/models")["models"]) == ["chat", "chat-lora", "coder"]
+    # OpenAI's client lists each model and adapter with a healthy replica that its key opens (issue 67)
+    assert listed(endpoint, "none") == ["chat", "chat-lora"]  # coder asks for its own key
+    assert listed(endpoint, KEYS["coder"]) == ["chat", "chat-lora", "coder"]
+    assert listed(endpoint, KEYS["coder-b"]) == ["chat", "chat-lora"]
+    assert client(endpoint).models.retrieve("chat-lora").model_extra["parent"] == "chat"
+    with pytest.raises(openai.NotFoundError):
+        client(endpoint, KEYS["coder"]).models.retrieve("no-such-model")
+    coder = client(endpoint, KEYS["coder"]).completions.create(model="coder", prompt=PROMPT, max_tokens=2)
+    assert coder.model == "coder" and coder.choices[0].text, coder
+    with pytest.raises(openai.AuthenticationError):
+        client(endpoint).completions.create(model="coder", prompt=PROMPT, max_tokens=2)
+    chat = client(endpoint).chat.completions.create(model="chat", max_tokens=4, messages=[
+        {"role": "user", "content": PROMPT}], extra_body={"ignore_eos": True})
+    assert chat.model == "chat" and chat.choices[0].message.role == "assistant", chat
+    pieces = [c.choices[0].delta.content for c in client(endpoint).chat.completions.create(
+        model="chat-lora", max_tokens=4, stream=True, messages=[{"role": "user", "content": PROMPT}],
+        extra_body={"ignore_eos": True}) if c.choices]
+    assert len(pieces) >= 4, pieces  # streamed through router and front, a chunk per token
     texts = {}
     urls = {m: [r["url"] for r in plan["replicas"] if r["model"] == m] for m in ("chat", "coder")}
     urls["chat-lora"] = urls["chat"]  # the adapter is served by its model's replicas
@@ -148,6 +177,8 @@ def test_a_killed_replica_of_one_model_leaves_the_other_models_requests_whole(po
         killed = time.time()
         on_node(sb.nodes[0], "docker", "kill", SERVE)
         time.sleep(20)
+        # a dead worker of chat (the router has marked it by now) leaves the list whole: chat has another
+        assert listed(endpoint) == ["chat", "chat-lora", "coder"]
     assert coder.samples and not coder.failed(), coder.failed()[:3]
     late = [s for s in chat.samples if s.started >= killed + 10]
     assert late and all(s.ok for s in late), [s for s in late if not s.ok][:3]  # chat's other replica serves
@@ -165,16 +196,16 @@ def test_an_adapter_is_added_and_removed_at_runtime_without_a_restart_or_a_faile
         assert r.returncode == 0, r.stderr[-2000:]
         assert "chat-sql loaded on every replica of chat; routed by node1" in r.stdout, r.stdout
         assert complete(endpoint, PROMPT, model="chat-sql") == lora_text  # the same weights, another name
-        assert sorted(get(endpoint + "/models")["models"]) == ["chat", "chat-lora", "chat-sql", "coder"]
+        assert listed(endpoint) == ["chat", "chat-lora", "chat-sql", "coder"]  # OpenAI's client sees it
         assert "chat-sql" in routed_names(sb)  # a router restarted later routes it too
-        listed = json.loads(cli("adapter", "list", "-i", inv, "chat", "--json").stdout)
-        assert [sorted(a["name"] for a in r["adapters"]) for r in listed["replicas"]] == [["chat-lora", "chat-sql"]] * 2
+        shown = json.loads(cli("adapter", "list", "-i", inv, "chat", "--json").stdout)
+        assert [sorted(a["name"] for a in r["adapters"]) for r in shown["replicas"]] == [["chat-lora", "chat-sql"]] * 2
         r = cli("adapter", "remove", "-i", inv, "chat", "chat-sql")
         assert r.returncode == 0, r.stderr[-2000:]
         code, doc = post(endpoint + "/completions", {"model": "chat-sql", "prompt": PROMPT, "max_tokens": 2},
                          key=KEYS["coder"])  # a name no replica serves may reach coder's, which asks for its key
         assert code == 404, (code, doc)
-        assert sorted(get(endpoint + "/models")["models"]) == ["chat", "chat-lora", "coder"]
+        assert wait_models(endpoint, ["chat", "chat-lora", "coder"], 30) == ["chat", "chat-lora", "coder"]
         assert routed_names(sb) == {"chat", "chat-lora", "coder"}
         assert complete(endpoint, PROMPT, model="chat-lora") == lora_text  # the inventory's adapter stays
     assert chat.samples and not chat.failed(), chat.failed()[:3]
@@ -188,17 +219,8 @@ def test_a_router_killed_behind_bootstraps_back_comes_back_with_every_models_wor
     sb, inv, served = pool
     endpoint = endpoint_of(served.stdout)
     on_node(sb.nodes[0], "docker", "kill", ROUTER)
-    t0 = time.monotonic()
-    models = None
-    while time.monotonic() - t0 < 120:  # the keeper starts it again; its entry adds the workers
-        try:
-            models = get(endpoint + "/models", timeout=3).get("models")
-            if sorted(models or []) == ["chat", "chat-lora", "coder"]:
-                break
-        except (OSError, ValueError):
-            pass
-        time.sleep(1)
-    assert sorted(models or []) == ["chat", "chat-lora", "coder"], models
+    # the keeper starts it again; its entry adds the workers
+    assert wait_models(endpoint, ["chat", "chat-lora", "coder"]) == ["chat", "chat-lora", "coder"]
     for model in ("chat", "chat-lora", "coder"):
         code, doc = post(endpoint + "/completions", {"model": model, "prompt": PROMPT, "max_tokens": 2})
         assert code == 200 and doc["model"] == model, (model, code, doc)
@@ -305,14 +327,15 @@ def started_at(nodes):
 
 
 def wait_models(endpoint, want, deadline=120):
+    """What OpenAI's client lists (every key's, merged) once it is WANT, or at the deadline."""
     models = None
     t0 = time.monotonic()
     while time.monotonic() - t0 < deadline:
         try:
-            models = sorted(get(endpoint + "/models", timeout=3).get("models") or [])
+            models = listed(endpoint)
             if models == want:
                 break
-        except (OSError, ValueError):
+        except openai.APIError:
             pass
         time.sleep(1)
     return models

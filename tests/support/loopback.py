@@ -4,8 +4,11 @@ import http.server
 import threading
 
 
-def reply(handler: http.server.BaseHTTPRequestHandler, body: bytes, code: int = 200) -> None:
+def reply(handler: http.server.BaseHTTPRequestHandler, body: bytes, code: int = 200,
+          content_type: str | None = None) -> None:
     handler.send_response(code)
+    if content_type:
+        handler.send_header("Content-Type", content_type)
     handler.send_header("Content-Length", str(len(body)))
     handler.end_headers()
     handler.wfile.write(body)
