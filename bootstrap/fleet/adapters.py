@@ -35,6 +35,10 @@ class AdapterResult:
 
 def check(inv: Inventory, action: str, model: str, name: str | None, source: str | None) -> ServedModel:
     """What `adapter` refuses before any host is contacted."""
+    if not inv.models:  # one model: its adapters are vLLM's own flags, given at start
+        raise FleetError(f"{inv.path} has no models: section: adapters at runtime are a pool model's; one model "
+                         "takes its adapters at start: bootstrap serve MODEL -- --enable-lora --lora-modules "
+                         "NAME=SOURCE (docs/models.md, LoRA adapters)")
     m, _ = FP.pool_model(inv, model)
     if action == "list":
         return m

@@ -333,6 +333,8 @@ def test_adapter_on_a_model_without_lora_or_outside_a_pool_is_refused(tmp_path):
                           "  - {name: b, address: 192.0.2.2}\n", "fleet.yaml")
     r = CliRunner().invoke(main, ["adapter", "list", "-i", str(one), "chat"])
     assert r.exit_code == 2 and "has no models: section" in r.output, r.output
+    # and says how one model takes adapters (issue 67: "a single model cannot take a LoRA adapter")
+    assert "bootstrap serve MODEL -- --enable-lora --lora-modules NAME=SOURCE" in r.output, r.output
 
 
 def test_the_scrape_and_top_say_which_model_each_replica_serves(tmp_path):
