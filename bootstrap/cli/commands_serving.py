@@ -244,8 +244,9 @@ def _adapter(inventory, parallel, action, model, name, source, as_json):
 @main.command()
 @host_options
 @click.argument("host", callback=check_name)
-@click.option("--timeout", type=SECONDS, default=120.0, show_default=True,
-              help="Seconds the replica's requests in flight may take to finish.")
+@click.option("--timeout", "--drain-timeout", "timeout", type=SECONDS, default=120.0, show_default=True,
+              help="Seconds the replica's requests in flight may take to finish (--drain-timeout, as serve "
+                   "and rollout call it, is the same).")
 @json_option
 def drain(inventory, parallel, host, timeout, as_json):
     """Take HOST's replica out of every router for maintenance, and wait until its requests finish.
