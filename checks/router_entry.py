@@ -203,6 +203,7 @@ class Front:
 
     def __init__(self, inner, port, workers_arg):
         self.inner, self.port, self.workers_arg = inner, port, workers_arg
+        self.relays = set()  # the answers being passed back (asyncio holds its tasks weakly)
 
     async def ask(self, path):
         """GET PATH of vllm-router: (status, parsed JSON)."""
@@ -263,7 +264,9 @@ class Front:
                     continue
                 if up is None:
                     ureader, up = await asyncio.open_connection(self.inner, self.port)
-                    asyncio.ensure_future(relay(ureader, cwriter))
+                    task = asyncio.ensure_future(relay(ureader, cwriter))
+                    self.relays.add(task)
+                    task.add_done_callback(self.relays.discard)
                 up.write(head)
                 length = headers.get("content-length")
                 if "transfer-encoding" in headers or "upgrade" in headers or "expect" in headers or (
