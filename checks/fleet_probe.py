@@ -68,6 +68,21 @@ def complete(url, model):
                  {"model": model, "prompt": "Hello", "max_tokens": 1, "temperature": 0}, timeout=120, model=model)
 
 
+def answers(url, model):
+    """None once `model` answers a real request, else why not: a one-token completion, or, where vLLM
+    refuses completions for it (a pooling model: `--runner pooling`), an embedding of one word."""
+    code, body = complete(url, model)
+    if code == 200 and json.loads(body).get("choices"):
+        return None
+    why = f"completion of {model} answered {code}: {body[:200].decode(errors='replace')}"
+    if code not in (400, 404, 405):
+        return why
+    code, body = keyed("POST", url + "/v1/embeddings", {"model": model, "input": "Hello"}, timeout=120, model=model)
+    if code == 200 and json.loads(body).get("data"):
+        return None
+    return f"{why}; embedding of it answered {code}: {body[:200].decode(errors='replace')}"
+
+
 def http(method, url, body=None, timeout=5.0, key=None):
     data = json.dumps(body).encode() if body is not None else None
     headers = {"Content-Type": "application/json"} if data else {}
@@ -188,7 +203,7 @@ def listed(url):
 
 
 def ready(url, deadline, exited=None):
-    """Until the API server answers a real completion, or DEADLINE s; with EXITED (the member
+    """Until the API server answers a real request of each model it lists (answers), or DEADLINE s; with EXITED (the member
     supervisor's file), a vLLM that exits meanwhile ends the wait at once: the supervisor starts it
     again, and a spec vLLM refuses would be waited for until the deadline."""
     start, err = time.monotonic(), None
@@ -202,9 +217,8 @@ def ready(url, deadline, exited=None):
             if code == 200:
                 models, each = served(listed(url))
                 for model in each:
-                    code, body = complete(url, model)
-                    if code != 200 or not json.loads(body).get("choices"):
-                        err = f"completion of {model} answered {code}: {body[:200].decode(errors='replace')}"
+                    err = answers(url, model)
+                    if err:
                         break
                 else:
                     return {"ready": True, "models": models, "t": round(time.monotonic() - start, 2)}

@@ -402,12 +402,7 @@ def check_own_words(ctx: click.Context, positional: int, example: str) -> None:
     """Every word before `--` must be bootstrap's: one of its options (with its value) or one of its
     `positional` arguments. Anything else is refused with one line naming it (with the option it
     resembles), before any host is touched: vLLM's flags go after `--` only."""
-
-    opts: dict[str, click.Option] = {}
-    for p in ctx.command.params:
-        if isinstance(p, click.Option):
-            for o in (*p.opts, *p.secondary_opts):
-                opts[o] = p
+    opts = option_table(ctx.command)
     words = ctx.meta.get(BEFORE_DASHDASH, ())
     seen, i = 0, 0
     while i < len(words):
@@ -432,12 +427,16 @@ def check_own_words(ctx: click.Context, positional: int, example: str) -> None:
             raise click.UsageError(f"unexpected argument {w!r}: arguments for vLLM go after --, e.g. {example}")
 
 
+def option_table(cmd: click.Command) -> dict[str, click.Option]:
+    """Every spelling of each of the command's options (-i, --inventory, --no-dp, ...) -> the option."""
+    return {o: p for p in cmd.params if isinstance(p, click.Option) for o in (*p.opts, *p.secondary_opts)}
+
+
 def resembles(ctx: click.Context, flag: str) -> str:
     """" (did you mean --stop?)" where `flag` is close to one of this command's long options, else ""."""
     import difflib
 
-    longs = [o for p in ctx.command.params if isinstance(p, click.Option) for o in (*p.opts, *p.secondary_opts)
-             if o.startswith("--")]
+    longs = [o for o in option_table(ctx.command) if o.startswith("--")]
     close = difflib.get_close_matches(flag.split("=", 1)[0], longs, n=1, cutoff=0.75)
     return f" (did you mean {close[0]}?)" if close else ""
 

@@ -38,6 +38,8 @@ class Router:
         self.names = ["chat", "sql-lora", "coder"]
         self.healthy = {CHAT_A: True, CHAT_B: True, CODER: True}
         self.seen: list[tuple[str, str, bytes]] = []
+        self.pooling: set[str] = set()  # models that embed and do not complete
+        self.broken: set[str] = set()  # models that do neither
 
 
 def stub(router: Router) -> http.server.ThreadingHTTPServer:
@@ -65,6 +67,16 @@ def stub(router: Router) -> http.server.ThreadingHTTPServer:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             router.seen.append(("POST", self.path, body))
             doc = json.loads(body)
+            if self.path == "/v1/embeddings" and doc.get("model") in router.broken:
+                self.send(400, {"error": {"message": "broken", "code": 400}})
+                return
+            if self.path == "/v1/embeddings":
+                self.send(200, {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.5]}],
+                                "model": doc["model"]})
+                return
+            if doc.get("model") in router.pooling:  # vLLM's answer for a pooling model
+                self.send(404, {"error": {"message": "The model does not support Completions API", "code": 404}})
+                return
             if not doc.get("stream"):
                 self.send(200, {"id": "c1", "object": "text_completion", "created": 1, "model": doc.get("model"),
                                 "choices": [{"index": 0, "text": "echo:" + str(doc.get("prompt")),
@@ -222,3 +234,21 @@ def test_what_reads_the_list_completes_each_model_and_no_adapter_and_bench_asks_
         discover_model(base)
     router.names = ["chat", "sql-lora"]
     assert discover_model(base) == "chat"
+
+
+def test_the_gate_takes_an_embedding_from_a_pooling_model_and_a_completion_from_the_others(front):
+    """A pool model served with `--runner pooling` answers embeddings only: the gate (fleet_probe
+    ready, through the router) asks it for one where vLLM refuses its completion; the OpenAI client's
+    embeddings pass through the front like any other request."""
+    base, router, _ = front
+    router.pooling = {"coder"}
+    probe = load_check("fleet_probe")
+    got = probe.ready(base, 20)
+    assert got["ready"] is True and got["models"] == ["chat", "sql-lora", "coder"], got
+    asked = [(p, json.loads(b)["model"]) for m, p, b in router.seen if m == "POST"]
+    assert asked == [("/v1/completions", "chat"), ("/v1/completions", "coder"), ("/v1/embeddings", "coder")]
+    vec = client(base).embeddings.create(model="coder", input="hi")
+    assert vec.data[0].embedding == [0.5] and vec.model == "coder"
+    router.broken = {"coder"}  # refuses both: the gate says both answers
+    why = probe.answers(base, "coder")
+    assert "completion of coder answered 404" in why and "embedding of it answered 400" in why, why

@@ -29,8 +29,8 @@ CHAT, CODER, LORA = "/opt/models/tiny-llama", "/opt/models/tiny-qwen", "/opt/mod
 PROMPT = "The quick brown fox"
 ROUTER, SERVE = "bootstrap-vllm-router", "bootstrap-vllm-serve"
 #: each model's own API key (models[].api_key; chat has none): a secret of the environment, made per run
-KEYS = {"coder": "coder-" + secrets.token_hex(8), "coder-b": "coder-b-" + secrets.token_hex(8)}
-KEY_VARS = {"coder": "CODER_KEY", "coder-b": "CODER_B_KEY"}
+KEYS = {"coder": "coder-" + secrets.token_hex(8), "embed": "embed-" + secrets.token_hex(8)}
+KEY_VARS = {"coder": "CODER_KEY", "embed": "EMBED_KEY"}
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def test_one_endpoint_routes_each_model_to_its_own_replicas(pool):
     # OpenAI's client lists each model and adapter with a healthy replica that its key opens (issue 67)
     assert listed(endpoint, "none") == ["chat", "chat-lora"]  # coder asks for its own key
     assert listed(endpoint, KEYS["coder"]) == ["chat", "chat-lora", "coder"]
-    assert listed(endpoint, KEYS["coder-b"]) == ["chat", "chat-lora"]
+    assert listed(endpoint, KEYS["embed"]) == ["chat", "chat-lora"]
     assert client(endpoint).models.retrieve("chat-lora").model_extra["parent"] == "chat"
     with pytest.raises(openai.NotFoundError):
         client(endpoint, KEYS["coder"]).models.retrieve("no-such-model")
@@ -145,7 +145,7 @@ def test_one_endpoint_routes_each_model_to_its_own_replicas(pool):
     body = {"model": "coder", "prompt": PROMPT, "max_tokens": 2}
     for url in (endpoint, urls["coder"][0] + "/v1"):
         assert post(url + "/completions", body, key="")[0] == 401
-        assert post(url + "/completions", body, key=KEYS["coder-b"])[0] == 401
+        assert post(url + "/completions", body, key=KEYS["embed"])[0] == 401
     assert post(endpoint + "/completions", {"model": "chat", "prompt": PROMPT, "max_tokens": 2}, key="")[0] == 200
     r = cli("bench", "-i", inv, "--model", "coder", "-n", "4", "--max-tokens", "4", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["failed"] == 0, (r.stdout[-1500:], r.stderr[-1500:])
@@ -343,7 +343,8 @@ def wait_models(endpoint, want, deadline=120):
 
 def test_serve_converges_the_pool_to_an_edited_models_section_and_leaves_the_rest_serving(pool):
     """`serve -i INV` on a pool that serves: unchanged, it touches nothing; after the user reshapes the
-    coder (one node instead of two) and adds a model on the freed host, it says what changes, asks (no
+    coder (one node instead of two) and adds a model on the freed host (a pooling model, `embed`, whose
+    embeddings OpenAI's client gets through the same endpoint), it says what changes, asks (no
     terminal here: --yes), replaces only those replicas while the chat model's requests all succeed, and
     a router restarted afterwards adds the new model's worker again (its workers file was rewritten)."""
     sb, inv, served = pool
@@ -359,8 +360,10 @@ def test_serve_converges_the_pool_to_an_edited_models_section_and_leaves_the_res
     assert started_at(sb.nodes) == before  # nothing restarted
     doc = yaml.safe_load(Path(inv).read_text())
     doc["models"][1].pop("nodes")
-    doc["models"].append({"name": "coder-b", "source": CODER, "args": FLAGS, "api_key": "CODER_B_KEY"})
-    doc["cluster"]["secrets"].append("CODER_B_KEY")  # a model's own key: the other models' replicas are kept
+    # a pooling model (vLLM's --runner pooling: embeddings, no completions) with a key of its own
+    doc["models"].append({"name": "embed", "source": CODER, "args": [*FLAGS, "--runner", "pooling"],
+                          "api_key": "EMBED_KEY"})
+    doc["cluster"]["secrets"].append("EMBED_KEY")  # a model's own key: the other models' replicas are kept
     Path(inv).write_text(yaml.safe_dump(doc))
     r = cli("serve", "-i", inv)
     assert r.returncode == 2 and "No terminal to ask: pass --yes" in r.stderr, r.stderr
@@ -369,19 +372,24 @@ def test_serve_converges_the_pool_to_an_edited_models_section_and_leaves_the_res
         r = cli("serve", "-i", inv, "--yes")
     assert r.returncode == 0, r.stderr[-3000:]
     changes = [ln.split(":", 2)[1].split() for ln in r.stdout.splitlines() if ln.startswith("change: ")]
-    assert changes == [["keep", "chat"], ["keep", "chat"], ["replace", "coder"], ["replace", "coder-b"]], r.stdout
+    assert changes == [["keep", "chat"], ["keep", "chat"], ["replace", "coder"], ["replace", "embed"]], r.stdout
     assert chat.samples and not chat.failed(), chat.failed()[:3]
     after = started_at(sb.nodes)
     assert [after[n] == before[n] for n in ("node1", "node2", "node3", "node4")] == [True, True, False, False]
-    assert wait_models(endpoint, ["chat", "chat-lora", "coder", "coder-b"], 30) == [
-        "chat", "chat-lora", "coder", "coder-b"]
-    for model in ("coder", "coder-b", "chat-lora"):
+    assert wait_models(endpoint, ["chat", "chat-lora", "coder", "embed"], 30) == [
+        "chat", "chat-lora", "coder", "embed"]
+    for model in ("coder", "chat-lora"):
         code, body = post(endpoint + "/completions", {"model": model, "prompt": PROMPT, "max_tokens": 2})
         assert code == 200 and body["model"] == model, (model, code, body)
+    # the pooling model's embeddings through the same endpoint, with OpenAI's client and embed's own key
+    vectors = client(endpoint, KEYS["embed"]).embeddings.create(model="embed", input=[PROMPT, "def fib(n):"])
+    assert vectors.model == "embed" and len(vectors.data) == 2 and len(vectors.data[0].embedding) > 8, vectors
+    with pytest.raises(openai.AuthenticationError):
+        client(endpoint, KEYS["coder"]).embeddings.create(model="embed", input=PROMPT)
     on_node(sb.nodes[0], "docker", "kill", ROUTER)  # back by its restart policy or the keeper: from its file
-    assert wait_models(endpoint, ["chat", "chat-lora", "coder", "coder-b"]) == [
-        "chat", "chat-lora", "coder", "coder-b"]
-    # coder-b removed from models: (node4 stays in the pool, idle): only it is drained and stopped
+    assert wait_models(endpoint, ["chat", "chat-lora", "coder", "embed"]) == [
+        "chat", "chat-lora", "coder", "embed"]
+    # embed removed from models: (node4 stays in the pool, idle): only it is drained and stopped
     kept = started_at(sb.nodes[:3])
     doc["models"].pop()
     Path(inv).write_text(yaml.safe_dump(doc))
@@ -389,8 +397,8 @@ def test_serve_converges_the_pool_to_an_edited_models_section_and_leaves_the_res
         r = cli("serve", "-i", inv, "--yes")
     assert r.returncode == 0, r.stderr[-3000:]
     changes = [ln.split(":", 2)[1].split() for ln in r.stdout.splitlines() if ln.startswith("change: ")]
-    assert changes == [["keep", "chat"], ["keep", "chat"], ["keep", "coder"], ["remove", "coder-b"],
-                       ["stop", "coder-b"]], r.stdout
+    assert changes == [["keep", "chat"], ["keep", "chat"], ["keep", "coder"], ["remove", "embed"],
+                       ["stop", "embed"]], r.stdout
     assert coder.samples and not coder.failed(), coder.failed()[:3]
     assert started_at(sb.nodes[:3]) == kept
     gone = on_node(sb.nodes[3], "docker", "ps", "-a", "--format", "{{.Names}}").stdout.split()
