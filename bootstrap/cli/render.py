@@ -189,9 +189,8 @@ def status(inv, st, as_json: bool) -> None:
         t.add_column(col)
     for r in rows:
         cont = _escape(r.container) if r.reachable else "[red]unreachable[/]"
-        told = r.ray_alive or (r.reachable and not st.ray_error)
         t.add_row(_escape(r.host), _escape(r.ip), _escape(r.role), cont, _alive_cell(r, st.ray_error),
-                  f"{r.gpus:g}" if r.ray_alive else ("-" if told else "?"), _escape(r.error[:120]))
+                  f"{r.gpus:g}" if r.ray_alive else ("-" if _known(r, st.ray_error) else "?"), _escape(r.error[:120]))
     out.print(t)
     for line in _status_lines(inv, st):
         out.print(line)
@@ -202,7 +201,13 @@ def _alive_cell(r, ray_error: str) -> str:
     answer, or Ray's view could not be read from the head): never "no" for "not known"."""
     if r.ray_alive:
         return "[green]alive[/]"
-    return "[red]no[/]" if r.reachable and not ray_error else "[yellow]unknown[/]"
+    return "[red]no[/]" if _known(r, ray_error) else "[yellow]unknown[/]"
+
+
+def _known(r, ray_error: str) -> bool:
+    """Whether anyone could tell this node's state: Ray says it is alive, or the host answered and Ray's
+    view was read."""
+    return r.ray_alive or (r.reachable and not ray_error)
 
 
 def exposure(inv, found, as_json: bool) -> None:

@@ -67,16 +67,18 @@ def load_inventory(
     if not collect:
         return _load(path, environ, check_files, require_secrets)
     found: list[InventoryError] = []
-    token = V.FOUND.set(found)
+    alone: list[InventoryError] = []
+    token, token_alone = V.FOUND.set(found), V.ALONE.set(alone)
     try:
         return _load(path, environ, check_files, require_secrets)
     except Exception as exc:  # noqa: BLE001 -- after a field error, what fails next may follow from it
-        if isinstance(exc, InventoryError) and found and all(getattr(e, "standalone", False) for e in found):
+        if isinstance(exc, InventoryError) and found and len(alone) == len(found):
             found.append(exc)  # only secrets and key files failed before it (values.gathered): it stands
         elif not found:
             raise
     finally:
         V.FOUND.reset(token)
+        V.ALONE.reset(token_alone)
         if found:
             raise InventoryErrors(sorted(found, key=lambda e: (e.line is None, e.line or 0)))
     raise AssertionError("unreachable")  # pragma: no cover

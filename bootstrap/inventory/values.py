@@ -327,6 +327,8 @@ def _check_mapping(
 #: `validate`'s linter run: the field errors found so far, each key of every table checked (None: the first
 #: error stops the load, as for every other command). load_inventory(collect=True) sets it.
 FOUND: contextvars.ContextVar[list[InventoryError] | None] = contextvars.ContextVar("inventory_errors", default=None)
+#: those of FOUND that stand alone (gathered): what fails after them is no consequence of them
+ALONE: contextvars.ContextVar[list[InventoryError] | None] = contextvars.ContextVar("inventory_alone", default=None)
 
 
 @contextlib.contextmanager
@@ -337,11 +339,11 @@ def gathered():
     try:
         yield
     except InventoryError as exc:
-        found = FOUND.get()
-        if found is None:
+        found, alone = FOUND.get(), ALONE.get()
+        if found is None or alone is None:
             raise
-        exc.standalone = True  # what fails after it is no consequence of it (load_inventory keeps going)
         found.append(exc)
+        alone.append(exc)  # load_inventory keeps going past it
 
 
 # What the plain validators take, in words (the inventory reference; see `accepts`).
