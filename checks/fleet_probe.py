@@ -203,9 +203,9 @@ def listed(url):
 
 
 def ready(url, deadline, exited=None):
-    """Until the API server answers a real request of each model it lists (answers), or DEADLINE s; with EXITED (the member
-    supervisor's file), a vLLM that exits meanwhile ends the wait at once: the supervisor starts it
-    again, and a spec vLLM refuses would be waited for until the deadline."""
+    """Until the API server answers a real request of each model it lists (answers), or DEADLINE s;
+    with EXITED (the member supervisor's file), a vLLM that exits meanwhile ends the wait at once: the
+    supervisor starts it again, and a spec vLLM refuses would be waited for until the deadline."""
     start, err = time.monotonic(), None
     since = time.time()
     while time.monotonic() - start < deadline:
