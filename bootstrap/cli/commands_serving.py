@@ -78,6 +78,11 @@ from bootstrap.errors import UsageError
               help="Connect to the hosts, read the model's config.json in the head's container (a model the hub "
                    "does not have is refused here too), print the plan (backend, TP/PP and why, each node's command) "
                    "and stop: nothing is started; secrets need not be set. `bootstrap plan` contacts no host.")
+@click.option("--offline", is_flag=True,
+              help="With --dry-run: plan from the inventory and a config.json on this machine alone (--model-config, "
+                   "or MODEL where it is a folder here), contacting no host; one cluster (cluster.replicas 1).")
+@click.option("--model-config", default=None, metavar="PATH",
+              help="With --offline: the model's config.json (or the folder holding it) to plan the split from.")
 @renamed("--drain", "--drain-timeout", "drain", SECONDS)
 @click.option("--drain-timeout", "drain", type=SECONDS, default=120.0, show_default=True,
               help="Seconds a replica taken out of the routers may take to finish its requests before it stops: "
@@ -85,7 +90,7 @@ from bootstrap.errors import UsageError
 @yes_option
 @json_option
 def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, sync_model, wait, listen,
-          served_model_name, stop, stop_model, dry_run, drain, yes, as_json):
+          served_model_name, stop, stop_model, dry_run, offline, model_config, drain, yes, as_json):
     """Serve MODEL (a Hugging Face id or a path inside the containers) across the cluster.
 
     Defaults: the split is read from the model's config.json: TP = GPUs per node and PP = nodes
@@ -98,12 +103,17 @@ def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, s
     Example: bootstrap serve -i hosts.yaml meta-llama/Llama-3.1-405B-Instruct -- --max-model-len 8192
     """
     check_serve_args(click.get_current_context(), model, extra, stop, dry_run)
+    if offline and not dry_run:
+        raise click.UsageError("--offline plans without the hosts: it goes with --dry-run")
+    if model_config is not None and not offline:
+        raise click.UsageError("--model-config goes with --dry-run --offline (serve reads the model's config on "
+                               "the head)")
     if stop_model is not None and not stop:
         raise click.UsageError("--model NAME goes with --stop (to serve, name MODEL, or run serve with no MODEL on a "
                                "pool of models)")
 
     def go():
-        inv = read_inventory(inventory, require_secrets=not dry_run)
+        inv = read_inventory(inventory, check_files=not offline, require_secrets=not dry_run)
         if stop and not dry_run:
             confirm(face.stop_preview(inv, stop_model), yes)
         if not stop:
@@ -115,7 +125,8 @@ def serve(inventory, parallel, model, extra, tp, pp, dp, ep, all2all, backend, s
         try:
             res = face.serve(inv, model, tp=tp, pp=pp, dp=dp, ep=ep, all2all=all2all, backend=backend, extra=extra,
                              sync_model=sync_model, wait=wait, listen=listen, served_name=served_model_name,
-                             parallel=parallel, stop=stop, dry_run=dry_run, reporter=reporter,
+                             parallel=parallel, stop=stop, dry_run=dry_run, offline=offline,
+                             model_config=model_config, reporter=reporter,
                              on_plan=None if as_json else (lambda plan: render.serve_plans(plan, dry_run)),
                              on_failed=render.serve_failed, drain=drain,
                              on_changes=render.pool_changes(yes or dry_run, as_json), stop_model=stop_model)

@@ -10,14 +10,20 @@ from bootstrap.remote.fanout import DEFAULT_PARALLEL
 
 def serve(inv, model, *, stop: bool = False, dry_run: bool = False, parallel: int = DEFAULT_PARALLEL,
           reporter=None, on_plan=None, on_failed=None, on_changes=None, drain: float = 120.0,
-          stop_model: str | None = None, **opts) -> R.ServeOutcome:
+          stop_model: str | None = None, offline: bool = False, model_config: str | None = None,
+          **opts) -> R.ServeOutcome:
     """`serve` MODEL (stop: stop serving), on the cluster or, with replicas, on every replica and the
     router in front. on_plan(plan) before anything starts (a ServePlan or, with replicas, a FleetPlan);
     on_failed(exc, with_findings) when vLLM does not come up, before the error is raised. A split or
     an option the inventory refuses raises OptionError. A pool of models that serves already is
     converged (fleet/converge.py): on_changes(changes, why) first, drain: seconds a replica taken out
     may take to finish its requests (with stop: every replica, out of the routers before it stops);
-    stop_model: with stop, only that model of the pool (OptionError where the inventory has no such)."""
+    stop_model: with stop, only that model of the pool (OptionError where the inventory has no such).
+    offline (with dry_run): the plan from the inventory and model_config (a config.json here) alone,
+    contacting no host (serve/run.py plan_offline); one cluster only."""
+    if offline:
+        return _plan_offline(inventory(inv, require_secrets=False, check_files=False), model, model_config,
+                             on_plan, opts)
     inv = inventory(inv, require_secrets=not dry_run)
     if stop and stop_model is not None:
         return _stop_model(inv, stop_model, parallel, reporter, drain)
@@ -36,16 +42,38 @@ def serve(inv, model, *, stop: bool = False, dry_run: bool = False, parallel: in
     try:
         res = V.serve(inv, model, parallel=parallel, dry_run=dry_run, on_plan=on_plan, reporter=reporter, **opts)
     except ModelSplitError as exc:
-        msg = str(exc)
-        given = [opts.get(k) is not None for k in ("tp", "pp", "dp")]
-        if any(given) and msg.startswith(("TP=", "DP=")):  # the split the user's option asked for
-            msg = f"{'--dp' if given[2] else '--tp/--pp'}: {msg}"
-        raise R.OptionError(msg) from None
+        raise _split_refused(exc, opts) from None
     except ServeFailed as exc:
         if on_failed is not None:
             on_failed(exc, True)
         raise
     return R.ServeOutcome(inv, "planned" if isinstance(res, V.ServePlan) else "served", False, res)
+
+
+def _split_refused(exc: ModelSplitError, opts: dict) -> R.OptionError:
+    """A split the model refuses, named by the option that asked for it (--tp/--pp, --dp) where one did."""
+    msg = str(exc)
+    given = [opts.get(k) is not None for k in ("tp", "pp", "dp")]
+    if any(given) and msg.startswith(("TP=", "DP=")):  # the split the user's option asked for
+        msg = f"{'--dp' if given[2] else '--tp/--pp'}: {msg}"
+    return R.OptionError(msg)
+
+
+def _plan_offline(inv, model, model_config, on_plan, opts) -> R.ServeOutcome:
+    """serve --dry-run --offline: one cluster's plan, no host contacted."""
+    from bootstrap.serve import run as V
+
+    if fleet(inv) or inv.models:
+        raise R.OptionError("--offline: plans one cluster's serve; for replicas and what each serves, run "
+                            "bootstrap plan (it contacts no host either)")
+    keep = ("tp", "pp", "dp", "ep", "all2all", "backend", "extra", "listen", "served_name")
+    try:
+        plan = V.plan_offline(inv, model, config=model_config, **{k: opts[k] for k in keep if k in opts})
+    except ModelSplitError as exc:
+        raise _split_refused(exc, opts) from None
+    if on_plan is not None:
+        on_plan(plan)
+    return R.ServeOutcome(inv, "planned", False, plan)
 
 
 def _stop_model(inv, name, parallel, reporter, drain) -> R.ServeOutcome:

@@ -237,12 +237,28 @@ def pool_problems(inv: Inventory) -> list[InventoryError]:
 
     owned = {**plan_sets(inv), **LORA_OWNED}
     out: list[InventoryError] = []
-    for m in inv.models:
+    for mi, m in enumerate(inv.models):
         try:
             FG.check_extra(m.args, plan_sets=owned)
         except ServePlanError as exc:
             out.append(InventoryError(inv.path, m.line_of("args"), f"{m.field}.args", str(exc)))
+        out += _split_problems(inv, mi, m)
     return out
+
+
+def _split_problems(inv: Inventory, mi: int, m: ServedModel) -> list[InventoryError]:
+    """A model's own tp/pp that its replicas' GPUs cannot take (serve/mode.py's rules, as serve's --tp/--pp
+    are judged before any host is contacted): one error at the line of tp (or pp)."""
+    from bootstrap.serve import mode as M
+
+    if (m.tp is None and m.pp is None) or mi not in inv.placement:
+        return []
+    try:
+        M.check(M.Hosts.of(model_inventory(inv, mi)), M.Options(m.tp, m.pp, None))
+    except M.SplitRefused as exc:
+        key = "tp" if m.tp is not None else "pp"
+        return [InventoryError(inv.path, m.line_of(key), f"{m.field}.{key}", f"{exc} (its replicas' hosts)")]
+    return []
 
 
 def lora_flags(m: ServedModel) -> tuple[str, ...]:

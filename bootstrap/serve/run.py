@@ -7,6 +7,7 @@ read back in `bootstrap.serve.state`; this module does the I/O on the node conta
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -175,6 +176,54 @@ def serve(inv: Inventory, model: str, *, tp: int | None = None, pp: int | None =
         return _wait(sess, got, plan, wait)
 
 
+def plan_offline(inv: Inventory, model: str, *, config: str | None = None, tp: int | None = None,
+                 pp: int | None = None, dp: int | None = None, ep: bool = False, all2all: str | None = None,
+                 backend: str | None = None, extra: Sequence[str] = (), listen: str | None = None,
+                 served_name: str | None = None) -> ServePlan:
+    """The plan `serve --dry-run` makes, from the inventory and the model's config.json read on this
+    machine (CONFIG: a config.json or the folder holding it; default: MODEL, where it is such a folder
+    here), contacting no host. What only the hosts can tell is left out and said in the notes: the
+    containers' runtime where the inventory leaves it unset, the model's files and fit, the image's own
+    vLLM parser, Ray's view. Raises UsageError / ModelSplitError as serve does, before any contact."""
+    opts = M.Options(tp, pp, dp, ep=ep or all2all is not None, all2all=all2all, backend=backend)
+    mode = M.check(M.Hosts.of(inv), opts)
+    choose_backend(inv.cluster.accelerator, inv.cluster.runtime, mode.backend or backend)
+    cfg, where = local_config(config, model)
+    notes = ["planned offline: no host was contacted (the model's files and fit, the image's vLLM parser and "
+             "Ray's view are checked by serve on the hosts)"]
+    if cfg is None:
+        notes.append(f"no config.json here ({where}): the split is not checked against the model; give "
+                     "--model-config PATH")
+    if inv.cluster.runtime is None:
+        notes.append("cluster.runtime is unset: planned as the containers without Ray; where the image has Ray, "
+                     "serve on the hosts plans the Ray backend")
+    order = [inv.head, *inv.workers]
+    got = _Gathered(inv, order, {"source": where} if cfg else {}, cfg, SP.model_shape(cfg) if cfg else None, {}, [],
+                    None, notes)
+    return _choose(None, got, mode, opts, model, listen or inv.head.ip, served_name, extra)
+
+
+def local_config(config: str | None, model: str) -> tuple[dict | None, str]:
+    """(the model's config.json read on this machine, where it was looked for): CONFIG (a file, or a
+    folder holding config.json), else MODEL where it is a folder here. UsageError for a CONFIG that
+    cannot be read as a JSON object."""
+    path = config or model
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    if not os.path.isfile(path):
+        if config is not None:
+            raise UsageError(f"--model-config: {config}: no config.json there")
+        return None, path
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--model-config: {path}: not a JSON config ({exc})") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"--model-config: {path}: not a JSON object")
+    return doc, path
+
+
 def _gather(sess: Session, inv: Inventory, model: str, host_bind: str, sync_model: bool) -> _Gathered:
     """The containers running (their runtime where the inventory leaves it unset), the model's
     config.json as the head's vLLM reads it, and for a model path its files on every node and the fit."""
@@ -213,7 +262,7 @@ def _gather(sess: Session, inv: Inventory, model: str, host_bind: str, sync_mode
     return _Gathered(inv, order, info, config, shape, manifests, sync_to, fit, notes)
 
 
-def _choose(sess: Session, got: _Gathered, mode: M.Mode, opts: M.Options, model: str, host_bind: str,
+def _choose(sess: Session | None, got: _Gathered, mode: M.Mode, opts: M.Options, model: str, host_bind: str,
             served_name: str | None, extra: Sequence[str]) -> ServePlan:
     """The mode's split for this model (serve/mode.py), the checks that need it, and each node's argv."""
     inv, c = got.inv, got.inv.cluster
@@ -221,7 +270,7 @@ def _choose(sess: Session, got: _Gathered, mode: M.Mode, opts: M.Options, model:
     backend, backend_why = choose_backend(c.accelerator, c.runtime, mode.backend or opts.backend)
     backend_why = mode.why or backend_why
     weight = gpu_mem = None
-    if mode.tries_experts(got.shape, hosts):
+    if mode.tries_experts(got.shape, hosts) and sess is not None:
         weight, gpu_mem = _expert_sizes(sess, inv, got.config, got.info, got.manifests)
     choice = mode.plan(M.Model(got.shape, got.config, EX.EngineCaps.from_doc(got.info.get("engine")), got.fit,
                                weight, gpu_mem), hosts, len(got.order))
@@ -230,7 +279,8 @@ def _choose(sess: Session, got: _Gathered, mode: M.Mode, opts: M.Options, model:
         backend, backend_why = "native", choice.why
     got.notes.extend(choice.notes)
     FG.check_engine_flags(c.accelerator, split.par, extra)
-    check_extra_in_image(sess, inv.head, c.image, extra, backend, got.notes)
+    if sess is not None:  # offline: the words after -- were judged by bootstrap's own table only
+        check_extra_in_image(sess, inv.head, c.image, extra, backend, got.notes)
     if split.par.dp > 1 and not split.par.ep and got.manifests:
         fit = _fit(sess, inv, got.config, got.info.get("index"), got.manifests[inv.head.name], split.par)
     if fit is not None and not fit.fits:
@@ -241,7 +291,7 @@ def _choose(sess: Session, got: _Gathered, mode: M.Mode, opts: M.Options, model:
                else "add nodes of this shape, or a smaller/quantized model")
         raise PreflightFailed("cluster", fit.message, fix)
     order, port = got.order, c.ports.vllm
-    if backend == "ray":
+    if backend == "ray" and sess is not None:
         view = R.ray_view(sess, order, deadline=10)
         if not view.ready:
             by_ip = {h.ip: h.name for h in order}

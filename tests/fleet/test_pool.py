@@ -221,6 +221,29 @@ def test_plan_and_serve_say_what_a_pool_serves_and_refuse_what_it_does_not_take(
         assert r.exit_code == 2 and words in r.output, r.output
 
 
+def test_a_models_own_split_its_replicas_cannot_take_is_refused_by_validate_and_serve(tmp_path):
+    """models[].tp that the replicas' GPUs do not divide: serve's --tp rule (serve/mode.py), judged offline
+    at the line of tp: by validate and by every command before any host is contacted (issue 67)."""
+    models = """
+    models:
+      - name: chat
+        source: org/chat-model
+        replicas: 2
+        nodes: 2
+        tp: 3
+    """
+    path = write(tmp_path, pool_yaml(models=models).replace("accelerator: none", "gpus_per_node: 2"))
+    for command in (["validate", "-i", str(path)], ["serve", "-i", str(path)], ["plan", "-i", str(path)]):
+        r = CliRunner().invoke(main, command)
+        assert r.exit_code == 2, (command, r.output)
+        assert (f"{path}:{line_of(path, 'tp: 3')}: models[0].tp: TP 3 does not divide the GPUs, but the cluster "
+                "has 2 node(s) x 2 GPUs = 4") in r.output, r.output
+    fine = write(tmp_path, pool_yaml(models=models.replace("tp: 3", "tp: 2")).replace(
+        "accelerator: none", "gpus_per_node: 2"), "fine.yaml")
+    r = CliRunner().invoke(main, ["validate", "-i", str(fine)])
+    assert r.exit_code == 0, r.output
+
+
 def test_a_models_own_flags_are_judged_before_any_host_is_contacted(tmp_path):
     text = pool_yaml().replace('args: [--max-model-len, "4096"]', "args: [--port, '9000']")
     path = write(tmp_path, text)
